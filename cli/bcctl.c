@@ -1,0 +1,2 @@
+/* placeholder, replaced by the controller */
+int main(void) { return 0; }

@@ -1,0 +1,189 @@
+/* rpc.h: the project's RPC layer, on the gRPC core C API with protobuf-c.
+ *
+ * Every grpc_* call in the project lives in common/rpc*.c. Services are
+ * registered from protobuf-c service descriptors: the method path is
+ * "/<desc->name>/<method name>", and request/response (un)packing is driven
+ * by each method's input/output descriptors, so there is no per-method glue.
+ *
+ * Server threads: `workers` threads each wait on their own completion queue
+ * for new calls. A unary call runs on the worker that received it. A
+ * server-streaming or bidi call runs on a thread of its own (at most
+ * max_streams at once; more are refused with UNAVAILABLE) so a long watch
+ * never holds a worker. thread_init/thread_fini run on every worker and
+ * stream thread, so each can own a libpq connection (rpc_call_thread()).
+ *
+ * Errors: a handler returns 0, or <0 with a filled bc_error. The server
+ * answers with the mapped gRPC status, the message, and a trailer
+ * grpc-status-details-bin = google.rpc.Status{code, message,
+ * details: [Any(google.rpc.ErrorInfo{reason = spec code, domain = "bc",
+ * metadata = details})]}. The client decodes the same into a bc_error. */
+#ifndef BC_RPC_H
+#define BC_RPC_H
+
+#include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+typedef struct rpc_server rpc_server;
+typedef struct rpc_call rpc_call;
+typedef struct rpc_client rpc_client;
+typedef struct rpc_stream rpc_stream;
+
+/* ------------------------------------------------------------ TLS */
+
+/* PEM material, NUL-terminated strings, borrowed. */
+struct rpc_tls {
+	const char *cert_pem;      /* our certificate chain */
+	const char *key_pem;       /* our private key */
+	const char *ca_pem;        /* roots to verify the peer; server: client CAs */
+	/* server only: true = a client certificate is requested and, if sent,
+	 * verified against ca_pem (calls without one still proceed: bearer
+	 * tokens); false = no client certificate is requested. */
+	bool request_client_cert;
+};
+
+/* ---------------------------------------------------------- server */
+
+enum rpc_kind { RPC_UNARY, RPC_SERVER_STREAM, RPC_BIDI };
+
+/* Unary: req is the unpacked request (owned by the layer). On success set
+ * *ret_resp to a message allocated with rpc_alloc()/rpc_new() (owned by the
+ * call, freed after it is sent). */
+typedef int (*rpc_unary_fn)(rpc_call *call, const ProtobufCMessage *req,
+			    ProtobufCMessage **ret_resp, bc_error *err);
+/* Server stream: send with rpc_call_send(); return 0 to end with OK. */
+typedef int (*rpc_sstream_fn)(rpc_call *call, const ProtobufCMessage *req, bc_error *err);
+/* Bidi: rpc_call_recv() and rpc_call_send(). */
+typedef int (*rpc_bidi_fn)(rpc_call *call, bc_error *err);
+
+struct rpc_handler {
+	const char *method;        /* method name as in the descriptor, e.g. "Create" */
+	enum rpc_kind kind;
+	union {
+		rpc_unary_fn unary;
+		rpc_sstream_fn sstream;
+		rpc_bidi_fn bidi;
+	} fn;
+};
+
+struct rpc_server_opts {
+	const char *listen;        /* "127.0.0.1:7443", "[::]:7443", "unix:/path" */
+	const struct rpc_tls *tls; /* NULL: insecure (tests, benchmarks only) */
+	int workers;               /* unary worker threads; 0: 4 */
+	int max_streams;           /* concurrent streaming calls; 0: 1024 */
+	size_t max_message_bytes;  /* larger requests: INVALID_INPUT; 0: 1 MiB */
+	void *user;                /* server-wide pointer, rpc_call_user() */
+	/* per-thread state, e.g. a database connection; may be NULL. */
+	void *(*thread_init)(void *user);
+	void (*thread_fini)(void *user, void *thread_state);
+	/* called on every call before its handler; may refuse it (e.g.
+	 * authentication). NULL: accept all. */
+	int (*pre_call)(rpc_call *call, bc_error *err);
+};
+
+/* Create a server, not yet serving. Adds grpc.health.v1.Health (Check and
+ * Watch) answering SERVING while running. NULL on failure (logged at debug,
+ * reason in *ret_errno if not NULL). */
+rpc_server *rpc_server_new(const struct rpc_server_opts *opts, int *ret_errno);
+
+/* Register a service: handlers for some or all methods of desc (by name);
+ * a method without a handler answers UNIMPLEMENTED. Before start only.
+ * -EINVAL if a handler names no method of desc or its kind mismatches. */
+int rpc_server_add_service(rpc_server *s, const ProtobufCServiceDescriptor *desc,
+			   const struct rpc_handler *handlers, size_t n_handlers);
+
+/* Bind and start the threads. The bound port (useful with ":0") in *ret_port. */
+int rpc_server_start(rpc_server *s, int *ret_port);
+
+/* Graceful shutdown: stop accepting, cancel streams, wait up to grace_ms
+ * for unary calls, join every thread, destroy everything. NULL-safe. */
+void rpc_server_free(rpc_server *s, int grace_ms);
+
+/* True once shutdown began; streaming handlers should return. */
+bool rpc_server_stopping(const rpc_server *s);
+
+/* ------------------------------------------------------- per call */
+
+void *rpc_call_user(const rpc_call *call);
+void *rpc_call_thread(const rpc_call *call);
+/* "/pkg.Service/Method" */
+const char *rpc_call_method(const rpc_call *call);
+/* The bearer token from "authorization: Bearer <t>", or NULL. */
+const char *rpc_call_bearer(const rpc_call *call);
+/* Any other request metadata value (first), or NULL. Keys are lowercase. */
+const char *rpc_call_metadata(const rpc_call *call, const char *key);
+/* The verified client certificate's common name, or NULL without one. */
+const char *rpc_call_peer_cn(const rpc_call *call);
+/* The peer address ("ipv4:127.0.0.1:5555"). */
+const char *rpc_call_peer(const rpc_call *call);
+/* Absolute deadline in CLOCK_MONOTONIC ms, or INT64_MAX if none. */
+int64_t rpc_call_deadline_mono_ms(const rpc_call *call);
+/* Set by pre_call for the handler: an opaque principal pointer. */
+void rpc_call_set_principal(rpc_call *call, void *principal, void (*free_fn)(void *));
+void *rpc_call_principal(const rpc_call *call);
+
+/* Call-scoped allocation, freed when the call ends; never NULL (aborts). */
+void *rpc_alloc(rpc_call *call, size_t n);
+char *rpc_strdup(rpc_call *call, const char *s);
+/* Allocate and init a message of descriptor d. */
+void *rpc_new(rpc_call *call, const ProtobufCMessageDescriptor *d);
+
+/* Streams. send: 0, or -ECANCELED once the client went away/server stops. */
+int rpc_call_send(rpc_call *call, const ProtobufCMessage *msg);
+/* bidi receive: 1 with *ret (free with protobuf_c_message_free_unpacked),
+ * 0 when the client half-closed, -ETIMEDOUT, -ECANCELED, -EMSGSIZE, -EBADMSG. */
+int rpc_call_recv(rpc_call *call, ProtobufCMessage **ret, int timeout_ms);
+/* Server stream idle check: true if the client cancelled or the server
+ * stops. Waits up to timeout_ms for that to happen (0: poll). */
+bool rpc_call_wait_cancelled(rpc_call *call, int timeout_ms);
+
+/* ---------------------------------------------------------- client */
+
+struct rpc_client_opts {
+	const char *target;        /* "host:port" or "unix:/path" */
+	const struct rpc_tls *tls; /* NULL: insecure */
+	const char *server_name;   /* TLS name override; NULL: host of target */
+	size_t max_message_bytes;  /* 0: 4 MiB */
+	const char *bearer;        /* default bearer token, copied; may be NULL */
+};
+
+/* One channel; thread-safe; calls from many threads share it. gRPC
+ * reconnects by itself. NULL on failure. */
+rpc_client *rpc_client_new(const struct rpc_client_opts *opts);
+void rpc_client_free(rpc_client *c);
+
+/* "/<service>/<method>" for method index i of desc, static storage owned by
+ * the caller's buffer. */
+int rpc_method_path(const ProtobufCServiceDescriptor *desc, const char *method,
+		    char *buf, size_t len);
+
+/* Unary call. On success *ret_resp is the unpacked reply (free with
+ * protobuf_c_message_free_unpacked(..., NULL)). On failure returns
+ * -BC_EDOMAIN with err filled from the status (ErrorInfo if present,
+ * else mapped from the status code). timeout_ms <= 0: 30 s. */
+int rpc_client_unary(rpc_client *c, const char *path, const ProtobufCMessage *req,
+		     const ProtobufCMessageDescriptor *resp_desc,
+		     ProtobufCMessage **ret_resp, int timeout_ms, bc_error *err);
+
+/* Streaming calls. Server stream: req sent and half-closed at open. Bidi:
+ * req NULL, then rpc_stream_send/rpc_stream_close_send. timeout_ms <= 0:
+ * no deadline. */
+rpc_stream *rpc_stream_open(rpc_client *c, const char *path, const ProtobufCMessage *req,
+			    int timeout_ms, bc_error *err);
+int rpc_stream_send(rpc_stream *st, const ProtobufCMessage *msg);
+int rpc_stream_close_send(rpc_stream *st);
+/* 1 with *ret, 0 at the end of an OK stream, -ETIMEDOUT if nothing arrived
+ * in timeout_ms (the stream stays usable), else -BC_EDOMAIN with err. */
+int rpc_stream_recv(rpc_stream *st, const ProtobufCMessageDescriptor *d,
+		    ProtobufCMessage **ret, int timeout_ms, bc_error *err);
+/* Cancel if still open and free. NULL-safe. */
+void rpc_stream_free(rpc_stream *st);
+
+/* Process-wide init/shutdown of gRPC (refcounted by gRPC itself). */
+void rpc_global_init(void);
+void rpc_global_shutdown(void);
+
+#endif

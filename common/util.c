@@ -1,0 +1,307 @@
+/* util.c: time, randomness, ids, hex, hashing, durations, files. */
+#include "util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <openssl/sha.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+
+int64_t now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_REALTIME, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+int64_t mono_ms(void)
+{
+	return mono_us() / 1000;
+}
+
+int64_t mono_us(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+}
+
+int random_bytes(void *buf, size_t n)
+{
+	unsigned char *p = buf;
+
+	while (n > 0) {
+		ssize_t r = getrandom(p, n, 0);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+static const char b32[] = "0123456789abcdefghjkmnpqrstvwxyz";
+
+void id_new(const char *prefix, char *out, size_t outlen)
+{
+	unsigned char rnd[10];
+	uint64_t t = (uint64_t)now_ms();
+	char body[27];
+	uint64_t hi, lo;
+
+	if (random_bytes(rnd, sizeof(rnd)) < 0)
+		abort();
+	/* 128 bits: 48 bits time, 80 bits random; 26 chars of 5 bits (130). */
+	hi = (t << 16) | ((uint64_t)rnd[0] << 8) | rnd[1];
+	lo = 0;
+	for (int i = 2; i < 10; i++)
+		lo = (lo << 8) | rnd[i];
+	for (int i = 25; i >= 0; i--) {
+		body[i] = b32[lo & 31];
+		lo = (lo >> 5) | ((hi & 31) << 59);
+		hi >>= 5;
+	}
+	body[26] = '\0';
+	snprintf(out, outlen, "%s_%s", prefix, body);
+}
+
+bool id_valid(const char *prefix, const char *s)
+{
+	size_t pl = strlen(prefix);
+
+	if (!s || strncmp(s, prefix, pl) != 0 || s[pl] != '_')
+		return false;
+	s += pl + 1;
+	if (strlen(s) != 26)
+		return false;
+	for (; *s; s++)
+		if (!strchr(b32, *s))
+			return false;
+	return true;
+}
+
+void hex_encode(const void *buf, size_t n, char *out)
+{
+	const unsigned char *p = buf;
+
+	for (size_t i = 0; i < n; i++)
+		sprintf(out + 2 * i, "%02x", p[i]);
+	out[2 * n] = '\0';
+}
+
+void sha256_hex(const void *data, size_t n, char out[65])
+{
+	unsigned char md[SHA256_DIGEST_LENGTH];
+
+	SHA256(data, n, md);
+	hex_encode(md, sizeof(md), out);
+}
+
+int duration_parse_ms(const char *s, int64_t *ret_ms)
+{
+	int64_t v = 0, mult = 1;
+	const char *p = s;
+
+	if (!s || !*s || strlen(s) > 20)
+		return -EINVAL;
+	for (; isdigit((unsigned char)*p); p++) {
+		if (v > (INT64_MAX - 9) / 10)
+			return -ERANGE;
+		v = v * 10 + (*p - '0');
+	}
+	if (p == s)
+		return -EINVAL;
+	if (*p == '\0')
+		mult = 1;
+	else if (strcmp(p, "ms") == 0)
+		mult = 1;
+	else if (strcmp(p, "s") == 0)
+		mult = 1000;
+	else if (strcmp(p, "m") == 0)
+		mult = 60 * 1000;
+	else if (strcmp(p, "h") == 0)
+		mult = 3600 * 1000;
+	else if (strcmp(p, "d") == 0)
+		mult = 86400 * 1000;
+	else
+		return -EINVAL;
+	if (v > INT64_MAX / mult)
+		return -ERANGE;
+	*ret_ms = v * mult;
+	return 0;
+}
+
+void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+
+	if (!p)
+		abort();
+	return p;
+}
+
+void *xcalloc(size_t n, size_t m)
+{
+	void *p = calloc(n ? n : 1, m ? m : 1);
+
+	if (!p)
+		abort();
+	return p;
+}
+
+char *xstrdup(const char *s)
+{
+	char *p;
+
+	if (!s)
+		return NULL;
+	p = strdup(s);
+	if (!p)
+		abort();
+	return p;
+}
+
+char *xasprintf(const char *fmt, ...)
+{
+	va_list ap;
+	char *p = NULL;
+
+	va_start(ap, fmt);
+	if (vasprintf(&p, fmt, ap) < 0)
+		abort();
+	va_end(ap);
+	return p;
+}
+
+int file_read_all(const char *path, size_t max, char **ret_buf, size_t *ret_len)
+{
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+	size_t len = 0, cap = 4096;
+	char *buf;
+
+	if (fd < 0)
+		return -errno;
+	buf = xmalloc(cap + 1);
+	for (;;) {
+		ssize_t r;
+		if (len == cap) {
+			if (cap >= max) {
+				free(buf);
+				return -EFBIG;
+			}
+			cap = cap * 2 > max ? max : cap * 2;
+			buf = realloc(buf, cap + 1);
+			if (!buf)
+				abort();
+		}
+		r = read(fd, buf + len, cap - len);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			free(buf);
+			return -errno;
+		}
+		if (r == 0)
+			break;
+		len += (size_t)r;
+	}
+	buf[len] = '\0';
+	*ret_buf = buf;
+	if (ret_len)
+		*ret_len = len;
+	return 0;
+}
+
+int file_write_atomic(const char *path, const void *buf, size_t len, int mode)
+{
+	_cleanup_free_ char *tmp = xasprintf("%s.tmp.%d", path, (int)getpid());
+	_cleanup_free_ char *dir = xstrdup(path);
+	const char *p = buf;
+	int fd, dfd, r = 0;
+
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	if (fd < 0)
+		return -errno;
+	while (len > 0) {
+		ssize_t w = write(fd, p, len);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			r = -errno;
+			break;
+		}
+		p += w;
+		len -= (size_t)w;
+	}
+	if (r == 0 && fsync(fd) < 0)
+		r = -errno;
+	close(fd);
+	if (r == 0 && rename(tmp, path) < 0)
+		r = -errno;
+	if (r < 0) {
+		unlink(tmp);
+		return r;
+	}
+	dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd >= 0) {
+		fsync(dfd);
+		close(dfd);
+	}
+	return 0;
+}
+
+int mkdir_p(const char *path, int mode)
+{
+	_cleanup_free_ char *p = xstrdup(path);
+
+	for (char *s = p + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = '\0';
+		if (mkdir(p, (mode_t)mode) < 0 && errno != EEXIST)
+			return -errno;
+		*s = '/';
+	}
+	if (mkdir(p, (mode_t)mode) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+bool str_is_printable(const char *s, size_t maxlen)
+{
+	size_t n = 0;
+
+	if (!s)
+		return false;
+	for (; *s; s++, n++)
+		if (n >= maxlen || (unsigned char)*s < 0x20 || *s == 0x7f)
+			return false;
+	return true;
+}
+
+bool str_is_slug(const char *s, size_t maxlen)
+{
+	size_t n;
+
+	if (!s || !*s || !(islower((unsigned char)s[0]) || isdigit((unsigned char)s[0])))
+		return false;
+	n = strlen(s);
+	if (n > maxlen || s[n - 1] == '-' || s[n - 1] == '.')
+		return false;
+	for (; *s; s++)
+		if (!islower((unsigned char)*s) && !isdigit((unsigned char)*s) && *s != '-' &&
+		    *s != '.')
+			return false;
+	return true;
+}

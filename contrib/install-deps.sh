@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# install-deps.sh: install every Debian package bc needs to build, test and
+# run its demo. Idempotent: packages already present are not touched, and
+# apt is not called at all when everything is installed.
+set -euo pipefail
+
+PKGS=(
+  build-essential pkg-config make git ca-certificates curl openssl jq perl procps psmisc
+  libgrpc-dev protobuf-c-compiler libprotobuf-c-dev
+  libpq-dev postgresql-15 postgresql-client-15
+  libssl-dev libcurl4-openssl-dev libmnl-dev libnftnl-dev
+  nftables iproute2
+  clang libclang-rt-14-dev valgrind
+  nodejs npm
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  # nodejs from another source (e.g. nodesource) ships its own npm
+  if [ "$p" = npm ] && command -v npm >/dev/null 2>&1; then continue; fi
+  if [ "$p" = nodejs ] && command -v node >/dev/null 2>&1; then continue; fi
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  SUDO=sudo
+else
+  SUDO=
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# Debian starts a cluster on install; bc runs its own throwaway clusters.
