@@ -1,2 +1,0 @@
-/* placeholder, replaced by the controller */
-int main(void) { return 0; }

@@ -1,0 +1,190 @@
+/* cli.h: bcctl's internal interfaces, shared by the files of cli/ only.
+ *
+ * bcctl is a thin client: main.c resolves the connection settings and
+ * dispatches "NOUN VERB" from one table; args.c parses each verb's typed
+ * flag table; one file per noun (pool.c, flavor.c, image.c, node.c,
+ * instance.c) maps flags onto a protobuf-c request and calls cli_run();
+ * output.c prints the reply as JSON (pbjson) or as text tables, and errors.
+ *
+ * Verb functions return 0, CLI_DONE (help printed: exit 0), -EINVAL (a
+ * usage error, already printed: exit 1) or -BC_EDOMAIN with ctx->err
+ * filled (printed by main: exit bc_code_exit_status()). */
+#ifndef BC_CLI_H
+#define BC_CLI_H
+
+#include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "err.h"
+#include "rpc.h"
+
+#ifndef BC_VERSION
+#define BC_VERSION "0.1.0-dev"
+#endif
+
+#define CLI_DONE 1
+
+/* Bounds on what a user can pass. */
+#define CLI_MAX_FLAGS 32          /* per verb, plus the global ones */
+#define CLI_MAX_REPEAT 64         /* values of one repeated flag */
+#define CLI_USER_DATA_MAX 65536   /* --user-data-file */
+#define CLI_DEFAULT_URL "127.0.0.1:7443"
+#define CLI_DEFAULT_TIMEOUT_MS 30000
+
+enum cli_format { CLI_FMT_TABLE, CLI_FMT_JSON };
+
+enum cli_flag_type {
+	CLI_STR,        /* char **: borrowed from argv */
+	CLI_STRS,       /* struct cli_strv *: repeated, borrowed from argv */
+	CLI_INT,        /* int64_t *: decimal in [min, max] */
+	CLI_BOOL,       /* bool *: present or not, takes no value */
+	CLI_DUR,        /* int64_t *: milliseconds, duration_parse_ms() syntax, in [min, max] */
+	CLI_FILE,       /* char **: a text file's contents (no NUL), malloc'd, caller frees; <= max bytes */
+	CLI_CHOICE,     /* int *: index of the value in choices[] */
+	CLI_ARG,        /* char **: a positional argument, in table order */
+};
+
+struct cli_strv {
+	size_t n;
+	char *v[CLI_MAX_REPEAT];
+};
+
+/* One entry of a verb's flag table. name is the flag without "--" (or, for
+ * CLI_ARG, the placeholder shown in help such as "ID"). */
+struct cli_flag {
+	const char *name;
+	enum cli_flag_type type;
+	void *dst;
+	const char *meta;                 /* value placeholder in help: "N", "CIDR" */
+	const char *help;
+	bool required;
+	int64_t min, max;                 /* CLI_INT, CLI_DUR range; CLI_FILE max bytes */
+	const char *const *choices;       /* CLI_CHOICE, NULL-terminated */
+	bool *seen;                       /* if set: true once given */
+};
+
+struct cli_ctx;
+typedef int (*cli_verb_fn)(struct cli_ctx *ctx, int argc, char **argv);
+
+/* One row of the dispatch table; verb NULL for a noun-only command. */
+struct cli_verb {
+	const char *noun;
+	const char *verb;
+	cli_verb_fn fn;
+	const char *usage;      /* arguments after "bcctl NOUN VERB" */
+	const char *summary;
+};
+
+struct cli_ctx {
+	/* from flags (borrowed from argv) */
+	const char *url;
+	const char *ca_file;
+	bool insecure;
+	int format;                       /* enum cli_format */
+	int64_t timeout_ms;
+	/* global flags, accepted before the noun and after the verb */
+	const struct cli_flag *globals;
+	size_t n_globals;
+	bool globals_seen[CLI_MAX_FLAGS];
+
+	const struct cli_verb *verb;      /* the running verb */
+	rpc_client *client;               /* lazily connected, owned */
+	char *ca_pem;                     /* owned, lives as long as client */
+	bool rpc_inited;
+	bc_error err;
+};
+
+/* Printed-table row callback for a reply in table format. */
+typedef void (*cli_show_fn)(const ProtobufCMessage *resp, FILE *out);
+
+/* main.c */
+
+/* Call svc.method with req, then print the reply: JSON with --format json,
+ * else show(resp) or, when show is NULL, the generic field listing.
+ * extra_ms is added to the unary timeout (for server-side waits). Returns
+ * 0 or -BC_EDOMAIN (ctx->err), -EINVAL for a local configuration error. */
+int cli_run(struct cli_ctx *ctx, const ProtobufCServiceDescriptor *svc, const char *method,
+	    const ProtobufCMessage *req, cli_show_fn show, int64_t extra_ms);
+
+/* Print "error: MSG" and the running verb's usage line to stderr; -EINVAL. */
+int cli_usage_error(const struct cli_ctx *ctx, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* args.c */
+
+/* Parse argv[0..argc) (the words after the verb) against flags[], then the
+ * global flags in ctx. "--name value" and "--name=value"; "--" ends flags.
+ * Returns 0, CLI_DONE after printing help for "--help", or -EINVAL after
+ * printing a usage error (unknown flag, missing value, bad number, missing
+ * required flag or argument, extra argument). */
+int cli_args_parse(struct cli_ctx *ctx, const struct cli_flag *flags, size_t n_flags,
+		   int argc, char **argv);
+
+/* Parse the global flag at argv[*i] (a word starting with "--"), which may
+ * consume argv[*i + 1]. 0 or -EINVAL after printing a usage error. */
+int cli_args_global(struct cli_ctx *ctx, int argc, char **argv, int *i);
+
+/* Print the verb's usage line and one line per flag to out. */
+void cli_args_help(const struct cli_ctx *ctx, const struct cli_flag *flags, size_t n_flags,
+		   FILE *out);
+
+/* One help line per flag. */
+void cli_args_print_flags(const struct cli_flag *flags, size_t n_flags, FILE *out);
+
+/* output.c */
+
+/* Print msg as pretty proto3 JSON and a newline. 0 or -ENOMEM. */
+int cli_print_json(const ProtobufCMessage *msg, FILE *out);
+
+/* Print every field of msg as "name: value" lines (nested messages as
+ * "parent.child", repeated as "name[i]", *_at times as UTC ISO 8601). */
+void cli_print_fields(const ProtobufCMessage *msg, FILE *out);
+
+/* Print err as "error: CODE: message" and "  key: value" to err_out, and,
+ * if json_out is not NULL, as {"error":{...}} to json_out. */
+void cli_print_error(const bc_error *err, FILE *err_out, FILE *json_out);
+
+/* An aligned text table. Cells are added left to right, row by row; empty
+ * cells print as "-"; control characters print as '?'. */
+struct cli_table;
+struct cli_table *cli_table_new(const char *const *headers, size_t n_cols);
+void cli_table_cell(struct cli_table *t, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void cli_table_print(const struct cli_table *t, FILE *out);
+void cli_table_free(struct cli_table *t);
+
+/* Epoch milliseconds as "2006-01-02T15:04:05Z" into buf; "-" for 0. */
+const char *cli_fmt_time(int64_t ms, char *buf, size_t len);
+
+/* On stderr, the cursor of the next page if a list reply has one. */
+void cli_print_more(const char *cursor);
+
+/* Verbs, one file per noun. */
+int cli_pool_create(struct cli_ctx *ctx, int argc, char **argv);
+int cli_pool_list(struct cli_ctx *ctx, int argc, char **argv);
+int cli_pool_get(struct cli_ctx *ctx, int argc, char **argv);
+int cli_pool_delete(struct cli_ctx *ctx, int argc, char **argv);
+
+int cli_flavor_create(struct cli_ctx *ctx, int argc, char **argv);
+int cli_flavor_list(struct cli_ctx *ctx, int argc, char **argv);
+int cli_flavor_get(struct cli_ctx *ctx, int argc, char **argv);
+int cli_flavor_delete(struct cli_ctx *ctx, int argc, char **argv);
+
+int cli_image_create(struct cli_ctx *ctx, int argc, char **argv);
+int cli_image_list(struct cli_ctx *ctx, int argc, char **argv);
+int cli_image_get(struct cli_ctx *ctx, int argc, char **argv);
+int cli_image_delete(struct cli_ctx *ctx, int argc, char **argv);
+
+int cli_node_join_token(struct cli_ctx *ctx, int argc, char **argv);
+int cli_node_list(struct cli_ctx *ctx, int argc, char **argv);
+int cli_node_get(struct cli_ctx *ctx, int argc, char **argv);
+int cli_node_retire(struct cli_ctx *ctx, int argc, char **argv);
+
+int cli_instance_create(struct cli_ctx *ctx, int argc, char **argv);
+int cli_instance_list(struct cli_ctx *ctx, int argc, char **argv);
+int cli_instance_get(struct cli_ctx *ctx, int argc, char **argv);
+int cli_instance_delete(struct cli_ctx *ctx, int argc, char **argv);
+
+#endif

@@ -1,0 +1,280 @@
+/* client.c: how bcctl reaches the controller. Settings come from flags,
+ * then the environment (BC_URL, BC_TOKEN, BC_CA_FILE), then the config file
+ * ($BC_CONFIG or ~/.config/bc/config: "key = value" lines), then defaults.
+ * The connection is made lazily by the first call, so --help and usage
+ * errors never read the config or touch the network. TLS is the default
+ * (the controller's CA from ca_file, else the system roots; no client
+ * certificate); plaintext only with --insecure. */
+#include "cli.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "util.h"
+
+#define CONFIG_MAX_BYTES 65536
+#define CA_MAX_BYTES (1024 * 1024)
+
+struct config {
+	char *path;             /* the file read, or NULL */
+	char *url;
+	char *token;
+	char *ca_file;
+};
+
+/* The config keys, one typed table: every key is a string. */
+static const struct config_key {
+	const char *key;
+	size_t off;
+} config_keys[] = {
+	{"url", offsetof(struct config, url)},
+	{"token", offsetof(struct config, token)},
+	{"ca_file", offsetof(struct config, ca_file)},
+};
+
+static int local_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int local_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "error: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return -EINVAL;
+}
+
+static void config_free(struct config *cfg)
+{
+	if (cfg->token)
+		explicit_bzero(cfg->token, strlen(cfg->token));
+	free(cfg->path);
+	free(cfg->url);
+	free(cfg->token);
+	free(cfg->ca_file);
+}
+
+static char *trim(char *s)
+{
+	char *e;
+
+	while (*s == ' ' || *s == '\t')
+		s++;
+	e = s + strlen(s);
+	while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'))
+		*--e = '\0';
+	return s;
+}
+
+/* Cut a comment: '#' at the start or after a blank. */
+static void cut_comment(char *line)
+{
+	for (char *p = line; *p; p++)
+		if (*p == '#' && (p == line || p[-1] == ' ' || p[-1] == '\t')) {
+			*p = '\0';
+			return;
+		}
+}
+
+static int config_line(struct config *cfg, char *line, int lineno)
+{
+	char *eq, *key, *val;
+	size_t n;
+
+	cut_comment(line);
+	key = trim(line);
+	if (!*key)
+		return 0;
+	eq = strchr(key, '=');
+	if (!eq)
+		return local_error("%s:%d: expected 'key = value'", cfg->path, lineno);
+	*eq = '\0';
+	key = trim(key);
+	val = trim(eq + 1);
+	n = strlen(val);
+	if (n >= 2 && val[0] == '"' && val[n - 1] == '"') {
+		val[n - 1] = '\0';
+		val++;
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(config_keys); i++) {
+		char **dst = (char **)((char *)cfg + config_keys[i].off);
+		if (strcmp(config_keys[i].key, key) != 0)
+			continue;
+		free(*dst);
+		*dst = xstrdup(val);
+		return 0;
+	}
+	return local_error("%s:%d: unknown key '%s' (known: url, token, ca_file)", cfg->path,
+			   lineno, key);
+}
+
+/* A token in a file others can read is worth a warning, not a refusal. */
+static void config_check_mode(const struct config *cfg)
+{
+	struct stat st;
+
+	if (cfg->token && stat(cfg->path, &st) == 0 && (st.st_mode & 077))
+		fprintf(stderr, "warning: %s holds a token and is readable by others "
+			"(chmod 600 it)\n", cfg->path);
+}
+
+/* A relative ca_file in the config is relative to the config's folder. */
+static void config_resolve_ca(struct config *cfg)
+{
+	const char *slash;
+	char *abs;
+
+	if (!cfg->ca_file || !*cfg->ca_file || cfg->ca_file[0] == '/')
+		return;
+	slash = strrchr(cfg->path, '/');
+	if (!slash)
+		return;
+	abs = xasprintf("%.*s/%s", (int)(slash - cfg->path), cfg->path, cfg->ca_file);
+	free(cfg->ca_file);
+	cfg->ca_file = abs;
+}
+
+static int config_load(struct config *cfg)
+{
+	const char *env = getenv("BC_CONFIG"), *home = getenv("HOME");
+	_cleanup_free_ char *buf = NULL;
+	char *line, *save = NULL;
+	int r, lineno = 0;
+
+	if (env && *env)
+		cfg->path = xstrdup(env);
+	else if (home && *home)
+		cfg->path = xasprintf("%s/.config/bc/config", home);
+	else
+		return 0;
+	r = file_read_all(cfg->path, CONFIG_MAX_BYTES, &buf, NULL);
+	if (r == -ENOENT && !(env && *env))
+		return 0;
+	if (r < 0)
+		return local_error("config %s: %s", cfg->path, strerror(-r));
+	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		lineno++;
+		r = config_line(cfg, line, lineno);
+		if (r < 0)
+			break;
+	}
+	explicit_bzero(buf, strlen(buf));
+	if (r < 0)
+		return r;
+	config_check_mode(cfg);
+	config_resolve_ca(cfg);
+	return 0;
+}
+
+static const char *pick(const char *flag, const char *env_name, const char *cfg)
+{
+	const char *env = env_name ? getenv(env_name) : NULL;
+
+	if (flag && *flag)
+		return flag;
+	if (env && *env)
+		return env;
+	return cfg && *cfg ? cfg : NULL;
+}
+
+/* gRPC wants "host:port" or "unix:/path"; accept an https:// URL too. */
+static int normalize_target(const char *url, char *buf, size_t len)
+{
+	size_t n;
+
+	if (strncmp(url, "https://", 8) == 0)
+		url += 8;
+	else if (strstr(url, "://"))
+		return local_error("--url %s: use HOST:PORT (plaintext needs --insecure)", url);
+	n = strlen(url);
+	while (n > 0 && url[n - 1] == '/')
+		n--;
+	if (n == 0 || n >= len)
+		return local_error("--url '%s': bad address", url);
+	memcpy(buf, url, n);
+	buf[n] = '\0';
+	return 0;
+}
+
+static int connect_with(struct cli_ctx *ctx, const struct config *cfg)
+{
+	const char *url = pick(ctx->url, "BC_URL", cfg->url);
+	const char *ca_file = pick(ctx->ca_file, "BC_CA_FILE", cfg->ca_file);
+	struct rpc_tls tls = {0};
+	struct rpc_client_opts opts = {0};
+	char target[512];
+	int r;
+
+	r = normalize_target(url ? url : CLI_DEFAULT_URL, target, sizeof(target));
+	if (r < 0)
+		return r;
+	if (!ctx->insecure && ca_file) {
+		r = file_read_all(ca_file, CA_MAX_BYTES, &ctx->ca_pem, NULL);
+		if (r < 0)
+			return local_error("CA file %s: %s", ca_file, strerror(-r));
+		tls.ca_pem = ctx->ca_pem;
+	}
+	opts.target = target;
+	opts.tls = ctx->insecure ? NULL : &tls;
+	opts.bearer = pick(NULL, "BC_TOKEN", cfg->token);
+	rpc_global_init();
+	ctx->rpc_inited = true;
+	ctx->client = rpc_client_new(&opts);
+	if (!ctx->client)
+		return bc_error_set(&ctx->err, BC_UNAVAILABLE, "cannot open a channel to %s", target);
+	return 0;
+}
+
+/* Connect once; later calls reuse the channel. */
+static int cli_connect(struct cli_ctx *ctx)
+{
+	struct config cfg = {0};
+	int r;
+
+	if (ctx->client)
+		return 0;
+	r = config_load(&cfg);
+	if (r == 0)
+		r = connect_with(ctx, &cfg);
+	config_free(&cfg);
+	return r;
+}
+
+int cli_run(struct cli_ctx *ctx, const ProtobufCServiceDescriptor *svc, const char *method,
+	    const ProtobufCMessage *req, cli_show_fn show, int64_t extra_ms)
+{
+	const ProtobufCMethodDescriptor *md =
+		protobuf_c_service_descriptor_get_method_by_name(svc, method);
+	ProtobufCMessage *resp = NULL;
+	int64_t timeout = ctx->timeout_ms + extra_ms;
+	char path[256];
+	int r;
+
+	if (!md || rpc_method_path(svc, method, path, sizeof(path)) < 0)
+		return bc_error_set(&ctx->err, BC_INTERNAL, "no method %s.%s", svc->name, method);
+	r = cli_connect(ctx);
+	if (r < 0)
+		return r;
+	r = rpc_client_unary(ctx->client, path, req, md->output, &resp,
+			     timeout > INT_MAX ? INT_MAX : (int)timeout, &ctx->err);
+	if (r == -BC_EDOMAIN)
+		return r;
+	if (r < 0)
+		return bc_error_set(&ctx->err, BC_INTERNAL, "%s: %s", path, strerror(-r));
+	if (ctx->format == CLI_FMT_JSON)
+		r = cli_print_json(resp, stdout);
+	else if (show)
+		show(resp, stdout);
+	else
+		cli_print_fields(resp, stdout);
+	protobuf_c_message_free_unpacked(resp, NULL);
+	if (r < 0)
+		return bc_error_set(&ctx->err, BC_INTERNAL, "writing JSON: %s", strerror(-r));
+	return 0;
+}

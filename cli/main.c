@@ -1,0 +1,236 @@
+/* main.c: bcctl's entry point. Parses the global flags, finds "NOUN VERB"
+ * in one dispatch table, runs the verb and turns its result into the exit
+ * status: 0, 1 for usage, else bc_code_exit_status() of the error, which
+ * is printed here (and only here) as text on stderr and, with
+ * --format json, as a JSON object on stdout. */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include "util.h"
+
+static int cli_version(struct cli_ctx *ctx, int argc, char **argv);
+static int cli_help(struct cli_ctx *ctx, int argc, char **argv);
+
+static const struct cli_verb verbs[] = {
+	{"pool", "create", cli_pool_create,
+	 "--name N --runtime RT [--subnet CIDR --gateway IP] [--subnet6 CIDR] [--bridge BR] "
+	 "[--recreate-on-host-loss] [--tenant T]... [--key K]",
+	 "Create a pool of hosts (Pools.Create)."},
+	{"pool", "list", cli_pool_list, "[--limit N] [--cursor C]", "List pools."},
+	{"pool", "get", cli_pool_get, "ID", "Show one pool."},
+	{"pool", "delete", cli_pool_delete, "ID", "Delete a pool."},
+	{"flavor", "create", cli_flavor_create,
+	 "--name N --vcpus N --memory-mib N --disk-gib N [--gpus N] [--huge-pages 2M|1G] "
+	 "[--numa-node N] [--pin-vcpus]",
+	 "Create a flavor (Flavors.Create)."},
+	{"flavor", "list", cli_flavor_list, "[--limit N] [--cursor C]", "List flavors."},
+	{"flavor", "get", cli_flavor_get, "ID|NAME", "Show one flavor."},
+	{"flavor", "delete", cli_flavor_delete, "ID|NAME", "Delete a flavor."},
+	{"image", "create", cli_image_create,
+	 "--name N --format qcow2|raw --url https://... --sha256 HEX --size BYTES",
+	 "Register an image (Images.Create)."},
+	{"image", "list", cli_image_list, "[--limit N] [--cursor C]", "List images."},
+	{"image", "get", cli_image_get, "ID|NAME", "Show one image."},
+	{"image", "delete", cli_image_delete, "ID|NAME", "Delete an image."},
+	{"node", "join-token", cli_node_join_token, "--pool ID [--ttl 1h]",
+	 "Create a single-use join token for bcd and print it (Nodes.CreateJoinToken)."},
+	{"node", "list", cli_node_list, "[--pool ID] [--limit N] [--cursor C]", "List nodes."},
+	{"node", "get", cli_node_get, "ID", "Show one node."},
+	{"node", "retire", cli_node_retire, "ID", "Retire a node: no new placements, certificate refused."},
+	{"instance", "create", cli_instance_create,
+	 "--pool ID --flavor F --image I [--tenant T] [--ssh-key K]... [--user-data-file F] "
+	 "[--network egress|private|none] [--key IDEMPOTENCY] [--wait 20s]",
+	 "Create an instance (Instances.Create)."},
+	{"instance", "list", cli_instance_list,
+	 "[--tenant T] [--pool ID] [--deleted] [--limit N] [--cursor C]", "List instances."},
+	{"instance", "get", cli_instance_get, "ID [--tenant T]", "Show one instance."},
+	{"instance", "delete", cli_instance_delete, "ID [--tenant T]", "Delete an instance."},
+	{"version", NULL, cli_version, "", "Print bcctl's version."},
+	{"help", NULL, cli_help, "", "Print this help."},
+};
+
+static const char *const formats[] = {"table", "json", NULL};
+
+static void print_commands(const char *noun, FILE *out)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(verbs); i++) {
+		const struct cli_verb *v = &verbs[i];
+		if (noun && strcmp(v->noun, noun) != 0)
+			continue;
+		fprintf(out, "  bcctl %s%s%s %s\n", v->noun, v->verb ? " " : "",
+			v->verb ? v->verb : "", v->usage);
+	}
+}
+
+static void print_help(const struct cli_ctx *ctx, FILE *out)
+{
+	fprintf(out, "usage: bcctl [global flags] NOUN VERB [flags] [args]\n\ncommands:\n");
+	print_commands(NULL, out);
+	fprintf(out, "\nglobal flags (before the noun or after the verb):\n");
+	cli_args_print_flags(ctx->globals, ctx->n_globals, out);
+	fprintf(out,
+		"\nenvironment: BC_URL, BC_TOKEN, BC_CA_FILE, BC_CONFIG (default "
+		"~/.config/bc/config with url =, token =, ca_file = lines)\n"
+		"exit codes: 0 ok, 1 usage, 2 INVALID_INPUT, 3 NOT_FOUND, 4 CONFLICT,\n"
+		"  5 ACCESS_DENIED, 6 INVALID_STATE, 7 UNSUPPORTED, 8 INVALID_CONFIG,\n"
+		"  9 QUOTA_EXCEEDED, 10 CAPACITY_UNAVAILABLE, 11 SPEND_LIMIT_REACHED,\n"
+		"  12 CONFIRMATION_REQUIRED, 13 INVALID_RESPONSE, 14 UNAUTHENTICATED,\n"
+		"  15 INTERNAL, 16 UNAVAILABLE, 17 DEADLINE_EXCEEDED\n");
+}
+
+int cli_usage_error(const struct cli_ctx *ctx, const char *fmt, ...)
+{
+	const struct cli_verb *v = ctx->verb;
+	va_list ap;
+
+	fprintf(stderr, "error: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	if (v)
+		fprintf(stderr, "usage: bcctl %s%s%s %s\n", v->noun, v->verb ? " " : "",
+			v->verb ? v->verb : "", v->usage);
+	else
+		fprintf(stderr, "usage: bcctl [global flags] NOUN VERB [flags] [args] "
+			"(bcctl --help lists them)\n");
+	return -EINVAL;
+}
+
+static int cli_version(struct cli_ctx *ctx, int argc, char **argv)
+{
+	int r = cli_args_parse(ctx, NULL, 0, argc, argv);
+
+	if (r != 0)
+		return r;
+	if (ctx->format == CLI_FMT_JSON)
+		printf("{\n  \"version\": \"%s\"\n}\n", BC_VERSION);
+	else
+		printf("bcctl %s\n", BC_VERSION);
+	return 0;
+}
+
+static int cli_help(struct cli_ctx *ctx, int argc, char **argv)
+{
+	print_help(ctx, stdout);
+	return CLI_DONE;
+}
+
+static const struct cli_verb *find_verb(const char *noun, const char *verb)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(verbs); i++) {
+		const struct cli_verb *v = &verbs[i];
+		if (strcmp(v->noun, noun) != 0)
+			continue;
+		if (!v->verb || (verb && strcmp(v->verb, verb) == 0))
+			return v;
+	}
+	return NULL;
+}
+
+static bool noun_known(const char *noun)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(verbs); i++)
+		if (strcmp(verbs[i].noun, noun) == 0)
+			return true;
+	return false;
+}
+
+/* "bcctl NOUN" or "bcctl NOUN --help": list the noun's verbs. */
+static int noun_help(const struct cli_ctx *ctx, const char *noun, const char *word)
+{
+	bool help = word && (strcmp(word, "--help") == 0 || strcmp(word, "-h") == 0);
+	FILE *out = help ? stdout : stderr;
+
+	if (!help) {
+		if (word)
+			fprintf(stderr, "error: unknown verb '%s' for %s\n", word, noun);
+		else
+			fprintf(stderr, "error: missing verb for %s\n", noun);
+	}
+	fprintf(out, "usage:\n");
+	print_commands(noun, out);
+	return help ? CLI_DONE : -EINVAL;
+}
+
+static int dispatch(struct cli_ctx *ctx, int argc, char **argv)
+{
+	const struct cli_verb *v;
+	int i, r;
+
+	for (i = 0; i < argc && strncmp(argv[i], "-", 1) == 0; i++) {
+		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+			print_help(ctx, stdout);
+			return CLI_DONE;
+		}
+		if (strcmp(argv[i], "--") == 0) {
+			i++;
+			break;
+		}
+		if (strncmp(argv[i], "--", 2) != 0)
+			return cli_usage_error(ctx, "unknown flag %s", argv[i]);
+		r = cli_args_global(ctx, argc, argv, &i);
+		if (r < 0)
+			return r;
+	}
+	if (i == argc)
+		return cli_usage_error(ctx, "missing command");
+	if (!noun_known(argv[i]))
+		return cli_usage_error(ctx, "unknown command '%s'", argv[i]);
+	v = find_verb(argv[i], i + 1 < argc ? argv[i + 1] : NULL);
+	if (!v)
+		return noun_help(ctx, argv[i], i + 1 < argc ? argv[i + 1] : NULL);
+	ctx->verb = v;
+	i += v->verb ? 2 : 1;
+	return v->fn(ctx, argc - i, argv + i);
+}
+
+/* The one place a result becomes output and an exit status. */
+static int exit_status(struct cli_ctx *ctx, int r)
+{
+	if (r == -BC_EDOMAIN) {
+		if (ctx->err.code == BC_OK)
+			bc_error_set(&ctx->err, BC_INTERNAL, "failed without a reason");
+		cli_print_error(&ctx->err, stderr, ctx->format == CLI_FMT_JSON ? stdout : NULL);
+		fflush(stdout);
+		return bc_code_exit_status(ctx->err.code);
+	}
+	if (r < 0)
+		return 1;
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		fprintf(stderr, "error: writing output: %s\n", strerror(errno));
+		return 1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct cli_ctx ctx = {.timeout_ms = CLI_DEFAULT_TIMEOUT_MS};
+	const struct cli_flag globals[] = {
+		{.name = "url", .type = CLI_STR, .dst = &ctx.url, .meta = "HOST:PORT",
+		 .help = "controller address (else BC_URL, config url, " CLI_DEFAULT_URL ")"},
+		{.name = "ca-file", .type = CLI_STR, .dst = &ctx.ca_file, .meta = "FILE",
+		 .help = "CA to verify the controller (else BC_CA_FILE, config ca_file, system roots)"},
+		{.name = "format", .type = CLI_CHOICE, .dst = &ctx.format, .meta = "table|json",
+		 .choices = formats, .help = "output format (default table)"},
+		{.name = "timeout", .type = CLI_DUR, .dst = &ctx.timeout_ms, .meta = "DURATION",
+		 .min = 1, .max = 86400000, .help = "deadline of each call (default 30s)"},
+		{.name = "insecure", .type = CLI_BOOL, .dst = &ctx.insecure,
+		 .help = "plaintext, no TLS (tests and benchmarks only)"},
+	};
+	int r, status;
+
+	ctx.globals = globals;
+	ctx.n_globals = ARRAY_SIZE(globals);
+	r = dispatch(&ctx, argc - 1, argv + 1);
+	status = exit_status(&ctx, r);
+	rpc_client_free(ctx.client);
+	if (ctx.rpc_inited)
+		rpc_global_shutdown();
+	free(ctx.ca_pem);
+	return status;
+}

@@ -1,0 +1,134 @@
+/* node.c: "bcctl node ..." verbs over bc.admin.v1.Nodes: join tokens for
+ * enrolling hosts, and the view and retirement of joined nodes. */
+#include "cli.h"
+
+#include <inttypes.h>
+#include <stdint.h>
+
+#include "bc/admin/v1/admin.pb-c.h"
+#include "util.h"
+
+#define SVC (&bc__admin__v1__nodes__descriptor)
+#define TTL_MAX_MS (365LL * 86400 * 1000)
+
+/* "booked/capacity" of one resource; "-" before the first report. */
+static void usage_cell(struct cli_table *t, bool known, uint64_t booked, uint64_t cap)
+{
+	if (known)
+		cli_table_cell(t, "%" PRIu64 "/%" PRIu64, booked, cap);
+	else
+		cli_table_cell(t, "%s", "");
+}
+
+static void show_list(const ProtobufCMessage *resp, FILE *out)
+{
+	static const char *const hdr[] = {"ID", "POOL", "STATE", "HOSTNAME", "ADDRESS",
+					  "VCPUS", "MEM_MIB", "DISK_GIB", "INSTANCES",
+					  "GEN", "LAST_REPORT"};
+	const Bc__Admin__V1__ListNodesResponse *l = (const void *)resp;
+	struct cli_table *t = cli_table_new(hdr, ARRAY_SIZE(hdr));
+	char when[32];
+
+	for (size_t i = 0; i < l->n_items; i++) {
+		const Bc__Admin__V1__Node *n = l->items[i];
+		const Bc__Admin__V1__Capacity *c = n->capacity, *b = n->booked;
+		cli_table_cell(t, "%s", n->id);
+		cli_table_cell(t, "%s", n->pool_id);
+		cli_table_cell(t, "%s", n->state);
+		cli_table_cell(t, "%s", n->hostname);
+		cli_table_cell(t, "%s", n->address);
+		usage_cell(t, c, b ? b->vcpus : 0, c ? c->vcpus : 0);
+		usage_cell(t, c, b ? b->memory_mib : 0, c ? c->memory_mib : 0);
+		usage_cell(t, c, b ? b->disk_gib : 0, c ? c->disk_gib : 0);
+		cli_table_cell(t, "%u", n->instances);
+		cli_table_cell(t, "%" PRIu64 "/%" PRIu64, n->applied_generation,
+			       n->spec_generation);
+		cli_table_cell(t, "%s", cli_fmt_time(n->last_report_at, when, sizeof(when)));
+	}
+	cli_table_print(t, out);
+	cli_table_free(t);
+	cli_print_more(l->cursor);
+}
+
+/* The token alone on stdout, so TOKEN=$(bcctl node join-token ...) works;
+ * when it expires on stderr. */
+static void show_token(const ProtobufCMessage *resp, FILE *out)
+{
+	const Bc__Admin__V1__JoinToken *jt = (const void *)resp;
+	char when[32];
+
+	fprintf(out, "%s\n", jt->token);
+	fprintf(stderr, "# join token %s for pool %s, single use, expires %s\n", jt->id,
+		jt->pool_id, cli_fmt_time(jt->expires_at, when, sizeof(when)));
+}
+
+int cli_node_join_token(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Admin__V1__CreateJoinTokenRequest req = BC__ADMIN__V1__CREATE_JOIN_TOKEN_REQUEST__INIT;
+	char *pool = NULL;
+	int64_t ttl = 0;
+	const struct cli_flag flags[] = {
+		{.name = "pool", .type = CLI_STR, .dst = &pool, .meta = "ID", .required = true,
+		 .help = "the pool the node joins"},
+		{.name = "ttl", .type = CLI_DUR, .dst = &ttl, .meta = "DURATION", .min = 1000,
+		 .max = TTL_MAX_MS, .help = "validity (default 1h, at most 7d)"},
+	};
+	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+
+	if (r != 0)
+		return r;
+	if (ttl % 1000)
+		return cli_usage_error(ctx, "--ttl: whole seconds only");
+	req.pool_id = pool;
+	req.ttl_seconds = ttl / 1000;
+	return cli_run(ctx, SVC, "CreateJoinToken", &req.base, show_token, 0);
+}
+
+int cli_node_list(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Admin__V1__ListNodesRequest req = BC__ADMIN__V1__LIST_NODES_REQUEST__INIT;
+	char *pool = NULL, *cursor = NULL;
+	int64_t limit = 0;
+	const struct cli_flag flags[] = {
+		{.name = "pool", .type = CLI_STR, .dst = &pool, .meta = "ID",
+		 .help = "only nodes of this pool"},
+		{.name = "limit", .type = CLI_INT, .dst = &limit, .meta = "N", .min = 1,
+		 .max = 1000, .help = "page size (server default and cap apply)"},
+		{.name = "cursor", .type = CLI_STR, .dst = &cursor, .meta = "C",
+		 .help = "continue after this cursor"},
+	};
+	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+
+	if (r != 0)
+		return r;
+	if (pool)
+		req.pool_id = pool;
+	req.limit = (int32_t)limit;
+	if (cursor)
+		req.cursor = cursor;
+	return cli_run(ctx, SVC, "List", &req.base, show_list, 0);
+}
+
+int cli_node_get(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Admin__V1__GetNodeRequest req = BC__ADMIN__V1__GET_NODE_REQUEST__INIT;
+	const struct cli_flag flags[] = {
+		{.name = "ID", .type = CLI_ARG, .dst = &req.node_id, .required = true,
+		 .help = "node id"},
+	};
+	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+
+	return r != 0 ? r : cli_run(ctx, SVC, "Get", &req.base, NULL, 0);
+}
+
+int cli_node_retire(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Admin__V1__RetireNodeRequest req = BC__ADMIN__V1__RETIRE_NODE_REQUEST__INIT;
+	const struct cli_flag flags[] = {
+		{.name = "ID", .type = CLI_ARG, .dst = &req.node_id, .required = true,
+		 .help = "node id"},
+	};
+	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+
+	return r != 0 ? r : cli_run(ctx, SVC, "Retire", &req.base, NULL, 0);
+}
