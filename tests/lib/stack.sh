@@ -6,7 +6,7 @@
 #   . tests/lib/stack.sh
 #   stack_up --controllers 2 --agents 3 --agent-capacity 8,16384,100 || bail_out "no stack"
 #   bcctl --format json pool get "$POOL_ID"        # replica 1
-#   bcctl_n 2 instance list --tenant "$BC_TENANT"  # replica 2
+#   bcctl_n 2 instance list "${TENANT_ARGS[@]}"    # replica 2
 #   agent_kill 1; agent_start 1; ctl_kill 2; ctl_start 2
 #   done_testing                                   # stack_down runs at exit
 #
@@ -14,7 +14,9 @@
 #   STACK_DIR               the temp dir: configs, pki/, logs, agent state
 #   BC_URL_1..N, BC_URL     replica addresses host:port (BC_URL = replica 1)
 #   BC_TOKEN, BC_CA_FILE    the admin token from `init` and pki/api-ca.pem
-#   BC_TENANT               the root tenant for --tenant (env BC_TENANT wins)
+#   BC_TENANT, TENANT_ARGS  tenant for instances: empty (the token's own
+#                           tenant, TENANT_ARGS=()) unless BC_TENANT is set
+#                           (TENANT_ARGS=(--tenant "$BC_TENANT"))
 #   POOL_ID                 pool p1 (runtime fake, 10.77.0.0/24, bridge bcbr0)
 #   FLAVOR_ID, FLAVOR_NAME  flavor sbx.small (1 vCPU, 512 MiB, 1 GiB)
 #   STACK_CONTROLLERS, STACK_AGENTS
@@ -50,6 +52,7 @@ export BC_SRC BC_BIN
 STACK_CONTROLLERS=0
 STACK_AGENTS=0
 STACK_UP=0
+TENANT_ARGS=()
 
 _stack_log() { diag "stack: $*"; }
 
@@ -319,7 +322,7 @@ stack_image_create() {
 # instance_state ID [N]: the state of an instance as bcctl (replica N) shows it.
 instance_state() {
 	local out
-	out=$(bcctl_n "${2:-1}" --format json instance get "$1" --tenant "$BC_TENANT" 2>/dev/null) || return 1
+	out=$(bcctl_n "${2:-1}" --format json instance get "$1" "${TENANT_ARGS[@]}" 2>/dev/null) || return 1
 	json_get "$out" state
 }
 
@@ -384,14 +387,6 @@ _stack_write_env() {
 	} >"$STACK_DIR/env"
 }
 
-# _stack_root_tenant: the tenant `init` created, for --tenant. The API has no
-# verb to look it up yet, so it is read from the database; "root" otherwise.
-_stack_root_tenant() {
-	local t
-	t=$("$PG_BIN/psql" -X -At -d bc -c 'select id from tenants order by 1 limit 1' 2>/dev/null)
-	echo "${t:-root}"
-}
-
 # stack_up [--controllers N] [--agents M] [--agent-capacity VCPUS,MEM_MIB,DISK_GIB]
 stack_up() {
 	local ctls=1 agents=1 cap=16,32768,200 i out
@@ -445,7 +440,10 @@ stack_up() {
 		return 1
 	fi
 	export BC_CA_FILE BC_TOKEN
-	export BC_TENANT=${BC_TENANT:-$(_stack_root_tenant)}
+	# an empty tenant means the caller's own (the admin token's root tenant)
+	export BC_TENANT=${BC_TENANT:-}
+	TENANT_ARGS=()
+	[ -n "$BC_TENANT" ] && TENANT_ARGS=(--tenant "$BC_TENANT")
 
 	for ((i = 1; i <= ctls; i++)); do
 		ctl_start "$i" || return 1
