@@ -191,12 +191,12 @@ static int normalize_target(const char *url, char *buf, size_t len)
 	if (strncmp(url, "https://", 8) == 0)
 		url += 8;
 	else if (strstr(url, "://"))
-		return local_error("--url %s: use HOST:PORT (plaintext needs --insecure)", url);
+		return local_error("url %s: use HOST:PORT (plaintext needs --insecure)", url);
 	n = strlen(url);
 	while (n > 0 && url[n - 1] == '/')
 		n--;
 	if (n == 0 || n >= len)
-		return local_error("--url '%s': bad address", url);
+		return local_error("url '%s': bad address", url);
 	memcpy(buf, url, n);
 	buf[n] = '\0';
 	return 0;

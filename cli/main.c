@@ -60,8 +60,8 @@ static void print_commands(const char *noun, FILE *out)
 		const struct cli_verb *v = &verbs[i];
 		if (noun && strcmp(v->noun, noun) != 0)
 			continue;
-		fprintf(out, "  bcctl %s%s%s %s\n", v->noun, v->verb ? " " : "",
-			v->verb ? v->verb : "", v->usage);
+		fprintf(out, "  bcctl %s%s%s%s%s\n", v->noun, v->verb ? " " : "",
+			v->verb ? v->verb : "", *v->usage ? " " : "", v->usage);
 	}
 }
 

@@ -47,6 +47,7 @@ static bool ends_with(const char *s, const char *suffix)
 
 void cli_print_more(const char *cursor)
 {
+	fflush(stdout);
 	if (cursor && *cursor)
 		fprintf(stderr, "# more results: --cursor %s\n", cursor);
 }
