@@ -1,0 +1,734 @@
+/* converge.c: desired (applied NodeSpec) against actual (runtime list).
+ *
+ * Rules of one pass, all idempotent:
+ *  - an instance the spec names that the runtime lacks is created, then
+ *    moved to its desired state (running, paused or stopped); host admission
+ *    refusals are reported stopped with the runtime's "ResourcesExhausted:"
+ *    reason and retried on the next pass;
+ *  - an instance that exists is adopted once per bcd process (never
+ *    restarted), its live settings updated, then moved to its desired state;
+ *  - desired DELETED destroys it and reports it "deleted" for as long as
+ *    the spec names it;
+ *  - an instance the spec does not name is destroyed and reported
+ *    "deleted" until one report carrying that has been delivered;
+ *  - before any spec is known nothing is created or destroyed: the pass
+ *    only lists, so a lost spec.pb can never wipe a host.
+ * Failures are reported per instance (state error + reason) and logged once
+ * per distinct reason, never every pass. */
+#include "converge.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "util.h"
+
+/* An entry reported until a report that carried it was delivered. */
+struct once_item {
+	struct conv_item item;
+	uint64_t seq;
+};
+
+struct once_result {
+	struct conv_result result;
+	uint64_t seq;
+};
+
+/* Ids as a growable, sorted-on-demand array. */
+struct idset {
+	char (*ids)[RT_ID_MAX + 1];
+	size_t n, cap;
+};
+
+struct conv {
+	struct rt *rt;
+	/* converge thread only */
+	Bc__Node__V1__NodeSpec *spec;
+	struct idset adopted;      /* sorted: instances this process owns */
+	bool list_failed;
+	/* under lock */
+	pthread_mutex_t lock;
+	pthread_cond_t wake;       /* converge thread: pending spec or stop */
+	pthread_cond_t changed;    /* report thread: status seq moved or stop */
+	Bc__Node__V1__NodeSpec *pending;
+	bool stopping;
+	struct conv_status status; /* items/results arrays of status unused */
+	struct conv_item *items;   /* published items, sorted */
+	size_t n_items;
+	struct once_item *gone;
+	size_t n_gone, cap_gone;
+	struct once_result *results;
+	size_t n_results, cap_results;
+};
+
+/* Items built during one pass. */
+struct pass {
+	struct conv_item *items;
+	size_t n, cap;
+	struct conv_item *gone;
+	size_t n_gone, cap_gone;
+	struct idset owned;
+};
+
+/* ------------------------------------------------------------- helpers */
+
+static void *grow(void *p, size_t *cap, size_t n, size_t size)
+{
+	if (n < *cap)
+		return p;
+	*cap = *cap ? *cap * 2 : 16;
+	p = realloc(p, *cap * size);
+	if (!p)
+		abort();
+	return p;
+}
+
+static int cmp_item(const void *a, const void *b)
+{
+	return strcmp(((const struct conv_item *)a)->id, ((const struct conv_item *)b)->id);
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+	return strcmp((const char *)a, (const char *)b);
+}
+
+static int cmp_inst(const void *a, const void *b)
+{
+	return strcmp(((const struct rt_instance *)a)->id, ((const struct rt_instance *)b)->id);
+}
+
+static int cmp_spec_ptr(const void *a, const void *b)
+{
+	const Bc__Node__V1__InstanceSpec *x = *(Bc__Node__V1__InstanceSpec *const *)a;
+	const Bc__Node__V1__InstanceSpec *y = *(Bc__Node__V1__InstanceSpec *const *)b;
+
+	return strcmp(x->id, y->id);
+}
+
+static void idset_add(struct idset *s, const char *id)
+{
+	s->ids = grow(s->ids, &s->cap, s->n, sizeof(*s->ids));
+	snprintf(s->ids[s->n++], RT_ID_MAX + 1, "%s", id);
+}
+
+static void idset_sort(struct idset *s)
+{
+	if (s->n > 1)
+		qsort(s->ids, s->n, sizeof(*s->ids), cmp_id);
+}
+
+/* Sorted sets only. */
+static bool idset_has(const struct idset *s, const char *id)
+{
+	return s->n && bsearch(id, s->ids, s->n, sizeof(*s->ids), cmp_id);
+}
+
+static void idset_clear(struct idset *s)
+{
+	free(s->ids);
+	*s = (struct idset){0};
+}
+
+static struct conv_item *add_item(struct pass *p, const char *id, const char *state,
+				  const char *reason)
+{
+	struct conv_item *it;
+
+	p->items = grow(p->items, &p->cap, p->n, sizeof(*p->items));
+	it = &p->items[p->n++];
+	snprintf(it->id, sizeof(it->id), "%s", id);
+	snprintf(it->state, sizeof(it->state), "%s", state);
+	snprintf(it->reason, sizeof(it->reason), "%s", reason ? reason : "");
+	return it;
+}
+
+static void add_gone(struct pass *p, const char *id)
+{
+	struct conv_item *it;
+
+	p->gone = grow(p->gone, &p->cap_gone, p->n_gone, sizeof(*p->gone));
+	it = &p->gone[p->n_gone++];
+	*it = (struct conv_item){0};
+	snprintf(it->id, sizeof(it->id), "%s", id);
+	snprintf(it->state, sizeof(it->state), "deleted");
+}
+
+/* The reason last published for id ("" if none). Converge thread only:
+ * it is the only writer of c->items. */
+static const char *prev_reason(const struct conv *c, const char *id)
+{
+	struct conv_item key = {0}, *it;
+
+	snprintf(key.id, sizeof(key.id), "%s", id);
+	it = c->n_items ? bsearch(&key, c->items, c->n_items, sizeof(*c->items), cmp_item) : NULL;
+	return it ? it->reason : "";
+}
+
+/* Log a per-instance problem at warn, once per distinct reason. */
+static void warn_once(const struct conv *c, const char *id, const char *reason)
+{
+	if (strcmp(prev_reason(c, id), reason) != 0)
+		log_warn("instance %s: %s", id, reason);
+}
+
+/* ---------------------------------------------------------- lifecycle */
+
+struct conv *conv_new(struct rt *rt)
+{
+	struct conv *c = xcalloc(1, sizeof(*c));
+	pthread_condattr_t ca;
+
+	c->rt = rt;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->wake, &ca);
+	pthread_cond_init(&c->changed, &ca);
+	pthread_condattr_destroy(&ca);
+	return c;
+}
+
+void conv_free(struct conv *c)
+{
+	if (!c)
+		return;
+	if (c->spec)
+		bc__node__v1__node_spec__free_unpacked(c->spec, NULL);
+	if (c->pending)
+		bc__node__v1__node_spec__free_unpacked(c->pending, NULL);
+	idset_clear(&c->adopted);
+	free(c->items);
+	free(c->gone);
+	free(c->results);
+	pthread_cond_destroy(&c->wake);
+	pthread_cond_destroy(&c->changed);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+void conv_submit(struct conv *c, Bc__Node__V1__NodeSpec *spec)
+{
+	Bc__Node__V1__NodeSpec *old;
+
+	pthread_mutex_lock(&c->lock);
+	old = c->pending;
+	c->pending = spec;
+	pthread_cond_broadcast(&c->wake);
+	pthread_mutex_unlock(&c->lock);
+	if (old)
+		bc__node__v1__node_spec__free_unpacked(old, NULL);
+}
+
+void conv_stop(struct conv *c)
+{
+	pthread_mutex_lock(&c->lock);
+	c->stopping = true;
+	pthread_cond_broadcast(&c->wake);
+	pthread_cond_broadcast(&c->changed);
+	pthread_mutex_unlock(&c->lock);
+}
+
+bool conv_stopping(struct conv *c)
+{
+	bool s;
+
+	pthread_mutex_lock(&c->lock);
+	s = c->stopping;
+	pthread_mutex_unlock(&c->lock);
+	return s;
+}
+
+/* ------------------------------------------------------- state moves */
+
+struct step {
+	const char *name;
+	int (*fn)(struct rt *rt, const char *id);
+	enum rt_state result;
+};
+
+static enum rt_state target_of(Bc__Node__V1__DesiredState want)
+{
+	switch (want) {
+	case BC__NODE__V1__DESIRED_STATE__DESIRED_PAUSED:
+		return RT_STATE_PAUSED;
+	case BC__NODE__V1__DESIRED_STATE__DESIRED_STOPPED:
+		return RT_STATE_STOPPED;
+	default:  /* RUNNING, and UNSPECIFIED (proto3's default) */
+		return RT_STATE_RUNNING;
+	}
+}
+
+/* The next operation on the way from cur to target (cur != target). */
+static struct step next_step(const struct runtime_ops *o, enum rt_state cur, enum rt_state target)
+{
+	if (cur == RT_STATE_ERROR || target == RT_STATE_STOPPED)
+		return (struct step){"stop", o->stop, RT_STATE_STOPPED};
+	if (cur == RT_STATE_STOPPED)
+		return (struct step){"start", o->start, RT_STATE_RUNNING};
+	if (cur == RT_STATE_PAUSED)
+		return (struct step){"resume", o->resume, RT_STATE_RUNNING};
+	return (struct step){"pause", o->pause, RT_STATE_PAUSED};
+}
+
+/* Move id from cur to the desired state; returns the state reached, with
+ * reason set on failure (then RT_STATE_ERROR). */
+static enum rt_state move(struct conv *c, const char *id, enum rt_state cur,
+			  Bc__Node__V1__DesiredState want, char *reason)
+{
+	enum rt_state target = target_of(want);
+
+	for (int i = 0; cur != target && i < 4; i++) {
+		struct step s = next_step(c->rt->ops, cur, target);
+		int e = s.fn(c->rt, id);
+		if (e < 0) {
+			snprintf(reason, RT_REASON_MAX, "%s failed: %s", s.name, strerror(-e));
+			return RT_STATE_ERROR;
+		}
+		log_info("instance %s: %s (now %s)", id, s.name, rt_state_name(s.result));
+		cur = s.result;
+	}
+	return cur;
+}
+
+/* ------------------------------------------------------------ the pass */
+
+static const struct rt_instance *find_actual(const struct rt_instance *v, size_t n, const char *id)
+{
+	struct rt_instance key = {0};
+
+	snprintf(key.id, sizeof(key.id), "%s", id);
+	return n ? bsearch(&key, v, n, sizeof(*v), cmp_inst) : NULL;
+}
+
+static void record_state(struct conv *c, struct pass *p, const char *id, enum rt_state st,
+			 const char *reason)
+{
+	if (reason && *reason)
+		warn_once(c, id, reason);
+	add_item(p, id, rt_state_name(st), reason);
+}
+
+static void converge_deleted(struct conv *c, struct pass *p, const char *id,
+			     const struct rt_instance *a)
+{
+	char reason[RT_REASON_MAX];
+	int e;
+
+	if (!a) {
+		add_item(p, id, "deleted", NULL);
+		return;
+	}
+	e = c->rt->ops->destroy(c->rt, id);
+	if (e < 0) {
+		snprintf(reason, sizeof(reason), "destroy failed: %s", strerror(-e));
+		record_state(c, p, id, a->state, reason);
+		return;
+	}
+	log_info("instance %s: destroyed (desired deleted)", id);
+	add_item(p, id, "deleted", NULL);
+}
+
+static void converge_new(struct conv *c, struct pass *p, const Bc__Node__V1__InstanceSpec *s)
+{
+	char reason[RT_REASON_MAX] = "";
+	enum rt_state st;
+	int e;
+
+	if (*s->runtime && strcmp(s->runtime, c->rt->ops->name) != 0) {
+		snprintf(reason, sizeof(reason), "UnsupportedRuntime: %.64s", s->runtime);
+		record_state(c, p, s->id, RT_STATE_ERROR, reason);
+		return;
+	}
+	e = c->rt->ops->create(c->rt, s, reason);
+	if (e == -ENOSPC) {
+		record_state(c, p, s->id, RT_STATE_STOPPED, reason);
+		return;
+	}
+	if (e < 0) {
+		if (!*reason)
+			snprintf(reason, sizeof(reason), "create failed: %s", strerror(-e));
+		record_state(c, p, s->id, RT_STATE_ERROR, reason);
+		return;
+	}
+	log_info("instance %s: created (%" PRIu32 " vcpus, %" PRIu64 " MiB)", s->id, s->vcpus,
+		 s->memory_mib);
+	idset_add(&p->owned, s->id);
+	st = move(c, s->id, RT_STATE_STOPPED, s->desired_state, reason);
+	record_state(c, p, s->id, st, reason);
+}
+
+static void converge_existing(struct conv *c, struct pass *p, const Bc__Node__V1__InstanceSpec *s,
+			      const struct rt_instance *a)
+{
+	char reason[RT_REASON_MAX] = "";
+	enum rt_state st;
+	int e;
+
+	if (!idset_has(&c->adopted, s->id)) {
+		e = c->rt->ops->adopt(c->rt, s);
+		if (e < 0) {
+			snprintf(reason, sizeof(reason), "adopt failed: %s", strerror(-e));
+			record_state(c, p, s->id, a->state, reason);
+			return;
+		}
+		log_info("instance %s: adopted (%s)", s->id, rt_state_name(a->state));
+	} else if (c->rt->ops->update) {
+		e = c->rt->ops->update(c->rt, s);
+		if (e < 0)
+			log_warn("instance %s: update failed: %s", s->id, strerror(-e));
+	}
+	idset_add(&p->owned, s->id);
+	st = move(c, s->id, a->state, s->desired_state, reason);
+	record_state(c, p, s->id, st, reason);
+}
+
+/* The spec's instances sorted by id, duplicates dropped, unusable ids
+ * logged and dropped. *ret owned (free). */
+static size_t spec_sorted(const struct conv *c, Bc__Node__V1__InstanceSpec ***ret)
+{
+	size_t n = c->spec->n_instances, k = 0;
+	Bc__Node__V1__InstanceSpec **v = xcalloc(n ? n : 1, sizeof(*v));
+
+	for (size_t i = 0; i < n; i++) {
+		if (rt_id_valid(c->spec->instances[i]->id))
+			v[k++] = c->spec->instances[i];
+		else
+			log_warn("spec generation %" PRIu64 ": unusable instance id skipped",
+				 c->spec->generation);
+	}
+	if (k > 1)
+		qsort(v, k, sizeof(*v), cmp_spec_ptr);
+	n = k;
+	k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (k == 0 || strcmp(v[k - 1]->id, v[i]->id) != 0)
+			v[k++] = v[i];
+	*ret = v;
+	return k;
+}
+
+/* Every instance of the spec, in three phases so that capacity is freed
+ * before it is taken: desired DELETED first, then existing instances
+ * (stops before starts), then creates. */
+static void converge_desired(struct conv *c, struct pass *p, const struct rt_instance *actual,
+			     size_t n_actual)
+{
+	Bc__Node__V1__InstanceSpec **v = NULL;
+	size_t n = spec_sorted(c, &v);
+	const struct rt_instance **found = xcalloc(n ? n : 1, sizeof(*found));
+
+	for (size_t i = 0; i < n; i++) {
+		found[i] = find_actual(actual, n_actual, v[i]->id);
+		if (v[i]->desired_state == BC__NODE__V1__DESIRED_STATE__DESIRED_DELETED)
+			converge_deleted(c, p, v[i]->id, found[i]);
+	}
+	for (int phase = 0; phase < 2; phase++)
+		for (size_t i = 0; i < n; i++) {
+			bool to_stop = target_of(v[i]->desired_state) == RT_STATE_STOPPED;
+			if (!found[i] || v[i]->desired_state ==
+					     BC__NODE__V1__DESIRED_STATE__DESIRED_DELETED)
+				continue;
+			if (to_stop == (phase == 0))
+				converge_existing(c, p, v[i], found[i]);
+		}
+	for (size_t i = 0; i < n; i++)
+		if (!found[i] && v[i]->desired_state != BC__NODE__V1__DESIRED_STATE__DESIRED_DELETED)
+			converge_new(c, p, v[i]);
+	free(found);
+	free(v);
+}
+
+/* matched[i] = the spec names actual[i]. */
+static void mark_named(const struct conv *c, const struct rt_instance *actual, size_t n_actual,
+		       bool *matched)
+{
+	for (size_t i = 0; i < c->spec->n_instances; i++) {
+		const struct rt_instance *a =
+			find_actual(actual, n_actual, c->spec->instances[i]->id);
+		if (a)
+			matched[a - actual] = true;
+	}
+}
+
+/* Instances the spec does not name: destroyed (with a spec) or only
+ * reported (before any spec is known). */
+static void converge_unnamed(struct conv *c, struct pass *p, const struct rt_instance *actual,
+			     size_t n_actual, const bool *matched)
+{
+	char reason[RT_REASON_MAX];
+
+	for (size_t i = 0; i < n_actual; i++) {
+		const struct rt_instance *a = &actual[i];
+		int e;
+		if (matched[i])
+			continue;
+		if (!c->spec) {
+			add_item(p, a->id, rt_state_name(a->state), NULL);
+			continue;
+		}
+		e = c->rt->ops->destroy(c->rt, a->id);
+		if (e < 0) {
+			snprintf(reason, sizeof(reason), "destroy failed: %s", strerror(-e));
+			record_state(c, p, a->id, a->state, reason);
+			continue;
+		}
+		log_info("instance %s: destroyed (not in spec generation %" PRIu64 ")", a->id,
+			 c->spec->generation);
+		add_gone(p, a->id);
+	}
+}
+
+static bool items_equal(const struct conv_item *a, size_t na, const struct conv_item *b, size_t nb)
+{
+	if (na != nb)
+		return false;
+	for (size_t i = 0; i < na; i++)
+		if (strcmp(a[i].id, b[i].id) || strcmp(a[i].state, b[i].state) ||
+		    strcmp(a[i].reason, b[i].reason))
+			return false;
+	return true;
+}
+
+/* Drop one-shot "deleted" entries for ids the pass reports again. */
+static void prune_gone(struct conv *c)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < c->n_gone; i++) {
+		const struct conv_item *it = &c->gone[i].item;
+		if (c->n_items && bsearch(it, c->items, c->n_items, sizeof(*c->items), cmp_item))
+			continue;
+		c->gone[k++] = c->gone[i];
+	}
+	c->n_gone = k;
+}
+
+/* Publish the pass's outcome under the lock; bump seq if it differs. */
+static void publish(struct conv *c, struct pass *p, bool complete, const struct rt_storage *stg)
+{
+	struct conv_status *s = &c->status;
+	uint64_t gen = c->spec ? c->spec->generation : 0;
+	bool changed;
+
+	if (p->n > 1)
+		qsort(p->items, p->n, sizeof(*p->items), cmp_item);
+	pthread_mutex_lock(&c->lock);
+	changed = p->n_gone > 0 || s->applied_generation != gen || s->complete != complete ||
+		  s->has_storage != (stg != NULL) ||
+		  (stg && memcmp(&s->storage, stg, sizeof(*stg)) != 0) ||
+		  (complete && !items_equal(c->items, c->n_items, p->items, p->n));
+	if (changed)
+		s->seq++;
+	s->applied_generation = gen;
+	s->complete = complete;
+	s->has_storage = stg != NULL;
+	if (stg)
+		s->storage = *stg;
+	if (complete) {
+		free(c->items);
+		c->items = p->items;
+		c->n_items = p->n;
+		p->items = NULL;
+	}
+	for (size_t i = 0; i < p->n_gone; i++) {
+		c->gone = grow(c->gone, &c->cap_gone, c->n_gone, sizeof(*c->gone));
+		c->gone[c->n_gone++] = (struct once_item){p->gone[i], s->seq};
+	}
+	prune_gone(c);
+	if (changed)
+		pthread_cond_broadcast(&c->changed);
+	pthread_mutex_unlock(&c->lock);
+}
+
+static void pass_clear(struct pass *p)
+{
+	free(p->items);
+	free(p->gone);
+	idset_clear(&p->owned);
+}
+
+static void take_pending(struct conv *c)
+{
+	Bc__Node__V1__NodeSpec *spec;
+
+	pthread_mutex_lock(&c->lock);
+	spec = c->pending;
+	c->pending = NULL;
+	pthread_mutex_unlock(&c->lock);
+	if (!spec)
+		return;
+	if (c->spec)
+		bc__node__v1__node_spec__free_unpacked(c->spec, NULL);
+	c->spec = spec;
+	log_info("converging spec generation %" PRIu64 " (%zu instances)", spec->generation,
+		 spec->n_instances);
+}
+
+static int list_actual(struct conv *c, struct rt_instance **ret, size_t *ret_n)
+{
+	int e = c->rt->ops->list(c->rt, ret, ret_n);
+
+	if (e < 0) {
+		if (!c->list_failed)
+			log_error("runtime %s: list failed: %s", c->rt->ops->name, strerror(-e));
+		c->list_failed = true;
+		return e;
+	}
+	if (c->list_failed)
+		log_info("runtime %s: list works again", c->rt->ops->name);
+	c->list_failed = false;
+	if (*ret_n > 1)
+		qsort(*ret, *ret_n, sizeof(**ret), cmp_inst);
+	return 0;
+}
+
+int conv_pass(struct conv *c)
+{
+	struct rt_instance *actual = NULL;
+	struct pass p = {0};
+	struct rt_storage stg;
+	bool has_stg = false;
+	size_t n_actual = 0;
+	bool *matched;
+	int e;
+
+	take_pending(c);
+	e = list_actual(c, &actual, &n_actual);
+	if (e < 0) {
+		publish(c, &p, false, NULL);
+		return e;
+	}
+	matched = xcalloc(n_actual ? n_actual : 1, sizeof(*matched));
+	if (c->spec)
+		mark_named(c, actual, n_actual, matched);
+	converge_unnamed(c, &p, actual, n_actual, matched);
+	if (c->spec)
+		converge_desired(c, &p, actual, n_actual);
+	if (c->rt->ops->storage && c->rt->ops->storage(c->rt, c->spec, &stg) == 0)
+		has_stg = true;
+	idset_sort(&p.owned);
+	idset_clear(&c->adopted);
+	c->adopted = p.owned;
+	p.owned = (struct idset){0};
+	publish(c, &p, true, has_stg ? &stg : NULL);
+	pass_clear(&p);
+	free(matched);
+	free(actual);
+	return 0;
+}
+
+/* ------------------------------------------------------------ threads */
+
+static void deadline_after(struct timespec *ts, int ms)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ts->tv_sec += ms / 1000;
+	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
+void conv_run(struct conv *c)
+{
+	struct timespec until;
+
+	pthread_mutex_lock(&c->lock);
+	while (!c->stopping) {
+		pthread_mutex_unlock(&c->lock);
+		conv_pass(c);
+		pthread_mutex_lock(&c->lock);
+		deadline_after(&until, CONV_INTERVAL_MS);
+		while (!c->stopping && !c->pending)
+			if (pthread_cond_timedwait(&c->wake, &c->lock, &until) == ETIMEDOUT)
+				break;
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
+bool conv_wait_change(struct conv *c, uint64_t seen_seq, int timeout_ms)
+{
+	struct timespec until;
+	bool changed;
+
+	deadline_after(&until, timeout_ms > 0 ? timeout_ms : 0);
+	pthread_mutex_lock(&c->lock);
+	while (!c->stopping && c->status.seq == seen_seq)
+		if (pthread_cond_timedwait(&c->changed, &c->lock, &until) == ETIMEDOUT)
+			break;
+	changed = c->status.seq != seen_seq;
+	pthread_mutex_unlock(&c->lock);
+	return changed;
+}
+
+/* ---------------------------------------------------------- snapshots */
+
+void conv_snapshot(struct conv *c, struct conv_status *ret)
+{
+	struct conv_status s;
+	size_t n;
+
+	pthread_mutex_lock(&c->lock);
+	s = c->status;
+	n = c->n_items + c->n_gone;
+	s.items = xcalloc(n ? n : 1, sizeof(*s.items));
+	if (c->n_items)
+		memcpy(s.items, c->items, c->n_items * sizeof(*s.items));
+	for (size_t i = 0; i < c->n_gone; i++)
+		s.items[c->n_items + i] = c->gone[i].item;
+	s.n_items = n;
+	s.results = xcalloc(c->n_results ? c->n_results : 1, sizeof(*s.results));
+	for (size_t i = 0; i < c->n_results; i++)
+		s.results[i] = c->results[i].result;
+	s.n_results = c->n_results;
+	pthread_mutex_unlock(&c->lock);
+	if (n > 1)
+		qsort(s.items, n, sizeof(*s.items), cmp_item);
+	*ret = s;
+}
+
+void conv_status_clear(struct conv_status *s)
+{
+	free(s->items);
+	free(s->results);
+	*s = (struct conv_status){0};
+}
+
+void conv_report_sent(struct conv *c, uint64_t seq)
+{
+	size_t k = 0;
+
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; i < c->n_gone; i++)
+		if (c->gone[i].seq > seq)
+			c->gone[k++] = c->gone[i];
+	c->n_gone = k;
+	k = 0;
+	for (size_t i = 0; i < c->n_results; i++)
+		if (c->results[i].seq > seq)
+			c->results[k++] = c->results[i];
+	c->n_results = k;
+	pthread_mutex_unlock(&c->lock);
+}
+
+void conv_add_result(struct conv *c, const char *id, bool ok, const char *error)
+{
+	struct once_result *r;
+
+	pthread_mutex_lock(&c->lock);
+	c->results = grow(c->results, &c->cap_results, c->n_results, sizeof(*c->results));
+	r = &c->results[c->n_results++];
+	*r = (struct once_result){0};
+	snprintf(r->result.id, sizeof(r->result.id), "%s", id);
+	r->result.ok = ok;
+	snprintf(r->result.error, sizeof(r->result.error), "%s", error ? error : "");
+	r->seq = ++c->status.seq;
+	pthread_cond_broadcast(&c->changed);
+	pthread_mutex_unlock(&c->lock);
+}

@@ -1,0 +1,94 @@
+/* converge.h: the converge pass and the converge thread.
+ *
+ * One pass compares the desired state (the applied NodeSpec) with the
+ * actual state (the runtime's list) and acts to close the difference,
+ * idempotently. The converge thread is the only caller of the runtime; other
+ * threads hand it specs (conv_submit) and read what it found
+ * (conv_snapshot), both under the conv's lock. */
+#ifndef BC_AGENT_CONVERGE_H
+#define BC_AGENT_CONVERGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bc/node/v1/node.pb-c.h"
+#include "runtime.h"
+
+#define CONV_INTERVAL_MS 10000
+#define CONV_STATE_MAX 16
+#define CONV_CMD_ID_MAX 128
+#define CONV_ERROR_MAX 256
+
+/* One InstanceStatus. state: provisioning|starting|running|paused|stopped|
+ * error|deleted. */
+struct conv_item {
+	char id[RT_ID_MAX + 1];
+	char state[CONV_STATE_MAX];
+	char reason[RT_REASON_MAX];
+};
+
+/* One CommandResult waiting to be reported. */
+struct conv_result {
+	char id[CONV_CMD_ID_MAX + 1];
+	bool ok;
+	char error[CONV_ERROR_MAX];
+};
+
+/* What the next report says; a snapshot owned by whoever took it. */
+struct conv_status {
+	uint64_t seq;                /* changes whenever anything below changes */
+	uint64_t applied_generation; /* spec the last pass converged; 0: none yet */
+	bool complete;               /* the last pass listed the runtime */
+	struct conv_item *items;     /* sorted by id */
+	size_t n_items;
+	bool has_storage;
+	struct rt_storage storage;
+	struct conv_result *results;
+	size_t n_results;
+};
+
+struct conv;
+
+/* A converger over rt (borrowed; must outlive the conv). Never NULL. */
+struct conv *conv_new(struct rt *rt);
+
+/* Free; the converge thread must have ended. NULL-safe. */
+void conv_free(struct conv *c);
+
+/* Hand a spec to the converge thread; takes ownership. A spec still
+ * pending (not yet converged) is replaced and freed. Wakes the thread. */
+void conv_submit(struct conv *c, Bc__Node__V1__NodeSpec *spec);
+
+/* One converge pass: takes the pending spec if any, lists the runtime,
+ * creates/starts/pauses/stops/destroys what differs, publishes the status.
+ * Without any spec yet it only lists (nothing is created or destroyed).
+ * Converge thread only. 0, or the runtime's -errno when listing failed
+ * (the status is then published incomplete). */
+int conv_pass(struct conv *c);
+
+/* Converge thread body: a pass now, on every conv_submit, and every
+ * CONV_INTERVAL_MS, until conv_stop. */
+void conv_run(struct conv *c);
+
+/* Ask conv_run and conv_wait_change to return. Any thread. */
+void conv_stop(struct conv *c);
+bool conv_stopping(struct conv *c);
+
+/* Copy of the current status (conv_status_clear frees it). Any thread. */
+void conv_snapshot(struct conv *c, struct conv_status *ret);
+void conv_status_clear(struct conv_status *s);
+
+/* Wait until the status seq differs from seen_seq, conv_stop, or
+ * timeout_ms passed. True if it changed. Any thread. */
+bool conv_wait_change(struct conv *c, uint64_t seen_seq, int timeout_ms);
+
+/* A report built from the snapshot with this seq was delivered: drop the
+ * one-shot entries it carried (instances destroyed because the spec no
+ * longer names them, command results). */
+void conv_report_sent(struct conv *c, uint64_t seq);
+
+/* Queue a command result for the next report. Any thread. */
+void conv_add_result(struct conv *c, const char *id, bool ok, const char *error);
+
+#endif

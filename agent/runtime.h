@@ -1,0 +1,123 @@
+/* runtime.h: the VM runtimes behind one small vtable.
+ *
+ * A runtime owns VMs ("instances") on this host: it lists them, creates,
+ * starts, pauses, resumes, stops and destroys them, and adopts the ones a
+ * previous bcd left running. Only the converge thread calls a runtime, so
+ * implementations need no locking. Every operation is idempotent where the
+ * runtime allows it (stopping a stopped instance is 0).
+ *
+ * Implementations embed `struct rt` as their first member. Operations return
+ * 0 or a negative errno; create returns -ENOSPC when host admission refuses
+ * the instance, with `reason` set to "ResourcesExhausted: <what>". */
+#ifndef BC_AGENT_RUNTIME_H
+#define BC_AGENT_RUNTIME_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bc/node/v1/node.pb-c.h"
+
+#define RT_ID_MAX 64       /* instance ids: [A-Za-z0-9_.-], not starting with '.' */
+#define RT_REASON_MAX 160  /* InstanceStatus.reason buffers */
+
+enum rt_state {
+	RT_STATE_STOPPED,   /* defined, not running (also: created, never started) */
+	RT_STATE_RUNNING,
+	RT_STATE_PAUSED,
+	RT_STATE_ERROR,     /* the runtime knows it but cannot say more */
+};
+
+/* One instance as the runtime sees it. */
+struct rt_instance {
+	char id[RT_ID_MAX + 1];
+	enum rt_state state;
+};
+
+/* What a runtime can do; capabilities advertised in reports derive from it. */
+struct rt_traits {
+	bool snapshot;          /* can capture and restore snapshots */
+	bool network_policy;    /* enforces InstanceSpec.network_policy */
+	bool ssh_host_only;     /* enforces InstanceSpec.ssh_from_host_only */
+	bool volumes;           /* attaches VolumeSpec volumes */
+};
+
+/* What a runtime is opened with (borrowed for the call only). */
+struct rt_config {
+	const char *state_dir;          /* bcd's state directory */
+	uint32_t capacity_vcpus;        /* host admission limits */
+	uint64_t capacity_memory_mib;
+	uint64_t capacity_disk_gib;
+};
+
+/* The volume store numbers of StatusReport.volume_storage, in bytes. */
+struct rt_storage {
+	uint64_t available;
+	uint64_t reserved;
+	uint64_t outstanding;
+	uint64_t committed;
+};
+
+struct rt;
+
+struct runtime_ops {
+	const char *name;
+	struct rt_traits traits;
+	/* Open the runtime: *ret is owned, release with close. */
+	int (*open)(const struct rt_config *cfg, struct rt **ret);
+	/* Every instance the runtime has; *ret malloc'd (may be NULL if
+	 * *ret_n is 0), freed by the caller with free(). */
+	int (*list)(struct rt *rt, struct rt_instance **ret, size_t *ret_n);
+	/* Define the instance (state stopped). -EEXIST if it exists, -ENOSPC
+	 * with reason on admission refusal, -EINVAL for a spec it cannot run.
+	 * reason (RT_REASON_MAX bytes) may be filled on any failure. */
+	int (*create)(struct rt *rt, const Bc__Node__V1__InstanceSpec *spec, char *reason);
+	/* Take over an existing instance found at start-up (reattach monitors,
+	 * reapply live settings). Never stops or restarts it. */
+	int (*adopt)(struct rt *rt, const Bc__Node__V1__InstanceSpec *spec);
+	/* Apply the live-changeable settings of spec (network policy,
+	 * ssh_from_host_only) to an existing instance; no-op if unchanged.
+	 * May be NULL. */
+	int (*update)(struct rt *rt, const Bc__Node__V1__InstanceSpec *spec);
+	int (*start)(struct rt *rt, const char *id);
+	int (*pause)(struct rt *rt, const char *id);
+	int (*resume)(struct rt *rt, const char *id);
+	int (*stop)(struct rt *rt, const char *id);
+	/* Remove the instance and everything it owns; 0 if already gone. */
+	int (*destroy)(struct rt *rt, const char *id);
+	/* Volume store numbers for spec (may be NULL: nothing reported). */
+	int (*storage)(struct rt *rt, const Bc__Node__V1__NodeSpec *spec, struct rt_storage *ret);
+	/* Release the handle; instances keep running. NULL-safe. */
+	void (*close)(struct rt *rt);
+};
+
+struct rt {
+	const struct runtime_ops *ops;
+};
+
+extern const struct runtime_ops rt_fake_ops;
+
+/* The runtime called name ("fake", ...), or NULL if this build has none. */
+const struct runtime_ops *rt_lookup(const char *name);
+
+/* rt_lookup + open. -ENOENT for an unknown runtime name. */
+int rt_open(const char *name, const struct rt_config *cfg, struct rt **ret);
+
+/* Close a runtime handle. NULL-safe. */
+void rt_close(struct rt *rt);
+
+/* "running", "paused", "stopped", "error". */
+const char *rt_state_name(enum rt_state s);
+
+/* Parse rt_state_name's output; -EINVAL for anything else. */
+int rt_state_parse(const char *s, enum rt_state *ret);
+
+/* The capability strings of traits ("instance.network-policy", ...) into
+ * out (static strings); returns how many were written (at most max). */
+size_t rt_capabilities(const struct rt_traits *t, const char **out, size_t max);
+
+/* True if id can name an instance (and a file): 1..RT_ID_MAX chars of
+ * [A-Za-z0-9_.-], not starting with '.'. */
+bool rt_id_valid(const char *id);
+
+#endif

@@ -1,0 +1,573 @@
+/* runtime_fake.c: the `fake` runtime, the spec's FakeDaemon.
+ *
+ * It records and reports: no VM runs. Each instance is a text record
+ * state_dir/fake/<id>.inst of `key=value` lines (id, state, vcpus,
+ * memory_mib, disk_gib, network_policy, ssh_from_host_only, tenant_id,
+ * image_sha256, created_at, creates, then one `nic=` / `volume=` line each),
+ * written atomically, so it survives bcd restarts exactly like a VM
+ * survives them: after a SIGKILL, list() returns the same instances in the
+ * same states and nothing is created twice.
+ *
+ * Every operation that changes a record appends one line to
+ * state_dir/fake/ledger.log after the record is on disk:
+ *   ts=<epoch ms> op=<create|adopt|update|start|pause|resume|stop|destroy> id=<id> ...
+ * so tests can count creates per id (`grep -c 'op=create id=<id> '`).
+ *
+ * Host admission: the vCPUs and memory of every instance the fake holds
+ * (whatever its state) plus the new one must fit capacity_vcpus and
+ * capacity_memory_mib; otherwise create answers -ENOSPC with
+ * "ResourcesExhausted: memory" (or vcpus). A capacity of 0 is not enforced.
+ *
+ * Test hook: a file state_dir/fake/<id>.fail holding operation names
+ * ("start", "destroy", ...) makes those operations fail with -EIO. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "runtime.h"
+#include "util.h"
+
+#define FAKE_SUFFIX ".inst"
+#define FAKE_REC_MAX (256 * 1024)
+#define FAKE_FIELD_MAX 128
+#define GIB (1024ull * 1024 * 1024)
+
+struct rt_fake {
+	struct rt base;
+	char *dir;                 /* state_dir/fake */
+	char *ledger;              /* state_dir/fake/ledger.log */
+	struct rt_config cap;      /* capacity_* used; state_dir not kept */
+};
+
+/* One record. Lines the fake does not interpret (nic=, volume=) are kept
+ * verbatim in extra so rewriting a record never loses them. */
+struct fake_rec {
+	char id[RT_ID_MAX + 1];
+	enum rt_state state;
+	uint32_t vcpus;
+	uint64_t memory_mib;
+	uint64_t disk_gib;
+	char network_policy[FAKE_FIELD_MAX];
+	bool ssh_from_host_only;
+	char tenant_id[FAKE_FIELD_MAX];
+	char image_sha256[FAKE_FIELD_MAX];
+	int64_t created_at;
+	uint32_t creates;
+	char *extra;
+};
+
+static struct rt_fake *fake_of(struct rt *rt)
+{
+	return (struct rt_fake *)rt;
+}
+
+static char *rec_path(const struct rt_fake *f, const char *id, const char *suffix)
+{
+	return xasprintf("%s/%s%s", f->dir, id, suffix);
+}
+
+static void rec_clear(struct fake_rec *r)
+{
+	free(r->extra);
+	r->extra = NULL;
+}
+
+static void copy_field(char *dst, const char *src)
+{
+	snprintf(dst, FAKE_FIELD_MAX, "%s", src ? src : "");
+}
+
+/* ------------------------------------------------------------ records */
+
+static void rec_set(struct fake_rec *r, const char *k, const char *v, size_t *extra_len)
+{
+	if (strcmp(k, "id") == 0)
+		snprintf(r->id, sizeof(r->id), "%s", v);
+	else if (strcmp(k, "state") == 0) {
+		if (rt_state_parse(v, &r->state) < 0)
+			r->state = RT_STATE_ERROR;
+	} else if (strcmp(k, "vcpus") == 0)
+		r->vcpus = (uint32_t)strtoul(v, NULL, 10);
+	else if (strcmp(k, "memory_mib") == 0)
+		r->memory_mib = strtoull(v, NULL, 10);
+	else if (strcmp(k, "disk_gib") == 0)
+		r->disk_gib = strtoull(v, NULL, 10);
+	else if (strcmp(k, "network_policy") == 0)
+		copy_field(r->network_policy, v);
+	else if (strcmp(k, "ssh_from_host_only") == 0)
+		r->ssh_from_host_only = strcmp(v, "1") == 0;
+	else if (strcmp(k, "tenant_id") == 0)
+		copy_field(r->tenant_id, v);
+	else if (strcmp(k, "image_sha256") == 0)
+		copy_field(r->image_sha256, v);
+	else if (strcmp(k, "created_at") == 0)
+		r->created_at = strtoll(v, NULL, 10);
+	else if (strcmp(k, "creates") == 0)
+		r->creates = (uint32_t)strtoul(v, NULL, 10);
+	else {
+		size_t add = strlen(k) + strlen(v) + 2;
+		r->extra = realloc(r->extra, *extra_len + add + 1);
+		if (!r->extra)
+			abort();
+		sprintf(r->extra + *extra_len, "%s=%s\n", k, v);
+		*extra_len += add;
+	}
+}
+
+static void rec_parse(struct fake_rec *r, char *text)
+{
+	size_t extra_len = 0;
+	char *save = NULL;
+
+	for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char *eq = strchr(line, '=');
+		if (!eq)
+			continue;
+		*eq = '\0';
+		rec_set(r, line, eq + 1, &extra_len);
+	}
+}
+
+/* Load the record of id: 0, -ENOENT if the fake has no such instance. */
+static int rec_load(const struct rt_fake *f, const char *id, struct fake_rec *ret)
+{
+	_cleanup_free_ char *path = rec_path(f, id, FAKE_SUFFIX);
+	_cleanup_free_ char *text = NULL;
+	struct fake_rec r = {.state = RT_STATE_ERROR};
+	int e;
+
+	e = file_read_all(path, FAKE_REC_MAX, &text, NULL);
+	if (e < 0)
+		return e;
+	rec_parse(&r, text);
+	if (strcmp(r.id, id) != 0) {
+		rec_clear(&r);
+		return -EBADMSG;
+	}
+	*ret = r;
+	return 0;
+}
+
+static int rec_save(const struct rt_fake *f, const struct fake_rec *r)
+{
+	_cleanup_free_ char *path = rec_path(f, r->id, FAKE_SUFFIX);
+	_cleanup_free_ char *text = xasprintf(
+		"id=%s\nstate=%s\nvcpus=%" PRIu32 "\nmemory_mib=%" PRIu64 "\ndisk_gib=%" PRIu64
+		"\nnetwork_policy=%s\nssh_from_host_only=%d\ntenant_id=%s\nimage_sha256=%s\n"
+		"created_at=%" PRId64 "\ncreates=%" PRIu32 "\n%s",
+		r->id, rt_state_name(r->state), r->vcpus, r->memory_mib, r->disk_gib,
+		r->network_policy, r->ssh_from_host_only ? 1 : 0, r->tenant_id, r->image_sha256,
+		r->created_at, r->creates, r->extra ? r->extra : "");
+
+	return file_write_atomic(path, text, strlen(text), 0644);
+}
+
+/* Append one ledger line (one write, then fsync). Failures are ignored:
+ * the ledger is an observation aid, the record is the truth. */
+static void ledger(const struct rt_fake *f, const char *op, const struct fake_rec *r)
+{
+	_cleanup_free_ char *line = xasprintf(
+		"ts=%" PRId64 " op=%s id=%s state=%s vcpus=%" PRIu32 " memory_mib=%" PRIu64 "\n",
+		now_ms(), op, r->id, rt_state_name(r->state), r->vcpus, r->memory_mib);
+	_cleanup_close_ int fd = open(f->ledger, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+
+	if (fd < 0)
+		return;
+	if (write(fd, line, strlen(line)) == (ssize_t)strlen(line))
+		fsync(fd);
+}
+
+/* True if the test hook file of id names op. */
+static bool fail_injected(const struct rt_fake *f, const char *id, const char *op)
+{
+	_cleanup_free_ char *path = rec_path(f, id, ".fail");
+	_cleanup_free_ char *text = NULL;
+	char *save = NULL;
+
+	if (file_read_all(path, 4096, &text, NULL) < 0)
+		return false;
+	for (char *w = strtok_r(text, " \t\n,", &save); w; w = strtok_r(NULL, " \t\n,", &save))
+		if (strcmp(w, op) == 0)
+			return true;
+	return false;
+}
+
+/* ---------------------------------------------------------- the vtable */
+
+static void fake_close(struct rt *rt)
+{
+	struct rt_fake *f = fake_of(rt);
+
+	if (!f)
+		return;
+	free(f->dir);
+	free(f->ledger);
+	free(f);
+}
+
+static int fake_open(const struct rt_config *cfg, struct rt **ret)
+{
+	struct rt_fake *f;
+	int e;
+
+	if (!cfg || !cfg->state_dir)
+		return -EINVAL;
+	f = xcalloc(1, sizeof(*f));
+	f->base.ops = &rt_fake_ops;
+	f->dir = xasprintf("%s/fake", cfg->state_dir);
+	f->ledger = xasprintf("%s/ledger.log", f->dir);
+	f->cap = *cfg;
+	f->cap.state_dir = NULL;
+	e = mkdir_p(f->dir, 0700);
+	if (e == 0 && access(f->dir, W_OK) < 0)
+		e = -errno;
+	if (e < 0) {
+		fake_close(&f->base);
+		return e;
+	}
+	*ret = &f->base;
+	return 0;
+}
+
+/* The id of a directory entry "<id>.inst", or false. */
+static bool entry_id(const char *name, char *id)
+{
+	size_t n = strlen(name), sl = strlen(FAKE_SUFFIX);
+
+	if (n <= sl || strcmp(name + n - sl, FAKE_SUFFIX) != 0 || n - sl > RT_ID_MAX)
+		return false;
+	memcpy(id, name, n - sl);
+	id[n - sl] = '\0';
+	return rt_id_valid(id);
+}
+
+/* Every record, fully loaded; a record that does not parse is listed in
+ * state error. *ret is freed with recs_free. */
+static int recs_load(const struct rt_fake *f, struct fake_rec **ret, size_t *ret_n)
+{
+	DIR *d = opendir(f->dir);
+	struct fake_rec *v = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		char id[RT_ID_MAX + 1];
+		if (!entry_id(de->d_name, id))
+			continue;
+		if (n == cap) {
+			cap = cap ? cap * 2 : 16;
+			v = realloc(v, cap * sizeof(*v));
+			if (!v)
+				abort();
+		}
+		int e = rec_load(f, id, &v[n]);
+		if (e == -ENOENT)
+			continue;  /* destroyed while we listed */
+		if (e < 0)
+			v[n] = (struct fake_rec){.state = RT_STATE_ERROR};
+		snprintf(v[n].id, sizeof(v[n].id), "%s", id);
+		n++;
+	}
+	closedir(d);
+	*ret = v;
+	*ret_n = n;
+	return 0;
+}
+
+static void recs_free(struct fake_rec *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		rec_clear(&v[i]);
+	free(v);
+}
+
+static int fake_list(struct rt *rt, struct rt_instance **ret, size_t *ret_n)
+{
+	struct fake_rec *recs = NULL;
+	struct rt_instance *out;
+	size_t n = 0;
+	int e;
+
+	e = recs_load(fake_of(rt), &recs, &n);
+	if (e < 0)
+		return e;
+	out = n ? xcalloc(n, sizeof(*out)) : NULL;
+	for (size_t i = 0; i < n; i++) {
+		memcpy(out[i].id, recs[i].id, sizeof(out[i].id));
+		out[i].state = recs[i].state;
+	}
+	recs_free(recs, n);
+	*ret = out;
+	*ret_n = n;
+	return 0;
+}
+
+/* Host admission against the configured capacity; -ENOSPC with reason. */
+static int admit(const struct rt_fake *f, const Bc__Node__V1__InstanceSpec *s, char *reason)
+{
+	struct fake_rec *recs = NULL;
+	uint64_t vcpus = s->vcpus, mem = s->memory_mib;
+	size_t n = 0;
+	int e;
+
+	e = recs_load(f, &recs, &n);
+	if (e < 0)
+		return e;
+	for (size_t i = 0; i < n; i++) {
+		vcpus += recs[i].vcpus;
+		mem += recs[i].memory_mib;
+	}
+	recs_free(recs, n);
+	if (f->cap.capacity_memory_mib && mem > f->cap.capacity_memory_mib) {
+		snprintf(reason, RT_REASON_MAX, "ResourcesExhausted: memory");
+		return -ENOSPC;
+	}
+	if (f->cap.capacity_vcpus && vcpus > f->cap.capacity_vcpus) {
+		snprintf(reason, RT_REASON_MAX, "ResourcesExhausted: vcpus");
+		return -ENOSPC;
+	}
+	return 0;
+}
+
+/* The nic= and volume= lines of a new record. */
+static char *rec_extra(const Bc__Node__V1__InstanceSpec *s)
+{
+	char *out = xstrdup("");
+
+	for (size_t i = 0; i < s->n_nics; i++) {
+		const Bc__Node__V1__NicSpec *n = s->nics[i];
+		char *next = xasprintf("%snic=%s|%s|%s/%u|%s/%u\n", out, n->tap, n->mac, n->ipv4,
+				       n->ipv4_prefix, n->ipv6, n->ipv6_prefix);
+		free(out);
+		out = next;
+	}
+	for (size_t i = 0; i < s->n_volumes; i++) {
+		const Bc__Node__V1__VolumeAttachment *v = s->volumes[i];
+		char *next = xasprintf("%svolume=%s|%s|%s\n", out, v->volume_id, v->serial,
+				       v->read_only ? "ro" : "rw");
+		free(out);
+		out = next;
+	}
+	return out;
+}
+
+static bool spec_strings_printable(const Bc__Node__V1__InstanceSpec *s)
+{
+	if (!str_is_printable(s->network_policy, FAKE_FIELD_MAX - 1) ||
+	    !str_is_printable(s->tenant_id, FAKE_FIELD_MAX - 1))
+		return false;
+	if (s->image && !str_is_printable(s->image->sha256, FAKE_FIELD_MAX - 1))
+		return false;
+	for (size_t i = 0; i < s->n_nics; i++)
+		if (!str_is_printable(s->nics[i]->tap, 64) || !str_is_printable(s->nics[i]->mac, 64) ||
+		    !str_is_printable(s->nics[i]->ipv4, 64) || !str_is_printable(s->nics[i]->ipv6, 64))
+			return false;
+	for (size_t i = 0; i < s->n_volumes; i++)
+		if (!str_is_printable(s->volumes[i]->volume_id, 64) ||
+		    !str_is_printable(s->volumes[i]->serial, 64))
+			return false;
+	return true;
+}
+
+static int fake_create(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, char *reason)
+{
+	struct rt_fake *f = fake_of(rt);
+	_cleanup_free_ char *path = NULL;
+	struct fake_rec r = {.state = RT_STATE_STOPPED};
+	int e;
+
+	if (!rt_id_valid(s->id) || !spec_strings_printable(s)) {
+		snprintf(reason, RT_REASON_MAX, "InvalidSpec: unusable field");
+		return -EINVAL;
+	}
+	path = rec_path(f, s->id, FAKE_SUFFIX);
+	if (access(path, F_OK) == 0)
+		return -EEXIST;
+	if (fail_injected(f, s->id, "create")) {
+		snprintf(reason, RT_REASON_MAX, "create failed: injected");
+		return -EIO;
+	}
+	e = admit(f, s, reason);
+	if (e < 0)
+		return e;
+	snprintf(r.id, sizeof(r.id), "%s", s->id);
+	r.vcpus = s->vcpus;
+	r.memory_mib = s->memory_mib;
+	r.disk_gib = s->disk_gib;
+	copy_field(r.network_policy, s->network_policy);
+	r.ssh_from_host_only = s->ssh_from_host_only;
+	copy_field(r.tenant_id, s->tenant_id);
+	copy_field(r.image_sha256, s->image ? s->image->sha256 : "");
+	r.created_at = now_ms();
+	r.creates = 1;
+	r.extra = rec_extra(s);
+	e = rec_save(f, &r);
+	if (e == 0)
+		ledger(f, "create", &r);
+	rec_clear(&r);
+	return e;
+}
+
+/* Record spec's live settings if they differ; op names the ledger line. */
+static int apply_live(struct rt_fake *f, const Bc__Node__V1__InstanceSpec *s, const char *op,
+		      bool always_log)
+{
+	struct fake_rec r = {0};
+	bool changed;
+	int e;
+
+	if (!rt_id_valid(s->id) || !str_is_printable(s->network_policy, FAKE_FIELD_MAX - 1))
+		return -EINVAL;
+	if (fail_injected(f, s->id, op))
+		return -EIO;
+	e = rec_load(f, s->id, &r);
+	if (e < 0)
+		return e;
+	changed = strcmp(r.network_policy, s->network_policy) != 0 ||
+		  r.ssh_from_host_only != (bool)s->ssh_from_host_only;
+	copy_field(r.network_policy, s->network_policy);
+	r.ssh_from_host_only = s->ssh_from_host_only;
+	if (changed)
+		e = rec_save(f, &r);
+	if (e == 0 && (changed || always_log))
+		ledger(f, op, &r);
+	rec_clear(&r);
+	return e;
+}
+
+static int fake_adopt(struct rt *rt, const Bc__Node__V1__InstanceSpec *s)
+{
+	return apply_live(fake_of(rt), s, "adopt", true);
+}
+
+static int fake_update(struct rt *rt, const Bc__Node__V1__InstanceSpec *s)
+{
+	return apply_live(fake_of(rt), s, "update", false);
+}
+
+/* Move id from one of the states in `from` (bitmask of 1 << rt_state) to
+ * `to`. Already in `to`: 0, nothing written. Another state: -EINVAL. */
+static int transition(struct rt *rt, const char *id, const char *op, unsigned from,
+		      enum rt_state to)
+{
+	struct rt_fake *f = fake_of(rt);
+	struct fake_rec r = {0};
+	int e;
+
+	if (!rt_id_valid(id))
+		return -EINVAL;
+	e = rec_load(f, id, &r);
+	if (e < 0)
+		return e;
+	if (r.state == to)
+		goto out;
+	if (!(from & (1u << r.state))) {
+		e = -EINVAL;
+		goto out;
+	}
+	if (fail_injected(f, id, op)) {
+		e = -EIO;
+		goto out;
+	}
+	r.state = to;
+	e = rec_save(f, &r);
+	if (e == 0)
+		ledger(f, op, &r);
+out:
+	rec_clear(&r);
+	return e;
+}
+
+#define BIT(s) (1u << (s))
+
+static int fake_start(struct rt *rt, const char *id)
+{
+	return transition(rt, id, "start", BIT(RT_STATE_STOPPED), RT_STATE_RUNNING);
+}
+
+static int fake_pause(struct rt *rt, const char *id)
+{
+	return transition(rt, id, "pause", BIT(RT_STATE_RUNNING), RT_STATE_PAUSED);
+}
+
+static int fake_resume(struct rt *rt, const char *id)
+{
+	return transition(rt, id, "resume", BIT(RT_STATE_PAUSED), RT_STATE_RUNNING);
+}
+
+static int fake_stop(struct rt *rt, const char *id)
+{
+	return transition(rt, id, "stop",
+			  BIT(RT_STATE_RUNNING) | BIT(RT_STATE_PAUSED) | BIT(RT_STATE_ERROR),
+			  RT_STATE_STOPPED);
+}
+
+static int fake_destroy(struct rt *rt, const char *id)
+{
+	struct rt_fake *f = fake_of(rt);
+	_cleanup_free_ char *path = NULL;
+	struct fake_rec r = {0};
+	int e;
+
+	if (!rt_id_valid(id))
+		return -EINVAL;
+	if (fail_injected(f, id, "destroy"))
+		return -EIO;
+	e = rec_load(f, id, &r);
+	if (e == -ENOENT)
+		return 0;
+	if (e < 0)  /* unreadable record: destroy it all the same */
+		r = (struct fake_rec){.state = RT_STATE_ERROR};
+	snprintf(r.id, sizeof(r.id), "%s", id);
+	path = rec_path(f, id, FAKE_SUFFIX);
+	if (unlink(path) < 0 && errno != ENOENT) {
+		e = -errno;
+		rec_clear(&r);
+		return e;
+	}
+	ledger(f, "destroy", &r);
+	rec_clear(&r);
+	return 0;
+}
+
+/* The fake writes nothing: its store holds the configured disk capacity,
+ * volumes are sparse and unwritten (outstanding = committed = their sizes),
+ * reserve 5 % of the store, at least 2 GiB (capped at the store). */
+static int fake_storage(struct rt *rt, const Bc__Node__V1__NodeSpec *spec, struct rt_storage *ret)
+{
+	struct rt_fake *f = fake_of(rt);
+	struct rt_storage s = {0};
+
+	s.available = f->cap.capacity_disk_gib * GIB;
+	s.reserved = s.available / 20 > 2 * GIB ? s.available / 20 : 2 * GIB;
+	if (s.reserved > s.available)
+		s.reserved = s.available;
+	for (size_t i = 0; spec && i < spec->n_volumes; i++)
+		s.committed += spec->volumes[i]->size_bytes;
+	s.outstanding = s.committed;
+	*ret = s;
+	return 0;
+}
+
+const struct runtime_ops rt_fake_ops = {
+	.name = "fake",
+	.traits = {.snapshot = false, .network_policy = true, .ssh_host_only = true, .volumes = true},
+	.open = fake_open,
+	.list = fake_list,
+	.create = fake_create,
+	.adopt = fake_adopt,
+	.update = fake_update,
+	.start = fake_start,
+	.pause = fake_pause,
+	.resume = fake_resume,
+	.stop = fake_stop,
+	.destroy = fake_destroy,
+	.storage = fake_storage,
+	.close = fake_close,
+};

@@ -1,0 +1,66 @@
+/* state.h: what bcd keeps in its state directory between runs: the applied
+ * NodeSpec (spec.pb), the ids of the commands it has started (commands),
+ * and small identity files (node.id, pool.id). */
+#ifndef BC_AGENT_STATE_H
+#define BC_AGENT_STATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bc/node/v1/node.pb-c.h"
+
+#define STATE_SPEC_FILE "spec.pb"
+#define STATE_CMDS_FILE "commands"
+#define STATE_MAX_SPEC_BYTES (64u << 20)
+#define STATE_MAX_INSTANCES 10000
+#define STATE_MAX_VOLUMES 10000
+
+/* The acceptance rule (fencing): incoming is accepted only if its
+ * generation is greater than applied_generation, so an old controller
+ * replica can never roll the host back. Returns 0 to accept, -ESTALE for an
+ * older or equal generation, -EINVAL for a NULL or oversized spec (more than
+ * STATE_MAX_INSTANCES instances or STATE_MAX_VOLUMES volumes). Pure. */
+int state_accept_spec(uint64_t applied_generation, const Bc__Node__V1__NodeSpec *incoming);
+
+/* Write spec to dir/spec.pb atomically (0600). 0 or -errno. */
+int state_save_spec(const char *dir, const Bc__Node__V1__NodeSpec *spec);
+
+/* Read dir/spec.pb. *ret is owned (free with state_spec_free). -ENOENT when
+ * no spec was ever saved, -EBADMSG if it does not unpack. */
+int state_load_spec(const char *dir, Bc__Node__V1__NodeSpec **ret);
+
+/* An independent deep copy of spec (owned; state_spec_free), or NULL. */
+Bc__Node__V1__NodeSpec *state_spec_dup(const Bc__Node__V1__NodeSpec *spec);
+
+/* Free a spec from state_load_spec/state_spec_dup. NULL-safe. */
+void state_spec_free(Bc__Node__V1__NodeSpec *spec);
+
+/* The whole of "receive a spec": check it against *applied_generation,
+ * persist it, and on success set *applied_generation to its generation and
+ * *ret_copy to an owned copy for the converge thread. Returns 0, -ESTALE
+ * (refused: nothing written), -EINVAL, or -errno from the write (nothing
+ * applied). */
+int state_take_spec(const char *dir, uint64_t *applied_generation,
+		    const Bc__Node__V1__NodeSpec *incoming, Bc__Node__V1__NodeSpec **ret_copy);
+
+/* The set of command ids this host has started, persisted as one id per
+ * line in dir/commands. A torn last line (crash during an append) is
+ * dropped on open: that command was never started. */
+struct state_cmds;
+
+int state_cmds_open(const char *dir, struct state_cmds **ret);
+bool state_cmds_has(const struct state_cmds *s, const char *id);
+/* Record id on disk (append + fsync) before returning 0; call before
+ * starting the command. -EEXIST if already recorded, -EINVAL for an id that
+ * is not 1..128 printable characters without spaces. */
+int state_cmds_add(struct state_cmds *s, const char *id);
+size_t state_cmds_count(const struct state_cmds *s);
+void state_cmds_free(struct state_cmds *s);
+
+/* Read a small one-line file dir/name (node.id, pool.id) without its
+ * trailing newline. *ret malloc'd. -ENOENT, -EBADMSG if empty or not
+ * printable. */
+int state_read_line(const char *dir, const char *name, char **ret);
+
+#endif
