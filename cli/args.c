@@ -124,8 +124,7 @@ static int store(const struct cli_ctx *ctx, const struct cli_flag *f, const char
 	case CLI_CHOICE:
 		return parse_choice(ctx, f, v, f->dst);
 	case CLI_BOOL:
-		*(bool *)f->dst = true;
-		return 0;
+		break;  /* set by parse_flag: takes no value */
 	}
 	return -EINVAL;
 }
@@ -148,19 +147,20 @@ static int parse_flag(struct parse *p, int argc, char **argv, int *i)
 	}
 	if (*seen && f->type != CLI_STRS)
 		return cli_usage_error(p->ctx, "--%s given more than once", f->name);
-	if (f->type == CLI_BOOL) {
-		if (eq)
-			return cli_usage_error(p->ctx, "--%s takes no value", f->name);
-	} else if (eq) {
-		value = eq + 1;
-	} else if (*i + 1 < argc) {
-		value = argv[++*i];
-	} else {
-		return cli_usage_error(p->ctx, "--%s needs a value", f->name);
+	if (f->type == CLI_BOOL && eq)
+		return cli_usage_error(p->ctx, "--%s takes no value", f->name);
+	if (f->type != CLI_BOOL) {
+		if (!eq && *i + 1 >= argc)
+			return cli_usage_error(p->ctx, "--%s needs a value", f->name);
+		value = eq ? eq + 1 : argv[++*i];
 	}
 	*seen = true;
 	if (f->seen)
 		*f->seen = true;
+	if (f->type == CLI_BOOL) {
+		*(bool *)f->dst = true;
+		return 0;
+	}
 	return store(p->ctx, f, value);
 }
 
