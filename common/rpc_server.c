@@ -1,0 +1,549 @@
+/* rpc_server.c: the gRPC server's life: configuration, the method table
+ * built from protobuf-c service descriptors, worker threads, streaming
+ * threads and graceful shutdown.
+ *
+ * Threads. Each worker owns a GRPC_CQ_NEXT queue registered with the
+ * server and keeps exactly one grpc_server_request_call outstanding on it
+ * while idle (none while busy, so gRPC hands new calls to idle workers).
+ * Every requested call gets a fresh GRPC_CQ_PLUCK queue as its bound queue,
+ * so a handler does synchronous batches (rpc_call.c). A unary call runs on
+ * the worker; a streaming call moves to a thread of its own, bounded by
+ * max_streams, which the server joins.
+ *
+ * Shutdown. Set `stopping` (under the lock that guards request_call, so no
+ * request starts afterwards), cancel the streaming calls, shutdown and
+ * notify, wait grace_ms for unary calls, then cancel all calls, wait for
+ * the notification, destroy the server, shut every worker queue down and
+ * let its worker drain it to GRPC_QUEUE_SHUTDOWN, join everything. */
+#include "rpc_internal.h"
+
+#include <errno.h>
+#include <grpc/grpc_security.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "util.h"
+
+#define DEFAULT_WORKERS 4
+#define DEFAULT_MAX_STREAMS 1024
+#define DEFAULT_MAX_MESSAGE (1u << 20)
+
+struct rpc_worker {
+	rpc_server *srv;
+	pthread_t tid;
+	grpc_completion_queue *cq;
+	void *thread_state;
+};
+
+/* One outstanding grpc_server_request_call; its address is the tag. */
+struct rpc_request {
+	grpc_call *call;
+	grpc_call_details details;
+	grpc_metadata_array md;
+	grpc_completion_queue *cq; /* becomes the call's bound pluck queue */
+};
+
+struct rpc_stream_thread {
+	struct rpc_stream_thread *next;
+	rpc_server *srv;
+	pthread_t tid;
+	rpc_call *call;
+	grpc_call *gcall;          /* for cancellation; NULL once finishing */
+	bool done;
+};
+
+/* ---------------------------------------------------------- options */
+
+static int copy_opts(rpc_server *s, const struct rpc_server_opts *o)
+{
+	const struct rpc_tls *t = o->tls;
+
+	if (!o->listen || o->workers < 0 || o->max_streams < 0)
+		return -EINVAL;
+	if (t && (!t->cert_pem || !t->key_pem || (t->request_client_cert && !t->ca_pem)))
+		return -EINVAL;
+	s->opts = *o;
+	s->opts.tls = NULL;
+	s->listen = xstrdup(o->listen);
+	s->opts.listen = s->listen;
+	if (!s->opts.workers)
+		s->opts.workers = DEFAULT_WORKERS;
+	if (!s->opts.max_streams)
+		s->opts.max_streams = DEFAULT_MAX_STREAMS;
+	if (!s->opts.max_message_bytes)
+		s->opts.max_message_bytes = DEFAULT_MAX_MESSAGE;
+	if (t) {
+		s->tls = true;
+		s->request_client_cert = t->request_client_cert;
+		s->cert_pem = xstrdup(t->cert_pem);
+		s->key_pem = xstrdup(t->key_pem);
+		s->ca_pem = xstrdup(t->ca_pem);
+	}
+	return 0;
+}
+
+static void server_free_struct(rpc_server *s)
+{
+	for (size_t i = 0; i < s->n_methods; i++)
+		free(s->methods[i].path);
+	free(s->methods);
+	free(s->services);
+	free(s->listen);
+	free(s->cert_pem);
+	free(s->key_pem);
+	if (s->ca_pem)
+		memset(s->ca_pem, 0, strlen(s->ca_pem));
+	free(s->ca_pem);
+	pthread_mutex_destroy(&s->lock);
+	pthread_cond_destroy(&s->cond);
+	free(s);
+	rpc_global_shutdown();
+}
+
+/* See rpc.h. */
+rpc_server *rpc_server_new(const struct rpc_server_opts *opts, int *ret_errno)
+{
+	pthread_condattr_t ca;
+	rpc_server *s;
+	int r;
+
+	if (!opts) {
+		if (ret_errno)
+			*ret_errno = EINVAL;
+		return NULL;
+	}
+	rpc_global_init();
+	s = xcalloc(1, sizeof(*s));
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&s->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	r = copy_opts(s, opts);
+	if (r >= 0)
+		r = rpc_health_register(s);
+	if (r < 0) {
+		log_debug("rpc: server for %s: %s", opts->listen ? opts->listen : "(null)",
+			  strerror(-r));
+		if (ret_errno)
+			*ret_errno = -r;
+		server_free_struct(s);
+		return NULL;
+	}
+	return s;
+}
+
+/* ---------------------------------------------------------- services */
+
+static bool service_known(const rpc_server *s, const char *name)
+{
+	for (size_t i = 0; i < s->n_services; i++)
+		if (strcmp(s->services[i]->name, name) == 0)
+			return true;
+	return false;
+}
+
+static int check_handlers(const ProtobufCServiceDescriptor *desc,
+			  const struct rpc_handler *h, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (!h[i].method || !h[i].fn.unary || (unsigned)h[i].kind > RPC_BIDI)
+			return -EINVAL;
+		if (!protobuf_c_service_descriptor_get_method_by_name(desc, h[i].method))
+			return -EINVAL;
+		for (size_t j = 0; j < i; j++)
+			if (strcmp(h[i].method, h[j].method) == 0)
+				return -EINVAL;
+	}
+	return 0;
+}
+
+/* See rpc.h. Also -EEXIST for a service registered twice, -EBUSY after
+ * start. protobuf-c descriptors do not record streaming, so a handler's
+ * kind is taken as declared. */
+int rpc_server_add_service(rpc_server *s, const ProtobufCServiceDescriptor *desc,
+			   const struct rpc_handler *handlers, size_t n_handlers)
+{
+	char path[512];
+	int r;
+
+	if (!s || !desc || (n_handlers && !handlers))
+		return -EINVAL;
+	if (s->started)
+		return -EBUSY;
+	if (service_known(s, desc->name))
+		return -EEXIST;
+	r = check_handlers(desc, handlers, n_handlers);
+	if (r < 0)
+		return r;
+	s->methods = realloc(s->methods, (s->n_methods + desc->n_methods) * sizeof(*s->methods));
+	s->services = realloc(s->services, (s->n_services + 1) * sizeof(*s->services));
+	if (!s->methods || !s->services)
+		abort();
+	s->services[s->n_services++] = desc;
+	for (unsigned i = 0; i < desc->n_methods; i++) {
+		struct rpc_method *m = &s->methods[s->n_methods++];
+
+		memset(m, 0, sizeof(*m));
+		m->md = &desc->methods[i];
+		if (rpc_method_path(desc, m->md->name, path, sizeof(path)) < 0)
+			snprintf(path, sizeof(path), "/%s/?", desc->name);
+		m->path = xstrdup(path);
+		for (size_t j = 0; j < n_handlers; j++) {
+			if (strcmp(handlers[j].method, m->md->name) == 0) {
+				m->h = handlers[j];
+				m->has_handler = true;
+			}
+		}
+	}
+	return 0;
+}
+
+/* True if name is "" or a registered service; for the health service. */
+bool rpc_server_has_service(const rpc_server *s, const char *name)
+{
+	return !name || !*name || service_known(s, name);
+}
+
+/* ------------------------------------------------------------ streams */
+
+/* Detach the finished stream threads from the list; caller joins them. */
+static struct rpc_stream_thread *streams_reap_locked(rpc_server *s)
+{
+	struct rpc_stream_thread **pp = &s->streams, *st, *dead = NULL;
+
+	while ((st = *pp)) {
+		if (st->done) {
+			*pp = st->next;
+			st->next = dead;
+			dead = st;
+		} else {
+			pp = &st->next;
+		}
+	}
+	return dead;
+}
+
+static void streams_join(struct rpc_stream_thread *list)
+{
+	struct rpc_stream_thread *next;
+
+	for (; list; list = next) {
+		next = list->next;
+		pthread_join(list->tid, NULL);
+		free(list);
+	}
+}
+
+static void *stream_main(void *arg)
+{
+	struct rpc_stream_thread *st = arg;
+	rpc_server *s = st->srv;
+	rpc_call *c = st->call;
+	void *ts = s->opts.thread_init ? s->opts.thread_init(s->opts.user) : NULL;
+
+	c->thread_state = ts;
+	rpc_call_run_stream(c);
+	pthread_mutex_lock(&s->lock);
+	st->gcall = NULL;
+	pthread_mutex_unlock(&s->lock);
+	rpc_call_release(c);
+	if (s->opts.thread_fini)
+		s->opts.thread_fini(s->opts.user, ts);
+	pthread_mutex_lock(&s->lock);
+	st->done = true;
+	s->n_streams--;
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
+}
+
+/* Hand c to a new stream thread; false if refused (limit, stopping). */
+static bool stream_spawn(rpc_server *s, rpc_call *c)
+{
+	struct rpc_stream_thread *st = xcalloc(1, sizeof(*st)), *dead;
+	bool ok = false;
+
+	st->srv = s;
+	st->call = c;
+	st->gcall = c->call;
+	pthread_mutex_lock(&s->lock);
+	dead = streams_reap_locked(s);
+	if (!atomic_load(&s->stopping) && s->n_streams < s->opts.max_streams &&
+	    pthread_create(&st->tid, NULL, stream_main, st) == 0) {
+		st->next = s->streams;
+		s->streams = st;
+		s->n_streams++;
+		ok = true;
+	}
+	pthread_mutex_unlock(&s->lock);
+	streams_join(dead);
+	if (!ok)
+		free(st);
+	return ok;
+}
+
+static void streams_cancel_locked(rpc_server *s)
+{
+	for (struct rpc_stream_thread *st = s->streams; st; st = st->next)
+		if (st->gcall)
+			grpc_call_cancel_with_status(st->gcall, GRPC_STATUS_UNAVAILABLE,
+						     "server shutting down", NULL);
+}
+
+/* ------------------------------------------------------------ workers */
+
+static void request_free(struct rpc_request *r)
+{
+	grpc_call_details_destroy(&r->details);
+	grpc_metadata_array_destroy(&r->md);
+	if (r->cq) {
+		grpc_completion_queue_shutdown(r->cq);
+		grpc_completion_queue_destroy(r->cq);
+	}
+	free(r);
+}
+
+/* Ask for the next call on w's queue unless the server is stopping. */
+static void request_next(struct rpc_worker *w)
+{
+	rpc_server *s = w->srv;
+	struct rpc_request *r = xcalloc(1, sizeof(*r));
+	grpc_call_error ce = GRPC_CALL_ERROR;
+
+	grpc_call_details_init(&r->details);
+	grpc_metadata_array_init(&r->md);
+	r->cq = grpc_completion_queue_create_for_pluck(NULL);
+	pthread_mutex_lock(&s->lock);
+	if (!atomic_load(&s->stopping))
+		ce = grpc_server_request_call(s->server, &r->call, &r->details, &r->md,
+					      r->cq, w->cq, r);
+	pthread_mutex_unlock(&s->lock);
+	if (ce != GRPC_CALL_OK)
+		request_free(r);
+}
+
+static void refuse(rpc_call *c, enum bc_code code, const char *msg)
+{
+	bc_error e;
+
+	bc_error_clear(&e);
+	bc_error_set(&e, code, "%s", msg);
+	rpc_call_finish(c, -BC_EDOMAIN, NULL, &e);
+	rpc_call_release(c);
+}
+
+static void serve(struct rpc_worker *w, struct rpc_request *r)
+{
+	rpc_server *s = w->srv;
+	rpc_call *c = rpc_call_new(s, r->call, r->cq, &r->details, &r->md, w->thread_state);
+
+	r->cq = NULL;
+	request_free(r);
+	if (!c->method || !c->method->has_handler) {
+		log_debug("rpc: %s: unimplemented", c->path);
+		refuse(c, BC_UNSUPPORTED, "method not implemented");
+	} else if (c->method->h.kind == RPC_UNARY) {
+		rpc_call_run_unary(c);
+		rpc_call_release(c);
+	} else if (!stream_spawn(s, c)) {
+		refuse(c, BC_UNAVAILABLE, "too many streams");
+	}
+}
+
+static void *worker_main(void *arg)
+{
+	struct rpc_worker *w = arg;
+	rpc_server *s = w->srv;
+	grpc_event ev;
+
+	if (s->opts.thread_init)
+		w->thread_state = s->opts.thread_init(s->opts.user);
+	request_next(w);
+	for (;;) {
+		ev = grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+		if (ev.type == GRPC_QUEUE_SHUTDOWN)
+			break;
+		if (ev.type != GRPC_OP_COMPLETE)
+			continue;
+		if (ev.tag == &s->shutdown_tag) {
+			pthread_mutex_lock(&s->lock);
+			s->shutdown_done = true;
+			pthread_cond_broadcast(&s->cond);
+			pthread_mutex_unlock(&s->lock);
+			continue;
+		}
+		if (ev.success)
+			serve(w, ev.tag);
+		else
+			request_free(ev.tag);
+		request_next(w);
+	}
+	if (s->opts.thread_fini)
+		s->opts.thread_fini(s->opts.user, w->thread_state);
+	return NULL;
+}
+
+/* ------------------------------------------------------------ start */
+
+static grpc_server_credentials *server_creds(const rpc_server *s)
+{
+	grpc_ssl_pem_key_cert_pair pair = {.private_key = s->key_pem, .cert_chain = s->cert_pem};
+
+	if (!s->tls)
+		return grpc_insecure_server_credentials_create();
+	return grpc_ssl_server_credentials_create_ex(
+		s->request_client_cert ? s->ca_pem : NULL, &pair, 1,
+		s->request_client_cert ? GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY
+				       : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+		NULL);
+}
+
+static void wait_shutdown_tag(rpc_server *s, struct rpc_worker *w)
+{
+	grpc_event ev;
+
+	do
+		ev = grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+	while (ev.type == GRPC_OP_COMPLETE && ev.tag != &s->shutdown_tag);
+}
+
+/* Tear down queues and server when no worker thread runs. */
+static void unstarted_teardown(rpc_server *s)
+{
+	grpc_server_shutdown_and_notify(s->server, s->workers[0].cq, &s->shutdown_tag);
+	wait_shutdown_tag(s, &s->workers[0]);
+	grpc_server_destroy(s->server);
+	s->server = NULL;
+	for (int i = 0; i < s->opts.workers; i++) {
+		grpc_completion_queue_shutdown(s->workers[i].cq);
+		while (grpc_completion_queue_next(s->workers[i].cq,
+						  gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
+			       .type != GRPC_QUEUE_SHUTDOWN)
+			;
+		grpc_completion_queue_destroy(s->workers[i].cq);
+	}
+	free(s->workers);
+	s->workers = NULL;
+}
+
+/* See rpc.h. -EALREADY if started, -EADDRINUSE if the address cannot be
+ * bound (in use or invalid). */
+int rpc_server_start(rpc_server *s, int *ret_port)
+{
+	size_t max4 = s->opts.max_message_bytes > INT_MAX / 4 ? INT_MAX : s->opts.max_message_bytes * 4;
+	/* SO_REUSEPORT off: a second server on a bound port must fail. */
+	grpc_arg arg[2] = {
+		{.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+		 .value.integer = (int)max4},
+		{.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_ALLOW_REUSEPORT,
+		 .value.integer = 0},
+	};
+	grpc_channel_args args = {.num_args = 2, .args = arg};
+	grpc_server_credentials *creds;
+	int port;
+
+	if (!s || s->started || s->server)
+		return -EALREADY;
+	s->server = grpc_server_create(&args, NULL);
+	s->workers = xcalloc(s->opts.workers, sizeof(*s->workers));
+	for (int i = 0; i < s->opts.workers; i++) {
+		s->workers[i].srv = s;
+		s->workers[i].cq = grpc_completion_queue_create_for_next(NULL);
+		grpc_server_register_completion_queue(s->server, s->workers[i].cq, NULL);
+	}
+	creds = server_creds(s);
+	port = grpc_server_add_http2_port(s->server, s->listen, creds);
+	grpc_server_credentials_release(creds);
+	if (port <= 0) {
+		log_debug("rpc: cannot listen on %s", s->listen);
+		unstarted_teardown(s);
+		return -EADDRINUSE;
+	}
+	grpc_server_start(s->server);
+	s->started = true;
+	for (int i = 0; i < s->opts.workers; i++)
+		if (pthread_create(&s->workers[i].tid, NULL, worker_main, &s->workers[i]) != 0)
+			abort();
+	s->n_workers_started = s->opts.workers;
+	if (ret_port)
+		*ret_port = port;
+	return 0;
+}
+
+/* ---------------------------------------------------------- shutdown */
+
+/* Wait for the shutdown notification; timeout_ms < 0: without limit. */
+static bool wait_shutdown_done(rpc_server *s, int timeout_ms)
+{
+	struct timespec ts;
+	bool done;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += timeout_ms / 1000;
+	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&s->lock);
+	while (!s->shutdown_done) {
+		if (timeout_ms < 0)
+			pthread_cond_wait(&s->cond, &s->lock);
+		else if (pthread_cond_timedwait(&s->cond, &s->lock, &ts) == ETIMEDOUT)
+			break;
+	}
+	done = s->shutdown_done;
+	pthread_mutex_unlock(&s->lock);
+	return done;
+}
+
+static void server_stop(rpc_server *s, int grace_ms)
+{
+	struct rpc_stream_thread *all;
+
+	pthread_mutex_lock(&s->lock);
+	atomic_store(&s->stopping, true);
+	streams_cancel_locked(s);
+	pthread_mutex_unlock(&s->lock);
+	grpc_server_shutdown_and_notify(s->server, s->workers[0].cq, &s->shutdown_tag);
+	if (!wait_shutdown_done(s, grace_ms > 0 ? grace_ms : 0)) {
+		grpc_server_cancel_all_calls(s->server);
+		wait_shutdown_done(s, -1);
+	}
+	grpc_server_destroy(s->server);
+	s->server = NULL;
+	for (int i = 0; i < s->n_workers_started; i++)
+		grpc_completion_queue_shutdown(s->workers[i].cq);
+	for (int i = 0; i < s->n_workers_started; i++) {
+		pthread_join(s->workers[i].tid, NULL);
+		grpc_completion_queue_destroy(s->workers[i].cq);
+	}
+	free(s->workers);
+	s->workers = NULL;
+	pthread_mutex_lock(&s->lock);
+	all = s->streams;
+	s->streams = NULL;
+	pthread_mutex_unlock(&s->lock);
+	streams_join(all);
+}
+
+/* See rpc.h. */
+void rpc_server_free(rpc_server *s, int grace_ms)
+{
+	if (!s)
+		return;
+	if (s->started)
+		server_stop(s, grace_ms);
+	server_free_struct(s);
+}
+
+/* See rpc.h. */
+bool rpc_server_stopping(const rpc_server *s)
+{
+	return atomic_load((atomic_bool *)&s->stopping);
+}

@@ -1,0 +1,876 @@
+/* test_rpc.c: the RPC layer against a real in-process server on
+ * 127.0.0.1:0. The test service bc.test.Test is a descriptor built here by
+ * hand from existing generated messages (google.rpc.Status as request and
+ * reply, grpc.health.v1 messages for one method), so no test proto exists.
+ * TLS material is made with the openssl tool before gRPC starts (no fork
+ * after grpc_init). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "google/rpc/status.pb-c.h"
+#include "grpc/health/v1/health.pb-c.h"
+#include "rpc.h"
+#include "rpc_internal.h"
+#include "tap.h"
+#include "util.h"
+
+typedef Google__Rpc__Status Msg;
+#define MSG_D (&google__rpc__status__descriptor)
+
+/* ------------------------------------------------------ test service */
+
+static const ProtobufCMethodDescriptor test_methods[] = {
+	{"Bidi", MSG_D, MSG_D},
+	{"Count", MSG_D, MSG_D},
+	{"Echo", MSG_D, MSG_D},
+	{"Fail", MSG_D, MSG_D},
+	{"Hang", MSG_D, MSG_D},
+	{"Oops", MSG_D, MSG_D},
+	{"Parse", &grpc__health__v1__health_check_request__descriptor,
+	 &grpc__health__v1__health_check_response__descriptor},
+	{"Slow", MSG_D, MSG_D},
+	{"Unhandled", MSG_D, MSG_D},
+	{"WhoAmI", MSG_D, MSG_D},
+};
+static const unsigned test_method_index[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+static const ProtobufCServiceDescriptor test_service = {
+	PROTOBUF_C__SERVICE_DESCRIPTOR_MAGIC,
+	"bc.test.Test", "Test", "Bc__Test__Test", "bc.test",
+	ARRAY_SIZE(test_methods), test_methods, test_method_index,
+};
+
+static atomic_int n_thread_init, n_thread_fini, hang_cancelled, principal_freed;
+static atomic_long slow_deadline_left;
+
+static Msg *msg_new(rpc_call *call, int code, const char *text)
+{
+	Msg *m = rpc_new(call, MSG_D);
+
+	m->code = code;
+	m->message = rpc_strdup(call, text ? text : "");
+	return m;
+}
+
+static int h_echo(rpc_call *call, const ProtobufCMessage *req, ProtobufCMessage **ret,
+		  bc_error *err)
+{
+	const Msg *in = (const Msg *)req;
+
+	*ret = &msg_new(call, in->code, in->message)->base;
+	return 0;
+}
+
+static int h_fail(rpc_call *call, const ProtobufCMessage *req, ProtobufCMessage **ret,
+		  bc_error *err)
+{
+	const Msg *in = (const Msg *)req;
+
+	bc_error_set(err, (enum bc_code)in->code, "%s", in->message);
+	bc_error_detail(err, "reason", "extend-in-flight");
+	return bc_error_detail(err, "retryAfterSeconds", "5");
+}
+
+static int h_oops(rpc_call *call, const ProtobufCMessage *req, ProtobufCMessage **ret,
+		  bc_error *err)
+{
+	return -EIO;
+}
+
+static int h_parse(rpc_call *call, const ProtobufCMessage *req, ProtobufCMessage **ret,
+		   bc_error *err)
+{
+	return 0; /* empty reply of the output type */
+}
+
+static int h_slow(rpc_call *call, const ProtobufCMessage *req, ProtobufCMessage **ret,
+		  bc_error *err)
+{
+	slow_deadline_left = (long)(rpc_call_deadline_mono_ms(call) - mono_ms());
+	usleep((useconds_t)((const Msg *)req)->code * 1000);
+	*ret = &msg_new(call, 0, "slept")->base;
+	return 0;
+}
+
+static int h_whoami(rpc_call *call, const ProtobufCMessage *req, ProtobufCMessage **ret,
+		    bc_error *err)
+{
+	const char *b = rpc_call_bearer(call), *cn = rpc_call_peer_cn(call);
+	const char *x = rpc_call_metadata(call, "authorization");
+	char buf[512];
+
+	snprintf(buf, sizeof(buf), "bearer=%s cn=%s auth=%s principal=%s peer=%s",
+		 b ? b : "-", cn ? cn : "-", x ? x : "-",
+		 rpc_call_principal(call) ? (char *)rpc_call_principal(call) : "-",
+		 strncmp(rpc_call_peer(call), "ipv4:127.0.0.1:", 15) == 0 ? "ok" : "bad");
+	*ret = &msg_new(call, rpc_call_thread(call) ? 1 : 0, buf)->base;
+	return 0;
+}
+
+/* Count: code = N messages; message "gap" pauses 500 ms before the last. */
+static int h_count(rpc_call *call, const ProtobufCMessage *req, bc_error *err)
+{
+	const Msg *in = (const Msg *)req;
+
+	for (int i = 0; i < in->code; i++) {
+		if (i == in->code - 1 && strcmp(in->message, "gap") == 0)
+			usleep(500 * 1000);
+		if (rpc_call_send(call, &msg_new(call, i, "n")->base) < 0)
+			return bc_error_set(err, BC_UNAVAILABLE, "gone");
+	}
+	return 0;
+}
+
+/* Hang: one message, then wait for cancellation or shutdown. */
+static int h_hang(rpc_call *call, const ProtobufCMessage *req, bc_error *err)
+{
+	rpc_call_send(call, &msg_new(call, 0, "hello")->base);
+	while (!rpc_call_wait_cancelled(call, 100))
+		;
+	hang_cancelled++;
+	return 0;
+}
+
+/* Bidi: echo each message; while idle for 200 ms send "idle". */
+static int h_bidi(rpc_call *call, bc_error *err)
+{
+	for (;;) {
+		ProtobufCMessage *m = NULL;
+		int r = rpc_call_recv(call, &m, 200);
+
+		if (r == -ETIMEDOUT) {
+			if (rpc_call_send(call, &msg_new(call, -1, "idle")->base) < 0)
+				return 0;
+			continue;
+		}
+		if (r <= 0)
+			return r == 0 ? 0 : bc_error_set(err, BC_INVALID_INPUT, "recv %d", r);
+		const Msg *in = (const Msg *)m;
+		r = rpc_call_send(call, &msg_new(call, in->code, in->message)->base);
+		protobuf_c_message_free_unpacked(m, NULL);
+		if (r < 0)
+			return 0;
+	}
+}
+
+static const struct rpc_handler test_handlers[] = {
+	{.method = "Bidi", .kind = RPC_BIDI, .fn.bidi = h_bidi},
+	{.method = "Count", .kind = RPC_SERVER_STREAM, .fn.sstream = h_count},
+	{.method = "Echo", .kind = RPC_UNARY, .fn.unary = h_echo},
+	{.method = "Fail", .kind = RPC_UNARY, .fn.unary = h_fail},
+	{.method = "Hang", .kind = RPC_SERVER_STREAM, .fn.sstream = h_hang},
+	{.method = "Oops", .kind = RPC_UNARY, .fn.unary = h_oops},
+	{.method = "Parse", .kind = RPC_UNARY, .fn.unary = h_parse},
+	{.method = "Slow", .kind = RPC_UNARY, .fn.unary = h_slow},
+	{.method = "WhoAmI", .kind = RPC_UNARY, .fn.unary = h_whoami},
+};
+
+static void *t_init(void *user)
+{
+	n_thread_init++;
+	return xstrdup("thread-state");
+}
+
+static void t_fini(void *user, void *st)
+{
+	n_thread_fini++;
+	free(st);
+}
+
+static void principal_free(void *p)
+{
+	principal_freed++;
+	free(p);
+}
+
+static int pre_call(rpc_call *call, bc_error *err)
+{
+	const char *b = rpc_call_bearer(call);
+
+	if (b && strcmp(b, "deny") == 0)
+		return bc_error_set(err, BC_UNAUTHENTICATED, "token refused");
+	if (b)
+		rpc_call_set_principal(call, xstrdup(b), principal_free);
+	return 0;
+}
+
+/* ---------------------------------------------------------- fixtures */
+
+static char tmpdir[64] = "/tmp/test_rpc.XXXXXX";
+static char *ca_pem, *srv_pem, *srv_key, *cli_pem, *cli_key;
+
+static char *slurp(const char *name)
+{
+	char path[256], *buf = NULL;
+
+	snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
+	if (file_read_all(path, 1 << 20, &buf, NULL) < 0)
+		return NULL;
+	return buf;
+}
+
+static int make_certs(void)
+{
+	static const char script[] =
+		"exec >/dev/null 2>&1 && "
+		"openssl req -x509 -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+		"-keyout ca.key -out ca.pem -days 2 -subj /CN=test-ca && "
+		"printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nextendedKeyUsage=serverAuth\\n' > srv.ext && "
+		"printf 'extendedKeyUsage=clientAuth\\n' > cli.ext && "
+		"openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+		"-keyout srv.key -out srv.csr -subj /CN=localhost && "
+		"openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+		"-out srv.pem -days 2 -extfile srv.ext && "
+		"openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+		"-keyout cli.key -out cli.csr -subj /CN=node_test && "
+		"openssl x509 -req -in cli.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+		"-out cli.pem -days 2 -extfile cli.ext";
+	char cmd[2048];
+
+	if (!mkdtemp(tmpdir))
+		return -errno;
+	snprintf(cmd, sizeof(cmd), "cd %s && %s", tmpdir, script);
+	if (system(cmd) != 0)
+		return -EIO;
+	ca_pem = slurp("ca.pem");
+	srv_pem = slurp("srv.pem");
+	srv_key = slurp("srv.key");
+	cli_pem = slurp("cli.pem");
+	cli_key = slurp("cli.key");
+	return ca_pem && srv_pem && srv_key && cli_pem && cli_key ? 0 : -EIO;
+}
+
+static void remove_certs(void)
+{
+	static const char *names[] = {"ca.key", "ca.pem", "ca.srl", "srv.ext", "cli.ext",
+				      "srv.key", "srv.csr", "srv.pem", "cli.key", "cli.csr",
+				      "cli.pem"};
+	char path[256];
+
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+		snprintf(path, sizeof(path), "%s/%s", tmpdir, names[i]);
+		unlink(path);
+	}
+	rmdir(tmpdir);
+	free(ca_pem);
+	free(srv_pem);
+	free(srv_key);
+	free(cli_pem);
+	free(cli_key);
+}
+
+static rpc_server *server_up(const struct rpc_tls *tls, int port, int max_streams,
+			     int *ret_port)
+{
+	char listen[64];
+	struct rpc_server_opts o = {
+		.listen = listen, .tls = tls, .workers = 4, .max_streams = max_streams,
+		.max_message_bytes = 64 * 1024, .thread_init = t_init, .thread_fini = t_fini,
+		.pre_call = pre_call,
+	};
+	rpc_server *s;
+	int err = 0;
+
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+	s = rpc_server_new(&o, &err);
+	if (!s)
+		return NULL;
+	if (rpc_server_add_service(s, &test_service, test_handlers, ARRAY_SIZE(test_handlers)) < 0 ||
+	    rpc_server_start(s, ret_port) < 0) {
+		rpc_server_free(s, 0);
+		return NULL;
+	}
+	return s;
+}
+
+static rpc_client *client_new(int port, const struct rpc_tls *tls, const char *bearer)
+{
+	char target[64];
+	struct rpc_client_opts o = {.target = target, .tls = tls, .bearer = bearer};
+
+	snprintf(target, sizeof(target), "127.0.0.1:%d", port);
+	return rpc_client_new(&o);
+}
+
+static char path_buf[16][128];
+
+static const char *P(const char *method)
+{
+	static int i;
+	char *b = path_buf[i++ % 16];
+
+	if (rpc_method_path(&test_service, method, b, 128) < 0)
+		snprintf(b, 128, "/bc.test.Test/%s", method);
+	return b;
+}
+
+/* Unary call with a Status request; returns rc, reply text in out. */
+static int call(rpc_client *c, const char *method, int code, const char *text, int timeout_ms,
+		char *out, size_t outlen, bc_error *err)
+{
+	Msg req = GOOGLE__RPC__STATUS__INIT;
+	ProtobufCMessage *resp = NULL;
+	int r;
+
+	req.code = code;
+	req.message = (char *)text;
+	bc_error_clear(err);
+	r = rpc_client_unary(c, P(method), &req.base, MSG_D, &resp, timeout_ms, err);
+	if (r == 0 && out)
+		snprintf(out, outlen, "%s", ((Msg *)resp)->message);
+	if (resp)
+		protobuf_c_message_free_unpacked(resp, NULL);
+	return r;
+}
+
+/* -------------------------------------------------------------- tests */
+
+static void test_unary(rpc_client *c)
+{
+	char out[512];
+	bc_error err;
+
+	is_int(call(c, "Echo", 7, "hello", 0, out, sizeof(out), &err), 0, "echo succeeds");
+	is_str(out, "hello", "echo returns the message");
+	is_int(call(c, "WhoAmI", 0, "", 0, out, sizeof(out), &err), 0, "whoami succeeds");
+	is_str(out, "bearer=- cn=- auth=- principal=- peer=ok",
+	       "no bearer, no cert, peer address seen");
+	is_int(call(c, "Oops", 0, "", 0, NULL, 0, &err), -BC_EDOMAIN, "handler error without code");
+	is_int(err.code, BC_INTERNAL, "... is INTERNAL");
+	is_str(err.message, "internal error", "... with a generic message");
+}
+
+static void test_errors(rpc_client *c)
+{
+	Msg req = GOOGLE__RPC__STATUS__INIT;
+	Google__Rpc__Status *st = NULL;
+	Google__Rpc__ErrorInfo *info = NULL;
+	uint8_t *bin = NULL;
+	size_t bin_len = 0;
+	int status = -1;
+	bc_error err;
+
+	is_int(call(c, "Fail", BC_CONFLICT, "extend already running", 0, NULL, 0, &err),
+	       -BC_EDOMAIN, "domain error returned");
+	is_int(err.code, BC_CONFLICT, "code round trip");
+	is_str(err.message, "extend already running", "message round trip");
+	is_int(err.n_details, 2, "two details");
+	is_str(bc_error_get_detail(&err, "reason"), "extend-in-flight", "detail reason");
+	is_str(bc_error_get_detail(&err, "retryAfterSeconds"), "5", "detail retryAfterSeconds");
+
+	req.code = BC_CONFLICT;
+	req.message = "busy";
+	is_int(rpc_client_unary_raw(c, P("Fail"), &req.base, 5000, &status, &bin, &bin_len), 0,
+	       "raw call runs");
+	is_int(status, 10, "grpc status ABORTED for CONFLICT");
+	ok(bin != NULL, "grpc-status-details-bin trailer present");
+	if (bin)
+		st = google__rpc__status__unpack(NULL, bin_len, bin);
+	ok(st != NULL, "trailer is a google.rpc.Status");
+	if (st) {
+		is_int(st->code, 10, "Status.code");
+		is_str(st->message, "busy", "Status.message");
+		is_int(st->n_details, 1, "one detail Any");
+		if (st->n_details == 1) {
+			is_str(st->details[0]->type_url, "type.googleapis.com/google.rpc.ErrorInfo",
+			       "Any type_url");
+			info = google__rpc__error_info__unpack(NULL, st->details[0]->value.len,
+							       st->details[0]->value.data);
+		}
+	}
+	ok(info != NULL, "Any holds an ErrorInfo");
+	if (info) {
+		is_str(info->reason, "CONFLICT", "ErrorInfo.reason");
+		is_str(info->domain, "bc", "ErrorInfo.domain");
+		is_int(info->n_metadata, 2, "ErrorInfo.metadata");
+		google__rpc__error_info__free_unpacked(info, NULL);
+	}
+	if (st)
+		google__rpc__status__free_unpacked(st, NULL);
+	free(bin);
+}
+
+static void test_unimplemented(rpc_client *c)
+{
+	Msg req = GOOGLE__RPC__STATUS__INIT;
+	uint8_t *bin = NULL;
+	size_t bin_len;
+	int status = -1;
+	bc_error err;
+
+	is_int(call(c, "Unhandled", 0, "", 0, NULL, 0, &err), -BC_EDOMAIN,
+	       "method without handler fails");
+	is_int(err.code, BC_UNSUPPORTED, "... UNSUPPORTED");
+	rpc_client_unary_raw(c, "/bc.test.Test/Nope", &req.base, 5000, &status, &bin, &bin_len);
+	is_int(status, 12, "unknown method: grpc UNIMPLEMENTED");
+	free(bin);
+	bin = NULL;
+	rpc_client_unary_raw(c, "/no.Such/Thing", &req.base, 5000, &status, &bin, &bin_len);
+	is_int(status, 12, "unknown service: grpc UNIMPLEMENTED");
+	free(bin);
+}
+
+static void test_bad_input(rpc_client *c)
+{
+	Msg req = GOOGLE__RPC__STATUS__INIT;
+	ProtobufCMessage *resp = NULL;
+	char *big;
+	bc_error err;
+	int r;
+
+	/* Status.code (varint, field 1) where HealthCheckRequest has a string */
+	req.code = 5;
+	bc_error_clear(&err);
+	r = rpc_client_unary(c, P("Parse"), &req.base,
+			     &grpc__health__v1__health_check_response__descriptor, &resp, 0, &err);
+	is_int(r, -BC_EDOMAIN, "malformed request refused");
+	is_int(err.code, BC_INVALID_INPUT, "... INVALID_INPUT");
+
+	big = xmalloc(100 * 1024 + 1);
+	memset(big, 'x', 100 * 1024);
+	big[100 * 1024] = '\0';
+	is_int(call(c, "Echo", 0, big, 0, NULL, 0, &err), -BC_EDOMAIN,
+	       "request over max_message_bytes refused");
+	is_int(err.code, BC_INVALID_INPUT, "... INVALID_INPUT");
+	is_str(bc_error_get_detail(&err, "maxBytes"), "65536", "... detail maxBytes");
+	free(big);
+
+	big = xmalloc(300 * 1024 + 1);
+	memset(big, 'y', 300 * 1024);
+	big[300 * 1024] = '\0';
+	is_int(call(c, "Echo", 0, big, 0, NULL, 0, &err), -BC_EDOMAIN,
+	       "request over the transport backstop refused");
+	is_int(err.code, BC_QUOTA_EXCEEDED, "... RESOURCE_EXHAUSTED by gRPC");
+	free(big);
+}
+
+static void test_auth(int port)
+{
+	rpc_client *c = client_new(port, NULL, "tok123"), *d = client_new(port, NULL, "deny");
+	char out[512];
+	bc_error err;
+	int before = principal_freed;
+
+	is_int(call(c, "WhoAmI", 0, "", 0, out, sizeof(out), &err), 0, "bearer call succeeds");
+	is_str(out, "bearer=tok123 cn=- auth=Bearer tok123 principal=tok123 peer=ok",
+	       "handler sees bearer, metadata and principal");
+	ok(principal_freed == before + 1, "principal freed after the call");
+	is_int(call(d, "Echo", 0, "x", 0, NULL, 0, &err), -BC_EDOMAIN, "pre_call refuses");
+	is_int(err.code, BC_UNAUTHENTICATED, "... UNAUTHENTICATED");
+	is_str(err.message, "token refused", "... with pre_call's message");
+	rpc_client_free(c);
+	rpc_client_free(d);
+}
+
+static void test_deadline(rpc_client *c)
+{
+	int64_t t0 = mono_ms();
+	char out[64];
+	bc_error err;
+
+	is_int(call(c, "Slow", 1000, "", 200, NULL, 0, &err), -BC_EDOMAIN, "slow call fails");
+	is_int(err.code, BC_DEADLINE_EXCEEDED, "... DEADLINE_EXCEEDED");
+	ok(mono_ms() - t0 < 900, "... after the client's timeout, not the handler's");
+	ok(slow_deadline_left > 0 && slow_deadline_left <= 200,
+	   "handler saw the deadline (%ld ms left)", (long)slow_deadline_left);
+	is_int(call(c, "Slow", 10, "", 2000, out, sizeof(out), &err), 0, "fast enough call ok");
+	usleep(900 * 1000); /* let the cancelled handler finish */
+}
+
+static void test_server_stream(rpc_client *c)
+{
+	Msg req = GOOGLE__RPC__STATUS__INIT;
+	ProtobufCMessage *m = NULL;
+	rpc_stream *st;
+	bc_error err;
+	int n = 0, r = -1, in_order = 1;
+
+	req.code = 50;
+	req.message = "";
+	st = rpc_stream_open(c, P("Count"), &req.base, 10000, &err);
+	ok(st != NULL, "server stream opens");
+	while (st && (r = rpc_stream_recv(st, MSG_D, &m, 5000, &err)) == 1) {
+		if (((Msg *)m)->code != n)
+			in_order = 0;
+		n++;
+		protobuf_c_message_free_unpacked(m, NULL);
+	}
+	is_int(n, 50, "50 messages received");
+	ok(in_order, "... in order");
+	is_int(r, 0, "stream ends OK");
+	is_int(rpc_stream_recv(st, MSG_D, &m, 100, &err), 0, "recv after end is still 0");
+	rpc_stream_free(st);
+
+	/* a receive timeout leaves the stream usable */
+	req.code = 2;
+	req.message = "gap";
+	st = rpc_stream_open(c, P("Count"), &req.base, 10000, &err);
+	is_int(rpc_stream_recv(st, MSG_D, &m, 2000, &err), 1, "first message");
+	protobuf_c_message_free_unpacked(m, NULL);
+	is_int(rpc_stream_recv(st, MSG_D, &m, 100, &err), -ETIMEDOUT, "then a timeout");
+	r = rpc_stream_recv(st, MSG_D, &m, 2000, &err);
+	is_int(r, 1, "then the later message");
+	if (r == 1) {
+		is_int(((Msg *)m)->code, 1, "... which is the second");
+		protobuf_c_message_free_unpacked(m, NULL);
+	}
+	is_int(rpc_stream_recv(st, MSG_D, &m, 2000, &err), 0, "then the end");
+	rpc_stream_free(st);
+
+	/* an error status at the end of a stream */
+	req.code = 1;
+	req.message = "";
+	st = rpc_stream_open(c, "/bc.test.Test/Fail", NULL, 2000, &err);
+	ok(st != NULL, "stream to a unary method opens");
+	rpc_stream_send(st, &req.base);
+	rpc_stream_close_send(st);
+	r = rpc_stream_recv(st, MSG_D, &m, 2000, &err);
+	if (r == 1)
+		protobuf_c_message_free_unpacked(m, NULL);
+	is_int(r, -BC_EDOMAIN, "its error arrives as a bc_error");
+	rpc_stream_free(st);
+}
+
+static void test_bidi(rpc_client *c)
+{
+	Msg req = GOOGLE__RPC__STATUS__INIT;
+	ProtobufCMessage *m = NULL;
+	rpc_stream *st;
+	bc_error err;
+	int echoed = 0, idle = 0, r;
+	char text[32];
+
+	st = rpc_stream_open(c, P("Bidi"), NULL, 20000, &err);
+	ok(st != NULL, "bidi stream opens");
+	r = rpc_stream_recv(st, MSG_D, &m, 2000, &err);
+	is_int(r, 1, "server's idle tick arrives before we send (server recv timeout)");
+	if (r == 1) {
+		is_str(((Msg *)m)->message, "idle", "... it is 'idle'");
+		protobuf_c_message_free_unpacked(m, NULL);
+	}
+	for (int i = 0; i < 10; i++) {
+		snprintf(text, sizeof(text), "m%d", i);
+		req.code = i;
+		req.message = text;
+		if (rpc_stream_send(st, &req.base) < 0)
+			break;
+		while ((r = rpc_stream_recv(st, MSG_D, &m, 2000, &err)) == 1) {
+			int got = ((Msg *)m)->code;
+
+			protobuf_c_message_free_unpacked(m, NULL);
+			if (got == -1) {
+				idle++;
+				continue;
+			}
+			echoed += got == i;
+			break;
+		}
+	}
+	is_int(echoed, 10, "10 messages echoed");
+	is_int(rpc_stream_close_send(st), 0, "half-close");
+	while ((r = rpc_stream_recv(st, MSG_D, &m, 2000, &err)) == 1)
+		protobuf_c_message_free_unpacked(m, NULL);
+	is_int(r, 0, "bidi ends OK after half-close");
+	rpc_stream_free(st);
+
+	/* abandoning an open bidi stream cancels it */
+	st = rpc_stream_open(c, P("Bidi"), NULL, 0, &err);
+	ok(st != NULL, "second bidi opens");
+	rpc_stream_free(st);
+}
+
+static void test_health(rpc_client *c)
+{
+	Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+	ProtobufCMessage *m = NULL;
+	rpc_stream *st;
+	bc_error err;
+	int r;
+
+	req.service = "";
+	r = rpc_client_unary(c, "/grpc.health.v1.Health/Check", &req.base,
+			     &grpc__health__v1__health_check_response__descriptor, &m, 0, &err);
+	is_int(r, 0, "health check of the server");
+	if (r == 0) {
+		is_int(((Grpc__Health__V1__HealthCheckResponse *)m)->status,
+		       GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING, "SERVING");
+		protobuf_c_message_free_unpacked(m, NULL);
+	}
+	req.service = "bc.test.Test";
+	r = rpc_client_unary(c, "/grpc.health.v1.Health/Check", &req.base,
+			     &grpc__health__v1__health_check_response__descriptor, &m, 0, &err);
+	is_int(r, 0, "health check of a registered service");
+	if (r == 0)
+		protobuf_c_message_free_unpacked(m, NULL);
+	req.service = "no.Such";
+	r = rpc_client_unary(c, "/grpc.health.v1.Health/Check", &req.base,
+			     &grpc__health__v1__health_check_response__descriptor, &m, 0, &err);
+	is_int(r, -BC_EDOMAIN, "health check of an unknown service fails");
+	is_int(err.code, BC_NOT_FOUND, "... NOT_FOUND");
+
+	req.service = "";
+	st = rpc_stream_open(c, "/grpc.health.v1.Health/Watch", &req.base, 0, &err);
+	r = rpc_stream_recv(st, &grpc__health__v1__health_check_response__descriptor, &m, 2000, &err);
+	is_int(r, 1, "watch sends the status");
+	if (r == 1)
+		protobuf_c_message_free_unpacked(m, NULL);
+	is_int(rpc_stream_recv(st, &grpc__health__v1__health_check_response__descriptor, &m, 200,
+			       &err), -ETIMEDOUT, "then holds");
+	rpc_stream_free(st);
+}
+
+struct conc {
+	rpc_client *c;
+	int ok;
+};
+
+static void *conc_main(void *arg)
+{
+	struct conc *k = arg;
+	char text[32], out[64];
+	bc_error err;
+
+	for (int i = 0; i < 200; i++) {
+		snprintf(text, sizeof(text), "%p-%d", (void *)k, i);
+		if (call(k->c, "Echo", i, text, 10000, out, sizeof(out), &err) == 0 &&
+		    strcmp(out, text) == 0)
+			k->ok++;
+	}
+	return NULL;
+}
+
+static void test_concurrency(rpc_client *c)
+{
+	pthread_t t[8];
+	struct conc k[8];
+	int total = 0;
+
+	for (int i = 0; i < 8; i++) {
+		k[i] = (struct conc){.c = c};
+		pthread_create(&t[i], NULL, conc_main, &k[i]);
+	}
+	for (int i = 0; i < 8; i++) {
+		pthread_join(t[i], NULL);
+		total += k[i].ok;
+	}
+	is_int(total, 1600, "8 threads x 200 calls on one client");
+}
+
+static void test_max_streams(void)
+{
+	Msg req = GOOGLE__RPC__STATUS__INIT;
+	ProtobufCMessage *m = NULL;
+	rpc_stream *a, *b;
+	rpc_server *s;
+	rpc_client *c;
+	bc_error err;
+	int port = 0, r;
+
+	s = server_up(NULL, 0, 1, &port);
+	c = client_new(port, NULL, NULL);
+	a = rpc_stream_open(c, P("Hang"), &req.base, 0, &err);
+	is_int(rpc_stream_recv(a, MSG_D, &m, 2000, &err), 1, "first stream served");
+	protobuf_c_message_free_unpacked(m, NULL);
+	b = rpc_stream_open(c, P("Hang"), &req.base, 0, &err);
+	r = b ? rpc_stream_recv(b, MSG_D, &m, 2000, &err) : -1;
+	is_int(r, -BC_EDOMAIN, "stream over max_streams refused");
+	is_int(err.code, BC_UNAVAILABLE, "... UNAVAILABLE");
+	rpc_stream_free(b);
+	rpc_stream_free(a);
+	rpc_client_free(c);
+	rpc_server_free(s, 1000);
+}
+
+static void test_shutdown_with_stream(void)
+{
+	Msg req = GOOGLE__RPC__STATUS__INIT;
+	ProtobufCMessage *m = NULL;
+	rpc_server *s;
+	rpc_client *c;
+	rpc_stream *st;
+	bc_error err;
+	int port = 0, r, before = hang_cancelled;
+	int64_t t0;
+
+	s = server_up(NULL, 0, 0, &port);
+	c = client_new(port, NULL, NULL);
+	st = rpc_stream_open(c, P("Hang"), &req.base, 0, &err);
+	is_int(rpc_stream_recv(st, MSG_D, &m, 2000, &err), 1, "hanging stream open");
+	protobuf_c_message_free_unpacked(m, NULL);
+	t0 = mono_ms();
+	rpc_server_free(s, 5000);
+	ok(mono_ms() - t0 < 4000, "shutdown does not wait for the grace on streams");
+	is_int(hang_cancelled, before + 1, "handler saw the shutdown");
+	r = rpc_stream_recv(st, MSG_D, &m, 2000, &err);
+	is_int(r, -BC_EDOMAIN, "client sees the stream end with an error");
+	is_int(err.code, BC_UNAVAILABLE, "... UNAVAILABLE");
+	rpc_stream_free(st);
+	rpc_client_free(c);
+}
+
+static void test_cancel_by_client(rpc_client *c)
+{
+	Msg req = GOOGLE__RPC__STATUS__INIT;
+	ProtobufCMessage *m = NULL;
+	rpc_stream *st;
+	bc_error err;
+	int before = hang_cancelled;
+
+	st = rpc_stream_open(c, P("Hang"), &req.base, 0, &err);
+	is_int(rpc_stream_recv(st, MSG_D, &m, 2000, &err), 1, "hang stream open");
+	protobuf_c_message_free_unpacked(m, NULL);
+	rpc_stream_free(st);
+	for (int i = 0; i < 100 && hang_cancelled == before; i++)
+		usleep(20 * 1000);
+	is_int(hang_cancelled, before + 1, "server handler sees the client cancel");
+}
+
+static void test_reconnect(void)
+{
+	rpc_server *s;
+	rpc_client *c;
+	bc_error err;
+	int port = 0, port2 = 0, r = -1;
+
+	s = server_up(NULL, 0, 0, &port);
+	c = client_new(port, NULL, NULL);
+	is_int(call(c, "Echo", 0, "a", 2000, NULL, 0, &err), 0, "call before restart");
+	rpc_server_free(s, 1000);
+	s = server_up(NULL, port, 0, &port2);
+	ok(s != NULL && port2 == port, "server restarted on the same port");
+	is_int(call(c, "Echo", 0, "b", 2000, NULL, 0, &err), 0, "first call after restart works");
+	ok(server_up(NULL, port, 0, &port2) == NULL, "second server on a bound port fails");
+	rpc_server_free(s, 1000);
+	is_int(call(c, "Echo", 0, "c", 2000, NULL, 0, &err), -BC_EDOMAIN, "call while down fails");
+	is_int(err.code, BC_UNAVAILABLE, "... UNAVAILABLE");
+	s = server_up(NULL, port, 0, &port2);
+	for (int i = 0; i < 30 && r != 0; i++) {
+		r = call(c, "Echo", 0, "d", 2000, NULL, 0, &err);
+		if (r != 0)
+			usleep(100 * 1000);
+	}
+	is_int(r, 0, "calls work again once the server is back");
+	rpc_client_free(c);
+	rpc_server_free(s, 1000);
+}
+
+static void test_tls(void)
+{
+	struct rpc_tls stls = {.cert_pem = srv_pem, .key_pem = srv_key, .ca_pem = ca_pem,
+			       .request_client_cert = true};
+	struct rpc_tls ctls = {.cert_pem = cli_pem, .key_pem = cli_key, .ca_pem = ca_pem};
+	struct rpc_tls anon = {.ca_pem = ca_pem};
+	rpc_server *s;
+	rpc_client *c;
+	char out[512];
+	bc_error err;
+	int port = 0;
+
+	s = server_up(&stls, 0, 0, &port);
+	ok(s != NULL, "mTLS server starts");
+	c = client_new(port, &ctls, "tok");
+	is_int(call(c, "WhoAmI", 0, "", 5000, out, sizeof(out), &err), 0, "mTLS call succeeds");
+	is_str(out, "bearer=tok cn=node_test auth=Bearer tok principal=tok peer=ok",
+	       "handler sees the client certificate's CN");
+	rpc_client_free(c);
+	c = client_new(port, &anon, "tok");
+	is_int(call(c, "WhoAmI", 0, "", 5000, out, sizeof(out), &err), 0,
+	       "TLS call without a client certificate is served");
+	is_str(out, "bearer=tok cn=- auth=Bearer tok principal=tok peer=ok", "... with no CN");
+	rpc_client_free(c);
+	{
+		/* 127.0.0.1, not "localhost": c-ares 1.18.1 leaks resolving it
+		 * (c-ares issue #439) */
+		char target[64];
+		struct rpc_client_opts o = {.target = target, .tls = &anon,
+					    .server_name = "localhost"};
+
+		snprintf(target, sizeof(target), "127.0.0.1:%d", port);
+		c = rpc_client_new(&o);
+		is_int(call(c, "Echo", 0, "n", 5000, NULL, 0, &err), 0, "server_name override");
+		rpc_client_free(c);
+		o.server_name = "wrong.example";
+		c = rpc_client_new(&o);
+		is_int(call(c, "Echo", 0, "n", 5000, NULL, 0, &err), -BC_EDOMAIN,
+		       "server name not in the certificate fails");
+		is_int(err.code, BC_UNAVAILABLE, "... UNAVAILABLE");
+		rpc_client_free(c);
+	}
+	c = client_new(port, NULL, NULL);
+	is_int(call(c, "Echo", 0, "x", 2000, NULL, 0, &err), -BC_EDOMAIN,
+	       "plaintext client to a TLS server fails");
+	rpc_client_free(c);
+	rpc_server_free(s, 1000);
+
+	stls.request_client_cert = false;
+	s = server_up(&stls, 0, 0, &port);
+	c = client_new(port, &ctls, NULL);
+	is_int(call(c, "WhoAmI", 0, "", 5000, out, sizeof(out), &err), 0,
+	       "TLS server not asking for certificates serves a client with one");
+	is_str(out, "bearer=- cn=- auth=- principal=- peer=ok", "... CN not reported");
+	rpc_client_free(c);
+	rpc_server_free(s, 1000);
+}
+
+static void test_registration(void)
+{
+	struct rpc_server_opts o = {.listen = "127.0.0.1:0"};
+	struct rpc_handler bad = {.method = "Nope", .kind = RPC_UNARY, .fn.unary = h_echo};
+	rpc_server *s = rpc_server_new(&o, NULL);
+	char buf[8];
+
+	is_int(rpc_server_add_service(s, &test_service, &bad, 1), -EINVAL, "unknown method refused");
+	is_int(rpc_server_add_service(s, &grpc__health__v1__health__descriptor, NULL, 0), -EEXIST,
+	       "health registered already");
+	is_int(rpc_method_path(&test_service, "Echo", buf, sizeof(buf)), -ENOSPC,
+	       "method path: short buffer");
+	is_int(rpc_method_path(&test_service, "Nope", buf, sizeof(buf)), -ENOENT,
+	       "method path: unknown method");
+	rpc_server_free(s, 0); /* never started */
+	rpc_server_free(NULL, 0);
+	rpc_stream_free(NULL);
+	rpc_client_free(NULL);
+}
+
+int main(void)
+{
+	rpc_server *s;
+	rpc_client *c;
+	int port = 0, r;
+
+	r = make_certs();
+	is_int(r, 0, "test certificates generated with openssl");
+	rpc_global_init();
+	test_registration();
+	s = server_up(NULL, 0, 0, &port);
+	ok(s != NULL && port > 0, "server listens on 127.0.0.1:%d", port);
+	c = client_new(port, NULL, NULL);
+	test_unary(c);
+	test_errors(c);
+	test_unimplemented(c);
+	test_bad_input(c);
+	test_auth(port);
+	test_deadline(c);
+	test_server_stream(c);
+	test_bidi(c);
+	test_health(c);
+	test_cancel_by_client(c);
+	test_concurrency(c);
+	rpc_client_free(c);
+	rpc_server_free(s, 2000);
+	test_max_streams();
+	test_shutdown_with_stream();
+	test_reconnect();
+	if (r == 0)
+		test_tls();
+	is_int(n_thread_init, n_thread_fini, "thread_init and thread_fini balanced (%d)",
+	       (int)n_thread_init);
+	rpc_global_shutdown();
+	remove_certs();
+	done_testing();
+}
