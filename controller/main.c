@@ -1,2 +1,151 @@
-/* placeholder, replaced by the controller */
-int main(void) { return 0; }
+/* main.c: bc-controller. Subcommands init, migrate, serve, version.
+ *
+ * serve's threads: the gRPC workers and one thread per open stream (each
+ * with its own PostgreSQL connection, see server.c), the LISTEN thread
+ * (watch.c) that wakes WatchSpec streams on NOTIFY, and the reconciler
+ * (reconcile.c). The main thread only waits for SIGTERM/SIGINT. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl.h"
+#include "log.h"
+#include "rpc.h"
+#include "util.h"
+
+#ifndef BC_VERSION
+#define BC_VERSION "0.1.0"
+#endif
+
+static void usage(void)
+{
+	fprintf(stderr,
+		"usage: bc-controller COMMAND [--config FILE] [--key value]...\n"
+		"commands:\n"
+		"  init [--new-admin-token]  create PKI, migrate, mint the first admin token\n"
+		"  migrate                   apply migrations\n"
+		"  serve                     serve the API and the node API\n"
+		"  version                   print the version\n");
+}
+
+static int check_schema(const struct ctl_app *app)
+{
+	struct db *d = db_open(app->cfg.database);
+	int v = 0, r;
+
+	if (!d) {
+		log_error("serve: cannot connect to the database");
+		return -EIO;
+	}
+	r = migrate_current(d, &v);
+	db_close(d);
+	if (r < 0)
+		return r;
+	if (v != CTL_SCHEMA_VERSION) {
+		log_error("serve: database schema version %d, this binary serves version %d: %s", v,
+			  CTL_SCHEMA_VERSION,
+			  v < CTL_SCHEMA_VERSION ? "run bc-controller migrate" : "upgrade this binary");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int cmd_serve(struct ctl_app *app)
+{
+	sigset_t set;
+	int sig = 0, r;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	if ((r = check_schema(app)) < 0 || (r = pki_load(app)) < 0)
+		return r;
+	rpc_global_init();
+	if ((r = server_start(app)) < 0) {
+		rpc_global_shutdown();
+		return r;
+	}
+	sigwait(&set, &sig);
+	log_info("serve: signal %d, shutting down", sig);
+	server_stop(app);
+	rpc_global_shutdown();
+	return 0;
+}
+
+static int cmd_migrate(struct ctl_app *app)
+{
+	struct db *d = db_open(app->cfg.database);
+	int v = 0, r;
+
+	if (!d) {
+		log_error("migrate: cannot connect to the database");
+		return -EIO;
+	}
+	r = migrate_apply(d, migrate_default_dir(app->cfg.migrations_dir), &v);
+	db_close(d);
+	if (r == 0)
+		printf("schema version %d\n", v);
+	return r;
+}
+
+int main(int argc, char **argv)
+{
+	struct ctl_app app;
+	const char *cmd, *config = NULL;
+	bool new_token = false;
+	enum log_level lvl = LOG_LVL_INFO;
+	char **rest;
+	int nrest = 0, r;
+
+	if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+		usage();
+		return argc < 2 ? 1 : 0;
+	}
+	cmd = argv[1];
+	if (strcmp(cmd, "version") == 0) {
+		printf("bc-controller %s (schema %d)\n", BC_VERSION, CTL_SCHEMA_VERSION);
+		return 0;
+	}
+	rest = xcalloc((size_t)argc, sizeof(char *));
+	for (int i = 2; i < argc; i++) {
+		if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+			config = argv[++i];
+		else if (strcmp(argv[i], "--new-admin-token") == 0)
+			new_token = true;
+		else
+			rest[nrest++] = argv[i];
+	}
+	memset(&app, 0, sizeof(app));
+	r = config_load(&app.cfg, config, nrest, rest, 0);
+	free(rest);
+	if (r < 0)
+		return 1;
+	if (!app.cfg.database) {
+		fprintf(stderr, "bc-controller: the database key is required\n");
+		config_free(&app.cfg);
+		return 1;
+	}
+	if (log_level_parse(app.cfg.log_level, &lvl) < 0)
+		fprintf(stderr, "bc-controller: unknown log_level %s\n", app.cfg.log_level);
+	log_init("bc-controller", lvl);
+	if (strcmp(cmd, "init") == 0)
+		r = init_run(&app, new_token);
+	else if (strcmp(cmd, "migrate") == 0)
+		r = cmd_migrate(&app);
+	else if (strcmp(cmd, "serve") == 0)
+		r = cmd_serve(&app);
+	else {
+		usage();
+		r = -EINVAL;
+	}
+	free(app.api_ca_pem);
+	free(app.node_ca_pem);
+	free(app.node_ca_key_pem);
+	config_free(&app.cfg);
+	return r < 0 ? 1 : 0;
+}

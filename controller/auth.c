@@ -1,0 +1,168 @@
+/* auth.c: who is calling. Public and admin calls carry a bearer token, which
+ * is looked up by its SHA-256 (tokens are never stored); node calls carry the
+ * node's client certificate, whose common name is the node id. Join and
+ * Health need neither. Full policy evaluation (IAM) builds on the principal
+ * set here. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ctl.h"
+#include "log.h"
+#include "util.h"
+
+static bool has_prefix(const char *s, const char *p)
+{
+	return strncmp(s, p, strlen(p)) == 0;
+}
+
+void auth_token_new(char *out, size_t len)
+{
+	unsigned char raw[32];
+	char hex[65];
+
+	if (random_bytes(raw, sizeof(raw)) < 0)
+		abort();
+	hex_encode(raw, sizeof(raw), hex);
+	snprintf(out, len, "bct_%s", hex);
+}
+
+static int auth_node(rpc_call *call, struct principal *p, bc_error *err)
+{
+	const char *cn = rpc_call_peer_cn(call);
+	struct dbp q = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	if (!cn)
+		return bc_error_set(err, BC_UNAUTHENTICATED, "node calls need the node's client "
+				    "certificate");
+	dbp_str(&q, cn);
+	rc = db_exec(ctl_db(call), &r, "SELECT pool_id, state FROM nodes WHERE id = $1", &q);
+	if (rc < 0)
+		return bc_error_set(err, BC_UNAVAILABLE, "database unavailable");
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return bc_error_set(err, BC_UNAUTHENTICATED, "unknown node %s", cn);
+	}
+	if (strcmp(db_val(r, 0, 1), "retired") == 0) {
+		PQclear(r);
+		log_warn("node %s: call refused: node is retired", cn);
+		bc_error_set(err, BC_ACCESS_DENIED, "node %s is retired", cn);
+		return bc_error_detail(err, "reason", "node-retired");
+	}
+	p->kind = PRINCIPAL_NODE;
+	snprintf(p->id, sizeof(p->id), "%s", cn);
+	snprintf(p->pool_id, sizeof(p->pool_id), "%s", db_val(r, 0, 0));
+	PQclear(r);
+	return 0;
+}
+
+static int auth_token(rpc_call *call, struct principal *p, bc_error *err)
+{
+	const char *tok = rpc_call_bearer(call);
+	struct dbp q = {0};
+	PGresult *r = NULL;
+	char hash[65];
+	int rc;
+
+	if (!tok || !*tok)
+		return bc_error_set(err, BC_UNAUTHENTICATED, "missing bearer token");
+	if (strlen(tok) > 256)
+		return bc_error_set(err, BC_UNAUTHENTICATED, "invalid or expired token");
+	sha256_hex(tok, strlen(tok), hash);
+	dbp_str(&q, hash);
+	rc = db_exec(ctl_db(call), &r,
+		     "SELECT i.id, i.tenant_id, i.is_admin, t.state FROM api_tokens k "
+		     "JOIN identities i ON i.id = k.identity_id JOIN tenants t ON t.id = i.tenant_id "
+		     "WHERE k.token_hash = $1 AND k.revoked_at IS NULL "
+		     "AND (k.expires_at IS NULL OR k.expires_at > now())", &q);
+	if (rc < 0)
+		return bc_error_set(err, BC_UNAVAILABLE, "database unavailable");
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return bc_error_set(err, BC_UNAUTHENTICATED, "invalid or expired token");
+	}
+	if (strcmp(db_val(r, 0, 3), "active") != 0) {
+		PQclear(r);
+		bc_error_set(err, BC_ACCESS_DENIED, "tenant is not active");
+		return bc_error_detail(err, "reason", "tenant-inactive");
+	}
+	p->kind = PRINCIPAL_IDENTITY;
+	snprintf(p->id, sizeof(p->id), "%s", db_val(r, 0, 0));
+	snprintf(p->tenant_id, sizeof(p->tenant_id), "%s", db_val(r, 0, 1));
+	p->is_admin = db_bool(r, 0, 2);
+	PQclear(r);
+	return 0;
+}
+
+int auth_pre_call(rpc_call *call, bc_error *err)
+{
+	const char *m = rpc_call_method(call);
+	struct principal *p = rpc_alloc(call, sizeof(*p));
+	int rc;
+
+	memset(p, 0, sizeof(*p));
+	rpc_call_set_principal(call, p, NULL);
+	if (has_prefix(m, "/grpc.health.v1.Health/") || strcmp(m, "/bc.node.v1.Node/Join") == 0)
+		return 0;
+	if (has_prefix(m, "/bc.node.v1."))
+		return auth_node(call, p, err);
+	if ((rc = auth_token(call, p, err)) < 0)
+		return rc;
+	if (has_prefix(m, "/bc.admin.v1.") && !p->is_admin)
+		return bc_error_set(err, BC_ACCESS_DENIED, "operator credential required");
+	return 0;
+}
+
+int auth_tenant(const rpc_call *call, const char *requested, const char **ret_tenant,
+		bc_error *err)
+{
+	const struct principal *p = ctl_principal(call);
+
+	if (!p || p->kind != PRINCIPAL_IDENTITY)
+		return bc_error_set(err, BC_UNAUTHENTICATED, "no caller");
+	if (!requested || !*requested) {
+		*ret_tenant = p->tenant_id;
+		return 0;
+	}
+	if (!str_is_slug(requested, 63)) {
+		bc_error_set(err, BC_INVALID_INPUT, "tenantId is not a valid tenant id");
+		return bc_error_detail(err, "field", "tenantId");
+	}
+	if (strcmp(requested, p->tenant_id) != 0 && !p->is_admin)
+		return bc_error_set(err, BC_NOT_FOUND, "tenant %s not found", requested);
+	*ret_tenant = requested;
+	return 0;
+}
+
+int auth_create_admin(struct db *d, const char *tenant_id, const char *name, char *ret_token,
+		      size_t len)
+{
+	char idn[64], tid[64], hash[65];
+	struct dbp q = {0};
+	int r;
+
+	id_new("idn", idn, sizeof(idn));
+	id_new("tok", tid, sizeof(tid));
+	auth_token_new(ret_token, len);
+	sha256_hex(ret_token, strlen(ret_token), hash);
+	dbp_str(&q, tenant_id);
+	r = db_exec(d, NULL, "INSERT INTO tenants (id, name) VALUES ($1, $1) "
+		    "ON CONFLICT (id) DO NOTHING", &q);
+	q.n = 0;
+	dbp_str(&q, idn);
+	dbp_str(&q, tenant_id);
+	dbp_str(&q, name);
+	if (r == 0)
+		r = db_exec(d, NULL, "INSERT INTO identities (id, tenant_id, kind, name, is_admin) "
+			    "VALUES ($1, $2, 'user', $3, true)", &q);
+	q.n = 0;
+	dbp_str(&q, tid);
+	dbp_str(&q, idn);
+	dbp_str(&q, hash);
+	if (r == 0)
+		r = db_exec(d, NULL, "INSERT INTO api_tokens (id, identity_id, token_hash) "
+			    "VALUES ($1, $2, $3)", &q);
+	return r;
+}

@@ -1,0 +1,165 @@
+/* config.c: the controller's configuration keys, in one typed table. A file
+ * of "key = value" lines, then "--key value" flags, each overriding the
+ * defaults. Unknown keys are refused so a typo never goes unnoticed. */
+#include <ctype.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctl.h"
+#include "util.h"
+
+enum ctype { C_STR, C_INT };
+
+struct ckey {
+	const char *name;
+	enum ctype type;
+	size_t off;
+	const char *def;
+	int min, max;
+};
+
+#define S(n, d) {#n, C_STR, offsetof(struct ctl_config, n), d, 0, 0}
+#define I(n, d, lo, hi) {#n, C_INT, offsetof(struct ctl_config, n), d, lo, hi}
+
+static const struct ckey keys[] = {
+	S(database, NULL),
+	S(listen, "127.0.0.1:7443"),
+	S(pki_dir, "/var/lib/bc/pki"),
+	S(api_san, ""),
+	S(migrations_dir, NULL),
+	S(replica, NULL),
+	S(log_level, "info"),
+	S(admin_token_file, NULL),
+	I(workers, "8", 1, 256),
+	I(node_lost_seconds, "60", 2, 86400),
+	I(spec_resync_seconds, "30", 1, 3600),
+	I(max_message_bytes, "1048576", 4096, 64 << 20),
+};
+
+static const struct ckey *key_find(const char *name)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+		if (strcmp(keys[i].name, name) == 0)
+			return &keys[i];
+	return NULL;
+}
+
+static int key_set(struct ctl_config *c, const char *name, const char *value)
+{
+	const struct ckey *k = key_find(name);
+	char *end;
+	long v;
+
+	if (!k) {
+		fprintf(stderr, "config: unknown key '%s'\n", name);
+		return -EINVAL;
+	}
+	if (k->type == C_STR) {
+		char **p = (char **)((char *)c + k->off);
+		free(*p);
+		*p = xstrdup(value);
+		return 0;
+	}
+	errno = 0;
+	v = strtol(value, &end, 10);
+	if (errno || *end || end == value || v < k->min || v > k->max) {
+		fprintf(stderr, "config: %s must be an integer in [%d, %d]\n", name, k->min, k->max);
+		return -EINVAL;
+	}
+	*(int *)((char *)c + k->off) = (int)v;
+	return 0;
+}
+
+static char *trim(char *s)
+{
+	char *e;
+
+	while (isspace((unsigned char)*s))
+		s++;
+	e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = '\0';
+	return s;
+}
+
+static int load_file(struct ctl_config *c, const char *path)
+{
+	_cleanup_free_ char *buf = NULL;
+	char *save = NULL;
+	int r, lineno = 0;
+
+	r = file_read_all(path, 1 << 20, &buf, NULL);
+	if (r < 0) {
+		fprintf(stderr, "config: cannot read %s: %s\n", path, strerror(-r));
+		return r;
+	}
+	for (char *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char *eq, *hash = strchr(line, '#');
+		lineno++;
+		if (hash)
+			*hash = '\0';
+		line = trim(line);
+		if (!*line)
+			continue;
+		eq = strchr(line, '=');
+		if (!eq) {
+			fprintf(stderr, "config: %s: line %d: expected key = value\n", path, lineno);
+			return -EINVAL;
+		}
+		*eq = '\0';
+		r = key_set(c, trim(line), trim(eq + 1));
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+int config_load(struct ctl_config *c, const char *path, int argc, char **argv, int first)
+{
+	char host[256];
+	int r;
+
+	memset(c, 0, sizeof(*c));
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+		if (keys[i].def && (r = key_set(c, keys[i].name, keys[i].def)) < 0)
+			return r;
+	if (path && (r = load_file(c, path)) < 0)
+		return r;
+	for (int i = first; i < argc; i++) {
+		const char *a = argv[i];
+		char name[64];
+		if (strncmp(a, "--", 2) != 0 || i + 1 >= argc) {
+			fprintf(stderr, "config: expected --key value, got '%s'\n", a);
+			return -EINVAL;
+		}
+		snprintf(name, sizeof(name), "%s", a + 2);
+		for (char *p = name; *p; p++)
+			if (*p == '-')
+				*p = '_';
+		if ((r = key_set(c, name, argv[++i])) < 0)
+			return r;
+	}
+	if (!c->replica) {
+		if (gethostname(host, sizeof(host)) < 0)
+			snprintf(host, sizeof(host), "controller");
+		host[sizeof(host) - 1] = '\0';
+		c->replica = xstrdup(host);
+	}
+	if (!c->admin_token_file)
+		c->admin_token_file = xasprintf("%s/admin.token", c->pki_dir);
+	return 0;
+}
+
+void config_free(struct ctl_config *c)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+		if (keys[i].type == C_STR) {
+			char **p = (char **)((char *)c + keys[i].off);
+			free(*p);
+			*p = NULL;
+		}
+}

@@ -1,0 +1,137 @@
+/* ctl.h: what the controller's subsystems share: the configuration, the
+ * application object, the caller (principal) of an API call, and the entry
+ * points of each subsystem. */
+#ifndef BC_CTL_H
+#define BC_CTL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "db.h"
+#include "err.h"
+#include "rpc.h"
+
+/* The newest schema version this binary knows; equals the number of files in
+ * migrations/ (checked by a unit test). serve refuses any other version. */
+#define CTL_SCHEMA_VERSION 1
+
+struct ctl_config {
+	char *database;
+	char *listen;
+	char *pki_dir;
+	char *api_san;
+	char *migrations_dir;
+	char *replica;
+	char *log_level;
+	char *admin_token_file;
+	int workers;
+	int node_lost_seconds;
+	int spec_resync_seconds;
+	int max_message_bytes;
+};
+
+/* Load defaults, then the file at path (if not NULL), then argv flags
+ * "--key value" from argv[first..argc). -EINVAL with a message on stderr. */
+int config_load(struct ctl_config *c, const char *path, int argc, char **argv, int first);
+void config_free(struct ctl_config *c);
+
+struct watch_registry;
+
+struct ctl_app {
+	struct ctl_config cfg;
+	rpc_server *server;
+	struct watch_registry *watches;
+	char *api_ca_pem, *node_ca_pem, *node_ca_key_pem;
+	volatile bool stopping;
+	pthread_t listen_thread, reconcile_thread;
+};
+
+/* The caller of an API call, set by the pre-call hook. */
+enum principal_kind { PRINCIPAL_NONE, PRINCIPAL_IDENTITY, PRINCIPAL_NODE };
+
+struct principal {
+	enum principal_kind kind;
+	char id[64];         /* identity id or node id */
+	char tenant_id[64];  /* identities */
+	char pool_id[64];    /* nodes */
+	bool is_admin;
+};
+
+/* From a call: the app, this thread's database, the principal. */
+struct ctl_app *ctl_app(const rpc_call *call);
+struct db *ctl_db(const rpc_call *call);
+const struct principal *ctl_principal(const rpc_call *call);
+
+/* migrate.c */
+int migrate_apply(struct db *d, const char *dir, int *ret_version);
+int migrate_current(struct db *d, int *ret_version);
+const char *migrate_default_dir(const char *configured);
+
+/* auth.c: authenticate a call (bearer token or node certificate). */
+int auth_pre_call(rpc_call *call, bc_error *err);
+/* Token hashing and minting (tokens are stored as SHA-256 only). */
+void auth_token_new(char *out, size_t len);
+int auth_create_admin(struct db *d, const char *tenant_id, const char *name, char *ret_token,
+		      size_t len);
+/* Resolve the tenant a call acts in: the request's tenant_id, or the
+ * caller's own when empty. Non-admins may act only in their own tenant
+ * (another tenant's is NOT_FOUND). */
+int auth_tenant(const rpc_call *call, const char *requested, const char **ret_tenant,
+		bc_error *err);
+
+/* init.c */
+int init_run(struct ctl_app *app, bool new_admin_token);
+int pki_load(struct ctl_app *app);
+
+/* services: registration of each API group on the server. */
+int admin_register(rpc_server *s);
+int admin_catalog_register(rpc_server *s);
+int instances_register(rpc_server *s);
+int nodeapi_register(rpc_server *s);
+
+/* spec.c: bump a node's generation and NOTIFY, inside the caller's tx. */
+int spec_bump(struct db *d, const char *node_id);
+
+/* watch.c: the LISTEN thread and the registry of open WatchSpec streams. */
+struct watch_registry *watch_registry_new(void);
+void watch_registry_free(struct watch_registry *r);
+void *watch_listen_thread(void *app);
+
+/* reconcile.c: node loss and unplaced instances (one leader). */
+void *reconcile_thread(void *app);
+
+/* server.c */
+int server_start(struct ctl_app *app);
+void server_stop(struct ctl_app *app);
+
+/* validate.c: INVALID_INPUT naming the field (details.field). Returns
+ * -BC_EDOMAIN. */
+int invalid(bc_error *err, const char *field, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* An id of the given prefix, else INVALID_INPUT on field. */
+int check_id(bc_error *err, const char *field, const char *prefix, const char *value);
+/* Map a database failure to the caller: UNAVAILABLE/INTERNAL. */
+int db_fail(bc_error *err, int rc);
+
+/* ipam.c: pure address helpers (IPv4 subnets, IPv6 /64s, MACs). */
+int ipam_parse_ip4(const char *s, uint32_t *ret);
+int ipam_parse_cidr4(const char *s, uint32_t *ret_net, int *ret_prefix);
+int ipam_parse_cidr6(const char *s, unsigned char ret_net[16], int *ret_prefix);
+bool ipam_contains4(uint32_t net, int prefix, uint32_t ip);
+/* Number of leasable host addresses (excludes network and broadcast). */
+uint32_t ipam_hosts4(int prefix);
+void ipam_format4(uint32_t ip, char *out, size_t len);
+/* A locally administered unicast MAC from 5 random bytes. */
+void ipam_random_mac(char out[18]);
+/* The EUI-64 IPv6 address in net/64 for mac; -EINVAL for a bad MAC. */
+int ipam_eui64(const unsigned char net[16], const char *mac, char *out, size_t len);
+/* Tap name for NIC idx of instance id: "bct" + 11 id chars + idx (<= 15). */
+void ipam_tap_name(const char *instance_id, int idx, char out[16]);
+
+/* events.c: publish an event inside the caller's transaction. data_json
+ * may be NULL ("{}"). */
+int event_publish(struct db *d, const char *type, const char *subject, const char *tenant_id,
+		  const char *data_json);
+
+#endif

@@ -1,0 +1,225 @@
+/* db.c: libpq connections, parametrized statements, retried transactions. */
+#include "db.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "util.h"
+
+static __thread char last_state[6];
+
+static void dbp_push(struct dbp *p, const char *v)
+{
+	if (p->n >= DBP_MAX)
+		abort(); /* a programming error: statements are static */
+	p->v[p->n++] = v;
+}
+
+void dbp_str(struct dbp *p, const char *s)
+{
+	dbp_push(p, s ? s : "");
+}
+
+void dbp_nstr(struct dbp *p, const char *s)
+{
+	dbp_push(p, s && *s ? s : NULL);
+}
+
+void dbp_i64(struct dbp *p, int64_t v)
+{
+	snprintf(p->buf[p->n], sizeof(p->buf[0]), "%" PRId64, v);
+	dbp_push(p, p->buf[p->n]);
+}
+
+void dbp_u64(struct dbp *p, uint64_t v)
+{
+	snprintf(p->buf[p->n], sizeof(p->buf[0]), "%" PRIu64, v);
+	dbp_push(p, p->buf[p->n]);
+}
+
+void dbp_bool(struct dbp *p, bool v)
+{
+	dbp_push(p, v ? "true" : "false");
+}
+
+static int db_connect(struct db *d)
+{
+	if (d->conn)
+		PQfinish(d->conn);
+	d->conn = PQconnectdb(d->conninfo);
+	if (PQstatus(d->conn) != CONNECTION_OK) {
+		log_debug("db connect failed: %s", PQerrorMessage(d->conn));
+		PQfinish(d->conn);
+		d->conn = NULL;
+		return -EIO;
+	}
+	d->in_tx = false;
+	return 0;
+}
+
+struct db *db_open(const char *conninfo)
+{
+	struct db *d = xcalloc(1, sizeof(*d));
+
+	d->conninfo = xstrdup(conninfo);
+	if (db_connect(d) < 0) {
+		db_close(d);
+		return NULL;
+	}
+	return d;
+}
+
+int db_ensure(struct db *d)
+{
+	if (d->conn && PQstatus(d->conn) == CONNECTION_OK)
+		return 0;
+	return db_connect(d);
+}
+
+void db_close(struct db *d)
+{
+	if (!d)
+		return;
+	if (d->conn)
+		PQfinish(d->conn);
+	free(d->conninfo);
+	free(d);
+}
+
+static int map_state(const char *st)
+{
+	if (!st)
+		return -EIO;
+	if (strcmp(st, "40001") == 0 || strcmp(st, "40P01") == 0)
+		return -EAGAIN;
+	if (strcmp(st, "23505") == 0)
+		return -EEXIST;
+	if (strncmp(st, "22", 2) == 0)
+		return -EINVAL;
+	return -EIO;
+}
+
+int db_exec(struct db *d, PGresult **ret, const char *sql, const struct dbp *p)
+{
+	PGresult *r;
+	ExecStatusType st;
+	int rc;
+
+	last_state[0] = '\0';
+	if (db_ensure(d) < 0)
+		return -EIO;
+	r = PQexecParams(d->conn, sql, p ? p->n : 0, NULL, p ? p->v : NULL, NULL, NULL, 0);
+	st = PQresultStatus(r);
+	if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
+		if (ret)
+			*ret = r;
+		else
+			PQclear(r);
+		return 0;
+	}
+	{
+		const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+		snprintf(last_state, sizeof(last_state), "%s", state ? state : "");
+		rc = map_state(state);
+		if (rc == -EIO)
+			log_warn("db: statement failed sqlstate=%s: %s", state ? state : "-",
+				 PQresultErrorMessage(r));
+		else
+			log_debug("db: sqlstate=%s: %s", state ? state : "-", PQresultErrorMessage(r));
+	}
+	PQclear(r);
+	if (PQstatus(d->conn) != CONNECTION_OK) {
+		PQfinish(d->conn);
+		d->conn = NULL;
+	}
+	return rc;
+}
+
+const char *db_last_sqlstate(const struct db *d)
+{
+	(void)d;
+	return last_state;
+}
+
+int db_scalar(struct db *d, const char *sql, const struct dbp *p, char **ret)
+{
+	PGresult *r = NULL;
+	int rc = db_exec(d, &r, sql, p);
+
+	if (rc < 0)
+		return rc;
+	if (PQntuples(r) < 1) {
+		PQclear(r);
+		return -ENOENT;
+	}
+	*ret = PQgetisnull(r, 0, 0) ? NULL : xstrdup(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	return 0;
+}
+
+static void backoff(int attempt)
+{
+	unsigned int r = 0;
+	struct timespec ts;
+
+	random_bytes(&r, sizeof(r));
+	ts.tv_sec = 0;
+	ts.tv_nsec = (long)((1 + attempt) * 1000000L + (r % 4000000u));
+	nanosleep(&ts, NULL);
+}
+
+int db_tx(struct db *d, const char *isolation, db_tx_fn fn, void *arg, bc_error *err)
+{
+	char begin[64];
+	int rc = -EIO;
+
+	snprintf(begin, sizeof(begin), "BEGIN ISOLATION LEVEL %s", isolation);
+	for (int attempt = 0; attempt < 8; attempt++) {
+		if (db_exec(d, NULL, begin, NULL) < 0) {
+			bc_error_set(err, BC_UNAVAILABLE, "database unavailable");
+			return -EIO;
+		}
+		d->in_tx = true;
+		rc = fn(d, arg, err);
+		if (rc == 0)
+			rc = db_exec(d, NULL, "COMMIT", NULL);
+		else
+			db_exec(d, NULL, "ROLLBACK", NULL);
+		d->in_tx = false;
+		if (rc != -EAGAIN)
+			break;
+		if (d->conn)
+			db_exec(d, NULL, "ROLLBACK", NULL);
+		backoff(attempt);
+	}
+	if (rc < 0 && rc != -BC_EDOMAIN && err && err->code == BC_OK)
+		bc_error_set(err, rc == -EAGAIN ? BC_CONFLICT : BC_INTERNAL,
+			     rc == -EAGAIN ? "too much contention, retry" : "database error");
+	return rc;
+}
+
+const char *db_val(const PGresult *r, int row, int col)
+{
+	if (PQgetisnull(r, row, col))
+		return NULL;
+	return PQgetvalue(r, row, col);
+}
+
+int64_t db_i64(const PGresult *r, int row, int col)
+{
+	const char *v = db_val(r, row, col);
+
+	return v ? strtoll(v, NULL, 10) : 0;
+}
+
+bool db_bool(const PGresult *r, int row, int col)
+{
+	const char *v = db_val(r, row, col);
+
+	return v && v[0] == 't';
+}

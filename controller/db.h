@@ -1,0 +1,68 @@
+/* db.h: PostgreSQL access for the controller, over libpq.
+ *
+ * One connection per thread (gRPC workers, stream threads, reconcilers, the
+ * LISTEN thread each own one), parametrized queries only (PQexecParams;
+ * never SQL built from input), and a transaction helper that retries
+ * serialization failures and deadlocks. */
+#ifndef BC_CTL_DB_H
+#define BC_CTL_DB_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "err.h"
+
+struct db {
+	PGconn *conn;
+	char *conninfo;
+	bool in_tx;
+};
+
+/* Parameters of one statement: up to 24, strings (NULL = SQL NULL). */
+#define DBP_MAX 24
+struct dbp {
+	int n;
+	const char *v[DBP_MAX];
+	char buf[DBP_MAX][32];
+};
+
+void dbp_str(struct dbp *p, const char *s);      /* "" stays "" */
+void dbp_nstr(struct dbp *p, const char *s);     /* "" or NULL -> NULL */
+void dbp_i64(struct dbp *p, int64_t v);
+void dbp_u64(struct dbp *p, uint64_t v);
+void dbp_bool(struct dbp *p, bool v);
+
+/* Connect (db_open) or reconnect lazily (db_ensure). 0 or -EIO. */
+struct db *db_open(const char *conninfo);
+int db_ensure(struct db *d);
+void db_close(struct db *d);
+
+/* Run one statement. On success *ret (if not NULL) is the result (PQclear
+ * it). On failure returns -EIO (or -EAGAIN for a serialization failure or
+ * deadlock, -EEXIST for a unique violation, -EINVAL for bad input such as
+ * invalid inet text), and err (if not NULL) is INTERNAL. The statement is
+ * logged at debug level only. */
+int db_exec(struct db *d, PGresult **ret, const char *sql, const struct dbp *p);
+
+/* Convenience: first row's first column as a malloc'd string (NULL for SQL
+ * NULL) with -ENOENT when there is no row. */
+int db_scalar(struct db *d, const char *sql, const struct dbp *p, char **ret);
+
+/* Run fn inside BEGIN ... COMMIT at the given isolation ("READ COMMITTED",
+ * "REPEATABLE READ", "SERIALIZABLE"). fn returns 0 to commit, <0 to roll
+ * back (its bc_error is kept). Serialization failures and deadlocks (in fn
+ * or at COMMIT) are retried up to 8 times with a short random backoff.
+ * Returns fn's result, or -EIO with err INTERNAL. */
+typedef int (*db_tx_fn)(struct db *d, void *arg, bc_error *err);
+int db_tx(struct db *d, const char *isolation, db_tx_fn fn, void *arg, bc_error *err);
+
+/* Value helpers for results. */
+const char *db_val(const PGresult *r, int row, int col);   /* NULL for SQL NULL */
+int64_t db_i64(const PGresult *r, int row, int col);       /* 0 for NULL */
+bool db_bool(const PGresult *r, int row, int col);
+
+/* The SQLSTATE of the last failed statement on this connection ("" if none). */
+const char *db_last_sqlstate(const struct db *d);
+
+#endif

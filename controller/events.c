@@ -1,0 +1,32 @@
+/* events.c: the events outbox. Every state change inserts its event in the
+ * same transaction as the change, so an event exists exactly when the change
+ * committed. */
+#include "ctl.h"
+
+int event_publish(struct db *d, const char *type, const char *subject, const char *tenant_id,
+		  const char *data_json)
+{
+	struct dbp p = {0};
+
+	dbp_str(&p, type);
+	dbp_str(&p, subject);
+	dbp_nstr(&p, tenant_id);
+	dbp_str(&p, data_json ? data_json : "{}");
+	return db_exec(d, NULL, "INSERT INTO events (type, subject, tenant_id, data) "
+		       "VALUES ($1, $2, $3, $4::jsonb)", &p);
+}
+
+int spec_bump(struct db *d, const char *node_id)
+{
+	struct dbp p = {0};
+	int r;
+
+	if (!node_id)
+		return 0;
+	dbp_str(&p, node_id);
+	r = db_exec(d, NULL, "UPDATE nodes SET spec_generation = spec_generation + 1 "
+		    "WHERE id = $1", &p);
+	if (r == 0)
+		r = db_exec(d, NULL, "SELECT pg_notify('bc_node_spec', $1)", &p);
+	return r;
+}

@@ -1,0 +1,473 @@
+/* instances.c: the Instances API (Create, Get, List, Delete). A create is
+ * validated completely before anything is written, then in one transaction
+ * inserts the instance, leases its NIC, books capacity on a node (or leaves
+ * it Unschedulable), publishes instance.created, records its idempotency key
+ * and bumps the node's spec so the agent hears of it at once. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "bc/compute/v1/instances.pb-c.h"
+#include "ctl.h"
+#include "idem.h"
+#include "log.h"
+#include "nodes.h"
+#include "rowmsg.h"
+#include "util.h"
+
+#define WAIT_MAX_MS 30000
+#define USER_DATA_MAX (64 * 1024)
+#define SSH_KEYS_MAX 16
+#define CAP_NETWORK_POLICY "bc.dev/cap.instance.network-policy"
+
+#define INST_COLS                                                                          \
+	"i.id, i.tenant_id, i.pool_id, coalesce(i.node_id, ''), i.flavor_name, i.image_id, "  \
+	"i.state, i.desired_state, i.reason, i.vcpus, i.memory_mib, i.disk_gib, i.gpus, "     \
+	"i.network_policy, coalesce(i.sandbox_id, ''), coalesce(i.warm_template_id, ''), "    \
+	MS("i.created_at") ", " MS("i.updated_at") ", coalesce(" MS("i.deleted_at") ", 0), " \
+	"i.created_by, array_to_string(i.ssh_keys, E'\\n'), coalesce(i.mac::text, ''), "      \
+	"coalesce((SELECT host(l.address) FROM ip_leases l WHERE l.instance_id = i.id LIMIT 1), " \
+	"''), coalesce((SELECT p.ipam_subnet6::text FROM pools p WHERE p.id = i.pool_id), '')"
+
+static Bc__Compute__V1__Nic *nic_from_row(rpc_call *c, const PGresult *r, int i)
+{
+	Bc__Compute__V1__Nic *n = rpc_new(c, &bc__compute__v1__nic__descriptor);
+	const char *subnet6 = db_val(r, i, 23);
+	unsigned char net[16];
+	char tap[16];
+	int prefix;
+
+	ipam_tap_name(db_val(r, i, 0), 0, tap);
+	n->name = rpc_strdup(c, tap);
+	n->mac = row_str(c, r, i, 21);
+	n->ipv4 = row_str(c, r, i, 22);
+	n->ipv6 = (char *)"";
+	if (subnet6 && *subnet6 && *n->mac && ipam_parse_cidr6(subnet6, net, &prefix) == 0) {
+		n->ipv6 = rpc_alloc(c, 64);
+		if (ipam_eui64(net, n->mac, n->ipv6, 64) < 0)
+			n->ipv6 = (char *)"";
+	}
+	return n;
+}
+
+static Bc__Compute__V1__Instance *inst_from_row(rpc_call *c, const PGresult *r, int i)
+{
+	Bc__Compute__V1__Instance *x = rpc_new(c, &bc__compute__v1__instance__descriptor);
+
+	x->id = row_str(c, r, i, 0);
+	x->tenant_id = row_str(c, r, i, 1);
+	x->pool_id = row_str(c, r, i, 2);
+	x->node_id = row_str(c, r, i, 3);
+	x->flavor = row_str(c, r, i, 4);
+	x->image_id = row_str(c, r, i, 5);
+	x->state = row_str(c, r, i, 6);
+	x->desired_state = row_str(c, r, i, 7);
+	x->reason = row_str(c, r, i, 8);
+	x->vcpus = (uint32_t)db_i64(r, i, 9);
+	x->memory_mib = (uint64_t)db_i64(r, i, 10);
+	x->disk_gib = (uint64_t)db_i64(r, i, 11);
+	x->gpus = (uint32_t)db_i64(r, i, 12);
+	x->network_policy = row_str(c, r, i, 13);
+	x->sandbox_id = row_str(c, r, i, 14);
+	x->warm_template_id = row_str(c, r, i, 15);
+	x->created_at = db_i64(r, i, 16);
+	x->updated_at = db_i64(r, i, 17);
+	x->deleted_at = db_i64(r, i, 18);
+	x->created_by = row_str(c, r, i, 19);
+	x->n_ssh_keys = row_strv(c, r, i, 20, &x->ssh_keys);
+	if (*db_val(r, i, 21) || *db_val(r, i, 22)) {
+		x->nics = rpc_alloc(c, sizeof(*x->nics));
+		x->nics[0] = nic_from_row(c, r, i);
+		x->n_nics = 1;
+	}
+	return x;
+}
+
+/* Read one instance of tenant; NOT_FOUND for another tenant's. */
+static int inst_fetch(rpc_call *c, const char *tenant, const char *id,
+		      Bc__Compute__V1__Instance **ret, bc_error *err)
+{
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, id);
+	dbp_str(&p, tenant);
+	rc = db_exec(ctl_db(c), &r, "SELECT " INST_COLS " FROM instances i WHERE i.id = $1 AND "
+		     "i.tenant_id = $2", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return bc_error_set(err, BC_NOT_FOUND, "instance %s not found", id);
+	}
+	*ret = inst_from_row(c, r, 0);
+	PQclear(r);
+	return 0;
+}
+
+/* ----------------------------------------------------------------- create */
+
+static bool valid_ssh_key(const char *k)
+{
+	static const char *const types[] = {"ssh-ed25519 ", "ssh-rsa ", "ecdsa-sha2-nistp256 ",
+					    "ecdsa-sha2-nistp384 ", "ecdsa-sha2-nistp521 ",
+					    "sk-ssh-ed25519@openssh.com ",
+					    "sk-ecdsa-sha2-nistp256@openssh.com "};
+	bool ok = false;
+
+	for (size_t i = 0; i < ARRAY_SIZE(types); i++)
+		ok |= strncmp(k, types[i], strlen(types[i])) == 0;
+	return ok && str_is_printable(k, 8192);
+}
+
+static int check_create(const Bc__Compute__V1__CreateInstanceRequest *q, bc_error *err)
+{
+	int r;
+
+	if ((r = check_id(err, "poolId", "pool", q->pool_id)) < 0)
+		return r;
+	if (!*q->flavor || !str_is_printable(q->flavor, 64))
+		return invalid(err, "flavor", "flavor must be a flavor id or name");
+	if (!*q->image_id || !str_is_printable(q->image_id, 64))
+		return invalid(err, "imageId", "imageId must be an image id or name");
+	if (q->n_ssh_keys > SSH_KEYS_MAX)
+		return invalid(err, "sshKeys", "at most %d sshKeys", SSH_KEYS_MAX);
+	for (size_t i = 0; i < q->n_ssh_keys; i++)
+		if (!valid_ssh_key(q->ssh_keys[i]))
+			return invalid(err, "sshKeys", "sshKeys[%zu] is not an OpenSSH public key "
+				       "line", i);
+	if (strlen(q->user_data) > USER_DATA_MAX)
+		return invalid(err, "userData", "userData is larger than %d bytes", USER_DATA_MAX);
+	if (*q->network_policy && strcmp(q->network_policy, "egress") &&
+	    strcmp(q->network_policy, "private") && strcmp(q->network_policy, "none"))
+		return invalid(err, "networkPolicy", "networkPolicy must be egress, private or none");
+	if (q->wait && (q->wait->timeout_ms < 0 || q->wait->timeout_ms > WAIT_MAX_MS))
+		return invalid(err, "wait.timeoutMs", "wait.timeoutMs must be between 0 and %d",
+			       WAIT_MAX_MS);
+	return idem_check_key(q->idempotency_key, err);
+}
+
+struct create {
+	rpc_call *call;
+	const Bc__Compute__V1__CreateInstanceRequest *q;
+	const char *tenant, *policy;
+	struct idem k;
+	char id[64];
+	bool reused;
+};
+
+/* Pool visible to the tenant, its IPAM if the policy needs it. */
+static int resolve_pool(struct db *d, struct create *a, char **ret_runtime, bc_error *err)
+{
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, a->q->pool_id);
+	dbp_str(&p, a->tenant);
+	rc = db_exec(d, &r, "SELECT runtime, ipam_subnet IS NOT NULL FROM pools WHERE id = $1 AND "
+		     "deleted_at IS NULL AND (cardinality(tenant_ids) = 0 OR $2 = ANY (tenant_ids))",
+		     &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return bc_error_set(err, BC_NOT_FOUND, "pool %s not found", a->q->pool_id);
+	}
+	if (strcmp(a->policy, "egress") != 0 && !db_bool(r, 0, 1)) {
+		PQclear(r);
+		bc_error_set(err, BC_INVALID_STATE, "network policy %s needs the pool's IP range, and "
+			     "pool %s has none", a->policy, a->q->pool_id);
+		return bc_error_detail(err, "reason", "pool-without-ip-range");
+	}
+	*ret_runtime = xstrdup(db_val(r, 0, 0));
+	PQclear(r);
+	return 0;
+}
+
+static int insert_instance(struct db *d, struct create *a, PGresult **ret_shape, bc_error *err)
+{
+	const Bc__Compute__V1__CreateInstanceRequest *q = a->q;
+	_cleanup_free_ char *keys = NULL;
+	struct dbp p = {0};
+	size_t len = 1;
+	int rc;
+
+	for (size_t i = 0; i < q->n_ssh_keys; i++)
+		len += strlen(q->ssh_keys[i]) + 1;
+	keys = xcalloc(1, len);
+	for (size_t i = 0; i < q->n_ssh_keys; i++)
+		strcat(strcat(keys, i ? "\n" : ""), q->ssh_keys[i]);
+	id_new("inst", a->id, sizeof(a->id));
+	dbp_str(&p, a->id);
+	dbp_str(&p, a->tenant);
+	dbp_str(&p, q->pool_id);
+	dbp_str(&p, q->flavor);
+	dbp_str(&p, q->image_id);
+	dbp_str(&p, a->policy);
+	dbp_str(&p, keys);
+	dbp_str(&p, q->user_data);
+	dbp_str(&p, ctl_principal(a->call)->id);
+	rc = db_exec(d, ret_shape,
+		     "INSERT INTO instances (id, tenant_id, pool_id, flavor_id, flavor_name, image_id, "
+		     "vcpus, memory_mib, disk_gib, gpus, huge_pages, numa_node, pin_vcpus, "
+		     "network_policy, ssh_keys, user_data, created_by) SELECT $1, $2, $3, f.id, "
+		     "f.name, im.id, f.vcpus, f.memory_mib, f.disk_gib, f.gpus, f.huge_pages, "
+		     "f.numa_node, f.pin_vcpus, $6, string_to_array(nullif($7, ''), E'\\n'), $8, $9 "
+		     "FROM flavors f, images im WHERE (f.id = $4 OR f.name = $4) AND f.deleted_at IS "
+		     "NULL AND (im.id = $5 OR im.name = $5) AND im.deleted_at IS NULL "
+		     "RETURNING vcpus, memory_mib, disk_gib, gpus", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	if (PQntuples(*ret_shape) == 1)
+		return 0;
+	PQclear(*ret_shape);
+	*ret_shape = NULL;
+	/* say which of the two is unknown */
+	p.n = 0;
+	dbp_str(&p, q->flavor);
+	rc = db_exec(d, ret_shape, "SELECT 1 FROM flavors WHERE (id = $1 OR name = $1) AND "
+		     "deleted_at IS NULL", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	rc = PQntuples(*ret_shape);
+	PQclear(*ret_shape);
+	*ret_shape = NULL;
+	if (rc == 0)
+		return invalid(err, "flavor", "unknown flavor %s", q->flavor);
+	return invalid(err, "imageId", "unknown image %s", q->image_id);
+}
+
+static int create_tx(struct db *d, void *arg, bc_error *err)
+{
+	struct create *a = arg;
+	_cleanup_free_ char *existing = NULL, *runtime = NULL, *node = NULL, *data = NULL;
+	const char *labels[2] = {NULL, NULL};
+	PGresult *shape = NULL;
+	struct place_req pr;
+	char subject[96];
+	int rc;
+
+	a->reused = false;
+	if ((rc = idem_lookup(d, &a->k, &existing, err)) < 0)
+		return rc;
+	if (existing) {
+		snprintf(a->id, sizeof(a->id), "%s", existing);
+		a->reused = true;
+		return 0;
+	}
+	if ((rc = resolve_pool(d, a, &runtime, err)) < 0 ||
+	    (rc = insert_instance(d, a, &shape, err)) < 0)
+		return rc;
+	pr = (struct place_req){.instance_id = a->id, .tenant_id = a->tenant,
+				.pool_id = a->q->pool_id, .vcpus = (int)db_i64(shape, 0, 0),
+				.memory_mib = db_i64(shape, 0, 1), .disk_gib = db_i64(shape, 0, 2),
+				.gpus = (int)db_i64(shape, 0, 3), .labels = labels};
+	PQclear(shape);
+	if (strcmp(a->policy, "egress") != 0)
+		labels[0] = CAP_NETWORK_POLICY;
+	if ((rc = lease_nic(d, a->q->pool_id, a->id, err)) < 0 ||
+	    (rc = place_instance(d, &pr, &node, err)) < 0)
+		return rc;
+	snprintf(subject, sizeof(subject), "instance/%s", a->id);
+	data = xasprintf("{\"poolId\": \"%s\", \"nodeId\": %s%s%s}", a->q->pool_id,
+			 node ? "\"" : "", node ? node : "null", node ? "\"" : "");
+	if ((rc = event_publish(d, "instance.created", subject, a->tenant, data)) < 0)
+		return db_fail(err, rc);
+	return idem_record(d, &a->k, a->id, err);
+}
+
+/* Re-read until the instance leaves provisioning/starting or time is up;
+ * the last read is the answer either way. */
+static int wait_settled(rpc_call *c, const char *tenant, const char *id, int timeout_ms,
+			Bc__Compute__V1__Instance **inst, bc_error *err)
+{
+	int64_t end = mono_ms() + timeout_ms;
+	const struct timespec tick = {0, 50 * 1000000L};
+	int r = 0;
+
+	while (mono_ms() < end && (strcmp((*inst)->state, "provisioning") == 0 ||
+				   strcmp((*inst)->state, "starting") == 0)) {
+		nanosleep(&tick, NULL);
+		if ((r = inst_fetch(c, tenant, id, inst, err)) < 0)
+			break;
+	}
+	return r;
+}
+
+static int inst_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		       bc_error *err)
+{
+	const Bc__Compute__V1__CreateInstanceRequest *q = (const void *)m;
+	Bc__Compute__V1__CreateInstanceRequest h = *q;
+	Bc__Compute__V1__Instance *inst = NULL;
+	struct create a = {.call = c, .q = q};
+	int r;
+
+	if ((r = auth_tenant(c, q->tenant_id, &a.tenant, err)) < 0 || (r = check_create(q, err)) < 0)
+		return r;
+	a.policy = *q->network_policy ? q->network_policy : "egress";
+	h.idempotency_key = (char *)"";
+	h.wait = NULL;
+	h.tenant_id = (char *)a.tenant;
+	a.k = (struct idem){.tenant_id = a.tenant, .caller_id = ctl_principal(c)->id,
+			    .scope = "instances.create", .key = q->idempotency_key};
+	idem_hash(&h.base, a.k.request_hash);
+	if ((r = db_tx(ctl_db(c), "READ COMMITTED", create_tx, &a, err)) < 0)
+		return r;
+	if ((r = inst_fetch(c, a.tenant, a.id, &inst, err)) < 0)
+		return r;
+	if (!a.reused)
+		log_info("instance %s: created for tenant %s on %s", a.id, a.tenant,
+			 *inst->node_id ? inst->node_id : "(unplaced)");
+	if (q->wait && q->wait->timeout_ms > 0 &&
+	    (r = wait_settled(c, a.tenant, a.id, q->wait->timeout_ms, &inst, err)) < 0)
+		return r;
+	*ret = &inst->base;
+	return 0;
+}
+
+/* -------------------------------------------------------- get, list, delete */
+
+static int inst_get(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		    bc_error *err)
+{
+	const Bc__Compute__V1__GetInstanceRequest *q = (const void *)m;
+	Bc__Compute__V1__Instance *inst = NULL;
+	const char *tenant;
+	int r;
+
+	if ((r = auth_tenant(c, q->tenant_id, &tenant, err)) < 0 ||
+	    (r = check_id(err, "instanceId", "inst", q->instance_id)) < 0 ||
+	    (r = inst_fetch(c, tenant, q->instance_id, &inst, err)) < 0)
+		return r;
+	*ret = &inst->base;
+	return 0;
+}
+
+static int inst_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		     bc_error *err)
+{
+	const Bc__Compute__V1__ListInstancesRequest *q = (const void *)m;
+	Bc__Compute__V1__ListInstancesResponse *resp;
+	const char *tenant;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int limit = q->limit ? q->limit : 50, rc;
+
+	if ((rc = auth_tenant(c, q->tenant_id, &tenant, err)) < 0)
+		return rc;
+	if (q->limit < 0 || q->limit > 200)
+		return invalid(err, "limit", "limit must be between 1 and 200");
+	if (*q->pool_id && (rc = check_id(err, "poolId", "pool", q->pool_id)) < 0)
+		return rc;
+	if (*q->cursor && (rc = check_id(err, "cursor", "inst", q->cursor)) < 0)
+		return rc;
+	dbp_str(&p, tenant);
+	dbp_str(&p, q->pool_id);
+	dbp_str(&p, q->cursor);
+	dbp_bool(&p, q->deleted);
+	dbp_i64(&p, limit);
+	rc = db_exec(ctl_db(c), &r, "SELECT " INST_COLS " FROM instances i WHERE i.tenant_id = $1 "
+		     "AND ($2 = '' OR i.pool_id = $2) AND ($3 = '' OR i.id < $3) AND "
+		     "i.warm_template_id IS NULL AND ($4 OR i.state <> 'deleted') "
+		     "ORDER BY i.id DESC LIMIT $5", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	resp = rpc_new(c, &bc__compute__v1__list_instances_response__descriptor);
+	resp->items = rpc_alloc(c, ((size_t)PQntuples(r) + 1) * sizeof(*resp->items));
+	for (int i = 0; i < PQntuples(r); i++)
+		resp->items[resp->n_items++] = inst_from_row(c, r, i);
+	if ((int)resp->n_items == limit)
+		resp->cursor = resp->items[limit - 1]->id;
+	PQclear(r);
+	*ret = &resp->base;
+	return 0;
+}
+
+struct del {
+	const char *tenant, *id;
+	char *node;
+};
+
+static int delete_tx(struct db *d, void *arg, bc_error *err)
+{
+	struct del *a = arg;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	char subject[96];
+	int rc;
+
+	dbp_str(&p, a->id);
+	dbp_str(&p, a->tenant);
+	rc = db_exec(d, &r, "SELECT node_id, state, desired_state, sandbox_id, warm_template_id "
+		     "FROM instances WHERE id = $1 AND tenant_id = $2 FOR UPDATE", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return bc_error_set(err, BC_NOT_FOUND, "instance %s not found", a->id);
+	}
+	if (db_val(r, 0, 3) || db_val(r, 0, 4)) {
+		if (db_val(r, 0, 3))
+			bc_error_set(err, BC_INVALID_STATE, "instance %s is managed by sandbox %s",
+				     a->id, db_val(r, 0, 3));
+		else
+			bc_error_set(err, BC_INVALID_STATE, "instance %s is a warm instance of "
+				     "sandbox template %s", a->id, db_val(r, 0, 4));
+		PQclear(r);
+		return bc_error_detail(err, "reason", "sandbox-managed");
+	}
+	if (strcmp(db_val(r, 0, 2), "deleted") == 0) {
+		PQclear(r); /* already deleting or deleted: idempotent */
+		return 0;
+	}
+	a->node = xstrdup(db_val(r, 0, 0));
+	PQclear(r);
+	rc = db_exec(d, NULL, "UPDATE instances SET desired_state = 'deleted', state = 'deleting', "
+		     "updated_at = now() WHERE id = $1", &p);
+	snprintf(subject, sizeof(subject), "instance/%s", a->id);
+	if (rc == 0)
+		rc = event_publish(d, "instance.deleting", subject, a->tenant, NULL);
+	if (rc == 0 && !a->node) {
+		char ids[64];
+		snprintf(ids, sizeof(ids), "%s", a->id);
+		rc = finish_deletions(d, NULL, ids) < 0 ? -EIO : 0;
+	} else if (rc == 0)
+		rc = spec_bump(d, a->node);
+	return rc < 0 ? db_fail(err, rc) : 0;
+}
+
+static int inst_delete(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		       bc_error *err)
+{
+	const Bc__Compute__V1__DeleteInstanceRequest *q = (const void *)m;
+	Bc__Compute__V1__Instance *inst = NULL;
+	struct del a = {.id = q->instance_id};
+	int r;
+
+	if ((r = auth_tenant(c, q->tenant_id, &a.tenant, err)) < 0 ||
+	    (r = check_id(err, "instanceId", "inst", q->instance_id)) < 0)
+		return r;
+	r = db_tx(ctl_db(c), "READ COMMITTED", delete_tx, &a, err);
+	free(a.node);
+	if (r < 0 || (r = inst_fetch(c, a.tenant, q->instance_id, &inst, err)) < 0)
+		return r;
+	log_info("instance %s: delete requested", q->instance_id);
+	*ret = &inst->base;
+	return 0;
+}
+
+int instances_register(rpc_server *s)
+{
+	static const struct rpc_handler h[] = {
+		{"Create", RPC_UNARY, {.unary = inst_create}},
+		{"Get", RPC_UNARY, {.unary = inst_get}},
+		{"List", RPC_UNARY, {.unary = inst_list}},
+		{"Delete", RPC_UNARY, {.unary = inst_delete}},
+	};
+
+	return rpc_server_add_service(s, &bc__compute__v1__instances__descriptor, h, ARRAY_SIZE(h));
+}

@@ -1,0 +1,494 @@
+/* nodeapi.c: the Node API that agents call. Join (the one call without a
+ * client certificate) spends a join token and signs the node's CSR with the
+ * node CA, CN = the new node id; WatchSpec streams the node's NodeSpec
+ * whenever its generation moves; Report records what the host runs. */
+#include <ctype.h>
+#include <errno.h>
+#include <openssl/crypto.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bc/node/v1/node.pb-c.h"
+#include "ctl.h"
+#include "log.h"
+#include "nodes.h"
+#include "nodespec.h"
+#include "pki.h"
+#include "util.h"
+#include "watch.h"
+
+#define CSR_MAX 16384
+#define LABELS_MAX 64
+#define NODE_CERT_DAYS 365
+#define REPORT_INSTANCES_MAX 10000
+
+/* ------------------------------------------------------------------ join */
+
+static bool label_ok(const char *k, const char *v)
+{
+	if (!*k || strlen(k) > 128 || strncmp(k, "bc.dev/cap.", 11) == 0)
+		return false;
+	for (const char *p = k; *p; p++)
+		if (!isalnum((unsigned char)*p) && !strchr("./_-", *p))
+			return false;
+	return str_is_printable(v, 256) && !strchr(v, '\t');
+}
+
+static int check_join(const Bc__Node__V1__JoinRequest *q, char *jt, char *secret, bc_error *err)
+{
+	const char *dot;
+
+	if (strncmp(q->token, "bcjt_", 5) != 0 || !(dot = strchr(q->token, '.')) ||
+	    dot - q->token != 5 + 26 || strlen(dot + 1) != 48)
+		return invalid(err, "token", "token is not a join token");
+	snprintf(jt, 64, "jt_%.26s", q->token + 5);
+	snprintf(secret, 64, "%s", dot + 1);
+	if (!id_valid("jt", jt))
+		return invalid(err, "token", "token is not a join token");
+	if (!*q->csr_pem || strlen(q->csr_pem) > CSR_MAX ||
+	    !strstr(q->csr_pem, "-----BEGIN CERTIFICATE REQUEST-----"))
+		return invalid(err, "csrPem", "csrPem must be a PEM certificate request");
+	if (!*q->hostname || !str_is_printable(q->hostname, 253) || strchr(q->hostname, ' '))
+		return invalid(err, "hostname", "hostname must be 1-253 printable characters");
+	if (!*q->address || !str_is_printable(q->address, 255) || strchr(q->address, ' '))
+		return invalid(err, "address", "address must be 1-255 printable characters");
+	if (q->n_labels > LABELS_MAX)
+		return invalid(err, "labels", "at most %d labels", LABELS_MAX);
+	for (size_t i = 0; i < q->n_labels; i++)
+		if (!label_ok(q->labels[i]->key, q->labels[i]->value))
+			return invalid(err, "labels", "label %.64s is not allowed", q->labels[i]->key);
+	if (q->capacity && (q->capacity->vcpus > 65536 || q->capacity->gpus > 1024))
+		return invalid(err, "capacity", "capacity is out of range");
+	return 0;
+}
+
+struct join {
+	const Bc__Node__V1__JoinRequest *q;
+	struct ctl_app *app;
+	char jt[64], secret[64], node_id[64], pool_id[64];
+	char *cert, *serial;
+};
+
+static int join_refuse(bc_error *err, const char *reason, const char *msg)
+{
+	bc_error_set(err, BC_ACCESS_DENIED, "%s", msg);
+	return bc_error_detail(err, "reason", "%s", reason);
+}
+
+static char *label_lines(const Bc__Node__V1__JoinRequest *q, int which)
+{
+	size_t len = 1;
+	char *s;
+
+	for (size_t i = 0; i < q->n_labels; i++)
+		len += strlen(which ? q->labels[i]->value : q->labels[i]->key) + 1;
+	s = xcalloc(1, len);
+	for (size_t i = 0; i < q->n_labels; i++)
+		strcat(strcat(s, i ? "\n" : ""), which ? q->labels[i]->value : q->labels[i]->key);
+	return s;
+}
+
+static int join_insert(struct db *d, struct join *a, bc_error *err)
+{
+	const Bc__Node__V1__JoinRequest *q = a->q;
+	_cleanup_free_ char *keys = label_lines(q, 0), *vals = label_lines(q, 1);
+	char subject[96];
+	struct dbp p = {0};
+	int rc;
+
+	dbp_str(&p, a->node_id);
+	dbp_str(&p, a->pool_id);
+	dbp_str(&p, q->hostname);
+	dbp_str(&p, q->address);
+	dbp_str(&p, keys);
+	dbp_str(&p, vals);
+	dbp_u64(&p, q->capacity ? q->capacity->vcpus : 0);
+	dbp_u64(&p, q->capacity ? q->capacity->memory_mib : 0);
+	dbp_u64(&p, q->capacity ? q->capacity->disk_gib : 0);
+	dbp_u64(&p, q->capacity ? q->capacity->gpus : 0);
+	dbp_str(&p, a->serial);
+	rc = db_exec(d, NULL, "INSERT INTO nodes (id, pool_id, hostname, address, labels, cap_vcpus, "
+		     "cap_memory_mib, cap_disk_gib, cap_gpus, cert_serial, last_report_at) VALUES "
+		     "($1, $2, $3, $4, jsonb_object(string_to_array($5, E'\\n'), string_to_array($6, "
+		     "E'\\n')), $7, $8, $9, $10, $11, now())", &p);
+	p.n = 0;
+	dbp_str(&p, a->jt);
+	dbp_str(&p, a->node_id);
+	if (rc == 0)
+		rc = db_exec(d, NULL, "UPDATE join_tokens SET used_at = now(), node_id = $2 WHERE "
+			     "id = $1", &p);
+	snprintf(subject, sizeof(subject), "node/%s", a->node_id);
+	if (rc == 0)
+		rc = event_publish(d, "node.joined", subject, NULL, NULL);
+	return rc < 0 ? db_fail(err, rc) : 0;
+}
+
+static int join_tx(struct db *d, void *arg, bc_error *err)
+{
+	struct join *a = arg;
+	const char *sans[3] = {a->q->address, a->q->hostname, NULL};
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	char hash[65];
+	int rc;
+
+	free(a->cert);
+	free(a->serial);
+	a->cert = a->serial = NULL;
+	dbp_str(&p, a->jt);
+	rc = db_exec(d, &r, "SELECT t.pool_id, t.secret_hash, t.expires_at > now(), t.used_at IS "
+		     "NOT NULL, p.deleted_at IS NULL FROM join_tokens t JOIN pools p ON p.id = "
+		     "t.pool_id WHERE t.id = $1 FOR UPDATE OF t", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	sha256_hex(a->secret, strlen(a->secret), hash);
+	if (PQntuples(r) == 0 || CRYPTO_memcmp(hash, db_val(r, 0, 1), 64) != 0)
+		rc = join_refuse(err, "join-token-invalid", "join token is not valid");
+	else if (db_bool(r, 0, 3))
+		rc = join_refuse(err, "join-token-used", "join token was already used");
+	else if (!db_bool(r, 0, 2))
+		rc = join_refuse(err, "join-token-expired", "join token has expired");
+	else if (!db_bool(r, 0, 4))
+		rc = bc_error_set(err, BC_NOT_FOUND, "the join token's pool was deleted");
+	if (rc == 0)
+		snprintf(a->pool_id, sizeof(a->pool_id), "%s", db_val(r, 0, 0));
+	PQclear(r);
+	if (rc < 0)
+		return rc;
+	id_new("node", a->node_id, sizeof(a->node_id));
+	if (pki_sign_csr(a->app->node_ca_pem, a->app->node_ca_key_pem, a->q->csr_pem, a->node_id,
+			 sans, PKI_CLIENT | PKI_SERVER, NODE_CERT_DAYS, &a->cert, &a->serial) < 0)
+		return invalid(err, "csrPem", "csrPem is not a valid, self-signed request");
+	return join_insert(d, a, err);
+}
+
+static int node_join(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		     bc_error *err)
+{
+	const Bc__Node__V1__JoinRequest *q = (const void *)m;
+	Bc__Node__V1__JoinResponse *resp;
+	struct join a = {.q = q, .app = ctl_app(c)};
+	int r;
+
+	if ((r = check_join(q, a.jt, a.secret, err)) < 0)
+		return r;
+	r = db_tx(ctl_db(c), "READ COMMITTED", join_tx, &a, err);
+	OPENSSL_cleanse(a.secret, sizeof(a.secret));
+	if (r < 0) {
+		log_warn("join refused from %s: %s", rpc_call_peer(c), err->message);
+		free(a.cert);
+		free(a.serial);
+		return r;
+	}
+	resp = rpc_new(c, &bc__node__v1__join_response__descriptor);
+	resp->node_id = rpc_strdup(c, a.node_id);
+	resp->pool_id = rpc_strdup(c, a.pool_id);
+	resp->certificate_pem = rpc_strdup(c, a.cert);
+	resp->ca_bundle_pem = rpc_alloc(c, strlen(a.app->api_ca_pem) + strlen(a.app->node_ca_pem) + 1);
+	strcat(strcpy(resp->ca_bundle_pem, a.app->api_ca_pem), a.app->node_ca_pem);
+	log_info("node %s: joined pool %s as %s (%s)", a.node_id, a.pool_id, q->hostname, q->address);
+	free(a.cert);
+	free(a.serial);
+	*ret = &resp->base;
+	return 0;
+}
+
+/* ------------------------------------------------------------- watchspec */
+
+static int read_generation(struct db *d, const char *node, uint64_t *ret, bc_error *err)
+{
+	_cleanup_free_ char *v = NULL;
+	struct dbp p = {0};
+	int rc;
+
+	dbp_str(&p, node);
+	rc = db_scalar(d, "SELECT CASE WHEN state = 'retired' THEN -1 ELSE spec_generation END "
+		       "FROM nodes WHERE id = $1", &p, &v);
+	if (rc < 0)
+		return db_fail(err, rc == -ENOENT ? -EIO : rc);
+	if (atoll(v) < 0) {
+		bc_error_set(err, BC_ACCESS_DENIED, "node %s is retired", node);
+		return bc_error_detail(err, "reason", "node-retired");
+	}
+	*ret = (uint64_t)atoll(v);
+	return 0;
+}
+
+static int send_spec(rpc_call *c, const char *node, uint64_t *sent, bc_error *err)
+{
+	Bc__Node__V1__NodeSpec *spec = NULL;
+	Bc__Node__V1__NodeUpdate up = BC__NODE__V1__NODE_UPDATE__INIT;
+	int r = nodespec_build(ctl_db(c), node, &spec, err);
+
+	if (r < 0)
+		return r;
+	if (spec->generation > *sent) {
+		up.update_case = BC__NODE__V1__NODE_UPDATE__UPDATE_SPEC;
+		up.spec = spec;
+		r = rpc_call_send(c, &up.base);
+		if (r == 0) {
+			*sent = spec->generation;
+			log_debug("node %s: sent spec generation %llu (%zu instances)", node,
+				  (unsigned long long)spec->generation, spec->n_instances);
+		}
+	}
+	protobuf_c_message_free_unpacked(&spec->base, NULL);
+	return r == -ECANCELED ? 0 : r;
+}
+
+static int node_watch(rpc_call *c, const ProtobufCMessage *m, bc_error *err)
+{
+	const Bc__Node__V1__WatchSpecRequest *q = (const void *)m;
+	struct ctl_app *app = ctl_app(c);
+	const char *node = ctl_principal(c)->id;
+	struct watch_entry *e = watch_add(app->watches, node);
+	uint64_t sent = q->applied_generation, seen = 0, seq = 1, gen = 0;
+	int64_t resync = 0;
+	int r = 0;
+
+	log_info("node %s: watching its spec from generation %llu", node,
+		 (unsigned long long)sent);
+	while (!app->stopping && !rpc_call_wait_cancelled(c, 0)) {
+		if (seq != seen || mono_ms() >= resync) {
+			seen = seq;
+			resync = mono_ms() + app->cfg.spec_resync_seconds * 1000LL;
+			if ((r = read_generation(ctl_db(c), node, &gen, err)) < 0)
+				break;
+			if (gen > sent && (r = send_spec(c, node, &sent, err)) < 0)
+				break;
+		}
+		seq = watch_wait(app->watches, e, seen, 500);
+	}
+	watch_remove(app->watches, e);
+	log_info("node %s: spec watch ended", node);
+	return r;
+}
+
+/* ---------------------------------------------------------------- report */
+
+static const char *const states[] = {"provisioning", "starting", "running", "paused",
+				     "stopped",      "error",    "deleted"};
+
+static bool state_ok(const char *s)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(states); i++)
+		if (strcmp(s, states[i]) == 0)
+			return true;
+	return false;
+}
+
+struct lines {
+	char *buf;
+	size_t len, cap;
+};
+
+static void lines_add(struct lines *l, const char *s)
+{
+	size_t n = strlen(s);
+
+	if (l->len + n + 2 > l->cap) {
+		l->cap = (l->len + n + 2) * 2;
+		l->buf = realloc(l->buf, l->cap);
+		if (!l->buf)
+			abort();
+	}
+	if (l->len)
+		l->buf[l->len++] = '\n';
+	for (size_t i = 0; i < n; i++) /* a line never holds a newline */
+		l->buf[l->len++] = s[i] == '\n' || s[i] == '\t' ? ' ' : s[i];
+	l->buf[l->len] = '\0';
+}
+
+static const char *lines_str(const struct lines *l)
+{
+	return l->buf ? l->buf : "";
+}
+
+struct report {
+	const Bc__Node__V1__StatusReport *q;
+	const char *node;
+	uint64_t spec_generation;
+	struct lines ids, st, reasons, deleted, caps, lkeys, lvals;
+};
+
+static int report_node(struct db *d, struct report *a, bc_error *err)
+{
+	const Bc__Node__V1__StatusReport *q = a->q;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, a->node);
+	dbp_u64(&p, q->applied_generation);
+	dbp_str(&p, lines_str(&a->caps));
+	dbp_str(&p, lines_str(&a->lkeys));
+	dbp_str(&p, lines_str(&a->lvals));
+	dbp_bool(&p, q->capacity != NULL);
+	dbp_u64(&p, q->capacity ? q->capacity->vcpus : 0);
+	dbp_u64(&p, q->capacity ? q->capacity->memory_mib : 0);
+	dbp_u64(&p, q->capacity ? q->capacity->disk_gib : 0);
+	dbp_u64(&p, q->capacity ? q->capacity->gpus : 0);
+	rc = db_exec(d, &r,
+		     "UPDATE nodes n SET last_report_at = now(), applied_generation = greatest("
+		     "n.applied_generation, $2::bigint), capabilities = string_to_array($3, E'\\n'), "
+		     "labels = jsonb_object(string_to_array($4, E'\\n'), string_to_array($5, E'\\n')), "
+		     "cap_vcpus = CASE WHEN $6 THEN $7::int ELSE n.cap_vcpus END, cap_memory_mib = "
+		     "CASE WHEN $6 THEN $8::bigint ELSE n.cap_memory_mib END, cap_disk_gib = CASE WHEN "
+		     "$6 THEN $9::bigint ELSE n.cap_disk_gib END, cap_gpus = CASE WHEN $6 THEN "
+		     "$10::int ELSE n.cap_gpus END, state = CASE WHEN n.state = 'lost' THEN 'ready' "
+		     "ELSE n.state END FROM (SELECT state FROM nodes WHERE id = $1 FOR UPDATE) old "
+		     "WHERE n.id = $1 AND n.state <> 'retired' RETURNING n.spec_generation, old.state",
+		     &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		bc_error_set(err, BC_ACCESS_DENIED, "node %s is retired", a->node);
+		return bc_error_detail(err, "reason", "node-retired");
+	}
+	a->spec_generation = (uint64_t)db_i64(r, 0, 0);
+	if (strcmp(db_val(r, 0, 1), "lost") == 0) {
+		char subject[96];
+		log_info("node %s: reporting again, no longer lost", a->node);
+		snprintf(subject, sizeof(subject), "node/%s", a->node);
+		rc = event_publish(d, "node.recovered", subject, NULL, NULL);
+	}
+	PQclear(r);
+	return rc < 0 ? db_fail(err, rc) : 0;
+}
+
+static int report_instances(struct db *d, struct report *a, bc_error *err)
+{
+	struct dbp p = {0};
+	int rc;
+
+	dbp_str(&p, a->node);
+	dbp_str(&p, lines_str(&a->ids));
+	dbp_str(&p, lines_str(&a->st));
+	dbp_str(&p, lines_str(&a->reasons));
+	rc = db_exec(d, NULL,
+		     "WITH r AS (SELECT * FROM unnest(string_to_array($2, E'\\n'), string_to_array("
+		     "$3, E'\\n'), string_to_array($4, E'\\n')) AS r(id, state, reason)), u AS ("
+		     "UPDATE instances i SET state = r.state, reason = coalesce(r.reason, ''), "
+		     "updated_at = now(), running_at = CASE WHEN r.state = 'running' THEN "
+		     "coalesce(i.running_at, now()) ELSE i.running_at END FROM r WHERE i.id = r.id "
+		     "AND i.node_id = $1 AND i.desired_state <> 'deleted' AND r.state <> 'deleted' "
+		     "AND (i.state, i.reason) IS DISTINCT FROM (r.state, coalesce(r.reason, '')) "
+		     "RETURNING i.id, i.tenant_id, i.state, i.reason) INSERT INTO events (type, "
+		     "subject, tenant_id, data) SELECT 'instance.' || state, 'instance/' || id, "
+		     "tenant_id, jsonb_build_object('nodeId', $1::text, 'reason', reason) FROM u", &p);
+	return rc < 0 ? db_fail(err, rc) : 0;
+}
+
+/* Deletions the host confirmed: reported deleted, or missing from a
+ * complete report of a host that applied every spec we sent it. */
+static int report_deletions(struct db *d, struct report *a, bc_error *err)
+{
+	_cleanup_free_ char *gone = NULL;
+	struct dbp p = {0};
+	int rc;
+
+	dbp_str(&p, a->node);
+	dbp_str(&p, lines_str(&a->deleted));
+	dbp_str(&p, lines_str(&a->ids));
+	dbp_bool(&p, a->q->complete && a->q->applied_generation >= a->spec_generation);
+	rc = db_scalar(d, "SELECT string_agg(id, E'\\n') FROM instances WHERE node_id = $1 AND "
+		       "desired_state = 'deleted' AND state <> 'deleted' AND (id = ANY "
+		       "(string_to_array($2, E'\\n')) OR ($4 AND NOT (id = ANY (string_to_array($3, "
+		       "E'\\n')))))", &p, &gone);
+	if (rc < 0)
+		return db_fail(err, rc);
+	if (!gone)
+		return 0;
+	rc = finish_deletions(d, a->node, gone);
+	if (rc > 0)
+		log_info("node %s: %d instance deletion(s) finished", a->node, rc);
+	return rc < 0 ? db_fail(err, rc) : 0;
+}
+
+static int report_tx(struct db *d, void *arg, bc_error *err)
+{
+	struct report *a = arg;
+	int rc;
+
+	if ((rc = report_node(d, a, err)) < 0 || (rc = report_instances(d, a, err)) < 0)
+		return rc;
+	return report_deletions(d, a, err);
+}
+
+static int prepare_report(struct report *a, bc_error *err)
+{
+	const Bc__Node__V1__StatusReport *q = a->q;
+
+	if (q->n_instances > REPORT_INSTANCES_MAX)
+		return invalid(err, "instances", "at most %d instances", REPORT_INSTANCES_MAX);
+	for (size_t i = 0; i < q->n_instances; i++) {
+		const Bc__Node__V1__InstanceStatus *s = q->instances[i];
+		if (!id_valid("inst", s->id) || !state_ok(s->state))
+			return invalid(err, "instances", "instances[%zu] has a bad id or state", i);
+		if (strcmp(s->state, "deleted") == 0) {
+			lines_add(&a->deleted, s->id);
+			continue;
+		}
+		lines_add(&a->ids, s->id);
+		lines_add(&a->st, s->state);
+		lines_add(&a->reasons, str_is_printable(s->reason, 512) ? s->reason : "");
+	}
+	for (size_t i = 0; i < q->n_capabilities && i < 64; i++) {
+		char key[160];
+		if (!str_is_printable(q->capabilities[i], 128))
+			return invalid(err, "capabilities", "capabilities[%zu] is not valid", i);
+		lines_add(&a->caps, q->capabilities[i]);
+		snprintf(key, sizeof(key), "bc.dev/cap.%s", q->capabilities[i]);
+		lines_add(&a->lkeys, key);
+		lines_add(&a->lvals, "1");
+	}
+	for (size_t i = 0; i < q->n_labels && i < LABELS_MAX; i++) {
+		if (!label_ok(q->labels[i]->key, q->labels[i]->value))
+			continue; /* hosts may not claim capability labels */
+		lines_add(&a->lkeys, q->labels[i]->key);
+		lines_add(&a->lvals, q->labels[i]->value);
+	}
+	return 0;
+}
+
+static void report_free(struct report *a)
+{
+	free(a->ids.buf);
+	free(a->st.buf);
+	free(a->reasons.buf);
+	free(a->deleted.buf);
+	free(a->caps.buf);
+	free(a->lkeys.buf);
+	free(a->lvals.buf);
+}
+
+static int node_report(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		       bc_error *err)
+{
+	struct report a = {.q = (const void *)m, .node = ctl_principal(c)->id};
+	Bc__Node__V1__ReportAck *ack;
+	int r = prepare_report(&a, err);
+
+	if (r == 0)
+		r = db_tx(ctl_db(c), "READ COMMITTED", report_tx, &a, err);
+	report_free(&a);
+	if (r < 0)
+		return r;
+	ack = rpc_new(c, &bc__node__v1__report_ack__descriptor);
+	ack->spec_generation = a.spec_generation;
+	*ret = &ack->base;
+	return 0;
+}
+
+int nodeapi_register(rpc_server *s)
+{
+	static const struct rpc_handler h[] = {
+		{"Join", RPC_UNARY, {.unary = node_join}},
+		{"WatchSpec", RPC_SERVER_STREAM, {.sstream = node_watch}},
+		{"Report", RPC_UNARY, {.unary = node_report}},
+	};
+
+	return rpc_server_add_service(s, &bc__node__v1__node__descriptor, h, ARRAY_SIZE(h));
+}

@@ -1,0 +1,39 @@
+/* nodes.h: instance lifecycle steps shared by the API, the node API and the
+ * reconciler: placement (booking capacity on a node), address leases, the
+ * end of a deletion, and abandoning a node that is lost or retired. Every
+ * function runs inside the caller's transaction. */
+#ifndef BC_CTL_NODES_H
+#define BC_CTL_NODES_H
+
+#include "db.h"
+#include "err.h"
+
+struct place_req {
+	const char *instance_id;
+	const char *tenant_id;
+	const char *pool_id;
+	int vcpus;
+	int64_t memory_mib, disk_gib;
+	int gpus;
+	const char *const *labels;   /* node labels required (keys), NULL-terminated */
+};
+
+/* Book capacity for an instance on the best node of its pool that has room
+ * and carries every required label; sets instances.node_id. *ret_node is
+ * the node id (malloc'd) or NULL when no node has room (the instance stays
+ * unplaced, reason "Unschedulable: ..."). Bumps the node's spec. */
+int place_instance(struct db *d, const struct place_req *q, char **ret_node, bc_error *err);
+
+/* Lease an IPv4 address (if the pool has IPAM) and a MAC for NIC 0. */
+int lease_nic(struct db *d, const char *pool_id, const char *instance_id, bc_error *err);
+
+/* Finish deletions: instances among ids (or, with ids NULL, all deleting
+ * instances of node_id) become deleted, their allocation and leases are
+ * released, instance.deleted is published. Returns how many, or <0. */
+int finish_deletions(struct db *d, const char *node_id, const char *ids_lines);
+
+/* A node is lost or retired: its deleting instances finish, its live
+ * instances become lost. */
+int nodes_abandon(struct db *d, const char *node_id, const char *reason);
+
+#endif

@@ -1,0 +1,252 @@
+/* placement.c: where an instance runs and what it holds there. Placement
+ * books vCPUs, memory, disk and GPUs on a ready node of the pool that has
+ * room and carries the required labels, under the node's row lock so two
+ * replicas never overbook one node; IPAM leases an address and a MAC; a
+ * finished deletion releases both. Everything runs in the caller's
+ * transaction and bumps the affected node's spec generation. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl.h"
+#include "log.h"
+#include "nodes.h"
+#include "util.h"
+
+#define FREE_SUMS                                                                          \
+	" LEFT JOIN LATERAL (SELECT coalesce(sum(a.vcpus), 0) v, coalesce(sum(a.memory_mib), 0) " \
+	"m, coalesce(sum(a.disk_gib), 0) dk, coalesce(sum(a.gpus), 0) g FROM allocations a "    \
+	"WHERE a.node_id = n.id AND a.released_at IS NULL) b ON true "
+#define FITS                                                                               \
+	" AND n.cap_vcpus - b.v >= $4 AND n.cap_memory_mib - b.m >= $5 AND n.cap_disk_gib - "  \
+	"b.dk >= $6 AND n.cap_gpus - b.g >= $7 "
+
+static char *lines(const char *const *v)
+{
+	size_t len = 1;
+	char *s, *p;
+
+	for (size_t i = 0; v && v[i]; i++)
+		len += strlen(v[i]) + 1;
+	s = p = xmalloc(len);
+	*p = '\0';
+	for (size_t i = 0; v && v[i]; i++)
+		p += sprintf(p, "%s%s", i ? "\n" : "", v[i]);
+	return s;
+}
+
+static void shape_params(struct dbp *p, const struct place_req *q, const char *labels,
+			 const char *first)
+{
+	dbp_str(p, first);
+	dbp_str(p, labels);
+	dbp_str(p, q->instance_id);
+	dbp_i64(p, q->vcpus);
+	dbp_i64(p, q->memory_mib);
+	dbp_i64(p, q->disk_gib);
+	dbp_i64(p, q->gpus);
+}
+
+/* Lock one candidate and book on it if it still fits. 1 booked, 0 not. */
+static int try_node(struct db *d, const struct place_req *q, const char *node, const char *labels)
+{
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc, fits;
+
+	shape_params(&p, q, labels, node);
+	rc = db_exec(d, &r, "SELECT n.id FROM nodes n" FREE_SUMS "WHERE n.id = (SELECT id FROM nodes "
+		     "WHERE id = $1 AND state = 'ready' FOR UPDATE) AND n.labels ?& "
+		     "string_to_array($2, E'\\n') AND length($3) > 0" FITS, &p);
+	if (rc < 0)
+		return rc;
+	fits = PQntuples(r) == 1;
+	PQclear(r);
+	if (!fits)
+		return 0;
+	p.n = 0;
+	dbp_str(&p, node);
+	dbp_str(&p, q->instance_id);
+	dbp_str(&p, q->tenant_id);
+	dbp_i64(&p, q->vcpus);
+	dbp_i64(&p, q->memory_mib);
+	dbp_i64(&p, q->disk_gib);
+	dbp_i64(&p, q->gpus);
+	rc = db_exec(d, NULL, "INSERT INTO allocations (node_id, owner_kind, owner_id, tenant_id, "
+		     "vcpus, memory_mib, disk_gib, gpus) VALUES ($1, 'instance', $2, $3, $4, $5, $6, "
+		     "$7)", &p);
+	if (rc < 0)
+		return rc;
+	p.n = 0;
+	dbp_str(&p, node);
+	dbp_str(&p, q->instance_id);
+	rc = db_exec(d, NULL, "UPDATE instances SET node_id = $1, reason = '', updated_at = now() "
+		     "WHERE id = $2", &p);
+	if (rc == 0)
+		rc = spec_bump(d, node);
+	return rc < 0 ? rc : 1;
+}
+
+int place_instance(struct db *d, const struct place_req *q, char **ret_node, bc_error *err)
+{
+	_cleanup_free_ char *labels = lines(q->labels);
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	unsigned int start = 0;
+	int rc, n;
+
+	*ret_node = NULL;
+	shape_params(&p, q, labels, q->pool_id);
+	rc = db_exec(d, &r, "SELECT n.id FROM nodes n" FREE_SUMS "WHERE n.pool_id = $1 AND n.state = "
+		     "'ready' AND n.labels ?& string_to_array($2, E'\\n') AND NOT (n.id = ANY ("
+		     "SELECT unnest(refused_nodes) FROM instances WHERE id = $3))" FITS
+		     "ORDER BY n.cap_memory_mib - b.m DESC, n.id LIMIT 4", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	n = PQntuples(r);
+	random_bytes(&start, sizeof(start));
+	for (int k = 0; k < n && !*ret_node; k++) {
+		/* start at a random one of the best few so concurrent creates
+		 * do not all queue on the same node's lock */
+		const char *node = db_val(r, (int)((start + (unsigned)k) % (unsigned)n), 0);
+		rc = try_node(d, q, node, labels);
+		if (rc < 0) {
+			PQclear(r);
+			return db_fail(err, rc);
+		}
+		if (rc == 1)
+			*ret_node = xstrdup(node);
+	}
+	PQclear(r);
+	if (!*ret_node) {
+		p.n = 0;
+		dbp_str(&p, q->instance_id);
+		rc = db_exec(d, NULL, "UPDATE instances SET reason = 'Unschedulable: no node of the "
+			     "pool has room', updated_at = now() WHERE id = $1", &p);
+		if (rc < 0)
+			return db_fail(err, rc);
+	}
+	return 0;
+}
+
+static int lease_try(struct db *d, const char *pool, const char *inst, const char *subnet,
+		     const char *gw, int64_t hosts, char *ret_addr, size_t len)
+{
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	uint64_t rnd = 0;
+	char mac[18];
+	int rc;
+
+	random_bytes(&rnd, sizeof(rnd));
+	ipam_random_mac(mac);
+	dbp_str(&p, pool);
+	dbp_str(&p, subnet);
+	dbp_str(&p, mac);
+	dbp_str(&p, inst);
+	dbp_i64(&p, 1 + (int64_t)(rnd % (uint64_t)hosts));
+	dbp_i64(&p, hosts);
+	dbp_str(&p, gw);
+	rc = db_exec(d, &r,
+		     "INSERT INTO ip_leases (pool_id, address, mac, instance_id) SELECT $1, a, "
+		     "$3::macaddr, $4 FROM ((SELECT set_masklen($2::inet + g, 32) a FROM "
+		     "generate_series($5::bigint, $6::bigint) g WHERE set_masklen($2::inet + g, 32) "
+		     "<> $7::inet AND NOT EXISTS (SELECT 1 FROM ip_leases l WHERE l.pool_id = $1 AND "
+		     "l.address = set_masklen($2::inet + g, 32)) LIMIT 1) UNION ALL (SELECT "
+		     "set_masklen($2::inet + g, 32) FROM generate_series(1, $5::bigint - 1) g WHERE "
+		     "set_masklen($2::inet + g, 32) <> $7::inet AND NOT EXISTS (SELECT 1 FROM "
+		     "ip_leases l WHERE l.pool_id = $1 AND l.address = set_masklen($2::inet + g, 32)) "
+		     "LIMIT 1) LIMIT 1) c ON CONFLICT DO NOTHING RETURNING host(address)", &p);
+	if (rc < 0)
+		return rc;
+	ret_addr[0] = '\0';
+	if (PQntuples(r) == 1)
+		snprintf(ret_addr, len, "%s", db_val(r, 0, 0));
+	PQclear(r);
+	return 0;
+}
+
+int lease_nic(struct db *d, const char *pool_id, const char *instance_id, bc_error *err)
+{
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	char addr[64], mac[18];
+	int rc, prefix;
+
+	dbp_str(&p, pool_id);
+	rc = db_exec(d, &r, "SELECT ipam_subnet::text, host(ipam_gateway), masklen(ipam_subnet) "
+		     "FROM pools WHERE id = $1", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	if (PQntuples(r) != 1 || !db_val(r, 0, 0)) {
+		PQclear(r);
+		ipam_random_mac(mac);
+		p.n = 0;
+		dbp_str(&p, mac);
+		dbp_str(&p, instance_id);
+		rc = db_exec(d, NULL, "UPDATE instances SET mac = $1::macaddr WHERE id = $2", &p);
+		return rc < 0 ? db_fail(err, rc) : 0;
+	}
+	prefix = (int)db_i64(r, 0, 2);
+	for (int attempt = 0; attempt < 8; attempt++) {
+		rc = lease_try(d, pool_id, instance_id, db_val(r, 0, 0), db_val(r, 0, 1),
+			       (int64_t)ipam_hosts4(prefix), addr, sizeof(addr));
+		if (rc < 0 || addr[0])
+			break;
+	}
+	PQclear(r);
+	if (rc < 0)
+		return db_fail(err, rc);
+	if (!addr[0]) {
+		bc_error_set(err, BC_CAPACITY_UNAVAILABLE, "the pool's address range is exhausted");
+		return bc_error_detail(err, "reason", "ipam-exhausted");
+	}
+	p.n = 0;
+	dbp_str(&p, instance_id);
+	rc = db_exec(d, NULL, "UPDATE instances SET mac = (SELECT mac FROM ip_leases WHERE "
+		     "instance_id = $1 LIMIT 1) WHERE id = $1", &p);
+	return rc < 0 ? db_fail(err, rc) : 0;
+}
+
+int finish_deletions(struct db *d, const char *node_id, const char *ids_lines)
+{
+	_cleanup_free_ char *n = NULL;
+	struct dbp p = {0};
+	int rc;
+
+	dbp_nstr(&p, node_id);
+	dbp_nstr(&p, ids_lines);
+	rc = db_scalar(d,
+		       "WITH gone AS (UPDATE instances SET state = 'deleted', deleted_at = now(), "
+		       "updated_at = now() WHERE desired_state = 'deleted' AND state <> 'deleted' AND "
+		       "($1::text IS NULL OR node_id = $1::text) AND ($2::text IS NULL OR id = ANY "
+		       "(string_to_array($2::text, E'\\n'))) RETURNING id, tenant_id, sandbox_id, "
+		       "warm_template_id), rel AS (UPDATE allocations SET released_at = now() WHERE "
+		       "owner_kind = 'instance' AND released_at IS NULL AND owner_id IN (SELECT id "
+		       "FROM gone) RETURNING 1), lz AS (DELETE FROM ip_leases WHERE instance_id IN "
+		       "(SELECT id FROM gone) RETURNING 1), ev AS (INSERT INTO events (type, subject, "
+		       "tenant_id, data) SELECT 'instance.deleted', 'instance/' || id, tenant_id, "
+		       "jsonb_strip_nulls(jsonb_build_object('sandboxId', sandbox_id, "
+		       "'warmTemplateId', warm_template_id)) FROM gone RETURNING 1) "
+		       "SELECT (SELECT count(*) FROM gone) + 0 * (SELECT count(*) FROM rel) + 0 * "
+		       "(SELECT count(*) FROM lz) + 0 * (SELECT count(*) FROM ev)", &p, &n);
+	return rc < 0 ? rc : atoi(n);
+}
+
+int nodes_abandon(struct db *d, const char *node_id, const char *reason)
+{
+	struct dbp p = {0};
+	int rc = finish_deletions(d, node_id, NULL);
+
+	if (rc < 0)
+		return rc;
+	dbp_str(&p, node_id);
+	dbp_str(&p, reason);
+	return db_exec(d, NULL,
+		       "WITH l AS (UPDATE instances SET state = 'lost', reason = $2, updated_at = "
+		       "now() WHERE node_id = $1 AND state NOT IN ('deleted', 'deleting', 'lost') "
+		       "RETURNING id, tenant_id) INSERT INTO events (type, subject, tenant_id, data) "
+		       "SELECT 'instance.lost', 'instance/' || id, tenant_id, jsonb_build_object("
+		       "'nodeId', $1::text, 'reason', $2::text) FROM l", &p);
+}

@@ -1,0 +1,149 @@
+/* reconcile.c: the controller's periodic work, done by one replica at a time
+ * (the holder of a session advisory lock): nodes silent for
+ * node_lost_seconds become lost with their instances (their deletions
+ * finish), and instances that found no node with room are placed again. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctl.h"
+#include "log.h"
+#include "nodes.h"
+#include "util.h"
+
+#define LEADER_LOCK "7164930317812342"
+#define PASS_MS 1000
+#define PLACE_BATCH 50
+
+struct lost {
+	int seconds;
+	int count;
+};
+
+static int lost_tx(struct db *d, void *arg, bc_error *err)
+{
+	struct lost *a = arg;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_i64(&p, a->seconds);
+	rc = db_exec(d, &r, "UPDATE nodes SET state = 'lost' WHERE state = 'ready' AND "
+		     "coalesce(last_report_at, joined_at) < now() - make_interval(secs => $1) "
+		     "RETURNING id", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	a->count = PQntuples(r);
+	for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
+		char subject[96];
+		log_warn("node %s: silent for %d s, lost", db_val(r, i, 0), a->seconds);
+		rc = nodes_abandon(d, db_val(r, i, 0), "node lost");
+		snprintf(subject, sizeof(subject), "node/%s", db_val(r, i, 0));
+		if (rc == 0)
+			rc = event_publish(d, "node.lost", subject, NULL, NULL);
+	}
+	PQclear(r);
+	return rc < 0 ? db_fail(err, rc) : 0;
+}
+
+struct unplaced {
+	char id[64];
+	bool placed;
+};
+
+static int place_tx(struct db *d, void *arg, bc_error *err)
+{
+	struct unplaced *a = arg;
+	_cleanup_free_ char *node = NULL;
+	const char *labels[2] = {NULL, NULL};
+	struct place_req q;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, a->id);
+	rc = db_exec(d, &r, "SELECT tenant_id, pool_id, vcpus, memory_mib, disk_gib, gpus, "
+		     "network_policy FROM instances WHERE id = $1 AND node_id IS NULL AND "
+		     "desired_state <> 'deleted' AND state = 'provisioning' FOR UPDATE SKIP LOCKED",
+		     &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return 0;
+	}
+	if (strcmp(db_val(r, 0, 6), "egress") != 0)
+		labels[0] = "bc.dev/cap.instance.network-policy";
+	q = (struct place_req){.instance_id = a->id, .tenant_id = db_val(r, 0, 0),
+			       .pool_id = db_val(r, 0, 1), .vcpus = (int)db_i64(r, 0, 2),
+			       .memory_mib = db_i64(r, 0, 3), .disk_gib = db_i64(r, 0, 4),
+			       .gpus = (int)db_i64(r, 0, 5), .labels = labels};
+	rc = place_instance(d, &q, &node, err);
+	PQclear(r);
+	a->placed = node != NULL;
+	if (node)
+		log_info("instance %s: placed on %s", a->id, node);
+	return rc;
+}
+
+static void place_unplaced(struct db *d)
+{
+	PGresult *r = NULL;
+	struct dbp p = {0};
+	bc_error err;
+
+	dbp_i64(&p, PLACE_BATCH);
+	if (db_exec(d, &r, "SELECT id FROM instances WHERE node_id IS NULL AND state = "
+		    "'provisioning' AND desired_state <> 'deleted' ORDER BY id LIMIT $1", &p) < 0)
+		return;
+	for (int i = 0; i < PQntuples(r); i++) {
+		struct unplaced a = {.placed = false};
+		snprintf(a.id, sizeof(a.id), "%s", db_val(r, i, 0));
+		bc_error_clear(&err);
+		if (db_tx(d, "READ COMMITTED", place_tx, &a, &err) < 0)
+			log_warn("instance %s: placement failed: %s", a.id, err.message);
+	}
+	PQclear(r);
+}
+
+static bool take_lead(struct db *d)
+{
+	_cleanup_free_ char *v = NULL;
+
+	return db_scalar(d, "SELECT pg_try_advisory_lock(" LEADER_LOCK ")", NULL, &v) == 0 && v &&
+	       v[0] == 't';
+}
+
+void *reconcile_thread(void *arg)
+{
+	struct ctl_app *app = arg;
+	struct db *d = NULL;
+	bool leader = false;
+
+	while (!app->stopping) {
+		struct lost l = {.seconds = app->cfg.node_lost_seconds};
+		bc_error err;
+
+		usleep(PASS_MS * 1000);
+		if (!d && !(d = db_open(app->cfg.database)))
+			continue;
+		if (PQstatus(d->conn) != CONNECTION_OK) {
+			db_close(d);
+			d = NULL;
+			leader = false;
+			continue;
+		}
+		if (!leader && (leader = take_lead(d)))
+			log_info("reconcile: replica %s leads", app->cfg.replica);
+		if (!leader)
+			continue;
+		bc_error_clear(&err);
+		if (db_tx(d, "READ COMMITTED", lost_tx, &l, &err) < 0)
+			log_warn("reconcile: node loss pass failed: %s", err.message);
+		place_unplaced(d);
+	}
+	db_close(d);
+	return NULL;
+}

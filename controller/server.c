@@ -1,0 +1,112 @@
+/* server.c: the controller's gRPC server: TLS with optional client
+ * certificates (verified against the node CA), one PostgreSQL connection per
+ * thread, authentication before every handler, and the API groups. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl.h"
+#include "log.h"
+#include "util.h"
+
+struct ctl_app *ctl_app(const rpc_call *call)
+{
+	return rpc_call_user(call);
+}
+
+struct db *ctl_db(const rpc_call *call)
+{
+	return rpc_call_thread(call);
+}
+
+const struct principal *ctl_principal(const rpc_call *call)
+{
+	return rpc_call_principal(call);
+}
+
+static void *thread_db_open(void *user)
+{
+	struct ctl_app *app = user;
+	struct db *d = db_open(app->cfg.database);
+
+	if (!d) {
+		/* keep a handle that reconnects lazily on first use */
+		d = xcalloc(1, sizeof(*d));
+		d->conninfo = xstrdup(app->cfg.database);
+	}
+	return d;
+}
+
+static void thread_db_close(void *user, void *state)
+{
+	db_close(state);
+}
+
+int server_start(struct ctl_app *app)
+{
+	_cleanup_free_ char *cp = xasprintf("%s/server.pem", app->cfg.pki_dir);
+	_cleanup_free_ char *kp = xasprintf("%s/server.key", app->cfg.pki_dir);
+	char *cert = NULL, *key = NULL;
+	struct rpc_tls tls = {0};
+	struct rpc_server_opts o = {0};
+	int r, port = 0, err = 0;
+
+	if ((r = file_read_all(cp, 1 << 20, &cert, NULL)) < 0 ||
+	    (r = file_read_all(kp, 1 << 20, &key, NULL)) < 0) {
+		log_error("serve: cannot read the server certificate in %s", app->cfg.pki_dir);
+		free(cert);
+		return r;
+	}
+	tls.cert_pem = cert;
+	tls.key_pem = key;
+	tls.ca_pem = app->node_ca_pem;
+	tls.request_client_cert = true;
+	o.listen = app->cfg.listen;
+	o.tls = &tls;
+	o.workers = app->cfg.workers;
+	o.max_message_bytes = (size_t)app->cfg.max_message_bytes;
+	o.user = app;
+	o.thread_init = thread_db_open;
+	o.thread_fini = thread_db_close;
+	o.pre_call = auth_pre_call;
+	app->watches = watch_registry_new();
+	app->server = rpc_server_new(&o, &err);
+	if (!app->server) {
+		log_error("serve: cannot create the server: %s", strerror(err));
+		r = -err;
+		goto out;
+	}
+	if ((r = admin_register(app->server)) < 0 || (r = instances_register(app->server)) < 0 ||
+	    (r = nodeapi_register(app->server)) < 0) {
+		log_error("serve: service registration failed: %s", strerror(-r));
+		goto out;
+	}
+	if ((r = rpc_server_start(app->server, &port)) < 0) {
+		log_error("serve: cannot listen on %s: %s", app->cfg.listen, strerror(-r));
+		goto out;
+	}
+	pthread_create(&app->listen_thread, NULL, watch_listen_thread, app);
+	pthread_create(&app->reconcile_thread, NULL, reconcile_thread, app);
+	log_info("serve: replica %s listening on %s (port %d)", app->cfg.replica, app->cfg.listen,
+		 port);
+out:
+	free(cert);
+	free(key);
+	if (r < 0) {
+		rpc_server_free(app->server, 0);
+		app->server = NULL;
+		watch_registry_free(app->watches);
+		app->watches = NULL;
+	}
+	return r;
+}
+
+void server_stop(struct ctl_app *app)
+{
+	app->stopping = true;
+	rpc_server_free(app->server, 5000);
+	pthread_join(app->listen_thread, NULL);
+	pthread_join(app->reconcile_thread, NULL);
+	watch_registry_free(app->watches);
+}

@@ -1,0 +1,18 @@
+/* watch.h: the registry of open WatchSpec streams (see watch.c). */
+#ifndef BC_CTL_WATCH_H
+#define BC_CTL_WATCH_H
+
+#include <stdint.h>
+
+struct watch_registry;
+struct watch_entry;
+
+struct watch_entry *watch_add(struct watch_registry *r, const char *node_id);
+void watch_remove(struct watch_registry *r, struct watch_entry *e);
+/* Wake the streams of node_id (NULL: every stream). */
+void watch_notify(struct watch_registry *r, const char *node_id);
+/* Wait until the entry's sequence differs from seen or timeout_ms passed;
+ * returns the current sequence. */
+uint64_t watch_wait(struct watch_registry *r, struct watch_entry *e, uint64_t seen, int timeout_ms);
+
+#endif
