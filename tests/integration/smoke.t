@@ -64,7 +64,7 @@ is "$(json_get "$out" instances)" 1 'the node counts one live instance'
 bcctl instance get inst_doesnotexist "${TENANT_ARGS[@]}" >/dev/null 2>&1
 rc=$?
 ok "$([ "$rc" = 3 ] || [ "$rc" = 2 ]; echo $?)" "unknown instance id: NOT_FOUND or INVALID_INPUT exit code (got $rc)"
-BC_TOKEN= HOME=$STACK_DIR/home "$BC_BIN/bcctl" --url "$BC_URL" --ca-file "$BC_CA_FILE" pool list >/dev/null 2>&1
+BC_TOKEN='' HOME=$STACK_DIR/home "$BC_BIN/bcctl" --url "$BC_URL" --ca-file "$BC_CA_FILE" pool list >/dev/null 2>&1
 is "$?" 14 'no token: UNAUTHENTICATED exit code'
 
 # -- delete
