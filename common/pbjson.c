@@ -1,0 +1,1642 @@
+/* pbjson.c: the proto3 JSON mapping for protobuf-c messages, from
+ * descriptors alone.
+ *
+ * The writer walks a message by its ProtobufCMessageDescriptor and prints
+ * lowerCamelCase names (protoc's ToJsonName of the field name; protobuf-c
+ * 1.4 keeps no json_name), 64-bit integers as numbers, enums by name, bytes
+ * as padded standard base64, NaN/Infinity as strings, maps as objects.
+ *
+ * The reader is a small recursive-descent parser that fills the message as
+ * it goes: no DOM, no external JSON library. Everything is bounded (depth,
+ * input size) and everything unexpected is refused with INVALID_INPUT and
+ * the dotted path of the offending field ("wait.timeoutMs", "nics[2].mac").
+ * What it builds is indistinguishable from protobuf_c_message_unpack's
+ * output as far as protobuf_c_message_free_unpacked(m, NULL) is concerned:
+ * every message, array, string and byte buffer is malloc'd, strings are
+ * always fresh copies (never the shared protobuf_c_empty_string), and a
+ * repeated field's count only ever covers initialised elements, so a parse
+ * that fails half-way is freed by the same call.
+ *
+ * protobuf-c has no map flag: a repeated field of a nested "...Entry" message
+ * with exactly key = 1 and value = 2 is treated as a map. google.protobuf.Any
+ * and the other well-known types get no special form. Numbers are formatted
+ * and parsed in the C locale whatever the process locale is. */
+#include "pbjson.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <locale.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+#define PBJSON_MAX_DEPTH 32
+#define PBJSON_DEFAULT_MAX_BYTES (4u << 20)
+#define PBJSON_MAX_NAME 128
+#define PBJSON_MAX_NUMBER 512	/* digits in one number token */
+
+/* ------------------------------------------------------------ shared */
+
+static locale_t c_loc;
+static pthread_once_t c_loc_once = PTHREAD_ONCE_INIT;
+
+static void c_loc_init(void)
+{
+	c_loc = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+}
+
+/* The C locale for this thread's number formatting; (locale_t)0 (which
+ * uselocale treats as "no change") if it could not be made. */
+static locale_t c_locale(void)
+{
+	pthread_once(&c_loc_once, c_loc_init);
+	return c_loc;
+}
+
+/* protoc's ToJsonName: drop each '_' and upper-case the letter after it. */
+static void json_name(const char *name, char *out, size_t outlen)
+{
+	bool up = false;
+	size_t n = 0;
+
+	for (; *name && n + 1 < outlen; name++) {
+		if (*name == '_') {
+			up = true;
+			continue;
+		}
+		out[n++] = up && *name >= 'a' && *name <= 'z' ? (char)(*name - 'a' + 'A') : *name;
+		up = false;
+	}
+	out[n] = '\0';
+}
+
+static bool name_matches(const char *field_name, const char *key)
+{
+	char camel[PBJSON_MAX_NAME];
+
+	if (strcmp(field_name, key) == 0)
+		return true;
+	json_name(field_name, camel, sizeof(camel));
+	return strcmp(camel, key) == 0;
+}
+
+static bool is_map_key_type(ProtobufCType t)
+{
+	return t != PROTOBUF_C_TYPE_FLOAT && t != PROTOBUF_C_TYPE_DOUBLE &&
+	       t != PROTOBUF_C_TYPE_BYTES && t != PROTOBUF_C_TYPE_ENUM &&
+	       t != PROTOBUF_C_TYPE_MESSAGE;
+}
+
+static bool is_map(const ProtobufCFieldDescriptor *f)
+{
+	const ProtobufCMessageDescriptor *d = f->descriptor;
+	size_t n;
+
+	if (f->label != PROTOBUF_C_LABEL_REPEATED || f->type != PROTOBUF_C_TYPE_MESSAGE || !d)
+		return false;
+	if (d->n_fields != 2 || d->fields[0].id != 1 || d->fields[1].id != 2 ||
+	    strcmp(d->fields[0].name, "key") != 0 || strcmp(d->fields[1].name, "value") != 0 ||
+	    d->fields[0].label == PROTOBUF_C_LABEL_REPEATED ||
+	    d->fields[1].label == PROTOBUF_C_LABEL_REPEATED || !is_map_key_type(d->fields[0].type))
+		return false;
+	n = strlen(d->short_name);
+	return n > 5 && strcmp(d->short_name + n - 5, "Entry") == 0;
+}
+
+static size_t elt_size(ProtobufCType t)
+{
+	switch (t) {
+	case PROTOBUF_C_TYPE_INT64:
+	case PROTOBUF_C_TYPE_SINT64:
+	case PROTOBUF_C_TYPE_SFIXED64:
+	case PROTOBUF_C_TYPE_UINT64:
+	case PROTOBUF_C_TYPE_FIXED64:
+	case PROTOBUF_C_TYPE_DOUBLE:
+		return 8;
+	case PROTOBUF_C_TYPE_BOOL:
+		return sizeof(protobuf_c_boolean);
+	case PROTOBUF_C_TYPE_STRING:
+	case PROTOBUF_C_TYPE_MESSAGE:
+		return sizeof(void *);
+	case PROTOBUF_C_TYPE_BYTES:
+		return sizeof(ProtobufCBinaryData);
+	default:
+		return 4;
+	}
+}
+
+static void *member(const ProtobufCMessage *m, unsigned offset)
+{
+	return (char *)m + offset;
+}
+
+static bool is_pointer_type(ProtobufCType t)
+{
+	return t == PROTOBUF_C_TYPE_STRING || t == PROTOBUF_C_TYPE_MESSAGE;
+}
+
+/* Length of the valid UTF-8 sequence at s (at most n bytes), 0 if invalid:
+ * no overlong forms, no surrogates, nothing past U+10FFFF. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+	unsigned char c = s[0];
+	size_t len;
+	unsigned char lo = 0x80, hi = 0xbf;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		len = 2;
+	else if (c >= 0xe0 && c <= 0xef)
+		len = 3;
+	else if (c >= 0xf0 && c <= 0xf4)
+		len = 4;
+	else
+		return 0;
+	if (len > n)
+		return 0;
+	if (c == 0xe0)
+		lo = 0xa0;
+	else if (c == 0xed)
+		hi = 0x9f;
+	else if (c == 0xf0)
+		lo = 0x90;
+	else if (c == 0xf4)
+		hi = 0x8f;
+	if (s[1] < lo || s[1] > hi)
+		return 0;
+	for (size_t i = 2; i < len; i++)
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+	return len;
+}
+
+/* Map entries in key order, equal keys in input order: used to drop
+ * shadowed entries when writing and to refuse duplicate keys when reading. */
+struct entry_ref {
+	const ProtobufCMessage *e;
+	size_t i;
+};
+
+static int key_cmp(const void *pa, const void *pb, void *ctx)
+{
+	const ProtobufCFieldDescriptor *kf = ctx;
+	const struct entry_ref *a = pa, *b = pb;
+	const void *x = member(a->e, kf->offset), *y = member(b->e, kf->offset);
+	int c = 0;
+
+	switch (kf->type) {
+	case PROTOBUF_C_TYPE_STRING: {
+		const char *s = *(char *const *)x, *t = *(char *const *)y;
+		c = strcmp(s ? s : "", t ? t : "");
+		break;
+	}
+	case PROTOBUF_C_TYPE_INT64:
+	case PROTOBUF_C_TYPE_SINT64:
+	case PROTOBUF_C_TYPE_SFIXED64: {
+		int64_t s = *(const int64_t *)x, t = *(const int64_t *)y;
+		c = (s > t) - (s < t);
+		break;
+	}
+	case PROTOBUF_C_TYPE_UINT64:
+	case PROTOBUF_C_TYPE_FIXED64: {
+		uint64_t s = *(const uint64_t *)x, t = *(const uint64_t *)y;
+		c = (s > t) - (s < t);
+		break;
+	}
+	case PROTOBUF_C_TYPE_UINT32:
+	case PROTOBUF_C_TYPE_FIXED32: {
+		uint32_t s = *(const uint32_t *)x, t = *(const uint32_t *)y;
+		c = (s > t) - (s < t);
+		break;
+	}
+	case PROTOBUF_C_TYPE_BOOL: {
+		int s = !!*(const protobuf_c_boolean *)x, t = !!*(const protobuf_c_boolean *)y;
+		c = s - t;
+		break;
+	}
+	default: {
+		int32_t s = *(const int32_t *)x, t = *(const int32_t *)y;
+		c = (s > t) - (s < t);
+		break;
+	}
+	}
+	if (c)
+		return c;
+	return (a->i > b->i) - (a->i < b->i);
+}
+
+/* shadowed[i] = true for every entry a later entry with the same key
+ * overrides (and for NULL entries). Returns the number of shadowed
+ * non-NULL entries, or -ENOMEM. */
+static ssize_t map_shadowed(ProtobufCMessage *const *entries, size_t n,
+			    const ProtobufCFieldDescriptor *kf, bool *shadowed)
+{
+	_cleanup_free_ struct entry_ref *refs = NULL;
+	ssize_t dups = 0;
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++)
+		shadowed[i] = entries[i] == NULL;
+	if (n < 2)
+		return 0;
+	refs = calloc(n, sizeof(*refs));
+	if (!refs)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		if (entries[i])
+			refs[k++] = (struct entry_ref){entries[i], i};
+	qsort_r(refs, k, sizeof(*refs), key_cmp, (void *)kf);
+	for (size_t i = 0; i + 1 < k; i++) {
+		struct entry_ref a = refs[i], b = refs[i + 1];
+
+		a.i = b.i = 0;
+		if (key_cmp(&a, &b, (void *)kf) == 0) {
+			shadowed[refs[i].i] = true;
+			dups++;
+		}
+	}
+	return dups;
+}
+
+/* ------------------------------------------------------------ writer */
+
+struct wbuf {
+	char *p;
+	size_t len, cap;
+	bool oom;
+	int flags;
+};
+
+static void w_put(struct wbuf *b, const void *s, size_t n)
+{
+	if (b->oom)
+		return;
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		char *p;
+
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		p = realloc(b->p, cap);
+		if (!p) {
+			b->oom = true;
+			return;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+}
+
+static void w_puts(struct wbuf *b, const char *s)
+{
+	w_put(b, s, strlen(s));
+}
+
+static void w_putc(struct wbuf *b, char c)
+{
+	w_put(b, &c, 1);
+}
+
+static void __attribute__((format(printf, 2, 3))) w_printf(struct wbuf *b, const char *fmt, ...)
+{
+	char tmp[64];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		w_put(b, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
+}
+
+/* In pretty mode a newline and two spaces per level; nothing otherwise. */
+static void w_newline(struct wbuf *b, int level)
+{
+	if (!(b->flags & PBJSON_PRETTY))
+		return;
+	w_putc(b, '\n');
+	for (int i = 0; i < level; i++)
+		w_put(b, "  ", 2);
+}
+
+/* A JSON string. Control characters are escaped (\n \r \t \b \f by name,
+ * the rest as \u00XX); valid UTF-8 passes through; a byte that is not part
+ * of valid UTF-8 becomes U+FFFD so the output is always valid JSON. */
+static void w_string(struct wbuf *b, const char *str)
+{
+	const unsigned char *s = (const unsigned char *)(str ? str : "");
+	size_t n = strlen((const char *)s);
+
+	w_putc(b, '"');
+	for (size_t i = 0; i < n;) {
+		unsigned char c = s[i];
+		size_t run = 0, k;
+
+		if (c == '"' || c == '\\') {
+			w_putc(b, '\\');
+			w_putc(b, (char)c);
+			i++;
+			continue;
+		}
+		if (c < 0x20) {
+			const char *esc = c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t" :
+					  c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
+			if (esc)
+				w_puts(b, esc);
+			else
+				w_printf(b, "\\u%04x", c);
+			i++;
+			continue;
+		}
+		while (i + run < n && s[i + run] >= 0x20 && s[i + run] != '"' &&
+		       s[i + run] != '\\' && (k = utf8_seq(s + i + run, n - i - run)) > 0)
+			run += k;
+		if (run == 0) {
+			w_puts(b, "\\ufffd");
+			i++;
+			continue;
+		}
+		w_put(b, s + i, run);
+		i += run;
+	}
+	w_putc(b, '"');
+}
+
+static const char b64_chars[] =
+	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static void w_base64(struct wbuf *b, const ProtobufCBinaryData *bd)
+{
+	const uint8_t *d = bd->data;
+	size_t n = d ? bd->len : 0;
+
+	w_putc(b, '"');
+	for (size_t i = 0; i < n; i += 3) {
+		uint32_t v = (uint32_t)d[i] << 16;
+		char q[4];
+
+		if (i + 1 < n)
+			v |= (uint32_t)d[i + 1] << 8;
+		if (i + 2 < n)
+			v |= d[i + 2];
+		q[0] = b64_chars[(v >> 18) & 63];
+		q[1] = b64_chars[(v >> 12) & 63];
+		q[2] = i + 1 < n ? b64_chars[(v >> 6) & 63] : '=';
+		q[3] = i + 2 < n ? b64_chars[v & 63] : '=';
+		w_put(b, q, 4);
+	}
+	w_putc(b, '"');
+}
+
+/* The shortest %g form that reads back as the same value. */
+static void w_double(struct wbuf *b, double v, bool is_float)
+{
+	char tmp[40] = "0";
+	locale_t old;
+
+	if (isnan(v)) {
+		w_puts(b, "\"NaN\"");
+		return;
+	}
+	if (isinf(v)) {
+		w_puts(b, v < 0 ? "\"-Infinity\"" : "\"Infinity\"");
+		return;
+	}
+	old = uselocale(c_locale());
+	for (int p = 1; p <= 17; p++) {
+		snprintf(tmp, sizeof(tmp), "%.*g", p, v);
+		if (is_float ? strtof(tmp, NULL) == (float)v : strtod(tmp, NULL) == v)
+			break;
+	}
+	uselocale(old);
+	w_puts(b, tmp);
+}
+
+static void w_enum(struct wbuf *b, const ProtobufCEnumDescriptor *ed, int v)
+{
+	const ProtobufCEnumValue *ev = ed ? protobuf_c_enum_descriptor_get_value(ed, v) : NULL;
+
+	if (ev)
+		w_string(b, ev->name);
+	else
+		w_printf(b, "%d", v);
+}
+
+static void w_message(struct wbuf *b, const ProtobufCMessage *m, int level);
+
+/* One value of field f stored at p (an element, for repeated fields). */
+static void w_value(struct wbuf *b, const ProtobufCFieldDescriptor *f, const void *p, int level)
+{
+	switch (f->type) {
+	case PROTOBUF_C_TYPE_INT32:
+	case PROTOBUF_C_TYPE_SINT32:
+	case PROTOBUF_C_TYPE_SFIXED32:
+		w_printf(b, "%" PRId32, *(const int32_t *)p);
+		break;
+	case PROTOBUF_C_TYPE_UINT32:
+	case PROTOBUF_C_TYPE_FIXED32:
+		w_printf(b, "%" PRIu32, *(const uint32_t *)p);
+		break;
+	case PROTOBUF_C_TYPE_INT64:
+	case PROTOBUF_C_TYPE_SINT64:
+	case PROTOBUF_C_TYPE_SFIXED64:
+		w_printf(b, "%" PRId64, *(const int64_t *)p);
+		break;
+	case PROTOBUF_C_TYPE_UINT64:
+	case PROTOBUF_C_TYPE_FIXED64:
+		w_printf(b, "%" PRIu64, *(const uint64_t *)p);
+		break;
+	case PROTOBUF_C_TYPE_FLOAT:
+		w_double(b, *(const float *)p, true);
+		break;
+	case PROTOBUF_C_TYPE_DOUBLE:
+		w_double(b, *(const double *)p, false);
+		break;
+	case PROTOBUF_C_TYPE_BOOL:
+		w_puts(b, *(const protobuf_c_boolean *)p ? "true" : "false");
+		break;
+	case PROTOBUF_C_TYPE_ENUM:
+		w_enum(b, f->descriptor, *(const int *)p);
+		break;
+	case PROTOBUF_C_TYPE_STRING:
+		w_string(b, *(char *const *)p);
+		break;
+	case PROTOBUF_C_TYPE_BYTES:
+		w_base64(b, p);
+		break;
+	case PROTOBUF_C_TYPE_MESSAGE:
+		if (*(ProtobufCMessage *const *)p)
+			w_message(b, *(ProtobufCMessage *const *)p, level);
+		else
+			w_puts(b, "{}");
+		break;
+	}
+}
+
+/* A map key: always a JSON string. */
+static void w_map_key(struct wbuf *b, const ProtobufCFieldDescriptor *kf, const void *p)
+{
+	if (kf->type == PROTOBUF_C_TYPE_STRING) {
+		w_string(b, *(char *const *)p);
+		return;
+	}
+	w_putc(b, '"');
+	if (kf->type == PROTOBUF_C_TYPE_BOOL)
+		w_puts(b, *(const protobuf_c_boolean *)p ? "true" : "false");
+	else
+		w_value(b, kf, p, 0);
+	w_putc(b, '"');
+}
+
+static void w_key(struct wbuf *b, const char *name, int level, bool *first)
+{
+	char camel[PBJSON_MAX_NAME];
+
+	if (!*first)
+		w_putc(b, ',');
+	*first = false;
+	w_newline(b, level);
+	json_name(name, camel, sizeof(camel));
+	w_string(b, camel);
+	w_puts(b, b->flags & PBJSON_PRETTY ? ": " : ":");
+}
+
+static void w_map(struct wbuf *b, const ProtobufCFieldDescriptor *f, ProtobufCMessage *const *entries,
+		  size_t n, int level)
+{
+	const ProtobufCMessageDescriptor *ed = f->descriptor;
+	_cleanup_free_ bool *shadowed = calloc(n ? n : 1, sizeof(bool));
+	bool first = true;
+
+	if (!shadowed || map_shadowed(entries, n, &ed->fields[0], shadowed) < 0) {
+		b->oom = true;
+		return;
+	}
+	w_putc(b, '{');
+	for (size_t i = 0; i < n; i++) {
+		if (shadowed[i])
+			continue;
+		if (!first)
+			w_putc(b, ',');
+		first = false;
+		w_newline(b, level + 1);
+		w_map_key(b, &ed->fields[0], member(entries[i], ed->fields[0].offset));
+		w_puts(b, b->flags & PBJSON_PRETTY ? ": " : ":");
+		w_value(b, &ed->fields[1], member(entries[i], ed->fields[1].offset), level + 1);
+	}
+	if (!first)
+		w_newline(b, level);
+	w_putc(b, '}');
+}
+
+static void w_repeated(struct wbuf *b, const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f,
+		       int level)
+{
+	size_t n = *(const size_t *)member(m, f->quantifier_offset);
+	const char *arr = *(char *const *)member(m, f->offset);
+	size_t sz = elt_size(f->type);
+
+	if (!arr)
+		n = 0;
+	if (is_map(f)) {
+		w_map(b, f, (ProtobufCMessage *const *)arr, n, level);
+		return;
+	}
+	w_putc(b, '[');
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			w_putc(b, ',');
+		w_newline(b, level + 1);
+		w_value(b, f, arr + i * sz, level + 1);
+	}
+	if (n)
+		w_newline(b, level);
+	w_putc(b, ']');
+}
+
+static bool is_zero(const ProtobufCFieldDescriptor *f, const void *p)
+{
+	switch (f->type) {
+	case PROTOBUF_C_TYPE_STRING: {
+		const char *s = *(char *const *)p;
+		return !s || !*s;
+	}
+	case PROTOBUF_C_TYPE_BYTES:
+		return ((const ProtobufCBinaryData *)p)->len == 0;
+	case PROTOBUF_C_TYPE_FLOAT:
+		return *(const float *)p == 0;
+	case PROTOBUF_C_TYPE_DOUBLE:
+		return *(const double *)p == 0;
+	case PROTOBUF_C_TYPE_MESSAGE:
+		return *(void *const *)p == NULL;
+	default:
+		return elt_size(f->type) == 8 ? *(const uint64_t *)p == 0 : *(const uint32_t *)p == 0;
+	}
+}
+
+/* Whether field f is written: set oneof members, optional fields that are
+ * present (as protobuf-c's packer decides), proto3 fields that differ from
+ * their zero value, and with defaults also zero-valued proto3 scalars and
+ * empty lists. Unset message fields are never written. */
+static bool w_field_present(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f,
+			    bool defaults)
+{
+	const void *p = member(m, f->offset);
+
+	if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+		if (*(const uint32_t *)member(m, f->quantifier_offset) != f->id)
+			return false;
+		return !is_pointer_type(f->type) || *(void *const *)p != NULL;
+	}
+	switch (f->label) {
+	case PROTOBUF_C_LABEL_REQUIRED:
+		return true;
+	case PROTOBUF_C_LABEL_OPTIONAL:
+		if (is_pointer_type(f->type))
+			return *(void *const *)p != NULL && *(void *const *)p != f->default_value;
+		return *(const protobuf_c_boolean *)member(m, f->quantifier_offset);
+	case PROTOBUF_C_LABEL_REPEATED:
+		return *(const size_t *)member(m, f->quantifier_offset) > 0 || defaults;
+	default:
+		if (f->type == PROTOBUF_C_TYPE_MESSAGE)
+			return *(void *const *)p != NULL;
+		return !is_zero(f, p) || defaults;
+	}
+}
+
+static void w_message(struct wbuf *b, const ProtobufCMessage *m, int level)
+{
+	const ProtobufCMessageDescriptor *d = m->descriptor;
+	bool first = true;
+
+	w_putc(b, '{');
+	for (unsigned i = 0; i < d->n_fields; i++) {
+		const ProtobufCFieldDescriptor *f = &d->fields[i];
+
+		if (!w_field_present(m, f, b->flags & PBJSON_EMIT_DEFAULTS))
+			continue;
+		w_key(b, f->name, level + 1, &first);
+		if (f->label == PROTOBUF_C_LABEL_REPEATED)
+			w_repeated(b, m, f, level + 1);
+		else
+			w_value(b, f, member(m, f->offset), level + 1);
+	}
+	if (!first)
+		w_newline(b, level);
+	w_putc(b, '}');
+}
+
+/* Serialise msg as proto3 JSON (see the file comment). flags: any of
+ * PBJSON_EMIT_DEFAULTS, PBJSON_PRETTY. *ret_json is malloc'd, NUL-terminated,
+ * the caller frees it. 0, -EINVAL for a NULL argument, or -ENOMEM. */
+int pbjson_write(const ProtobufCMessage *msg, int flags, char **ret_json)
+{
+	struct wbuf b = {.flags = flags};
+
+	if (!msg || !msg->descriptor || !ret_json)
+		return -EINVAL;
+	w_message(&b, msg, 0);
+	if (b.oom) {
+		free(b.p);
+		return -ENOMEM;
+	}
+	*ret_json = b.p;
+	return 0;
+}
+
+/* ------------------------------------------------------------ reader */
+
+struct rd {
+	const char *s;
+	size_t len, pos;
+	int depth;
+	bc_error *err;
+	size_t plen;
+	char path[256];
+};
+
+/* Refuse the input: INVALID_INPUT, "<path>: <why> (offset N)", details
+ * field = the path of the value being read. */
+static int __attribute__((format(printf, 2, 3))) rd_fail(struct rd *r, const char *fmt, ...)
+{
+	char why[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	if (r->plen)
+		bc_error_set(r->err, BC_INVALID_INPUT, "%s: %s (offset %zu)", r->path, why, r->pos);
+	else
+		bc_error_set(r->err, BC_INVALID_INPUT, "%s (offset %zu)", why, r->pos);
+	if (r->plen)
+		bc_error_detail(r->err, "field", "%s", r->path);
+	return -BC_EDOMAIN;
+}
+
+static void path_advance(struct rd *r, int n)
+{
+	if (n > 0)
+		r->plen = r->plen + (size_t)n < sizeof(r->path) ? r->plen + (size_t)n
+								: sizeof(r->path) - 1;
+}
+
+/* Append ".name" (or "name" at the root); returns the length to pop to. */
+static size_t path_push_name(struct rd *r, const char *name)
+{
+	size_t saved = r->plen;
+
+	path_advance(r, snprintf(r->path + r->plen, sizeof(r->path) - r->plen, "%s%s",
+				 r->plen ? "." : "", name));
+	return saved;
+}
+
+static size_t path_push_index(struct rd *r, size_t i)
+{
+	size_t saved = r->plen;
+
+	path_advance(r, snprintf(r->path + r->plen, sizeof(r->path) - r->plen, "[%zu]", i));
+	return saved;
+}
+
+static void path_pop(struct rd *r, size_t saved)
+{
+	r->plen = saved;
+	r->path[saved] = '\0';
+}
+
+/* The next non-whitespace byte, not consumed; -1 at the end. */
+static int rd_peek(struct rd *r)
+{
+	while (r->pos < r->len) {
+		char c = r->s[r->pos];
+
+		if (c != ' ' && c != '\t' && c != '\n' && c != '\r')
+			return (unsigned char)c;
+		r->pos++;
+	}
+	return -1;
+}
+
+static bool rd_eat(struct rd *r, char c)
+{
+	if (rd_peek(r) != (unsigned char)c)
+		return false;
+	r->pos++;
+	return true;
+}
+
+static bool rd_literal(struct rd *r, const char *lit)
+{
+	size_t n = strlen(lit);
+
+	if (rd_peek(r) < 0 || r->len - r->pos < n || memcmp(r->s + r->pos, lit, n) != 0)
+		return false;
+	r->pos += n;
+	return true;
+}
+
+/* Open an object or array, counting depth. */
+static int rd_enter(struct rd *r, char open, const char *what)
+{
+	if (!rd_eat(r, open))
+		return rd_fail(r, "expected %s", what);
+	if (++r->depth > PBJSON_MAX_DEPTH)
+		return rd_fail(r, "nested deeper than %d", PBJSON_MAX_DEPTH);
+	return 0;
+}
+
+static int rd_leave(struct rd *r, char close)
+{
+	if (!rd_eat(r, close))
+		return rd_fail(r, "expected ',' or '%c'", close);
+	r->depth--;
+	return 0;
+}
+
+static int hex4(const char *s, unsigned *ret)
+{
+	unsigned v = 0;
+
+	for (int i = 0; i < 4; i++) {
+		char c = s[i];
+
+		v <<= 4;
+		if (c >= '0' && c <= '9')
+			v |= (unsigned)(c - '0');
+		else if (c >= 'a' && c <= 'f')
+			v |= (unsigned)(c - 'a' + 10);
+		else if (c >= 'A' && c <= 'F')
+			v |= (unsigned)(c - 'A' + 10);
+		else
+			return -1;
+	}
+	*ret = v;
+	return 0;
+}
+
+static size_t utf8_put(char *out, unsigned cp)
+{
+	if (cp < 0x80) {
+		out[0] = (char)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		out[0] = (char)(0xc0 | (cp >> 6));
+		out[1] = (char)(0x80 | (cp & 0x3f));
+		return 2;
+	}
+	if (cp < 0x10000) {
+		out[0] = (char)(0xe0 | (cp >> 12));
+		out[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+		out[2] = (char)(0x80 | (cp & 0x3f));
+		return 3;
+	}
+	out[0] = (char)(0xf0 | (cp >> 18));
+	out[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+	out[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+	out[3] = (char)(0x80 | (cp & 0x3f));
+	return 4;
+}
+
+/* A \u escape at r->pos (after the backslash and 'u'), with its low
+ * surrogate if it is a high one. */
+static int rd_unicode(struct rd *r, unsigned *ret)
+{
+	unsigned cp, lo;
+
+	if (r->len - r->pos < 4 || hex4(r->s + r->pos, &cp) < 0)
+		return rd_fail(r, "bad \\u escape");
+	r->pos += 4;
+	if (cp >= 0xdc00 && cp <= 0xdfff)
+		return rd_fail(r, "unpaired surrogate in \\u escape");
+	if (cp >= 0xd800 && cp <= 0xdbff) {
+		if (r->len - r->pos < 6 || r->s[r->pos] != '\\' || r->s[r->pos + 1] != 'u' ||
+		    hex4(r->s + r->pos + 2, &lo) < 0 || lo < 0xdc00 || lo > 0xdfff)
+			return rd_fail(r, "unpaired surrogate in \\u escape");
+		r->pos += 6;
+		cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+	}
+	*ret = cp;
+	return 0;
+}
+
+static int rd_escape(struct rd *r, char *out, size_t *n)
+{
+	static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+	const char *k;
+	unsigned cp = 0;
+	int ret;
+
+	if (r->pos >= r->len)
+		return rd_fail(r, "unterminated string");
+	k = strchr(from, r->s[r->pos]);
+	if (k && r->s[r->pos]) {
+		out[(*n)++] = to[k - from];
+		r->pos++;
+		return 0;
+	}
+	if (r->s[r->pos] != 'u')
+		return rd_fail(r, "bad escape in string");
+	r->pos++;
+	ret = rd_unicode(r, &cp);
+	if (ret < 0)
+		return ret;
+	*n += utf8_put(out + *n, cp);
+	return 0;
+}
+
+/* Where the string starting at r->pos (after the quote) ends, or 0. */
+static size_t string_span(const struct rd *r)
+{
+	for (size_t i = r->pos; i < r->len; i++) {
+		if (r->s[i] == '"')
+			return i - r->pos + 1;
+		if (r->s[i] == '\\')
+			i++;
+	}
+	return 0;
+}
+
+/* A JSON string, unescaped into a malloc'd buffer (NUL-terminated; may
+ * contain NUL bytes from \u0000, *ret_len says how long it is). */
+static int rd_string(struct rd *r, char **ret, size_t *ret_len)
+{
+	_cleanup_free_ char *out = NULL;
+	size_t n = 0, span;
+	int ret_code;
+
+	if (!rd_eat(r, '"'))
+		return rd_fail(r, "expected a string");
+	span = string_span(r);
+	if (!span)
+		return rd_fail(r, "unterminated string");
+	out = malloc(span);
+	if (!out)
+		return -ENOMEM;
+	while (r->s[r->pos] != '"') {
+		unsigned char c = (unsigned char)r->s[r->pos];
+		size_t k;
+
+		if (c == '\\') {
+			r->pos++;
+			ret_code = rd_escape(r, out, &n);
+			if (ret_code < 0)
+				return ret_code;
+			continue;
+		}
+		if (c < 0x20)
+			return rd_fail(r, "control character in string");
+		k = utf8_seq((const unsigned char *)r->s + r->pos, r->len - r->pos);
+		if (!k)
+			return rd_fail(r, "invalid UTF-8 in string");
+		memcpy(out + n, r->s + r->pos, k);
+		n += k;
+		r->pos += k;
+	}
+	r->pos++;
+	out[n] = '\0';
+	*ret = out;
+	*ret_len = n;
+	out = NULL;
+	return 0;
+}
+
+/* Length of the JSON number at s (RFC 8259 grammar), 0 if there is none. */
+static size_t number_len(const char *s, size_t n)
+{
+	size_t i = 0, d;
+
+	if (i < n && s[i] == '-')
+		i++;
+	if (i < n && s[i] == '0')
+		i++;
+	else if (i < n && s[i] >= '1' && s[i] <= '9')
+		while (i < n && s[i] >= '0' && s[i] <= '9')
+			i++;
+	else
+		return 0;
+	if (i + 1 < n && s[i] == '.' && s[i + 1] >= '0' && s[i + 1] <= '9')
+		for (i++; i < n && s[i] >= '0' && s[i] <= '9'; i++)
+			;
+	if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+		d = i + 1;
+		if (d < n && (s[d] == '+' || s[d] == '-'))
+			d++;
+		if (d < n && s[d] >= '0' && s[d] <= '9') {
+			for (i = d; i < n && s[i] >= '0' && s[i] <= '9'; i++)
+				;
+		}
+	}
+	return i;
+}
+
+/* The exact integer a JSON number denotes: -EINVAL if it has a fractional
+ * part, -ERANGE if its magnitude exceeds 2^64-1. "1e3" and "2.50e1" are
+ * integers; "1.5" is not. */
+static int number_to_int(const char *t, size_t n, bool *ret_neg, uint64_t *ret_mag)
+{
+	size_t i = 0, int_start, int_end, frac_start = 0, frac_end = 0, ndig;
+	long long exp10 = 0, shift;
+	bool eneg = false;
+	char digits[PBJSON_MAX_NUMBER];
+	uint64_t v = 0;
+
+	*ret_neg = t[0] == '-';
+	i = *ret_neg;
+	for (int_start = i; i < n && t[i] >= '0' && t[i] <= '9'; i++)
+		;
+	int_end = i;
+	if (i < n && t[i] == '.') {
+		for (frac_start = ++i; i < n && t[i] >= '0' && t[i] <= '9'; i++)
+			;
+		frac_end = i;
+	}
+	if (i < n && (t[i] == 'e' || t[i] == 'E')) {
+		i++;
+		if (t[i] == '+' || t[i] == '-')
+			eneg = t[i++] == '-';
+		for (; i < n; i++)
+			if (exp10 < 100000)
+				exp10 = exp10 * 10 + (t[i] - '0');
+	}
+	ndig = (int_end - int_start) + (frac_end - frac_start);
+	if (ndig > sizeof(digits))
+		return -ERANGE;
+	memcpy(digits, t + int_start, int_end - int_start);
+	memcpy(digits + (int_end - int_start), t + frac_start, frac_end - frac_start);
+	shift = (eneg ? -exp10 : exp10) - (long long)(frac_end - frac_start);
+	while (ndig > 0 && digits[ndig - 1] == '0' && shift < 0) {
+		ndig--;
+		shift++;
+	}
+	for (size_t k = 0; k < ndig; k++) {
+		unsigned d = (unsigned)(digits[k] - '0');
+
+		if (v > (UINT64_MAX - d) / 10)
+			return -ERANGE;
+		v = v * 10 + d;
+	}
+	if (v == 0) {
+		*ret_mag = 0;
+		return 0;
+	}
+	if (shift < 0)
+		return -EINVAL;
+	for (; shift > 0; shift--) {
+		if (v > UINT64_MAX / 10)
+			return -ERANGE;
+		v *= 10;
+	}
+	*ret_mag = v;
+	return 0;
+}
+
+static const char *int_type_name(ProtobufCType t)
+{
+	switch (t) {
+	case PROTOBUF_C_TYPE_UINT32:
+	case PROTOBUF_C_TYPE_FIXED32:
+		return "uint32";
+	case PROTOBUF_C_TYPE_INT64:
+	case PROTOBUF_C_TYPE_SINT64:
+	case PROTOBUF_C_TYPE_SFIXED64:
+		return "int64";
+	case PROTOBUF_C_TYPE_UINT64:
+	case PROTOBUF_C_TYPE_FIXED64:
+		return "uint64";
+	default:
+		return "int32";
+	}
+}
+
+/* Store (neg, mag) into dst as integer type t; false if out of range. */
+static bool int_store(ProtobufCType t, bool neg, uint64_t mag, void *dst)
+{
+	if (mag == 0)
+		neg = false;
+	switch (t) {
+	case PROTOBUF_C_TYPE_UINT32:
+	case PROTOBUF_C_TYPE_FIXED32:
+		if (neg || mag > UINT32_MAX)
+			return false;
+		*(uint32_t *)dst = (uint32_t)mag;
+		return true;
+	case PROTOBUF_C_TYPE_UINT64:
+	case PROTOBUF_C_TYPE_FIXED64:
+		if (neg)
+			return false;
+		*(uint64_t *)dst = mag;
+		return true;
+	case PROTOBUF_C_TYPE_INT64:
+	case PROTOBUF_C_TYPE_SINT64:
+	case PROTOBUF_C_TYPE_SFIXED64:
+		if (mag > (uint64_t)INT64_MAX + neg)
+			return false;
+		*(int64_t *)dst = neg ? (int64_t)(0 - mag) : (int64_t)mag;
+		return true;
+	default:	/* int32, sint32, sfixed32, enum */
+		if (mag > (uint64_t)INT32_MAX + neg)
+			return false;
+		*(int32_t *)dst = neg ? (int32_t)(0 - (uint32_t)mag) : (int32_t)mag;
+		return true;
+	}
+}
+
+/* The text of a number: a bare JSON number, or a JSON string holding
+ * exactly one (proto3 JSON allows both for every numeric type). *ret_owned
+ * is set when the text had to be unescaped into a malloc'd buffer. */
+static int rd_number_text(struct rd *r, const char **ret, size_t *ret_n, char **ret_owned,
+			  bool *ret_quoted)
+{
+	int c = rd_peek(r);
+	size_t n;
+	int e;
+
+	*ret_owned = NULL;
+	*ret_quoted = c == '"';
+	if (c == '"') {
+		e = rd_string(r, ret_owned, &n);
+		if (e < 0)
+			return e;
+		*ret = *ret_owned;
+		*ret_n = n;
+		return 0;
+	}
+	if (c != '-' && !(c >= '0' && c <= '9'))
+		return rd_fail(r, "expected a number");
+	n = number_len(r->s + r->pos, r->len - r->pos);
+	if (n == 0)
+		return rd_fail(r, "malformed number");
+	*ret = r->s + r->pos;
+	*ret_n = n;
+	r->pos += n;
+	return 0;
+}
+
+static int rd_int(struct rd *r, ProtobufCType t, void *dst)
+{
+	_cleanup_free_ char *owned = NULL;
+	const char *text;
+	size_t n;
+	bool neg, quoted;
+	uint64_t mag;
+	int e;
+
+	e = rd_number_text(r, &text, &n, &owned, &quoted);
+	if (e < 0)
+		return e;
+	if (n == 0 || n > PBJSON_MAX_NUMBER || number_len(text, n) != n)
+		return n > PBJSON_MAX_NUMBER ? rd_fail(r, "number out of range for %s",
+						       int_type_name(t))
+					     : rd_fail(r, "expected a number");
+	e = number_to_int(text, n, &neg, &mag);
+	if (e == -EINVAL)
+		return rd_fail(r, "not an integer");
+	if (e < 0 || !int_store(t, neg, mag, dst))
+		return rd_fail(r, "number out of range for %s", int_type_name(t));
+	return 0;
+}
+
+static int rd_float(struct rd *r, bool is_float, void *dst)
+{
+	_cleanup_free_ char *owned = NULL, *copy = NULL;
+	const char *text;
+	size_t n;
+	bool quoted;
+	double v;
+	locale_t old;
+	int e;
+
+	e = rd_number_text(r, &text, &n, &owned, &quoted);
+	if (e < 0)
+		return e;
+	if (quoted && (strcmp(text, "NaN") == 0 || strcmp(text, "Infinity") == 0 ||
+		       strcmp(text, "-Infinity") == 0)) {
+		v = text[0] == 'N' ? NAN : text[0] == '-' ? -INFINITY : INFINITY;
+	} else {
+		if (n == 0 || n > PBJSON_MAX_NUMBER || number_len(text, n) != n)
+			return rd_fail(r, "expected a number");
+		copy = strndup(text, n);
+		if (!copy)
+			return -ENOMEM;
+		old = uselocale(c_locale());
+		v = strtod(copy, NULL);
+		uselocale(old);
+		/* a float is out of range if it would round to infinity */
+		if (isinf(v) || (is_float && fabs(v) >= 0x1.ffffffp+127))
+			return rd_fail(r, "number out of range for %s", is_float ? "float" : "double");
+	}
+	if (is_float)
+		*(float *)dst = (float)v;
+	else
+		*(double *)dst = v;
+	return 0;
+}
+
+static int rd_bool(struct rd *r, void *dst)
+{
+	if (rd_literal(r, "true"))
+		*(protobuf_c_boolean *)dst = 1;
+	else if (rd_literal(r, "false"))
+		*(protobuf_c_boolean *)dst = 0;
+	else
+		return rd_fail(r, "expected true or false");
+	return 0;
+}
+
+static int rd_enum(struct rd *r, const ProtobufCEnumDescriptor *ed, void *dst)
+{
+	_cleanup_free_ char *name = NULL;
+	const ProtobufCEnumValue *ev;
+	size_t n;
+	int e;
+
+	if (rd_peek(r) != '"')
+		return rd_int(r, PROTOBUF_C_TYPE_ENUM, dst);
+	e = rd_string(r, &name, &n);
+	if (e < 0)
+		return e;
+	ev = strlen(name) == n ? protobuf_c_enum_descriptor_get_value_by_name(ed, name) : NULL;
+	if (!ev)
+		return rd_fail(r, "unknown %s value", ed->short_name);
+	*(int *)dst = ev->value;
+	return 0;
+}
+
+/* C strings end at the first NUL: refuse \u0000 rather than truncate. */
+static int rd_cstring(struct rd *r, void *dst)
+{
+	char *s = NULL;
+	size_t n;
+	int e;
+
+	if (rd_peek(r) != '"')
+		return rd_fail(r, "expected a string");
+	e = rd_string(r, &s, &n);
+	if (e < 0)
+		return e;
+	if (strlen(s) != n) {
+		free(s);
+		return rd_fail(r, "NUL character in string");
+	}
+	*(char **)dst = s;
+	return 0;
+}
+
+static int b64_val(char c)
+{
+	if (c >= 'A' && c <= 'Z')
+		return c - 'A';
+	if (c >= 'a' && c <= 'z')
+		return c - 'a' + 26;
+	if (c >= '0' && c <= '9')
+		return c - '0' + 52;
+	if (c == '+' || c == '-')
+		return 62;
+	if (c == '/' || c == '_')
+		return 63;
+	return -1;
+}
+
+/* Standard or URL-safe base64, padding optional but correct if present. */
+static int b64_decode(const char *s, size_t n, ProtobufCBinaryData *ret)
+{
+	size_t pad = 0, out_n = 0;
+	uint32_t acc = 0;
+	uint8_t *out;
+	int bits = 0;
+
+	while (pad < 2 && n > 0 && s[n - 1] == '=') {
+		n--;
+		pad++;
+	}
+	if (n % 4 == 1 || (pad && (n + pad) % 4 != 0))
+		return -EINVAL;
+	if (n == 0) {
+		ret->data = NULL;
+		ret->len = 0;
+		return 0;
+	}
+	out = malloc(n * 3 / 4 + 1);
+	if (!out)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		int v = b64_val(s[i]);
+
+		if (v < 0) {
+			free(out);
+			return -EINVAL;
+		}
+		acc = (acc << 6) | (uint32_t)v;
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			out[out_n++] = (uint8_t)(acc >> bits);
+		}
+	}
+	ret->data = out;
+	ret->len = out_n;
+	return 0;
+}
+
+static int rd_bytes(struct rd *r, void *dst)
+{
+	_cleanup_free_ char *s = NULL;
+	size_t n;
+	int e;
+
+	if (rd_peek(r) != '"')
+		return rd_fail(r, "expected a base64 string");
+	e = rd_string(r, &s, &n);
+	if (e < 0)
+		return e;
+	e = b64_decode(s, n, dst);
+	if (e == -EINVAL)
+		return rd_fail(r, "invalid base64");
+	return e;
+}
+
+/* One non-message value of field f into dst (a field or an element). */
+static int rd_value(struct rd *r, const ProtobufCFieldDescriptor *f, void *dst)
+{
+	switch (f->type) {
+	case PROTOBUF_C_TYPE_BOOL:
+		return rd_bool(r, dst);
+	case PROTOBUF_C_TYPE_STRING:
+		return rd_cstring(r, dst);
+	case PROTOBUF_C_TYPE_BYTES:
+		return rd_bytes(r, dst);
+	case PROTOBUF_C_TYPE_ENUM:
+		return rd_enum(r, f->descriptor, dst);
+	case PROTOBUF_C_TYPE_FLOAT:
+		return rd_float(r, true, dst);
+	case PROTOBUF_C_TYPE_DOUBLE:
+		return rd_float(r, false, dst);
+	case PROTOBUF_C_TYPE_MESSAGE:
+		return -EINVAL;
+	default:
+		return rd_int(r, f->type, dst);
+	}
+}
+
+static ProtobufCMessage *msg_new(const ProtobufCMessageDescriptor *d)
+{
+	ProtobufCMessage *m = malloc(d->sizeof_message);
+
+	if (!m)
+		return NULL;
+	if (d->message_init) {
+		d->message_init(m);
+	} else {
+		memset(m, 0, d->sizeof_message);
+		m->descriptor = d;
+	}
+	return m;
+}
+
+static int rd_message(struct rd *r, ProtobufCMessage *m);
+
+/* A sub-message into *slot: allocated and linked before it is parsed so
+ * that a failure part-way is freed with the root. */
+static int rd_submessage(struct rd *r, const ProtobufCMessageDescriptor *d, void *slot)
+{
+	ProtobufCMessage *sub = msg_new(d);
+
+	if (!sub)
+		return -ENOMEM;
+	*(ProtobufCMessage **)slot = sub;
+	return rd_message(r, sub);
+}
+
+/* A zeroed slot at the end of a repeated field's array (not yet counted). */
+static void *grow(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f, size_t *cap)
+{
+	void **arr = member(m, f->offset);
+	size_t n = *(size_t *)member(m, f->quantifier_offset), sz = elt_size(f->type);
+	char *slot;
+
+	if (n == *cap) {
+		size_t nc = *cap ? *cap * 2 : 4;
+		void *p = realloc(*arr, nc * sz);
+
+		if (!p)
+			return NULL;
+		*arr = p;
+		*cap = nc;
+	}
+	slot = (char *)*arr + n * sz;
+	memset(slot, 0, sz);
+	return slot;
+}
+
+static int rd_element(struct rd *r, ProtobufCMessage *m, const ProtobufCFieldDescriptor *f,
+		      size_t *cap)
+{
+	size_t *n = member(m, f->quantifier_offset);
+	void *slot = grow(m, f, cap);
+	int e;
+
+	if (!slot)
+		return -ENOMEM;
+	if (rd_peek(r) == 'n')
+		return rd_fail(r, "null is not allowed in a list");
+	if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
+		ProtobufCMessage *sub = msg_new(f->descriptor);
+
+		if (!sub)
+			return -ENOMEM;
+		*(ProtobufCMessage **)slot = sub;
+		(*n)++;
+		return rd_message(r, sub);
+	}
+	e = rd_value(r, f, slot);
+	if (e == 0)
+		(*n)++;
+	return e;
+}
+
+static int rd_repeated(struct rd *r, ProtobufCMessage *m, const ProtobufCFieldDescriptor *f)
+{
+	size_t cap = 0, i = 0;
+	int e;
+
+	e = rd_enter(r, '[', "an array");
+	if (e < 0)
+		return e;
+	if (rd_eat(r, ']')) {
+		r->depth--;
+		return 0;
+	}
+	do {
+		size_t saved = path_push_index(r, i++);
+
+		e = rd_element(r, m, f, &cap);
+		if (e < 0)
+			return e;
+		path_pop(r, saved);
+	} while (rd_eat(r, ','));
+	return rd_leave(r, ']');
+}
+
+/* A map key (always a JSON string) converted to the key field's type. */
+static int map_key_set(struct rd *r, ProtobufCMessage *e, const ProtobufCFieldDescriptor *kf,
+		       char *key, size_t n)
+{
+	void *dst = member(e, kf->offset);
+	bool neg;
+	uint64_t mag;
+
+	if (kf->type == PROTOBUF_C_TYPE_STRING) {
+		char *copy;
+
+		if (strlen(key) != n)
+			return rd_fail(r, "NUL character in map key");
+		copy = strdup(key);
+		if (!copy)
+			return -ENOMEM;
+		*(char **)dst = copy;
+		return 0;
+	}
+	if (kf->type == PROTOBUF_C_TYPE_BOOL) {
+		if (strcmp(key, "true") != 0 && strcmp(key, "false") != 0)
+			return rd_fail(r, "map key is not a bool");
+		*(protobuf_c_boolean *)dst = key[0] == 't';
+		return 0;
+	}
+	if (n == 0 || number_len(key, n) != n || number_to_int(key, n, &neg, &mag) < 0 ||
+	    !int_store(kf->type, neg, mag, dst))
+		return rd_fail(r, "map key is not a valid %s", int_type_name(kf->type));
+	return 0;
+}
+
+static int rd_map_entry(struct rd *r, ProtobufCMessage *m, const ProtobufCFieldDescriptor *f,
+			size_t *cap)
+{
+	const ProtobufCMessageDescriptor *ed = f->descriptor;
+	const ProtobufCFieldDescriptor *vf = &ed->fields[1];
+	_cleanup_free_ char *key = NULL;
+	size_t klen, saved;
+	ProtobufCMessage *entry;
+	void *slot;
+	int e;
+
+	e = rd_string(r, &key, &klen);
+	if (e < 0)
+		return e;
+	if (!rd_eat(r, ':'))
+		return rd_fail(r, "expected ':'");
+	saved = path_push_name(r, key);
+	slot = grow(m, f, cap);
+	entry = slot ? msg_new(ed) : NULL;
+	if (!entry)
+		return -ENOMEM;
+	*(ProtobufCMessage **)slot = entry;
+	(*(size_t *)member(m, f->quantifier_offset))++;
+	e = map_key_set(r, entry, &ed->fields[0], key, klen);
+	if (e < 0)
+		return e;
+	if (rd_peek(r) == 'n')
+		return rd_fail(r, "null is not allowed as a map value");
+	if (vf->type == PROTOBUF_C_TYPE_MESSAGE)
+		e = rd_submessage(r, vf->descriptor, member(entry, vf->offset));
+	else
+		e = rd_value(r, vf, member(entry, vf->offset));
+	if (e < 0)
+		return e;
+	if (vf->label == PROTOBUF_C_LABEL_OPTIONAL && !is_pointer_type(vf->type))
+		*(protobuf_c_boolean *)member(entry, vf->quantifier_offset) = 1;
+	path_pop(r, saved);
+	return 0;
+}
+
+static int rd_map(struct rd *r, ProtobufCMessage *m, const ProtobufCFieldDescriptor *f)
+{
+	size_t cap = 0, n;
+	_cleanup_free_ bool *shadowed = NULL;
+	ssize_t dups;
+	int e;
+
+	e = rd_enter(r, '{', "an object");
+	if (e < 0)
+		return e;
+	if (rd_eat(r, '}')) {
+		r->depth--;
+		return 0;
+	}
+	do {
+		e = rd_map_entry(r, m, f, &cap);
+		if (e < 0)
+			return e;
+	} while (rd_eat(r, ','));
+	e = rd_leave(r, '}');
+	if (e < 0)
+		return e;
+	n = *(size_t *)member(m, f->quantifier_offset);
+	shadowed = calloc(n, sizeof(bool));
+	if (!shadowed)
+		return -ENOMEM;
+	dups = map_shadowed(*(ProtobufCMessage ***)member(m, f->offset), n,
+			    &((const ProtobufCMessageDescriptor *)f->descriptor)->fields[0], shadowed);
+	if (dups < 0)
+		return (int)dups;
+	return dups ? rd_fail(r, "duplicate map key") : 0;
+}
+
+/* Mark a singular field as present: the oneof case or the has_ flag. */
+static void set_present(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f)
+{
+	if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF)
+		*(uint32_t *)member(m, f->quantifier_offset) = f->id;
+	else if (f->label == PROTOBUF_C_LABEL_OPTIONAL && !is_pointer_type(f->type))
+		*(protobuf_c_boolean *)member(m, f->quantifier_offset) = 1;
+}
+
+static int rd_field(struct rd *r, ProtobufCMessage *m, const ProtobufCFieldDescriptor *f)
+{
+	int e;
+
+	if (rd_literal(r, "null"))
+		return 0;	/* proto3 JSON: null is the default */
+	if (f->label == PROTOBUF_C_LABEL_REPEATED)
+		return is_map(f) ? rd_map(r, m, f) : rd_repeated(r, m, f);
+	if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
+		set_present(m, f);	/* so that free_unpacked sees the child */
+		return rd_submessage(r, f->descriptor, member(m, f->offset));
+	}
+	e = rd_value(r, f, member(m, f->offset));
+	if (e == 0)
+		set_present(m, f);
+	return e;
+}
+
+static const ProtobufCFieldDescriptor *field_by_key(const ProtobufCMessageDescriptor *d,
+						    const char *key)
+{
+	for (unsigned i = 0; i < d->n_fields; i++)
+		if (name_matches(d->fields[i].name, key))
+			return &d->fields[i];
+	return NULL;
+}
+
+static int rd_member(struct rd *r, ProtobufCMessage *m, unsigned char *seen)
+{
+	const ProtobufCMessageDescriptor *d = m->descriptor;
+	const ProtobufCFieldDescriptor *f;
+	_cleanup_free_ char *key = NULL;
+	char camel[PBJSON_MAX_NAME];
+	size_t klen, saved;
+	uint32_t *oneof_case;
+	int e;
+
+	e = rd_string(r, &key, &klen);
+	if (e < 0)
+		return e;
+	if (!rd_eat(r, ':'))
+		return rd_fail(r, "expected ':'");
+	f = strlen(key) == klen ? field_by_key(d, key) : NULL;
+	if (f)
+		json_name(f->name, camel, sizeof(camel));
+	saved = path_push_name(r, f ? camel : key);
+	if (!f)
+		return rd_fail(r, "unknown field");
+	if (seen[f - d->fields]++)
+		return rd_fail(r, "duplicate field");
+	oneof_case = member(m, f->quantifier_offset);
+	if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) && *oneof_case != 0 && *oneof_case != f->id)
+		return rd_fail(r, "another member of the same oneof is already set");
+	e = rd_field(r, m, f);
+	if (e < 0)
+		return e;
+	path_pop(r, saved);
+	return 0;
+}
+
+static int check_required(struct rd *r, const ProtobufCMessage *m, const unsigned char *seen)
+{
+	const ProtobufCMessageDescriptor *d = m->descriptor;
+
+	for (unsigned i = 0; i < d->n_fields; i++) {
+		const ProtobufCFieldDescriptor *f = &d->fields[i];
+
+		/* a required string or message left NULL would crash the packer */
+		if (f->label == PROTOBUF_C_LABEL_REQUIRED && !seen[i] && !f->default_value &&
+		    is_pointer_type(f->type)) {
+			char camel[PBJSON_MAX_NAME];
+
+			json_name(f->name, camel, sizeof(camel));
+			path_push_name(r, camel);
+			return rd_fail(r, "missing required field");
+		}
+	}
+	return 0;
+}
+
+static int rd_message(struct rd *r, ProtobufCMessage *m)
+{
+	const ProtobufCMessageDescriptor *d = m->descriptor;
+	_cleanup_free_ unsigned char *seen = NULL;
+	int e;
+
+	e = rd_enter(r, '{', "an object");
+	if (e < 0)
+		return e;
+	seen = calloc(d->n_fields ? d->n_fields : 1, 1);
+	if (!seen)
+		return -ENOMEM;
+	if (!rd_eat(r, '}')) {
+		do {
+			e = rd_member(r, m, seen);
+			if (e < 0)
+				return e;
+		} while (rd_eat(r, ','));
+		e = rd_leave(r, '}');
+		if (e < 0)
+			return e;
+	} else {
+		r->depth--;
+	}
+	return check_required(r, m, seen);
+}
+
+/* Parse proto3 JSON into a new message of descriptor d (see pbjson.h and
+ * the file comment). max_bytes 0 means the default cap of 4 MiB. Returns
+ * 0, -EINVAL for NULL arguments, -ENOMEM, or -BC_EDOMAIN with err filled. */
+int pbjson_read(const ProtobufCMessageDescriptor *d, const char *json, size_t len,
+		size_t max_bytes, ProtobufCMessage **ret, bc_error *err)
+{
+	struct rd r = {.s = json, .len = len, .err = err};
+	ProtobufCMessage *m;
+	int e;
+
+	if (!d || !ret || (!json && len))
+		return -EINVAL;
+	if (!max_bytes)
+		max_bytes = PBJSON_DEFAULT_MAX_BYTES;
+	if (len > max_bytes)
+		return rd_fail(&r, "input larger than %zu bytes", max_bytes);
+	m = msg_new(d);
+	if (!m)
+		return -ENOMEM;
+	e = rd_message(&r, m);
+	if (e == 0 && rd_peek(&r) >= 0)
+		e = rd_fail(&r, "unexpected data after the object");
+	if (e < 0) {
+		protobuf_c_message_free_unpacked(m, NULL);
+		return e;
+	}
+	*ret = m;
+	return 0;
+}
