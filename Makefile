@@ -48,6 +48,7 @@ CTL_SRC    := $(filter-out controller/main.c,$(wildcard controller/*.c))
 AGENT_SRC  := $(filter-out agent/main.c,$(wildcard agent/*.c))
 CLI_SRC    := $(wildcard cli/*.c)
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
+BENCH_SRC  := $(wildcard bench/*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
@@ -56,15 +57,17 @@ LIBCTL   := $(BUILD)/lib/libctl.a
 LIBAGENT := $(BUILD)/lib/libagent.a
 BINS     := $(BUILD)/bin/bc-controller $(BUILD)/bin/bcd $(BUILD)/bin/bcctl
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
+BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-.PHONY: all gen bins unit-bins check check-unit check-integration check-net check-e2e \
+.PHONY: all gen bins unit-bins bench-bins check check-unit check-integration check-net check-e2e \
 	check-interop fuzz fuzz-smoke asan bench demo stop install clean deps update-golden
 .SECONDARY:
 
-all: bins unit-bins
+all: bins unit-bins bench-bins
 
 bins: $(BINS)
 unit-bins: $(UNIT_BIN)
+bench-bins: $(BENCH_BIN)
 gen: $(GEN_C)
 
 # ---------------------------------------------------------------- codegen
@@ -74,7 +77,7 @@ $(GEN)/%.pb-c.c $(GEN)/%.pb-c.h: proto/%.proto
 	$(Q)protoc-c -Iproto --c_out=$(GEN) $<
 
 # Every object may include any generated header.
-$(call obj,$(COMMON_SRC) controller/main.c agent/main.c $(CTL_SRC) $(AGENT_SRC) $(CLI_SRC) $(UNIT_SRC)): | $(GEN_H)
+$(call obj,$(COMMON_SRC) controller/main.c agent/main.c $(CTL_SRC) $(AGENT_SRC) $(CLI_SRC) $(UNIT_SRC) $(BENCH_SRC)): | $(GEN_H)
 
 $(BUILD)/obj/gen/%.o: $(GEN)/%.c | $(GEN_H)
 	@mkdir -p $(@D)
@@ -125,6 +128,11 @@ $(BUILD)/tests/unit/test_%: $(BUILD)/obj/tests/unit/test_%.o $(LIBBC)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBBC)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 # ------------------------------------------------------------------ tests
 ASAN_BUILD := build/asan
 export BC_SRC := $(CURDIR)
@@ -166,7 +174,7 @@ fuzz:
 fuzz-smoke:
 	$(Q)$(MAKE) --no-print-directory -f tests/fuzz/fuzz.mk FUZZ_SECONDS=5 run
 
-bench: deps bins
+bench: deps bins bench-bins
 	$(Q)bash bench/run.sh
 
 demo: deps bins
