@@ -271,7 +271,8 @@ agent_start() {
 	if _proc_alive "$pid"; then
 		return 0
 	fi
-	if [ ! -f "$STACK_DIR/agent-$n/node.pem" ] && [ ! -f "$STACK_DIR/agent-$n/node.id" ]; then
+	# node.pem is written last at join: without it the agent joins (again)
+	if [ ! -f "$STACK_DIR/agent-$n/node.pem" ]; then
 		token=$(agent_join_token) || {
 			_stack_log "no join token for agent $n"
 			return 1
