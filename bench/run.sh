@@ -1,113 +1,160 @@
 #!/usr/bin/env bash
 # bench/run.sh: `make bench`. Speed as ratios against a peer measured in the
-# same run on the same machine, never as absolute pass/fail thresholds.
+# same run on the same machine, never as pass/fail thresholds.
 #
-# First benchmark: the unary RPC round trip. The same call,
-# grpc.health.v1.Health/Check, is timed against bc-controller (TLS, the real
-# gRPC stack of common/rpc*.c) and against a @grpc/grpc-js server
-# (bench/grpcjs_server.js, plaintext), by one C bench client, and printed as
-# a table: p50, p99 and calls/s of each, and bc's ratio to the peer.
+# Starts a stack (PostgreSQL, one bc-controller, one fake-runtime bcd), the
+# grpc-js peer (bench/grpcjs_server.js) and the C rpc layer's own plaintext
+# Health server (bc_bench serve), then measures with bench/bc_bench.c:
 #
-# Knobs: BENCH_SECONDS (5 per row), BENCH_CONCURRENCY ("1 16"),
-# BC_BENCH (the C bench client; default $BC_BIN/bc-bench), BC_BIN, BC_SRC.
+#   Health.Check round trip   bc-controller (TLS + token)   vs grpc-js (plaintext)
+#                             bc_bench serve (C, plaintext) vs grpc-js (plaintext)
+#   Instances.Create          creates/s and latency         vs a bare PostgreSQL
+#                                                              INSERT transaction
+#   spec push                 create -> agent reports running vs NOTIFY -> LISTEN
+#
+# and prints one table: each bc figure, its peer's, and bc / peer.
+#
+# Knobs: BENCH_SECONDS (rpc rows, default 3), BENCH_CONCURRENCY ("1 16"),
+# BENCH_CREATES (200), BENCH_CREATE_CONCURRENCY (4), BENCH_PUSHES (50),
+# BC_BENCH (the C client; default $BC_SRC/build/bench/bc_bench), BC_BIN, BC_SRC.
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../tests/lib/stack.sh
 . "$here/../tests/lib/stack.sh"
+TAP_DONE=1 # not a TAP file: no "ended early" diagnostics at exit
 
-: "${BENCH_SECONDS:=5}"
+: "${BENCH_SECONDS:=3}"
 : "${BENCH_CONCURRENCY:=1 16}"
-: "${BC_BENCH:=$BC_BIN/bc-bench}"
+: "${BENCH_CREATES:=200}"
+: "${BENCH_CREATE_CONCURRENCY:=4}"
+: "${BENCH_PUSHES:=50}"
+: "${BC_BENCH:=$BC_SRC/build/bench/bc_bench}"
 
 log() { echo "bench: $*" >&2; }
 
 # ------------------------------------------------------------ set-up
 
+if [ ! -x "$BC_BENCH" ]; then
+	log "no bench client at $BC_BENCH (make bench-bins, or set BC_BENCH)"
+	exit 1
+fi
 if [ ! -d "$BC_SRC/tests/interop/node_modules/@grpc/grpc-js" ]; then
-	log "npm ci in tests/interop (the peer's grpc-js)"
+	log "npm ci in tests/interop (the grpc-js peer's packages)"
 	(cd "$BC_SRC/tests/interop" && npm ci --no-audit --no-fund --silent) || exit 1
 fi
 
-BC_LOG_LEVEL=${BC_LOG_LEVEL:-warn}
-stack_up --controllers 1 --agents 1 || { log "stack_up failed"; exit 1; }
-TAP_DONE=1 # not a TAP file: no "ended early" diagnostics at exit
+export BC_LOG_LEVEL=${BC_LOG_LEVEL:-warn}
+# room for every instance the create and push rows make
+stack_up --controllers 1 --agents 1 --agent-capacity 100000,1000000000,10000000 ||
+	{ log "stack_up failed"; exit 1; }
+img=$(stack_image_create bench-img) || { log "image create failed"; exit 1; }
 
-peer_port=$(free_tcp_port) || exit 1
-node "$here/grpcjs_server.js" "$peer_port" >"$STACK_DIR/peer.log" 2>&1 </dev/null &
-peer_pid=$!
-tap_on_exit kill "$peer_pid"
-peer_up() { grep -q '^listening ' "$STACK_DIR/peer.log"; }
-if ! eventually 15 peer_up; then
-	log "the grpc-js peer did not start:"
-	cat "$STACK_DIR/peer.log" >&2
-	exit 1
-fi
-log "bc-controller at $BC_URL (TLS), grpc-js peer at 127.0.0.1:$peer_port (plaintext)"
+# start_peer NAME READY_REGEX CMD...: a peer daemon, logged to STACK_DIR/NAME.log
+start_peer() {
+	local name=$1 re=$2 pid
+	shift 2
+	"$@" >"$STACK_DIR/$name.log" 2>&1 </dev/null &
+	pid=$!
+	tap_on_exit kill "$pid"
+	peer_ready() { grep -q "$re" "$STACK_DIR/$name.log"; }
+	if ! eventually 15 peer_ready; then
+		log "$name did not start:"
+		cat "$STACK_DIR/$name.log" >&2
+		exit 1
+	fi
+}
+
+js_port=$(free_tcp_port) || exit 1
+start_peer grpcjs '^listening ' node "$here/grpcjs_server.js" "$js_port"
+c_port=$(free_tcp_port) || exit 1
+start_peer cserve '^listening ' "$BC_BENCH" serve --listen "127.0.0.1:$c_port"
+
+pg_createdb bench_peer || exit 1
+conninfo="host=$PGHOST port=$PGPORT dbname=bench_peer user=postgres"
+
+log "bc-controller $BC_URL (TLS), grpc-js 127.0.0.1:$js_port, C plaintext 127.0.0.1:$c_port"
 
 # ------------------------------------------------------------ measuring
 
-# measure TARGET_ARGS...: one run of the C client; prints its
-# "calls=N p50_us=N p99_us=N qps=N" line.
-#
-# TODO(bench): the C bench client does not exist yet. Expected interface
-# (adjust here when it lands):
-#   bc-bench rpc --target HOST:PORT (--ca-file F [--token T] | --insecure)
-#                --method /grpc.health.v1.Health/Check
-#                --seconds N --concurrency C
-# printing one line "calls=N p50_us=N p99_us=N qps=N" on stdout.
-measure() {
-	local c=$1
+# run NAME ARGS...: one bc_bench run; its key=value line goes to stdout,
+# its stderr to STACK_DIR/bench-client.log; a failed run prints nothing.
+run() {
+	local name=$1 out rc
 	shift
-	[ -x "$BC_BENCH" ] || return 1
-	"$BC_BENCH" rpc "$@" --method /grpc.health.v1.Health/Check \
-		--seconds "$BENCH_SECONDS" --concurrency "$c" 2>>"$STACK_DIR/bench-client.log"
+	out=$("$BC_BENCH" "$@" 2>>"$STACK_DIR/bench-client.log")
+	rc=$?
+	if [ $rc -ne 0 ]; then
+		log "$name: bc_bench $1 exited $rc: $out (see below)"
+		tail -n 5 "$STACK_DIR/bench-client.log" >&2
+	fi
+	echo "$out"
 }
 
-# field LINE KEY: the value of KEY=value in LINE.
+# field LINE KEY: the value of KEY=value in LINE (empty when absent).
 field() {
 	local kv
 	for kv in $1; do
 		[ "${kv%%=*}" = "$2" ] && { echo "${kv#*=}"; return; }
 	done
-	echo ""
 }
 
-# ratio A B: A/B to two decimals, "n/a" without numbers.
+# ratio A B: A / B with two decimals; "-" without both numbers.
 ratio() {
 	if [ -z "$1" ] || [ -z "$2" ] || [ "$2" = 0 ]; then
-		echo n/a
+		echo -
 	else
 		awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'
 	fi
 }
 
-or_na() { echo "${1:-n/a}"; }
+rows=()
+# row WHAT METRIC BC_VALUE PEER PEER_VALUE
+row() {
+	rows+=("$(printf '%-40s %-12s %12s  %-24s %12s %8s' "$1" "$2" "${3:--}" "$4" "${5:--}" "$(ratio "$3" "$5")")")
+}
 
-row_fmt='%-34s %10s %10s %10s %10s %10s %10s %8s %8s\n'
-printf "$row_fmt" "benchmark" "bc p50us" "peer p50us" "bc p99us" "peer p99us" \
-	"bc call/s" "peer c/s" "p50 x" "c/s x"
-
-missing=0
-[ -x "$BC_BENCH" ] || missing=1
+tls=(--ca "$BC_CA_FILE" --token "$BC_TOKEN")
 for c in $BENCH_CONCURRENCY; do
-	bc_line=$(measure "$c" --target "$BC_URL" --ca-file "$BC_CA_FILE" --token "$BC_TOKEN") || bc_line=
-	peer_line=$(measure "$c" --target "127.0.0.1:$peer_port" --insecure) || peer_line=
-	b50=$(field "$bc_line" p50_us) p50=$(field "$peer_line" p50_us)
-	b99=$(field "$bc_line" p99_us) p99=$(field "$peer_line" p99_us)
-	bq=$(field "$bc_line" qps) pq=$(field "$peer_line" qps)
-	printf "$row_fmt" "Health/Check round trip, conc $c" "$(or_na "$b50")" "$(or_na "$p50")" \
-		"$(or_na "$b99")" "$(or_na "$p99")" "$(or_na "$bq")" "$(or_na "$pq")" \
-		"$(ratio "$b50" "$p50")" "$(ratio "$bq" "$pq")"
+	log "Health.Check round trips, concurrency $c"
+	bc=$(run rpc-bc rpc --target "$BC_URL" "${tls[@]}" --seconds "$BENCH_SECONDS" --concurrency "$c")
+	cs=$(run rpc-c rpc --target "127.0.0.1:$c_port" --seconds "$BENCH_SECONDS" --concurrency "$c")
+	js=$(run rpc-js rpc --target "127.0.0.1:$js_port" --seconds "$BENCH_SECONDS" --concurrency "$c")
+	for m in p50_us p99_us calls_per_s; do
+		row "Health.Check bc-controller TLS, conc $c" "$m" "$(field "$bc" "$m")" \
+			"grpc-js plaintext" "$(field "$js" "$m")"
+	done
+	for m in p50_us calls_per_s; do
+		row "Health.Check C rpc plaintext, conc $c" "$m" "$(field "$cs" "$m")" \
+			"grpc-js plaintext" "$(field "$js" "$m")"
+	done
 done
-# TODO(bench): more rows, each against its own peer measured here:
-#   instance create -> running (fake runtime) vs a bare PostgreSQL transaction
-#   NodeSpec push latency (NOTIFY -> agent applied) vs a bare LISTEN/NOTIFY
-#   nft batch load (agent) vs `nft -f` of the same rules
 
+log "Instances.Create x $BENCH_CREATES, concurrency $BENCH_CREATE_CONCURRENCY"
+cr=$(run create create --target "$BC_URL" "${tls[@]}" --pool "$POOL_ID" --flavor "$FLAVOR_NAME" \
+	--image "$img" --concurrency "$BENCH_CREATE_CONCURRENCY" --count "$BENCH_CREATES")
+pp=$(run pgpeer pgpeer --conninfo "$conninfo" --concurrency "$BENCH_CREATE_CONCURRENCY" \
+	--count "$BENCH_CREATES")
+for m in per_s p50_us p99_us; do
+	row "Instances.Create, conc $BENCH_CREATE_CONCURRENCY" "$m" "$(field "$cr" "$m")" \
+		"PostgreSQL INSERT txn" "$(field "$pp" "$m")"
+done
+
+log "create -> running x $BENCH_PUSHES"
+pu=$(run push push --target "$BC_URL" "${tls[@]}" --pool "$POOL_ID" --flavor "$FLAVOR_NAME" \
+	--image "$img" --count "$BENCH_PUSHES")
+np=$(run notifypeer notifypeer --conninfo "$conninfo" --count "$BENCH_PUSHES")
+for m in p50_us p99_us; do
+	row "spec push: create -> running (fake)" "$m" "$(field "$pu" "$m")" \
+		"NOTIFY -> LISTEN" "$(field "$np" "$m")"
+done
+
+printf '%-40s %-12s %12s  %-24s %12s %8s\n' benchmark metric bc peer "peer value" "bc/peer"
+printf '%s\n' "${rows[@]}"
 echo
-echo "p50 x: bc p50 / peer p50 (lower is better); c/s x: bc calls/s / peer calls/s (higher is better)."
-echo "bc-controller is measured over TLS with a bearer token, the grpc-js peer in plaintext."
-if [ "$missing" = 1 ]; then
-	echo "n/a: no C bench client at $BC_BENCH yet (TODO in bench/run.sh); set BC_BENCH to use another."
-fi
+echo "bc/peer: for *_us lower is better, for calls_per_s and per_s higher is better."
+for pair in "rpc bc-controller:$bc" "create:$cr" "push:$pu" "pgpeer:$pp"; do
+	e=$(field "${pair#*:}" errors)
+	[ -n "$e" ] && [ "$e" != 0 ] && echo "note: ${pair%%:*} had $e failed calls (see $STACK_DIR/bench-client.log)"
+done
 exit 0
