@@ -22,6 +22,8 @@
 
 #define DEFAULT_MAX_MESSAGE (4u << 20)
 #define DEFAULT_UNARY_TIMEOUT_MS 30000
+/* Not GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: gRPC uses it as the connect
+ * (handshake) timeout, which must stay generous. */
 #define RECONNECT_MIN_MS 200
 #define RECONNECT_MAX_MS 5000
 
@@ -81,7 +83,6 @@ rpc_client *rpc_client_new(const struct rpc_client_opts *opts)
 	arg_int(&args[ca.num_args++], GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
 		c->max > INT_MAX ? INT_MAX : (int)c->max);
 	arg_int(&args[ca.num_args++], GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, RECONNECT_MIN_MS);
-	arg_int(&args[ca.num_args++], GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, RECONNECT_MIN_MS);
 	arg_int(&args[ca.num_args++], GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, RECONNECT_MAX_MS);
 	if (opts->tls && opts->server_name) {
 		args[ca.num_args].type = GRPC_ARG_STRING;
@@ -169,6 +170,8 @@ static int unpack_reply(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *
 /* -------------------------------------------------------------- unary */
 
 struct unary_io {
+	grpc_completion_queue *cq;
+	grpc_call *call;
 	grpc_metadata auth;
 	grpc_byte_buffer *req, *resp;
 	grpc_metadata_array init_md, trail_md;
@@ -176,13 +179,24 @@ struct unary_io {
 	grpc_slice details;
 };
 
-static int unary_run(rpc_client *c, grpc_call *call, grpc_completion_queue *cq,
-		     struct unary_io *io)
+/* Run one unary call to completion: 0 with io->status set, or -EIO if it
+ * could not run at all. io_done() afterwards in every case. */
+static int unary_run(rpc_client *c, const char *path, const ProtobufCMessage *req,
+		     int timeout_ms, struct unary_io *io)
 {
 	grpc_op ops[6];
 	grpc_event ev;
 	int tag;
 
+	memset(io, 0, sizeof(*io));
+	io->details = grpc_empty_slice();
+	grpc_metadata_array_init(&io->init_md);
+	grpc_metadata_array_init(&io->trail_md);
+	io->cq = grpc_completion_queue_create_for_pluck(NULL);
+	io->call = call_create(c, io->cq, path, rpc_deadline_in(timeout_ms));
+	io->req = rpc_bb_pack(req);
+	if (!io->call)
+		return -EIO;
 	memset(ops, 0, sizeof(ops));
 	op_send_md(c, &ops[0], &io->auth);
 	ops[1].op = GRPC_OP_SEND_MESSAGE;
@@ -196,10 +210,24 @@ static int unary_run(rpc_client *c, grpc_call *call, grpc_completion_queue *cq,
 	ops[5].data.recv_status_on_client.trailing_metadata = &io->trail_md;
 	ops[5].data.recv_status_on_client.status = &io->status;
 	ops[5].data.recv_status_on_client.status_details = &io->details;
-	if (grpc_call_start_batch(call, ops, 6, &tag, NULL) != GRPC_CALL_OK)
+	if (grpc_call_start_batch(io->call, ops, 6, &tag, NULL) != GRPC_CALL_OK)
 		return -EIO;
-	ev = grpc_completion_queue_pluck(cq, &tag, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+	ev = grpc_completion_queue_pluck(io->cq, &tag, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
 	return ev.success ? 0 : -EIO;
+}
+
+static void io_done(struct unary_io *io)
+{
+	grpc_byte_buffer_destroy(io->req);
+	if (io->resp)
+		grpc_byte_buffer_destroy(io->resp);
+	grpc_metadata_array_destroy(&io->init_md);
+	grpc_metadata_array_destroy(&io->trail_md);
+	grpc_slice_unref(io->details);
+	if (io->call)
+		grpc_call_unref(io->call);
+	grpc_completion_queue_shutdown(io->cq);
+	grpc_completion_queue_destroy(io->cq);
 }
 
 /* See rpc.h. */
@@ -208,40 +236,19 @@ int rpc_client_unary(rpc_client *c, const char *path, const ProtobufCMessage *re
 		     ProtobufCMessage **ret_resp, int timeout_ms, bc_error *err)
 {
 	struct unary_io io;
-	grpc_completion_queue *cq;
-	grpc_call *call;
 	int r;
 
 	if (!c || !path || !req || !resp_desc || !ret_resp)
 		return bc_error_set(err, BC_INTERNAL, "rpc_client_unary: bad arguments");
-	memset(&io, 0, sizeof(io));
-	io.details = grpc_empty_slice();
-	grpc_metadata_array_init(&io.init_md);
-	grpc_metadata_array_init(&io.trail_md);
-	cq = grpc_completion_queue_create_for_pluck(NULL);
-	call = call_create(c, cq, path,
-			   rpc_deadline_in(timeout_ms > 0 ? timeout_ms : DEFAULT_UNARY_TIMEOUT_MS));
-	io.req = rpc_bb_pack(req);
-	if (!call)
-		r = bc_error_set(err, BC_INTERNAL, "cannot create a call for %s", path);
-	else if (unary_run(c, call, cq, &io) < 0)
-		r = bc_error_set(err, BC_INTERNAL, "call %s failed to start", path);
+	if (unary_run(c, path, req, timeout_ms > 0 ? timeout_ms : DEFAULT_UNARY_TIMEOUT_MS, &io) < 0)
+		r = bc_error_set(err, BC_INTERNAL, "call %s could not start", path);
 	else if (io.status != GRPC_STATUS_OK)
 		r = (status_error(io.status, io.details, &io.trail_md, err), -BC_EDOMAIN);
 	else if (!io.resp)
 		r = bc_error_set(err, BC_INVALID_RESPONSE, "%s: status OK without a reply", path);
 	else
 		r = unpack_reply(io.resp, resp_desc, c->max, ret_resp, err);
-	grpc_byte_buffer_destroy(io.req);
-	if (io.resp)
-		grpc_byte_buffer_destroy(io.resp);
-	grpc_metadata_array_destroy(&io.init_md);
-	grpc_metadata_array_destroy(&io.trail_md);
-	grpc_slice_unref(io.details);
-	if (call)
-		grpc_call_unref(call);
-	grpc_completion_queue_shutdown(cq);
-	grpc_completion_queue_destroy(cq);
+	io_done(&io);
 	return r;
 }
 
@@ -250,40 +257,23 @@ int rpc_client_unary_raw(rpc_client *c, const char *path, const ProtobufCMessage
 			 int timeout_ms, int *ret_status, uint8_t **ret_bin, size_t *ret_bin_len)
 {
 	struct unary_io io;
-	grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
-	grpc_call *call = call_create(c, cq, path, rpc_deadline_in(timeout_ms));
-	int r = -EIO;
+	int r = unary_run(c, path, req, timeout_ms, &io);
 
-	memset(&io, 0, sizeof(io));
-	io.details = grpc_empty_slice();
-	grpc_metadata_array_init(&io.init_md);
-	grpc_metadata_array_init(&io.trail_md);
-	io.req = rpc_bb_pack(req);
 	*ret_bin = NULL;
 	*ret_bin_len = 0;
-	if (call && unary_run(c, call, cq, &io) == 0) {
-		r = 0;
+	if (r == 0)
 		*ret_status = (int)io.status;
-		for (size_t i = 0; i < io.trail_md.count; i++) {
-			grpc_slice v = io.trail_md.metadata[i].value;
+	for (size_t i = 0; r == 0 && i < io.trail_md.count; i++) {
+		grpc_slice v = io.trail_md.metadata[i].value;
 
-			if (grpc_slice_str_cmp(io.trail_md.metadata[i].key, RPC_STATUS_DETAILS_KEY))
-				continue;
-			*ret_bin = xmalloc(GRPC_SLICE_LENGTH(v) + 1);
-			memcpy(*ret_bin, GRPC_SLICE_START_PTR(v), GRPC_SLICE_LENGTH(v));
-			*ret_bin_len = GRPC_SLICE_LENGTH(v);
-		}
+		if (grpc_slice_str_cmp(io.trail_md.metadata[i].key, RPC_STATUS_DETAILS_KEY))
+			continue;
+		free(*ret_bin);
+		*ret_bin = xmalloc(GRPC_SLICE_LENGTH(v) + 1);
+		memcpy(*ret_bin, GRPC_SLICE_START_PTR(v), GRPC_SLICE_LENGTH(v));
+		*ret_bin_len = GRPC_SLICE_LENGTH(v);
 	}
-	grpc_byte_buffer_destroy(io.req);
-	if (io.resp)
-		grpc_byte_buffer_destroy(io.resp);
-	grpc_metadata_array_destroy(&io.init_md);
-	grpc_metadata_array_destroy(&io.trail_md);
-	grpc_slice_unref(io.details);
-	if (call)
-		grpc_call_unref(call);
-	grpc_completion_queue_shutdown(cq);
-	grpc_completion_queue_destroy(cq);
+	io_done(&io);
 	return r;
 }
 

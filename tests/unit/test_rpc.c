@@ -15,6 +15,7 @@
 
 #include "google/rpc/status.pb-c.h"
 #include "grpc/health/v1/health.pb-c.h"
+#include "log.h"
 #include "rpc.h"
 #include "rpc_internal.h"
 #include "tap.h"
@@ -320,6 +321,8 @@ static int call(rpc_client *c, const char *method, int code, const char *text, i
 	req.code = code;
 	req.message = (char *)text;
 	bc_error_clear(err);
+	if (out && outlen)
+		out[0] = '\0';
 	r = rpc_client_unary(c, P(method), &req.base, MSG_D, &resp, timeout_ms, err);
 	if (r == 0 && out)
 		snprintf(out, outlen, "%s", ((Msg *)resp)->message);
@@ -459,6 +462,8 @@ static void test_auth(int port)
 	is_int(call(c, "WhoAmI", 0, "", 0, out, sizeof(out), &err), 0, "bearer call succeeds");
 	is_str(out, "bearer=tok123 cn=- auth=Bearer tok123 principal=tok123 peer=ok",
 	       "handler sees bearer, metadata and principal");
+	for (int i = 0; i < 100 && principal_freed == before; i++)
+		usleep(10 * 1000); /* the server frees it after sending the reply */
 	ok(principal_freed == before + 1, "principal freed after the call");
 	is_int(call(d, "Echo", 0, "x", 0, NULL, 0, &err), -BC_EDOMAIN, "pre_call refuses");
 	is_int(err.code, BC_UNAUTHENTICATED, "... UNAUTHENTICATED");
@@ -730,6 +735,43 @@ static void test_cancel_by_client(rpc_client *c)
 	is_int(hang_cancelled, before + 1, "server handler sees the client cancel");
 }
 
+struct slow_arg {
+	rpc_client *c;
+	int ms, r;
+	bc_error err;
+};
+
+static void *slow_main(void *arg)
+{
+	struct slow_arg *a = arg;
+
+	a->r = call(a->c, "Slow", a->ms, "", 5000, NULL, 0, &a->err);
+	return NULL;
+}
+
+/* Unary calls in flight finish within the grace, and are cancelled after. */
+static void test_shutdown_grace(void)
+{
+	struct slow_arg a;
+	rpc_server *s;
+	pthread_t t;
+	int port = 0;
+
+	for (int pass = 0; pass < 2; pass++) {
+		s = server_up(NULL, 0, 0, &port);
+		a = (struct slow_arg){.c = client_new(port, NULL, NULL), .ms = pass ? 1000 : 300};
+		pthread_create(&t, NULL, slow_main, &a);
+		usleep(150 * 1000);
+		rpc_server_free(s, pass ? 100 : 3000);
+		pthread_join(t, NULL);
+		if (pass)
+			is_int(a.r, -BC_EDOMAIN, "unary call past the grace is cancelled");
+		else
+			is_int(a.r, 0, "unary call in flight completes within the grace");
+		rpc_client_free(a.c);
+	}
+}
+
 static void test_reconnect(void)
 {
 	rpc_server *s;
@@ -775,6 +817,8 @@ static void test_tls(void)
 	ok(s != NULL, "mTLS server starts");
 	c = client_new(port, &ctls, "tok");
 	is_int(call(c, "WhoAmI", 0, "", 5000, out, sizeof(out), &err), 0, "mTLS call succeeds");
+	if (err.code)
+		printf("# %s: %s\n", bc_code_name(err.code), err.message);
 	is_str(out, "bearer=tok cn=node_test auth=Bearer tok principal=tok peer=ok",
 	       "handler sees the client certificate's CN");
 	rpc_client_free(c);
@@ -843,6 +887,8 @@ int main(void)
 	rpc_client *c;
 	int port = 0, r;
 
+	if (getenv("TEST_RPC_DEBUG"))
+		log_init("test_rpc", LOG_LVL_DEBUG);
 	r = make_certs();
 	is_int(r, 0, "test certificates generated with openssl");
 	rpc_global_init();
@@ -865,6 +911,7 @@ int main(void)
 	rpc_server_free(s, 2000);
 	test_max_streams();
 	test_shutdown_with_stream();
+	test_shutdown_grace();
 	test_reconnect();
 	if (r == 0)
 		test_tls();
