@@ -91,7 +91,9 @@ rpc_server *rpc_server_new(const struct rpc_server_opts *opts, int *ret_errno);
 
 /* Register a service: handlers for some or all methods of desc (by name);
  * a method without a handler answers UNIMPLEMENTED. Before start only.
- * -EINVAL if a handler names no method of desc or its kind mismatches. */
+ * -EINVAL if a handler names no method of desc or its kind mismatches.
+ * (protobuf-c descriptors do not record streaming, so a handler's kind is
+ * taken as declared; -EEXIST for a service added twice, -EBUSY after start.) */
 int rpc_server_add_service(rpc_server *s, const ProtobufCServiceDescriptor *desc,
 			   const struct rpc_handler *handlers, size_t n_handlers);
 
@@ -134,10 +136,11 @@ void *rpc_new(rpc_call *call, const ProtobufCMessageDescriptor *d);
 /* Streams. send: 0, or -ECANCELED once the client went away/server stops. */
 int rpc_call_send(rpc_call *call, const ProtobufCMessage *msg);
 /* bidi receive: 1 with *ret (free with protobuf_c_message_free_unpacked),
- * 0 when the client half-closed, -ETIMEDOUT, -ECANCELED, -EMSGSIZE, -EBADMSG. */
+ * 0 when the client half-closed, -ETIMEDOUT, -ECANCELED, -EMSGSIZE, -EBADMSG.
+ * timeout_ms < 0: no limit; 0: poll. After -ETIMEDOUT the call stays usable. */
 int rpc_call_recv(rpc_call *call, ProtobufCMessage **ret, int timeout_ms);
 /* Server stream idle check: true if the client cancelled or the server
- * stops. Waits up to timeout_ms for that to happen (0: poll). */
+ * stops. Waits up to timeout_ms for that to happen (0: poll; < 0: no limit). */
 bool rpc_call_wait_cancelled(rpc_call *call, int timeout_ms);
 
 /* ---------------------------------------------------------- client */
@@ -155,8 +158,8 @@ struct rpc_client_opts {
 rpc_client *rpc_client_new(const struct rpc_client_opts *opts);
 void rpc_client_free(rpc_client *c);
 
-/* "/<service>/<method>" for method index i of desc, static storage owned by
- * the caller's buffer. */
+/* "/<service>/<method>" for the named method of desc, into the caller's
+ * buffer. 0, -ENOENT if desc has no such method, -ENOSPC if len is short. */
 int rpc_method_path(const ProtobufCServiceDescriptor *desc, const char *method,
 		    char *buf, size_t len);
 
@@ -173,10 +176,13 @@ int rpc_client_unary(rpc_client *c, const char *path, const ProtobufCMessage *re
  * no deadline. */
 rpc_stream *rpc_stream_open(rpc_client *c, const char *path, const ProtobufCMessage *req,
 			    int timeout_ms, bc_error *err);
+/* 0, or -ECANCELED once the stream is over (its status comes from recv). */
 int rpc_stream_send(rpc_stream *st, const ProtobufCMessage *msg);
 int rpc_stream_close_send(rpc_stream *st);
 /* 1 with *ret, 0 at the end of an OK stream, -ETIMEDOUT if nothing arrived
- * in timeout_ms (the stream stays usable), else -BC_EDOMAIN with err. */
+ * in timeout_ms (the stream stays usable), else -BC_EDOMAIN with err.
+ * timeout_ms < 0: no limit (the stream's deadline still applies); 0: poll.
+ * A server's refusal (pre_call, max_streams) arrives here, not at open. */
 int rpc_stream_recv(rpc_stream *st, const ProtobufCMessageDescriptor *d,
 		    ProtobufCMessage **ret, int timeout_ms, bc_error *err);
 /* Cancel if still open and free. NULL-safe. */

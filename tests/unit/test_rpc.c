@@ -48,6 +48,7 @@ static const ProtobufCServiceDescriptor test_service = {
 
 static atomic_int n_thread_init, n_thread_fini, hang_cancelled, principal_freed;
 static atomic_long slow_deadline_left;
+static _Atomic int64_t hang_deadline;
 
 static Msg *msg_new(rpc_call *call, int code, const char *text)
 {
@@ -130,6 +131,7 @@ static int h_count(rpc_call *call, const ProtobufCMessage *req, bc_error *err)
 /* Hang: one message, then wait for cancellation or shutdown. */
 static int h_hang(rpc_call *call, const ProtobufCMessage *req, bc_error *err)
 {
+	hang_deadline = rpc_call_deadline_mono_ms(call);
 	rpc_call_send(call, &msg_new(call, 0, "hello")->base);
 	while (!rpc_call_wait_cancelled(call, 100))
 		;
@@ -733,6 +735,7 @@ static void test_cancel_by_client(rpc_client *c)
 	for (int i = 0; i < 100 && hang_cancelled == before; i++)
 		usleep(20 * 1000);
 	is_int(hang_cancelled, before + 1, "server handler sees the client cancel");
+	ok(hang_deadline == INT64_MAX, "stream without a timeout has no deadline");
 }
 
 struct slow_arg {
@@ -770,6 +773,31 @@ static void test_shutdown_grace(void)
 			is_int(a.r, 0, "unary call in flight completes within the grace");
 		rpc_client_free(a.c);
 	}
+}
+
+static void test_no_server(void)
+{
+	Msg req = GOOGLE__RPC__STATUS__INIT;
+	rpc_server *s;
+	rpc_client *c;
+	rpc_stream *st;
+	bc_error err;
+	int port = 0;
+	int64_t t0;
+
+	s = server_up(NULL, 0, 0, &port); /* find a free port, then free it */
+	rpc_server_free(s, 0);
+	c = client_new(port, NULL, NULL);
+	t0 = mono_ms();
+	is_int(call(c, "Echo", 0, "", 5000, NULL, 0, &err), -BC_EDOMAIN, "no server: unary fails");
+	is_int(err.code, BC_UNAVAILABLE, "... UNAVAILABLE");
+	bc_error_clear(&err);
+	st = rpc_stream_open(c, P("Hang"), &req.base, 0, &err);
+	ok(st == NULL, "no server: stream open fails");
+	is_int(err.code, BC_UNAVAILABLE, "... UNAVAILABLE");
+	ok(mono_ms() - t0 < 4000, "... fast, not at a deadline");
+	rpc_stream_free(st);
+	rpc_client_free(c);
 }
 
 static void test_reconnect(void)
@@ -912,6 +940,7 @@ int main(void)
 	test_max_streams();
 	test_shutdown_with_stream();
 	test_shutdown_grace();
+	test_no_server();
 	test_reconnect();
 	if (r == 0)
 		test_tls();
