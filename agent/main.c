@@ -1,2 +1,299 @@
-/* placeholder, replaced by the controller */
-int main(void) { return 0; }
+/* main.c: bcd, the node agent.
+ *
+ * Start-up: configuration (file, then flags), one bcd per state_dir (a lock
+ * file), enrolment if state_dir holds no certificate (join.c), the runtime,
+ * the last applied spec (spec.pb) and the command record. Then three
+ * threads, all sharing one mTLS client:
+ *
+ *   converge  the only thread that touches the runtime (converge.c)
+ *   watch     Node.WatchSpec: accepts, persists, hands specs to converge
+ *   report    Node.Report on every change and every report interval
+ *
+ * The main thread waits for SIGTERM/SIGINT and stops them gracefully.
+ * Stopping (or being killed) never stops the instances: the next bcd adopts
+ * them.
+ *
+ * Exit codes: 0 stopped by a signal, 1 configuration or start-up error,
+ * 2 enrolment refused by the controller (bad, expired or used token). */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+
+#include "agent/backoff.h"
+#include "agent/config.h"
+#include "agent/converge.h"
+#include "agent/join.h"
+#include "agent/report.h"
+#include "agent/runtime.h"
+#include "agent/state.h"
+#include "agent/watch.h"
+#include "log.h"
+#include "rpc.h"
+#include "util.h"
+
+#define EXIT_CONFIG 1
+#define EXIT_JOIN_REFUSED 2
+#define JOIN_BACKOFF_MIN_MS 500
+#define JOIN_BACKOFF_MAX_MS 10000
+
+struct agent {
+	struct agent_config cfg;
+	struct join_creds creds;
+	rpc_client *client;
+	struct rt *rt;
+	struct conv *conv;
+	struct state_cmds *cmds;
+	struct backoff_stop stop;
+	struct watch watch;
+	struct report report;
+	int lock_fd;
+};
+
+static int parse_config(struct agent_config *cfg, int argc, char **argv)
+{
+	struct cfg_cli cli = {0};
+	char err[CFG_ERR_MAX];
+
+	cfg_init(cfg);
+	if (cfg_from_args(cfg, argc, argv, &cli, err, sizeof(err)) < 0) {
+		fprintf(stderr, "bcd: %s\n", err);
+		return EXIT_CONFIG;
+	}
+	if (cli.help) {
+		cfg_usage(stdout);
+		return 0;
+	}
+	if (cli.version) {
+		printf("bcd %s\n", BCD_VERSION);
+		return 0;
+	}
+	if (cfg_finish(cfg, err, sizeof(err)) < 0) {
+		fprintf(stderr, "bcd: %s\n", err);
+		return EXIT_CONFIG;
+	}
+	if (cli.check) {
+		cfg_print(cfg, stdout);
+		return 0;
+	}
+	return -1;  /* run */
+}
+
+/* One bcd per state directory: two would fight over the same VMs. */
+static int lock_state_dir(struct agent *a)
+{
+	_cleanup_free_ char *path = xasprintf("%s/bcd.lock", a->cfg.state_dir);
+	int e = mkdir_p(a->cfg.state_dir, 0700);
+
+	if (e < 0) {
+		log_error("state_dir %s: cannot create: %s", a->cfg.state_dir, strerror(-e));
+		return e;
+	}
+	a->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (a->lock_fd < 0 || flock(a->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+		e = -errno;
+		log_error("state_dir %s: %s", a->cfg.state_dir,
+			  e == -EWOULDBLOCK ? "another bcd is running on it" : strerror(-e));
+		return e;
+	}
+	return 0;
+}
+
+/* Load the node's credentials, joining first if there are none. Returns
+ * 0 or an exit code. Transient join failures are retried (SIGTERM still
+ * ends the process here: signals are not blocked yet). */
+static int ensure_joined(struct agent *a)
+{
+	struct backoff b;
+	int e = join_load(a->cfg.state_dir, &a->creds);
+
+	if (e == 0)
+		return 0;
+	if (e != -ENOENT) {
+		log_error("state_dir %s: node credentials unreadable: %s", a->cfg.state_dir,
+			  strerror(-e));
+		return EXIT_CONFIG;
+	}
+	backoff_init(&b, JOIN_BACKOFF_MIN_MS, JOIN_BACKOFF_MAX_MS);
+	for (;;) {
+		bc_error err = {0};
+		e = join_enrol(&a->cfg, &a->creds, &err);
+		if (e == 0)
+			break;
+		if (err.code == BC_INVALID_CONFIG || err.code == BC_INTERNAL) {
+			log_error("cannot join: %s", err.message);
+			return EXIT_CONFIG;
+		}
+		if (!join_err_transient(&err)) {
+			log_error("join refused: %s: %s%s%s", bc_code_name(err.code), err.message,
+				  bc_error_get_detail(&err, "reason") ? " reason=" : "",
+				  bc_error_get_detail(&err, "reason") ?: "");
+			return EXIT_JOIN_REFUSED;
+		}
+		log_warn("join: controller %s unavailable: %s: %s; retrying", a->cfg.controller,
+			 bc_code_name(err.code), err.message);
+		usleep((useconds_t)backoff_next(&b) * 1000);
+	}
+	log_info("joined as node %s (pool %s)", a->creds.node_id, a->creds.pool_id);
+	return 0;
+}
+
+static int open_runtime(struct agent *a)
+{
+	struct rt_config rc = {.state_dir = a->cfg.state_dir,
+			       .capacity_vcpus = a->cfg.capacity_vcpus,
+			       .capacity_memory_mib = a->cfg.capacity_memory_mib,
+			       .capacity_disk_gib = a->cfg.capacity_disk_gib};
+	int e = rt_open(a->cfg.runtime, &rc, &a->rt);
+
+	if (e == -ENOENT)
+		log_error("runtime %s: not built into this bcd", a->cfg.runtime);
+	else if (e < 0)
+		log_error("runtime %s: cannot open: %s", a->cfg.runtime, strerror(-e));
+	return e;
+}
+
+/* The last applied spec, handed to converge; its generation, 0 if none.
+ * An unreadable spec.pb is not fatal: without a spec nothing is destroyed,
+ * and the controller sends the full spec to an agent at generation 0. */
+static uint64_t load_spec(struct agent *a)
+{
+	Bc__Node__V1__NodeSpec *spec = NULL;
+	uint64_t gen;
+	int e = state_load_spec(a->cfg.state_dir, &spec);
+
+	if (e == -ENOENT) {
+		log_info("no applied spec yet");
+		return 0;
+	}
+	if (e < 0) {
+		log_error("%s/%s unreadable (%s): starting without a spec", a->cfg.state_dir,
+			  STATE_SPEC_FILE, strerror(-e));
+		return 0;
+	}
+	gen = spec->generation;
+	log_info("loaded spec generation %" PRIu64 " (%zu instances): adopting", gen,
+		 spec->n_instances);
+	conv_submit(a->conv, spec);
+	return gen;
+}
+
+static int start_up(struct agent *a)
+{
+	int e;
+
+	a->client = join_client_new(&a->cfg, &a->creds);
+	if (!a->client) {
+		log_error("cannot make an mTLS client for %s", a->cfg.controller);
+		return EXIT_CONFIG;
+	}
+	if (open_runtime(a) < 0)
+		return EXIT_CONFIG;
+	e = state_cmds_open(a->cfg.state_dir, &a->cmds);
+	if (e < 0) {
+		log_error("%s/%s unreadable: %s", a->cfg.state_dir, STATE_CMDS_FILE, strerror(-e));
+		return EXIT_CONFIG;
+	}
+	a->conv = conv_new(a->rt);
+	backoff_stop_init(&a->stop);
+	a->watch = (struct watch){.client = a->client, .conv = a->conv,
+				  .state_dir = a->cfg.state_dir, .node_id = a->creds.node_id,
+				  .cmds = a->cmds, .stop = &a->stop};
+	atomic_store(&a->watch.applied, load_spec(a));
+	a->report = (struct report){.client = a->client, .conv = a->conv, .watch = &a->watch};
+	report_init(&a->report, &a->cfg, &a->rt->ops->traits);
+	return 0;
+}
+
+static void *converge_main(void *p)
+{
+	conv_run(((struct agent *)p)->conv);
+	return NULL;
+}
+
+static void *watch_main(void *p)
+{
+	watch_run(&((struct agent *)p)->watch);
+	return NULL;
+}
+
+static void *report_main(void *p)
+{
+	report_run(&((struct agent *)p)->report);
+	return NULL;
+}
+
+/* Run the threads until SIGTERM or SIGINT; then stop them in order. */
+static void run(struct agent *a)
+{
+	void *(*const bodies[])(void *) = {converge_main, watch_main, report_main};
+	pthread_t th[ARRAY_SIZE(bodies)];
+	sigset_t set;
+	int sig = 0;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);  /* threads inherit the mask */
+	for (size_t i = 0; i < ARRAY_SIZE(bodies); i++)
+		if (pthread_create(&th[i], NULL, bodies[i], a) != 0)
+			fatal("cannot start a thread");
+	log_info("bcd %s running: node %s, runtime %s, controller %s", BCD_VERSION,
+		 a->creds.node_id, a->cfg.runtime, a->cfg.controller);
+	while (sigwait(&set, &sig) == 0 && sig == SIGHUP)
+		log_info("SIGHUP ignored: restart bcd to change its configuration");
+	log_info("signal %d: stopping (instances keep running)", sig);
+	backoff_stop_request(&a->stop);
+	conv_stop(a->conv);
+	for (size_t i = 0; i < ARRAY_SIZE(bodies); i++)
+		pthread_join(th[i], NULL);
+}
+
+static void tear_down(struct agent *a)
+{
+	if (a->conv) {
+		report_fini(&a->report);
+		backoff_stop_destroy(&a->stop);
+	}
+	conv_free(a->conv);
+	state_cmds_free(a->cmds);
+	rt_close(a->rt);
+	rpc_client_free(a->client);
+	join_creds_free(&a->creds);
+	if (a->lock_fd >= 0)
+		close(a->lock_fd);
+	cfg_free(&a->cfg);
+}
+
+int main(int argc, char **argv)
+{
+	struct agent a = {.lock_fd = -1};
+	int rc = parse_config(&a.cfg, argc, argv);
+
+	if (rc >= 0) {
+		cfg_free(&a.cfg);
+		return rc;
+	}
+	log_init("bcd", a.cfg.log_lvl);
+	signal(SIGPIPE, SIG_IGN);
+	if (lock_state_dir(&a) < 0) {
+		tear_down(&a);
+		return EXIT_CONFIG;
+	}
+	cfg_fill_host(&a.cfg);
+	rpc_global_init();
+	rc = ensure_joined(&a);
+	if (rc == 0)
+		rc = start_up(&a);
+	if (rc == 0)
+		run(&a);
+	tear_down(&a);
+	rpc_global_shutdown();
+	return rc;
+}

@@ -1,0 +1,403 @@
+/* config.c: bcd's configuration keys in one typed table, exactly the keys
+ * of docs/operations.md. Unknown keys are refused so a typo never goes
+ * unnoticed; every value is bounded. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "util.h"
+
+#define CFG_VALUE_MAX 4096
+#define LABEL_KEY_MAX 63
+#define LABEL_VALUE_MAX 255
+
+enum cfg_type { CFG_STR, CFG_U32, CFG_U64 };
+
+struct cfg_key {
+	const char *name;
+	enum cfg_type type;
+	size_t off;
+	const char *def;
+	uint64_t min, max;
+	const char *help;
+};
+
+#define S(n, d, h) {#n, CFG_STR, offsetof(struct agent_config, n), d, 0, 0, h}
+#define U32(n, d, lo, hi, h) {#n, CFG_U32, offsetof(struct agent_config, n), d, lo, hi, h}
+#define U64(n, d, lo, hi, h) {#n, CFG_U64, offsetof(struct agent_config, n), d, lo, hi, h}
+
+static const struct cfg_key keys[] = {
+	S(controller, NULL, "controller (or load balancer) address host:port"),
+	S(ca_file, NULL, "API CA (api-ca.pem) to trust the controller with"),
+	S(join_token, NULL, "join token, used once while state_dir holds no certificate"),
+	S(state_dir, "/var/lib/bcd", "certificates, spec.pb, runtime state"),
+	S(runtime, "fake", "fake or libvirt"),
+	S(hostname, NULL, "default: gethostname()"),
+	S(address, "127.0.0.1", "where the controller reaches this agent"),
+	S(labels, "", "node labels k=v,k=v"),
+	U32(capacity_vcpus, "0", 0, 1u << 20, "vCPUs offered (0: host value)"),
+	U64(capacity_memory_mib, "0", 0, 1ull << 40, "memory offered in MiB (0: host value)"),
+	U64(capacity_disk_gib, "0", 0, 1ull << 30, "disk offered in GiB (0: host value)"),
+	U32(report_interval_seconds, "10", 1, 3600, "periodic Node.Report"),
+	S(log_level, "info", "debug, info, warn, error"),
+};
+
+static const struct cfg_key *key_find(const char *name)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+		if (strcmp(keys[i].name, name) == 0)
+			return &keys[i];
+	return NULL;
+}
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+static int parse_uint(const struct cfg_key *k, const char *value, uint64_t *ret)
+{
+	char *end;
+	unsigned long long v;
+
+	if (!isdigit((unsigned char)*value))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(value, &end, 10);
+	if (errno || *end || v < k->min || v > k->max)
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}
+
+int cfg_set(struct agent_config *c, const char *name, const char *value, char *err, size_t errlen)
+{
+	const struct cfg_key *k = key_find(name);
+	void *field;
+	uint64_t v;
+
+	if (!k)
+		return fail(err, errlen, "unknown key '%.64s'", name);
+	if (!str_is_printable(value, CFG_VALUE_MAX))
+		return fail(err, errlen, "%s: value too long or not printable", k->name);
+	field = (char *)c + k->off;
+	if (k->type == CFG_STR) {
+		free(*(char **)field);
+		*(char **)field = xstrdup(value);
+		return 0;
+	}
+	if (parse_uint(k, value, &v) < 0) {
+		snprintf(err, errlen, "%s must be an integer in [%" PRIu64 ", %" PRIu64 "]", k->name,
+			 k->min, k->max);
+		return -EINVAL;
+	}
+	if (k->type == CFG_U32)
+		*(uint32_t *)field = (uint32_t)v;
+	else
+		*(uint64_t *)field = v;
+	return 0;
+}
+
+void cfg_init(struct agent_config *c)
+{
+	char err[CFG_ERR_MAX];
+
+	memset(c, 0, sizeof(*c));
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+		if (keys[i].def && cfg_set(c, keys[i].name, keys[i].def, err, sizeof(err)) < 0)
+			abort();  /* the table's own defaults are wrong */
+}
+
+static char *trim(char *s)
+{
+	char *e;
+
+	while (isspace((unsigned char)*s))
+		s++;
+	e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = '\0';
+	return s;
+}
+
+static int file_line(struct agent_config *c, const char *path, int lineno, char *line, char *err,
+		     size_t errlen)
+{
+	char *eq, *hash = strchr(line, '#'), sub[CFG_ERR_MAX];
+	int e;
+
+	if (hash)
+		*hash = '\0';
+	line = trim(line);
+	if (!*line)
+		return 0;
+	eq = strchr(line, '=');
+	if (!eq) {
+		snprintf(err, errlen, "%s: line %d: expected key = value", path, lineno);
+		return -EINVAL;
+	}
+	*eq = '\0';
+	e = cfg_set(c, trim(line), trim(eq + 1), sub, sizeof(sub));
+	if (e < 0)
+		snprintf(err, errlen, "%s: line %d: %s", path, lineno, sub);
+	return e;
+}
+
+int cfg_load_file(struct agent_config *c, const char *path, char *err, size_t errlen)
+{
+	_cleanup_free_ char *buf = NULL;
+	char *line = NULL, *next;
+	int e, lineno = 0;
+
+	e = file_read_all(path, 1 << 20, &buf, NULL);
+	if (e < 0) {
+		snprintf(err, errlen, "cannot read %s: %s", path, strerror(-e));
+		return e;
+	}
+	for (line = buf; line; line = next) {
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		e = file_line(c, path, ++lineno, line, err, errlen);
+		if (e < 0)
+			return e;
+	}
+	return 0;
+}
+
+/* "--state-dir" -> "state_dir"; value split off "--key=value". */
+static void flag_name(const char *arg, char *name, size_t len, const char **ret_inline)
+{
+	const char *eq = strchr(arg, '=');
+	size_t n = eq ? (size_t)(eq - arg) : strlen(arg);
+
+	if (n >= len)
+		n = len - 1;
+	memcpy(name, arg, n);
+	name[n] = '\0';
+	for (char *p = name; *p; p++)
+		if (*p == '-')
+			*p = '_';
+	*ret_inline = eq ? eq + 1 : NULL;
+}
+
+/* Flags that are not keys; returns true if argv[*i] was one. */
+static bool cli_flag(int argc, char **argv, int *i, struct cfg_cli *cli)
+{
+	const char *a = argv[*i];
+
+	if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)
+		cli->help = true;
+	else if (strcmp(a, "--version") == 0 || strcmp(a, "version") == 0)
+		cli->version = true;
+	else if (strcmp(a, "-n") == 0)
+		cli->check = true;
+	else if (strcmp(a, "--config") == 0 && *i + 1 < argc)
+		cli->config_path = argv[++*i];
+	else if (strncmp(a, "--config=", 9) == 0)
+		cli->config_path = a + 9;
+	else
+		return false;
+	return true;
+}
+
+static int apply_flags(struct agent_config *c, int argc, char **argv, struct cfg_cli *cli,
+		       char *err, size_t errlen)
+{
+	for (int i = 1; i < argc; i++) {
+		char name[64];
+		const char *value;
+		if (cli_flag(argc, argv, &i, cli))
+			continue;
+		if (strncmp(argv[i], "--", 2) != 0)
+			return fail(err, errlen, "unexpected argument '%.64s'", argv[i]);
+		flag_name(argv[i] + 2, name, sizeof(name), &value);
+		if (!value && i + 1 >= argc)
+			return fail(err, errlen, "%.64s needs a value", argv[i]);
+		if (!value)
+			value = argv[++i];
+		if (cfg_set(c, name, value, err, errlen) < 0)
+			return -EINVAL;
+	}
+	return 0;
+}
+
+int cfg_from_args(struct agent_config *c, int argc, char **argv, struct cfg_cli *cli, char *err,
+		  size_t errlen)
+{
+	struct cfg_cli first = {0};
+	struct agent_config scratch;
+	int e;
+
+	/* pass 1 only finds --config (and rejects bad syntax early) */
+	cfg_init(&scratch);
+	e = apply_flags(&scratch, argc, argv, &first, err, errlen);
+	cfg_free(&scratch);
+	if (e < 0)
+		return e;
+	if (first.config_path && (e = cfg_load_file(c, first.config_path, err, errlen)) < 0)
+		return e;
+	*cli = (struct cfg_cli){0};
+	return apply_flags(c, argc, argv, cli, err, errlen);
+}
+
+/* Keys as the controller accepts them: [A-Za-z0-9./_-], not bc.dev/cap.*
+ * (the controller writes those from capabilities). */
+static bool label_key_ok(const char *s)
+{
+	if (!*s || strlen(s) > LABEL_KEY_MAX || strncmp(s, "bc.dev/cap.", 11) == 0)
+		return false;
+	for (; *s; s++)
+		if (!isalnum((unsigned char)*s) && !strchr("._-/", *s))
+			return false;
+	return true;
+}
+
+static bool label_value_ok(const char *s)
+{
+	return str_is_printable(s, LABEL_VALUE_MAX);
+}
+
+static int parse_labels(struct agent_config *c, char *err, size_t errlen)
+{
+	_cleanup_free_ char *copy = xstrdup(c->labels);
+	char *save = NULL;
+
+	for (char *kv = strtok_r(copy, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+		char *k = trim(kv), *eq = strchr(k, '=');
+		if (!*k)
+			continue;
+		if (!eq)
+			return fail(err, errlen, "labels: '%.64s' is not k=v", k);
+		*eq = '\0';
+		k = trim(k);
+		if (!label_key_ok(k) || !label_value_ok(trim(eq + 1)))
+			return fail(err, errlen, "labels: bad key or value near '%.64s'", k);
+		if (c->n_labels == CFG_MAX_LABELS)
+			return fail(err, errlen, "labels: more than %d", CFG_MAX_LABELS);
+		c->label_list[c->n_labels].key = xstrdup(k);
+		c->label_list[c->n_labels].value = xstrdup(trim(eq + 1));
+		c->n_labels++;
+	}
+	return 0;
+}
+
+int cfg_finish(struct agent_config *c, char *err, size_t errlen)
+{
+	char host[256];
+
+	if (!c->controller || !*c->controller)
+		return fail(err, errlen, "%s is required", "controller");
+	if (!c->state_dir || !*c->state_dir)
+		return fail(err, errlen, "%s is required", "state_dir");
+	if (log_level_parse(c->log_level, &c->log_lvl) < 0)
+		return fail(err, errlen, "log_level '%.32s': debug, info, warn or error", c->log_level);
+	if (!c->hostname || !*c->hostname) {
+		if (gethostname(host, sizeof(host)) < 0)
+			snprintf(host, sizeof(host), "localhost");
+		host[sizeof(host) - 1] = '\0';
+		free(c->hostname);
+		c->hostname = xstrdup(host);
+	}
+	if (strlen(c->hostname) > 253)
+		return fail(err, errlen, "%s is longer than 253 characters", "hostname");
+	for (size_t i = 0; i < c->n_labels; i++) {
+		free(c->label_list[i].key);
+		free(c->label_list[i].value);
+	}
+	c->n_labels = 0;
+	return parse_labels(c, err, errlen);
+}
+
+static uint64_t meminfo_total_mib(void)
+{
+	_cleanup_free_ char *buf = NULL;
+	const char *p;
+
+	if (file_read_all("/proc/meminfo", 1 << 16, &buf, NULL) < 0)
+		return 0;
+	p = strstr(buf, "MemTotal:");
+	return p ? strtoull(p + 9, NULL, 10) / 1024 : 0;
+}
+
+void cfg_fill_host(struct agent_config *c)
+{
+	struct statvfs vfs;
+
+	if (!c->capacity_vcpus) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		c->capacity_vcpus = n > 0 ? (uint32_t)n : 1;
+	}
+	if (!c->capacity_memory_mib)
+		c->capacity_memory_mib = meminfo_total_mib();
+	if (!c->capacity_disk_gib && statvfs(c->state_dir, &vfs) == 0)
+		c->capacity_disk_gib = (uint64_t)vfs.f_bavail * vfs.f_frsize >> 30;
+}
+
+void cfg_print(const struct agent_config *c, FILE *out)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
+		const void *field = (const char *)c + keys[i].off;
+		const char *s;
+		switch (keys[i].type) {
+		case CFG_STR:
+			s = *(char *const *)field;
+			if (s && *s && strcmp(keys[i].name, "join_token") == 0)
+				s = "(set, not shown)";
+			fprintf(out, "%s = %s\n", keys[i].name, s ? s : "");
+			break;
+		case CFG_U32:
+			fprintf(out, "%s = %" PRIu32 "\n", keys[i].name, *(const uint32_t *)field);
+			break;
+		case CFG_U64:
+			fprintf(out, "%s = %" PRIu64 "\n", keys[i].name, *(const uint64_t *)field);
+			break;
+		}
+	}
+}
+
+void cfg_usage(FILE *out)
+{
+	fprintf(out, "usage: bcd --config FILE [--key value]...\n"
+		     "       bcd --controller HOST:PORT --ca-file api-ca.pem --join-token bcjt_... "
+		     "--state-dir DIR [--runtime fake]\n"
+		     "       bcd -n ...   check the configuration and print it\n"
+		     "       bcd --version\n\nkeys (file: key = value; flag: --key value):\n");
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+		fprintf(out, "  %-24s %s%s%s\n", keys[i].name, keys[i].help,
+			keys[i].def && *keys[i].def ? "; default " : "",
+			keys[i].def && *keys[i].def ? keys[i].def : "");
+}
+
+void cfg_free(struct agent_config *c)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+		if (keys[i].type == CFG_STR) {
+			char **p = (char **)((char *)c + keys[i].off);
+			if (*p && strcmp(keys[i].name, "join_token") == 0)
+				explicit_bzero(*p, strlen(*p));
+			free(*p);
+			*p = NULL;
+		}
+	for (size_t i = 0; i < c->n_labels; i++) {
+		free(c->label_list[i].key);
+		free(c->label_list[i].value);
+	}
+	c->n_labels = 0;
+}

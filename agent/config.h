@@ -1,0 +1,81 @@
+/* config.h: bcd's configuration (docs/operations.md, "bcd"), one typed
+ * table of keys. A file of "key = value" lines, then "--key value" flags
+ * (dashes or underscores) that win over the file. */
+#ifndef BC_AGENT_CONFIG_H
+#define BC_AGENT_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "log.h"
+
+#define CFG_MAX_LABELS 64
+#define CFG_ERR_MAX 256
+
+struct cfg_label {
+	char *key;
+	char *value;
+};
+
+struct agent_config {
+	char *controller;               /* host:port (required) */
+	char *ca_file;                  /* API CA, required at join */
+	char *join_token;
+	char *state_dir;
+	char *runtime;
+	char *hostname;                 /* default: gethostname() */
+	char *address;
+	char *labels;                   /* "k=v,k=v", parsed into label_list */
+	uint32_t capacity_vcpus;        /* 0: host value (cfg_fill_host) */
+	uint64_t capacity_memory_mib;
+	uint64_t capacity_disk_gib;
+	uint32_t report_interval_seconds;
+	char *log_level;
+	/* derived by cfg_finish */
+	struct cfg_label label_list[CFG_MAX_LABELS];
+	size_t n_labels;
+	enum log_level log_lvl;
+};
+
+/* What the command line asked for besides keys. */
+struct cfg_cli {
+	const char *config_path;  /* --config FILE, borrowed from argv */
+	bool help;                /* -h, --help */
+	bool version;             /* --version, or the word "version" */
+	bool check;               /* -n: check and print the configuration */
+};
+
+/* Defaults of every key. */
+void cfg_init(struct agent_config *c);
+
+/* Set one key from text (type-checked against the table). 0, or -EINVAL
+ * with a message in err. */
+int cfg_set(struct agent_config *c, const char *key, const char *value, char *err, size_t errlen);
+
+/* Apply a "key = value" file; '#' starts a comment. 0 or -errno/-EINVAL. */
+int cfg_load_file(struct agent_config *c, const char *path, char *err, size_t errlen);
+
+/* The whole command line: --config FILE first, then every --key value
+ * (or --key=value) over it. Fills cli. 0 or -EINVAL with err. */
+int cfg_from_args(struct agent_config *c, int argc, char **argv, struct cfg_cli *cli, char *err,
+		  size_t errlen);
+
+/* Check required keys, parse labels and log_level, default the hostname.
+ * 0 or -EINVAL with err. */
+int cfg_finish(struct agent_config *c, char *err, size_t errlen);
+
+/* Fill capacities left 0 with this host's values (online CPUs, MemTotal,
+ * free space of state_dir's filesystem). */
+void cfg_fill_host(struct agent_config *c);
+
+/* Print the normalised configuration (join_token redacted). */
+void cfg_print(const struct agent_config *c, FILE *out);
+
+/* Usage text. */
+void cfg_usage(FILE *out);
+
+void cfg_free(struct agent_config *c);
+
+#endif

@@ -1,0 +1,225 @@
+/* join.c: enrolment with a join token, then mTLS for everything else.
+ *
+ * The first start with an empty state_dir generates a key and CSR, calls
+ * Node.Join over TLS (the controller is verified with ca_file; no client
+ * certificate), and writes node.key (0600), ca.pem, node.id, pool.id and
+ * finally node.pem, each atomically. A crash before node.pem is written
+ * leaves a node that joins again (the token is single-use, so the operator
+ * issues a new one); a refusal writes nothing. Later starts only load. */
+#include "join.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "log.h"
+#include "pki.h"
+#include "runtime.h"
+#include "state.h"
+#include "util.h"
+
+#define PEM_MAX (256 * 1024)
+#define JOIN_TIMEOUT_MS 30000
+#define CLIENT_MAX_MESSAGE (64u << 20)
+
+static int read_pem(const char *dir, const char *name, char **ret)
+{
+	_cleanup_free_ char *path = xasprintf("%s/%s", dir, name);
+	char *buf = NULL;
+	int e;
+
+	e = file_read_all(path, PEM_MAX, &buf, NULL);
+	if (e < 0)
+		return e;
+	if (!strstr(buf, "-----BEGIN ")) {
+		pki_free_secret(buf);
+		return -EBADMSG;
+	}
+	*ret = buf;
+	return 0;
+}
+
+int join_load(const char *state_dir, struct join_creds *ret)
+{
+	_cleanup_free_ char *cert_path = xasprintf("%s/%s", state_dir, JOIN_CERT_FILE);
+	struct join_creds c = {0};
+	int e;
+
+	if (access(cert_path, F_OK) < 0)
+		return errno == ENOENT ? -ENOENT : -errno;
+	if ((e = read_pem(state_dir, JOIN_CERT_FILE, &c.cert_pem)) < 0 ||
+	    (e = read_pem(state_dir, JOIN_KEY_FILE, &c.key_pem)) < 0 ||
+	    (e = read_pem(state_dir, JOIN_CA_FILE, &c.ca_pem)) < 0 ||
+	    (e = state_read_line(state_dir, JOIN_NODE_ID_FILE, &c.node_id)) < 0)
+		goto fail;
+	/* pool.id is informational; a node joined by an older bcd may lack it */
+	if (state_read_line(state_dir, JOIN_POOL_ID_FILE, &c.pool_id) < 0)
+		c.pool_id = xstrdup("");
+	*ret = c;
+	return 0;
+fail:
+	/* -ENOENT here means a half-written state_dir, not "not joined" */
+	join_creds_free(&c);
+	return e == -ENOENT ? -EBADMSG : e;
+}
+
+static int write_file(const char *dir, const char *name, const char *text, int mode)
+{
+	_cleanup_free_ char *path = xasprintf("%s/%s", dir, name);
+	_cleanup_free_ char *line = NULL;
+
+	if (mode != 0600 && !strchr(text, '\n'))
+		text = line = xasprintf("%s\n", text);
+	return file_write_atomic(path, text, strlen(text), mode);
+}
+
+static bool answer_ok(const Bc__Node__V1__JoinResponse *r)
+{
+	return rt_id_valid(r->node_id) && strstr(r->certificate_pem, "-----BEGIN CERTIFICATE-----") &&
+	       strlen(r->certificate_pem) < PEM_MAX && strlen(r->ca_bundle_pem) < PEM_MAX &&
+	       str_is_printable(r->pool_id, 128);
+}
+
+int join_save(const char *state_dir, const Bc__Node__V1__JoinResponse *resp, const char *key_pem,
+	      const char *ca_fallback)
+{
+	const char *ca = *resp->ca_bundle_pem ? resp->ca_bundle_pem : ca_fallback;
+	int e;
+
+	if (!answer_ok(resp) || !ca || !strstr(ca, "-----BEGIN CERTIFICATE-----"))
+		return -EBADMSG;
+	if ((e = write_file(state_dir, JOIN_KEY_FILE, key_pem, 0600)) < 0 ||
+	    (e = write_file(state_dir, JOIN_CA_FILE, ca, 0644)) < 0 ||
+	    (e = write_file(state_dir, JOIN_NODE_ID_FILE, resp->node_id, 0644)) < 0 ||
+	    (*resp->pool_id && (e = write_file(state_dir, JOIN_POOL_ID_FILE, resp->pool_id, 0644)) < 0))
+		return e;
+	return write_file(state_dir, JOIN_CERT_FILE, resp->certificate_pem, 0644);
+}
+
+/* The JoinRequest of cfg; labels point into entries (n_labels of them). */
+static void join_request(const struct agent_config *cfg, const char *csr,
+			 Bc__Node__V1__JoinRequest *q, Bc__Node__V1__Capacity *cap,
+			 Bc__Node__V1__JoinRequest__LabelsEntry *entries,
+			 Bc__Node__V1__JoinRequest__LabelsEntry **ptrs)
+{
+	q->token = cfg->join_token;
+	q->csr_pem = (char *)csr;
+	q->hostname = cfg->hostname;
+	q->address = cfg->address;
+	cap->vcpus = cfg->capacity_vcpus;
+	cap->memory_mib = cfg->capacity_memory_mib;
+	cap->disk_gib = cfg->capacity_disk_gib;
+	q->capacity = cap;
+	for (size_t i = 0; i < cfg->n_labels; i++) {
+		bc__node__v1__join_request__labels_entry__init(&entries[i]);
+		entries[i].key = cfg->label_list[i].key;
+		entries[i].value = cfg->label_list[i].value;
+		ptrs[i] = &entries[i];
+	}
+	q->n_labels = cfg->n_labels;
+	q->labels = ptrs;
+}
+
+/* The Join call proper: CSR in, answer saved. */
+static int join_call(const struct agent_config *cfg, const char *ca, bc_error *err)
+{
+	Bc__Node__V1__JoinRequest q = BC__NODE__V1__JOIN_REQUEST__INIT;
+	Bc__Node__V1__Capacity cap = BC__NODE__V1__CAPACITY__INIT;
+	Bc__Node__V1__JoinRequest__LabelsEntry entries[CFG_MAX_LABELS], *ptrs[CFG_MAX_LABELS];
+	struct rpc_tls tls = {.ca_pem = ca};
+	struct rpc_client_opts o = {.target = cfg->controller, .tls = &tls,
+				    .max_message_bytes = CLIENT_MAX_MESSAGE};
+	ProtobufCMessage *resp = NULL;
+	char *csr = NULL, *key = NULL, path[128];
+	rpc_client *cl = NULL;
+	int e;
+
+	e = pki_csr_new(cfg->hostname, &csr, &key);
+	if (e < 0)
+		return bc_error_set(err, BC_INTERNAL, "cannot make a key and CSR: %s", strerror(-e));
+	cl = rpc_client_new(&o);
+	if (!cl) {
+		e = bc_error_set(err, BC_INVALID_CONFIG, "cannot make a client for %s", cfg->controller);
+		goto out;
+	}
+	join_request(cfg, csr, &q, &cap, entries, ptrs);
+	rpc_method_path(&bc__node__v1__node__descriptor, "Join", path, sizeof(path));
+	e = rpc_client_unary(cl, path, &q.base, &bc__node__v1__join_response__descriptor, &resp,
+			     JOIN_TIMEOUT_MS, err);
+	if (e < 0)
+		goto out;
+	e = join_save(cfg->state_dir, (const Bc__Node__V1__JoinResponse *)resp, key, ca);
+	if (e == -EBADMSG)
+		e = bc_error_set(err, BC_INVALID_RESPONSE, "Join answer unusable");
+	else if (e < 0)
+		e = bc_error_set(err, BC_INTERNAL, "cannot write credentials to %s: %s",
+				 cfg->state_dir, strerror(-e));
+out:
+	if (resp)
+		protobuf_c_message_free_unpacked(resp, NULL);
+	rpc_client_free(cl);
+	free(csr);
+	pki_free_secret(key);
+	return e;
+}
+
+int join_enrol(const struct agent_config *cfg, struct join_creds *ret, bc_error *err)
+{
+	_cleanup_free_ char *ca = NULL;
+	int e;
+
+	if (!cfg->join_token || !*cfg->join_token)
+		return bc_error_set(err, BC_INVALID_CONFIG,
+				    "%s holds no node certificate and no join_token is set",
+				    cfg->state_dir);
+	if (!cfg->ca_file || !*cfg->ca_file)
+		return bc_error_set(err, BC_INVALID_CONFIG, "ca_file is required to join");
+	e = file_read_all(cfg->ca_file, PEM_MAX, &ca, NULL);
+	if (e < 0)
+		return bc_error_set(err, BC_INVALID_CONFIG, "cannot read ca_file %s: %s",
+				    cfg->ca_file, strerror(-e));
+	e = join_call(cfg, ca, err);
+	if (e < 0)
+		return e;
+	e = join_load(cfg->state_dir, ret);
+	if (e < 0)
+		return bc_error_set(err, BC_INTERNAL, "credentials written but unreadable: %s",
+				    strerror(-e));
+	return 0;
+}
+
+bool join_err_transient(const bc_error *err)
+{
+	return err->code == BC_UNAVAILABLE || err->code == BC_DEADLINE_EXCEEDED;
+}
+
+bool join_err_retired(const bc_error *err)
+{
+	const char *reason = bc_error_get_detail(err, "reason");
+
+	if (err->code == BC_UNAUTHENTICATED)
+		return true;
+	return err->code == BC_ACCESS_DENIED && reason && strcmp(reason, "node-retired") == 0;
+}
+
+rpc_client *join_client_new(const struct agent_config *cfg, const struct join_creds *creds)
+{
+	struct rpc_tls tls = {.cert_pem = creds->cert_pem, .key_pem = creds->key_pem,
+			      .ca_pem = creds->ca_pem};
+	struct rpc_client_opts o = {.target = cfg->controller, .tls = &tls,
+				    .max_message_bytes = CLIENT_MAX_MESSAGE};
+
+	return rpc_client_new(&o);
+}
+
+void join_creds_free(struct join_creds *c)
+{
+	if (!c)
+		return;
+	free(c->node_id);
+	free(c->pool_id);
+	free(c->cert_pem);
+	pki_free_secret(c->key_pem);
+	free(c->ca_pem);
+	*c = (struct join_creds){0};
+}

@@ -1,0 +1,57 @@
+/* join.h: enrolment (Node.Join) and the node's mTLS credentials. */
+#ifndef BC_AGENT_JOIN_H
+#define BC_AGENT_JOIN_H
+
+#include <stdbool.h>
+
+#include "bc/node/v1/node.pb-c.h"
+#include "config.h"
+#include "err.h"
+#include "rpc.h"
+
+/* Files in state_dir. node.pem is written last: its presence means "joined". */
+#define JOIN_KEY_FILE "node.key"
+#define JOIN_CERT_FILE "node.pem"
+#define JOIN_CA_FILE "ca.pem"
+#define JOIN_NODE_ID_FILE "node.id"
+#define JOIN_POOL_ID_FILE "pool.id"
+
+/* The node's identity and mTLS material; every string owned. */
+struct join_creds {
+	char *node_id;
+	char *pool_id;
+	char *cert_pem;
+	char *key_pem;   /* wiped on free */
+	char *ca_pem;    /* the bundle from Join: node CA and API CA */
+};
+
+/* Load the credentials of a joined node. 0; -ENOENT if state_dir holds no
+ * node.pem (not joined yet); another -errno if a file is missing or broken. */
+int join_load(const char *state_dir, struct join_creds *ret);
+
+/* Write a Join answer and our key to state_dir atomically, node.pem last.
+ * ca_fallback is used as ca.pem if the answer carries no bundle. 0 or
+ * -errno (-EBADMSG for an unusable answer: nothing is written then). */
+int join_save(const char *state_dir, const Bc__Node__V1__JoinResponse *resp, const char *key_pem,
+	      const char *ca_fallback);
+
+/* Generate a key and CSR, call Node.Join over TLS trusting cfg->ca_file
+ * (no client certificate), save the answer, fill *ret. 0, or -BC_EDOMAIN
+ * with err (refusal or transport error: nothing written), or -errno with
+ * err filled as INTERNAL. */
+int join_enrol(const struct agent_config *cfg, struct join_creds *ret, bc_error *err);
+
+/* True for an error worth retrying (controller unreachable or busy). */
+bool join_err_transient(const bc_error *err);
+
+/* True if the controller refuses this node's certificate: ACCESS_DENIED
+ * with reason node-retired, or UNAUTHENTICATED. */
+bool join_err_retired(const bc_error *err);
+
+/* The mTLS client every call after Join uses. NULL on failure. */
+rpc_client *join_client_new(const struct agent_config *cfg, const struct join_creds *creds);
+
+/* Free and wipe. NULL-safe; leaves *c zeroed. */
+void join_creds_free(struct join_creds *c);
+
+#endif

@@ -1,0 +1,187 @@
+/* watch.c: the spec-watch thread (see watch.h).
+ *
+ * The stream carries NodeUpdate{spec | command}. A spec is fenced by
+ * generation (state_accept_spec): an older or equal one is refused and
+ * logged ("spec generation N refused: applied M"), never applied. A spec is
+ * on disk before the converge thread sees it. While disconnected the
+ * converge thread keeps converging the last spec.
+ *
+ * Commands: every command id is recorded before anything else happens, so
+ * none runs twice. No command kind is implemented yet: each new one is
+ * answered ok=false "UNSUPPORTED: ..." in the next report. */
+#include "watch.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <string.h>
+
+#include "join.h"
+#include "log.h"
+#include "util.h"
+
+#define RECV_POLL_MS 1000
+
+static void handle_command(struct watch *w, const Bc__Node__V1__Command *cmd)
+{
+	char msg[CONV_ERROR_MAX];
+	int e;
+
+	if (state_cmds_has(w->cmds, cmd->id)) {
+		log_debug("command %.128s: already started, ignored", cmd->id);
+		return;
+	}
+	e = state_cmds_add(w->cmds, cmd->id);
+	if (e < 0) {
+		log_error("command %.128s: cannot record it (%s): not started", cmd->id, strerror(-e));
+		return;
+	}
+	snprintf(msg, sizeof(msg), "UNSUPPORTED: command kind %.64s is not implemented by this bcd",
+		 cmd->kind);
+	log_warn("command %s (%.64s, instance %.64s): refused: unsupported kind", cmd->id,
+		 cmd->kind, cmd->instance_id);
+	conv_add_result(w->conv, cmd->id, false, msg);
+}
+
+static int handle_spec(struct watch *w, const Bc__Node__V1__NodeSpec *spec)
+{
+	uint64_t applied = atomic_load(&w->applied);
+	Bc__Node__V1__NodeSpec *copy = NULL;
+	int e;
+
+	if (w->node_id && *spec->node_id && strcmp(spec->node_id, w->node_id) != 0) {
+		log_error("spec generation %" PRIu64 " refused: it is for node %.64s, this is %s",
+			  spec->generation, spec->node_id, w->node_id);
+		return -EINVAL;
+	}
+	e = state_take_spec(w->state_dir, &applied, spec, &copy);
+	if (e == -ESTALE)
+		log_warn("spec generation %" PRIu64 " refused: applied %" PRIu64, spec->generation,
+			 applied);
+	else if (e == -EINVAL)
+		log_error("spec generation %" PRIu64 " refused: %zu instances, %zu volumes: too many",
+			  spec->generation, spec->n_instances, spec->n_volumes);
+	else if (e < 0)
+		log_error("spec generation %" PRIu64 ": cannot persist it (%s): not applied",
+			  spec->generation, strerror(-e));
+	if (e < 0)
+		return e;
+	atomic_store(&w->applied, applied);
+	log_info("spec generation %" PRIu64 " accepted (%zu instances)", spec->generation,
+		 spec->n_instances);
+	conv_submit(w->conv, copy);
+	return 0;
+}
+
+int watch_handle(struct watch *w, const Bc__Node__V1__NodeUpdate *u)
+{
+	switch (u->update_case) {
+	case BC__NODE__V1__NODE_UPDATE__UPDATE_SPEC:
+		return u->spec ? handle_spec(w, u->spec) : 0;
+	case BC__NODE__V1__NODE_UPDATE__UPDATE_COMMAND:
+		if (u->command)
+			handle_command(w, u->command);
+		return 0;
+	default:
+		log_debug("watch: empty update ignored");
+		return 0;
+	}
+}
+
+void watch_kick(struct watch *w)
+{
+	atomic_store(&w->kick, true);
+}
+
+uint64_t watch_applied(struct watch *w)
+{
+	return atomic_load(&w->applied);
+}
+
+/* The stream works (a message arrived, or it stayed up a while). */
+static void healthy(struct backoff *b, bool *down)
+{
+	backoff_reset(b);
+	if (*down)
+		log_info("watch: connected to the controller again");
+	*down = false;
+}
+
+/* One stream: open, receive until it ends, fails, is kicked or we stop.
+ * 0 if it ended cleanly (or was kicked), -BC_EDOMAIN with err otherwise. */
+static int session(struct watch *w, struct backoff *b, bool *down, bc_error *err)
+{
+	Bc__Node__V1__WatchSpecRequest req = BC__NODE__V1__WATCH_SPEC_REQUEST__INIT;
+	int64_t opened = mono_ms();
+	rpc_stream *st;
+	char path[128];
+	int r = 0;
+
+	req.applied_generation = atomic_load(&w->applied);
+	rpc_method_path(&bc__node__v1__node__descriptor, "WatchSpec", path, sizeof(path));
+	st = rpc_stream_open(w->client, path, &req.base, 0, err);
+	if (!st)
+		return -BC_EDOMAIN;
+	log_debug("watch: stream open (applied generation %" PRIu64 ")", req.applied_generation);
+	while (!backoff_stopped(w->stop) && !atomic_exchange(&w->kick, false)) {
+		ProtobufCMessage *m = NULL;
+		r = rpc_stream_recv(st, &bc__node__v1__node_update__descriptor, &m, RECV_POLL_MS, err);
+		if (r != -ETIMEDOUT && r <= 0)
+			break;
+		if (r == 1 || mono_ms() - opened >= WATCH_HEALTHY_MS)
+			healthy(b, down);
+		if (r == -ETIMEDOUT) {
+			r = 0;
+			continue;
+		}
+		r = watch_handle(w, (const Bc__Node__V1__NodeUpdate *)m);
+		protobuf_c_message_free_unpacked(m, NULL);
+		if (r < 0 && r != -ESTALE && r != -EINVAL) {
+			r = bc_error_set(err, BC_INTERNAL, "spec not persisted: %s", strerror(-r));
+			break;
+		}
+		r = 0;
+	}
+	rpc_stream_free(st);
+	return r;
+}
+
+/* Log a failed session once per outage (then at debug); true if the
+ * controller refuses this node. */
+static bool log_failure(const bc_error *err, bool *down)
+{
+	bool refused = join_err_retired(err);
+
+	if (refused && !*down)
+		log_error("watch: controller refuses this node: %s: %s; retrying every %d s",
+			  bc_code_name(err->code), err->message, WATCH_REFUSED_MS / 1000);
+	else if (!*down)
+		log_warn("watch: stream failed: %s: %s; reconnecting with backoff",
+			 bc_code_name(err->code), err->message);
+	else
+		log_debug("watch: stream failed again: %s: %s", bc_code_name(err->code),
+			  err->message);
+	*down = true;
+	return refused;
+}
+
+void watch_run(struct watch *w)
+{
+	struct backoff b;
+	bool down = false;
+
+	backoff_init(&b, WATCH_BACKOFF_MIN_MS, WATCH_BACKOFF_MAX_MS);
+	log_info("watch: watching spec from generation %" PRIu64, watch_applied(w));
+	while (!backoff_stopped(w->stop)) {
+		bc_error err = {0};
+		int64_t delay;
+		int r = session(w, &b, &down, &err);
+		if (r == 0)
+			delay = backoff_next(&b);
+		else if (log_failure(&err, &down))
+			delay = WATCH_REFUSED_MS;
+		else
+			delay = backoff_next(&b);
+		backoff_sleep(w->stop, delay);
+	}
+	log_info("watch: stopped");
+}
