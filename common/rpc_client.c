@@ -26,6 +26,10 @@
  * (handshake) timeout, which must stay generous. */
 #define RECONNECT_MIN_MS 200
 #define RECONNECT_MAX_MS 5000
+/* Pings while calls are open, so a long watch notices a dead server (no
+ * FIN) within KEEPALIVE_MS + KEEPALIVE_TIMEOUT_MS. The server allows it. */
+#define KEEPALIVE_MS 30000
+#define KEEPALIVE_TIMEOUT_MS 10000
 
 struct rpc_client {
 	grpc_channel *ch;
@@ -68,7 +72,7 @@ static void arg_int(grpc_arg *a, const char *key, int v)
 /* See rpc.h. */
 rpc_client *rpc_client_new(const struct rpc_client_opts *opts)
 {
-	grpc_arg args[5];
+	grpc_arg args[8];
 	grpc_channel_args ca = {.num_args = 0, .args = args};
 	grpc_channel_credentials *creds;
 	rpc_client *c;
@@ -84,6 +88,9 @@ rpc_client *rpc_client_new(const struct rpc_client_opts *opts)
 		c->max > INT_MAX ? INT_MAX : (int)c->max);
 	arg_int(&args[ca.num_args++], GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, RECONNECT_MIN_MS);
 	arg_int(&args[ca.num_args++], GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, RECONNECT_MAX_MS);
+	arg_int(&args[ca.num_args++], GRPC_ARG_KEEPALIVE_TIME_MS, KEEPALIVE_MS);
+	arg_int(&args[ca.num_args++], GRPC_ARG_KEEPALIVE_TIMEOUT_MS, KEEPALIVE_TIMEOUT_MS);
+	arg_int(&args[ca.num_args++], GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
 	if (opts->tls && opts->server_name) {
 		args[ca.num_args].type = GRPC_ARG_STRING;
 		args[ca.num_args].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
@@ -344,6 +351,7 @@ rpc_stream *rpc_stream_open(rpc_client *c, const char *path, const ProtobufCMess
 			    int timeout_ms, bc_error *err)
 {
 	rpc_stream *st;
+	int r;
 
 	if (!c || !path) {
 		bc_error_set(err, BC_INTERNAL, "rpc_stream_open: bad arguments");
@@ -361,7 +369,10 @@ rpc_stream *rpc_stream_open(rpc_client *c, const char *path, const ProtobufCMess
 		rpc_stream_free(st);
 		return NULL;
 	}
-	if (st_start(st, req) < 0) {
+	r = st_start(st, req);
+	if (r < 0) {
+		if (r == -EIO) /* nothing queued: end the call so its status comes */
+			grpc_call_cancel(st->call, NULL);
 		if (st_status(st, err) == 0)
 			bc_error_set(err, BC_UNAVAILABLE, "stream %s failed to start", path);
 		rpc_stream_free(st);
@@ -436,6 +447,7 @@ int rpc_stream_recv(rpc_stream *st, const ProtobufCMessageDescriptor *d,
 	if (st->eof)
 		return st_status(st, err);
 	if (!st->recv_pending && st_recv_start(st) < 0) {
+		grpc_call_cancel(st->call, NULL);
 		st->eof = true;
 		return st_status(st, err);
 	}

@@ -431,25 +431,41 @@ static void unstarted_teardown(rpc_server *s)
 	s->workers = NULL;
 }
 
+static grpc_server *server_create(const rpc_server *s)
+{
+	size_t max = s->opts.max_message_bytes;
+	/* Our own limit answers INVALID_INPUT; gRPC's at 4x is a backstop.
+	 * SO_REUSEPORT off: a second server on a bound port must fail.
+	 * Keepalive: ping idle connections so streams of dead clients end, and
+	 * accept our clients' pings (every 30 s, rpc_client.c). */
+	grpc_arg arg[] = {
+		{.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+		 .value.integer = max > INT_MAX / 4 ? INT_MAX : (int)(max * 4)},
+		{.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_ALLOW_REUSEPORT,
+		 .value.integer = 0},
+		{.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_KEEPALIVE_TIME_MS,
+		 .value.integer = 60000},
+		{.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+		 .value.integer = 20000},
+		{.type = GRPC_ARG_INTEGER,
+		 .key = (char *)GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+		 .value.integer = 10000},
+	};
+	grpc_channel_args args = {.num_args = sizeof(arg) / sizeof(arg[0]), .args = arg};
+
+	return grpc_server_create(&args, NULL);
+}
+
 /* See rpc.h. -EALREADY if started, -EADDRINUSE if the address cannot be
  * bound (in use or invalid). */
 int rpc_server_start(rpc_server *s, int *ret_port)
 {
-	size_t max4 = s->opts.max_message_bytes > INT_MAX / 4 ? INT_MAX : s->opts.max_message_bytes * 4;
-	/* SO_REUSEPORT off: a second server on a bound port must fail. */
-	grpc_arg arg[2] = {
-		{.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
-		 .value.integer = (int)max4},
-		{.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_ALLOW_REUSEPORT,
-		 .value.integer = 0},
-	};
-	grpc_channel_args args = {.num_args = 2, .args = arg};
 	grpc_server_credentials *creds;
 	int port;
 
 	if (!s || s->started || s->server)
 		return -EALREADY;
-	s->server = grpc_server_create(&args, NULL);
+	s->server = server_create(s);
 	s->workers = xcalloc(s->opts.workers, sizeof(*s->workers));
 	for (int i = 0; i < s->opts.workers; i++) {
 		s->workers[i].srv = s;

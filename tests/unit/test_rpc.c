@@ -400,6 +400,35 @@ static void test_errors(rpc_client *c)
 	free(bin);
 }
 
+/* The codec alone: garbage and foreign trailers fall back to the code. */
+static void test_status_codec(void)
+{
+	Google__Rpc__Status st = GOOGLE__RPC__STATUS__INIT;
+	uint8_t garbage[] = {0xff, 0xff, 0xff, 0x0f}, *buf = NULL;
+	size_t len = 0;
+	bc_error e, in;
+
+	rpc_status_to_error(5, "gone", 4, garbage, sizeof(garbage), &e);
+	is_int(e.code, BC_NOT_FOUND, "garbage trailer: code from the status");
+	is_str(e.message, "gone", "... message kept");
+	st.code = 9;
+	st.message = "x";
+	buf = xmalloc(protobuf_c_message_get_packed_size(&st.base));
+	len = protobuf_c_message_pack(&st.base, buf);
+	rpc_status_to_error(9, "precondition", 12, buf, len, &e);
+	is_int(e.code, BC_INVALID_STATE, "Status without ErrorInfo: code from the status");
+	free(buf);
+	bc_error_clear(&in);
+	bc_error_set(&in, BC_QUOTA_EXCEEDED, "too many");
+	bc_error_detail(&in, "limit", "10");
+	is_int(rpc_status_pack(&in, &buf, &len), 0, "pack a bc_error");
+	rpc_status_to_error(8, "ignored", 7, buf, len, &e);
+	is_int(e.code, BC_QUOTA_EXCEEDED, "round trip: code from ErrorInfo.reason");
+	is_str(e.message, "too many", "round trip: message from Status");
+	is_str(bc_error_get_detail(&e, "limit"), "10", "round trip: detail");
+	free(buf);
+}
+
 static void test_unimplemented(rpc_client *c)
 {
 	Msg req = GOOGLE__RPC__STATUS__INIT;
@@ -470,6 +499,21 @@ static void test_auth(int port)
 	is_int(call(d, "Echo", 0, "x", 0, NULL, 0, &err), -BC_EDOMAIN, "pre_call refuses");
 	is_int(err.code, BC_UNAUTHENTICATED, "... UNAUTHENTICATED");
 	is_str(err.message, "token refused", "... with pre_call's message");
+	{
+		Msg req = GOOGLE__RPC__STATUS__INIT;
+		ProtobufCMessage *m = NULL;
+		rpc_stream *st;
+		int r;
+
+		req.code = 3;
+		req.message = "";
+		st = rpc_stream_open(d, P("Count"), &req.base, 5000, &err);
+		ok(st != NULL, "refused stream opens (refusal comes with the status)");
+		r = st ? rpc_stream_recv(st, MSG_D, &m, 5000, &err) : -1;
+		is_int(r, -BC_EDOMAIN, "pre_call refuses a stream");
+		is_int(err.code, BC_UNAUTHENTICATED, "... UNAUTHENTICATED");
+		rpc_stream_free(st);
+	}
 	rpc_client_free(c);
 	rpc_client_free(d);
 }
@@ -921,6 +965,7 @@ int main(void)
 	is_int(r, 0, "test certificates generated with openssl");
 	rpc_global_init();
 	test_registration();
+	test_status_codec();
 	s = server_up(NULL, 0, 0, &port);
 	ok(s != NULL && port > 0, "server listens on 127.0.0.1:%d", port);
 	c = client_new(port, NULL, NULL);
