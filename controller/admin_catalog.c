@@ -176,7 +176,7 @@ static int pool_create_tx(struct db *d, void *arg, bc_error *err)
 		dbp_str(&p, tenants);
 		r = db_exec(d, NULL, "INSERT INTO pools (id, name, runtime, ipam_subnet, ipam_gateway, "
 			    "ipam_subnet6, bridge, recreate_on_host_loss, tenant_ids) VALUES ($1, $2, "
-			    "$3, $4, $5, $6, $7, $8, string_to_array(nullif($9, ''), E'\\n'))", &p);
+			    "$3, $4, $5, $6, $7, $8, coalesce(string_to_array(nullif($9, ''), E'\\n'), '{}'))", &p);
 		if (r == -EEXIST) {
 			bc_error_set(err, BC_CONFLICT, "a pool named %s exists", q->name);
 			return bc_error_detail(err, "reason", "name-taken");
@@ -364,8 +364,6 @@ static int check_flavor(const Bc__Admin__V1__CreateFlavorRequest *q, bc_error *e
 		return invalid(err, "hugePages", "hugePages must be empty, 2M or 1G");
 	if (q->has_numa_node && (q->numa_node < -1 || q->numa_node > 63))
 		return invalid(err, "numaNode", "numaNode must be between 0 and 63");
-	if (!q->has_numa_node && q->numa_node != 0)
-		return invalid(err, "numaNode", "numaNode needs hasNumaNode");
 	return 0;
 }
 

@@ -136,8 +136,9 @@ int db_exec(struct db *d, PGresult **ret, const char *sql, const struct dbp *p)
 	if (PQstatus(d->conn) != CONNECTION_OK) {
 		PQfinish(d->conn);
 		d->conn = NULL;
+		return -EIO;
 	}
-	return rc;
+	return rc == -EIO ? -EPROTO : rc;
 }
 
 const char *db_last_sqlstate(const struct db *d)

@@ -215,7 +215,7 @@ static int insert_instance(struct db *d, struct create *a, PGresult **ret_shape,
 		     "vcpus, memory_mib, disk_gib, gpus, huge_pages, numa_node, pin_vcpus, "
 		     "network_policy, ssh_keys, user_data, created_by) SELECT $1, $2, $3, f.id, "
 		     "f.name, im.id, f.vcpus, f.memory_mib, f.disk_gib, f.gpus, f.huge_pages, "
-		     "f.numa_node, f.pin_vcpus, $6, string_to_array(nullif($7, ''), E'\\n'), $8, $9 "
+		     "f.numa_node, f.pin_vcpus, $6, coalesce(string_to_array(nullif($7, ''), E'\\n'), '{}'), $8, $9 "
 		     "FROM flavors f, images im WHERE (f.id = $4 OR f.name = $4) AND f.deleted_at IS "
 		     "NULL AND (im.id = $5 OR im.name = $5) AND im.deleted_at IS NULL "
 		     "RETURNING vcpus, memory_mib, disk_gib, gpus", &p);

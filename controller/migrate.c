@@ -167,7 +167,7 @@ int migrate_current(struct db *d, int *ret_version)
 	_cleanup_free_ char *v = NULL;
 	int r = db_scalar(d, "SELECT coalesce(max(version), 0) FROM schema_migrations", NULL, &v);
 
-	if (r == -EIO && strcmp(db_last_sqlstate(d), "42P01") == 0) {
+	if (r < 0 && strcmp(db_last_sqlstate(d), "42P01") == 0) {
 		*ret_version = 0;
 		return 0;
 	}
