@@ -426,6 +426,7 @@ static int delete_tx(struct db *d, void *arg, bc_error *err)
 	}
 	a->node = xstrdup(db_val(r, 0, 0));
 	PQclear(r);
+	p.n = 1; /* only the id */
 	rc = db_exec(d, NULL, "UPDATE instances SET desired_state = 'deleted', state = 'deleting', "
 		     "updated_at = now() WHERE id = $1", &p);
 	snprintf(subject, sizeof(subject), "instance/%s", a->id);
