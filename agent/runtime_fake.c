@@ -209,6 +209,23 @@ static void fake_close(struct rt *rt)
 	free(f);
 }
 
+/* Remove temporary files a killed bcd left behind (file_write_atomic's
+ * "<name>.tmp.<pid>"): the record they were replacing is intact. */
+static void sweep_tmp(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+
+	if (!d)
+		return;
+	while ((de = readdir(d)))
+		if (strstr(de->d_name, FAKE_SUFFIX ".tmp.")) {
+			_cleanup_free_ char *path = xasprintf("%s/%s", dir, de->d_name);
+			unlink(path);
+		}
+	closedir(d);
+}
+
 static int fake_open(const struct rt_config *cfg, struct rt **ret)
 {
 	struct rt_fake *f;
@@ -229,6 +246,7 @@ static int fake_open(const struct rt_config *cfg, struct rt **ret)
 		fake_close(&f->base);
 		return e;
 	}
+	sweep_tmp(f->dir);
 	*ret = &f->base;
 	return 0;
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "agent/converge.h"
 #include "agent/runtime.h"
@@ -433,8 +434,17 @@ static void test_restart(void)
 	conv_free(c);
 	rt_close(rt);
 	lines = ledger_lines(dir);
+	{
+		/* killed in the middle of rewriting a record */
+		_cleanup_free_ char *tmp = xasprintf("%s/fake/ins_1.inst.tmp.99999", dir);
+		file_write_atomic(tmp, "id=ins_1\nstate=stopped\n", 24, 0644);
+	}
 
 	rt = open_rt(dir, 64, 65536);
+	{
+		_cleanup_free_ char *tmp = xasprintf("%s/fake/ins_1.inst.tmp.99999", dir);
+		ok(access(tmp, F_OK) < 0, "restart: a half-written record is swept");
+	}
 	c = conv_new(rt);
 	is_int(state_load_spec(dir, &loaded), 0, "restart: spec.pb loaded");
 	is_int(actual_count(rt), 3, "restart: the runtime still has three instances");
