@@ -41,6 +41,8 @@ struct rt_fake {
 	char *dir;                 /* state_dir/fake */
 	char *ledger;              /* state_dir/fake/ledger.log */
 	struct rt_config cap;      /* capacity_* used; state_dir not kept */
+	uint64_t used_vcpus;       /* sums over every record, kept by list(), */
+	uint64_t used_memory_mib;  /* create() and destroy() */
 };
 
 /* One record. Lines the fake does not interpret (nic=, volume=) are kept
@@ -209,48 +211,6 @@ static void fake_close(struct rt *rt)
 	free(f);
 }
 
-/* Remove temporary files a killed bcd left behind (file_write_atomic's
- * "<name>.tmp.<pid>"): the record they were replacing is intact. */
-static void sweep_tmp(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *de;
-
-	if (!d)
-		return;
-	while ((de = readdir(d)))
-		if (strstr(de->d_name, FAKE_SUFFIX ".tmp.")) {
-			_cleanup_free_ char *path = xasprintf("%s/%s", dir, de->d_name);
-			unlink(path);
-		}
-	closedir(d);
-}
-
-static int fake_open(const struct rt_config *cfg, struct rt **ret)
-{
-	struct rt_fake *f;
-	int e;
-
-	if (!cfg || !cfg->state_dir)
-		return -EINVAL;
-	f = xcalloc(1, sizeof(*f));
-	f->base.ops = &rt_fake_ops;
-	f->dir = xasprintf("%s/fake", cfg->state_dir);
-	f->ledger = xasprintf("%s/ledger.log", f->dir);
-	f->cap = *cfg;
-	f->cap.state_dir = NULL;
-	e = mkdir_p(f->dir, 0700);
-	if (e == 0 && access(f->dir, W_OK) < 0)
-		e = -errno;
-	if (e < 0) {
-		fake_close(&f->base);
-		return e;
-	}
-	sweep_tmp(f->dir);
-	*ret = &f->base;
-	return 0;
-}
-
 /* The id of a directory entry "<id>.inst", or false. */
 static bool entry_id(const char *name, char *id)
 {
@@ -305,6 +265,67 @@ static void recs_free(struct fake_rec *v, size_t n)
 	free(v);
 }
 
+static void usage_set(struct rt_fake *f, const struct fake_rec *recs, size_t n)
+{
+	f->used_vcpus = 0;
+	f->used_memory_mib = 0;
+	for (size_t i = 0; i < n; i++) {
+		f->used_vcpus += recs[i].vcpus;
+		f->used_memory_mib += recs[i].memory_mib;
+	}
+}
+
+/* Remove temporary files a killed bcd left behind (file_write_atomic's
+ * "<name>.tmp.<pid>"): the record they were replacing is intact. */
+static void sweep_tmp(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+
+	if (!d)
+		return;
+	while ((de = readdir(d)))
+		if (strstr(de->d_name, FAKE_SUFFIX ".tmp.")) {
+			_cleanup_free_ char *path = xasprintf("%s/%s", dir, de->d_name);
+			unlink(path);
+		}
+	closedir(d);
+}
+
+static int fake_open(const struct rt_config *cfg, struct rt **ret)
+{
+	struct fake_rec *recs = NULL;
+	struct rt_fake *f;
+	size_t n = 0;
+	int e;
+
+	if (!cfg || !cfg->state_dir)
+		return -EINVAL;
+	f = xcalloc(1, sizeof(*f));
+	f->base.ops = &rt_fake_ops;
+	f->dir = xasprintf("%s/fake", cfg->state_dir);
+	f->ledger = xasprintf("%s/ledger.log", f->dir);
+	f->cap = *cfg;
+	f->cap.state_dir = NULL;
+	e = mkdir_p(f->dir, 0700);
+	if (e == 0 && access(f->dir, W_OK) < 0)
+		e = -errno;
+	if (e < 0) {
+		fake_close(&f->base);
+		return e;
+	}
+	sweep_tmp(f->dir);
+	e = recs_load(f, &recs, &n);
+	if (e < 0) {
+		fake_close(&f->base);
+		return e;
+	}
+	usage_set(f, recs, n);
+	recs_free(recs, n);
+	*ret = &f->base;
+	return 0;
+}
+
 static int fake_list(struct rt *rt, struct rt_instance **ret, size_t *ret_n)
 {
 	struct fake_rec *recs = NULL;
@@ -315,6 +336,7 @@ static int fake_list(struct rt *rt, struct rt_instance **ret, size_t *ret_n)
 	e = recs_load(fake_of(rt), &recs, &n);
 	if (e < 0)
 		return e;
+	usage_set(fake_of(rt), recs, n);
 	out = n ? xcalloc(n, sizeof(*out)) : NULL;
 	for (size_t i = 0; i < n; i++) {
 		memcpy(out[i].id, recs[i].id, sizeof(out[i].id));
@@ -329,24 +351,12 @@ static int fake_list(struct rt *rt, struct rt_instance **ret, size_t *ret_n)
 /* Host admission against the configured capacity; -ENOSPC with reason. */
 static int admit(const struct rt_fake *f, const Bc__Node__V1__InstanceSpec *s, char *reason)
 {
-	struct fake_rec *recs = NULL;
-	uint64_t vcpus = s->vcpus, mem = s->memory_mib;
-	size_t n = 0;
-	int e;
-
-	e = recs_load(f, &recs, &n);
-	if (e < 0)
-		return e;
-	for (size_t i = 0; i < n; i++) {
-		vcpus += recs[i].vcpus;
-		mem += recs[i].memory_mib;
-	}
-	recs_free(recs, n);
-	if (f->cap.capacity_memory_mib && mem > f->cap.capacity_memory_mib) {
+	if (f->cap.capacity_memory_mib &&
+	    f->used_memory_mib + s->memory_mib > f->cap.capacity_memory_mib) {
 		snprintf(reason, RT_REASON_MAX, "ResourcesExhausted: memory");
 		return -ENOSPC;
 	}
-	if (f->cap.capacity_vcpus && vcpus > f->cap.capacity_vcpus) {
+	if (f->cap.capacity_vcpus && f->used_vcpus + s->vcpus > f->cap.capacity_vcpus) {
 		snprintf(reason, RT_REASON_MAX, "ResourcesExhausted: vcpus");
 		return -ENOSPC;
 	}
@@ -426,8 +436,11 @@ static int fake_create(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, char 
 	r.creates = 1;
 	r.extra = rec_extra(s);
 	e = rec_save(f, &r);
-	if (e == 0)
+	if (e == 0) {
+		f->used_vcpus += r.vcpus;
+		f->used_memory_mib += r.memory_mib;
 		ledger(f, "create", &r);
+	}
 	rec_clear(&r);
 	return e;
 }
@@ -549,6 +562,8 @@ static int fake_destroy(struct rt *rt, const char *id)
 		rec_clear(&r);
 		return e;
 	}
+	f->used_vcpus -= r.vcpus < f->used_vcpus ? r.vcpus : f->used_vcpus;
+	f->used_memory_mib -= r.memory_mib < f->used_memory_mib ? r.memory_mib : f->used_memory_mib;
 	ledger(f, "destroy", &r);
 	rec_clear(&r);
 	return 0;
