@@ -27,7 +27,8 @@ ifneq ($(SAN),)
 OPT := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 SANLD := -fsanitize=address,undefined
 endif
-CPPFLAGS += -I. -Icommon -I$(GEN) $(PKG_CFLAGS) -D_GNU_SOURCE
+BC_VERSION ?= 0.1.0
+CPPFLAGS += -I. -Icommon -I$(GEN) $(PKG_CFLAGS) -D_GNU_SOURCE -DBC_VERSION=\"$(BC_VERSION)\"
 CFLAGS   += -std=gnu17 $(OPT) -pthread -MMD -MP
 LDFLAGS  += -pthread $(SANLD)
 LDLIBS   += $(PKG_LIBS) -lm

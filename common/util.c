@@ -196,11 +196,12 @@ int file_read_all(const char *path, size_t max, char **ret_buf, size_t *ret_len)
 	for (;;) {
 		ssize_t r;
 		if (len == cap) {
-			if (cap >= max) {
+			/* room for one byte past max tells "exactly max" from "more" */
+			if (cap > max) {
 				free(buf);
 				return -EFBIG;
 			}
-			cap = cap * 2 > max ? max : cap * 2;
+			cap = cap * 2 > max + 1 ? max + 1 : cap * 2;
 			buf = realloc(buf, cap + 1);
 			if (!buf)
 				abort();
@@ -215,6 +216,10 @@ int file_read_all(const char *path, size_t max, char **ret_buf, size_t *ret_len)
 		if (r == 0)
 			break;
 		len += (size_t)r;
+	}
+	if (len > max) {
+		free(buf);
+		return -EFBIG;
 	}
 	buf[len] = '\0';
 	*ret_buf = buf;
