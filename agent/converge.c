@@ -377,10 +377,9 @@ static void converge_existing(struct conv *c, struct pass *p, const Bc__Node__V1
 			return;
 		}
 		log_info("instance %s: adopted (%s)", s->id, rt_state_name(a->state));
-	} else if (c->rt->ops->update) {
-		e = c->rt->ops->update(c->rt, s);
-		if (e < 0)
-			log_warn("instance %s: update failed: %s", s->id, strerror(-e));
+	} else if (c->rt->ops->update && (e = c->rt->ops->update(c->rt, s)) < 0) {
+		/* reported with the instance's state; retried next pass */
+		snprintf(reason, sizeof(reason), "update failed: %s", strerror(-e));
 	}
 	idset_add(&p->owned, s->id);
 	st = move(c, s->id, a->state, s->desired_state, reason);

@@ -409,6 +409,25 @@ static void test_policy_update(void)
 	is_int(ledger_count(dir, "start", "ins_n"), 1, "policy change does not restart");
 	conv_pass(c);
 	is_int(ledger_count(dir, "update", "ins_n"), 1, "unchanged policy: no further update");
+	{
+		const struct want g3[] = {{"ins_n", RUNNING, 1, 256, "private"}, {0}};
+		struct conv_status st = {0};
+		_cleanup_free_ char *failp = xasprintf("%s/fake/ins_n.fail", dir);
+		write_fail(dir, "ins_n", "update");
+		conv_submit(c, mkspec(3, g3));
+		conv_pass(c);
+		conv_snapshot(c, &st);
+		is_str(item_state(&st, "ins_n"), "running", "failed update: instance left running");
+		ok(strncmp(item_reason(&st, "ins_n"), "update failed:", 14) == 0,
+		   "failed update reported in the reason");
+		conv_status_clear(&st);
+		unlink(failp);
+		conv_pass(c);
+		conv_snapshot(c, &st);
+		is_str(item_reason(&st, "ins_n"), "", "update retried next pass: reason cleared");
+		conv_status_clear(&st);
+		is_int(ledger_count(dir, "update", "ins_n"), 2, "the new policy recorded");
+	}
 	conv_free(c);
 	rt_close(rt);
 }
