@@ -10,8 +10,11 @@
 #include "converge.h"
 #include "rpc.h"
 
-#ifndef BCD_VERSION
-#define BCD_VERSION "0.1.0"
+/* The build's version (Makefile BC_VERSION), reported as agent_version. */
+#ifdef BC_VERSION
+#define BCD_VERSION BC_VERSION
+#else
+#define BCD_VERSION "0.0.0-unknown"
 #endif
 
 #define REPORT_TIMEOUT_MS 10000
