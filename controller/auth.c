@@ -130,8 +130,21 @@ int auth_tenant(const rpc_call *call, const char *requested, const char **ret_te
 		bc_error_set(err, BC_INVALID_INPUT, "tenantId is not a valid tenant id");
 		return bc_error_detail(err, "field", "tenantId");
 	}
-	if (strcmp(requested, p->tenant_id) != 0 && !p->is_admin)
-		return bc_error_set(err, BC_NOT_FOUND, "tenant %s not found", requested);
+	if (strcmp(requested, p->tenant_id) != 0) {
+		struct dbp q = {0};
+		_cleanup_free_ char *v = NULL;
+		int rc;
+
+		if (!p->is_admin)
+			return bc_error_set(err, BC_NOT_FOUND, "tenant %s not found", requested);
+		dbp_str(&q, requested);
+		rc = db_scalar(ctl_db(call), "SELECT id FROM tenants WHERE id = $1 AND state <> "
+			       "'deleted'", &q, &v);
+		if (rc == -ENOENT)
+			return bc_error_set(err, BC_NOT_FOUND, "tenant %s not found", requested);
+		if (rc < 0)
+			return db_fail(err, rc);
+	}
 	*ret_tenant = requested;
 	return 0;
 }

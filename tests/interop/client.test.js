@@ -234,6 +234,16 @@ test('Create with an unknown flavor is INVALID_ARGUMENT with ErrorInfo INVALID_I
   assertInvalidInput(err, 'Create(flavor=no-such-flavor)');
 });
 
+test('a request over the 1 MiB message cap is INVALID_ARGUMENT naming maxBytes', async () => {
+  const err = await rpcError(rpc(authed.instances, 'Create', {
+    tenant_id: cfg.tenant, pool_id: cfg.pool, flavor: cfg.flavor, image_id: cfg.image,
+    user_data: 'x'.repeat(2 * 1024 * 1024),
+  }));
+  assertInvalidInput(err, 'Create(2 MiB userData)');
+  const { infos } = decodeStatusDetails(err);
+  assert.ok(Number(infos[0].info.metadata.maxBytes) > 0, 'ErrorInfo.metadata.maxBytes is set');
+});
+
 test('Create places an instance that reaches running', async () => {
   const created = await rpc(authed.instances, 'Create', {
     tenant_id: cfg.tenant, pool_id: cfg.pool, flavor: cfg.flavor, image_id: cfg.image,
@@ -269,6 +279,7 @@ test('Get answers what bcctl instance get shows', async () => {
     } catch {
       continue; // changed between the two gRPC reads: try again
     }
+    assert.equal(canon(g1).id, instance.id, 'the gRPC answer is the instance');
     try {
       assert.deepEqual(canon(cli.json), canon(g1));
       return;
