@@ -46,7 +46,7 @@ fi
 
 export BC_LOG_LEVEL=${BC_LOG_LEVEL:-warn}
 # room for every instance the create and push rows make
-stack_up --controllers 1 --agents 1 --agent-capacity 100000,1000000000,10000000 ||
+stack_up --controllers 1 --agents 1 --agent-capacity 4096,4194304,100000 ||
 	{ log "stack_up failed"; exit 1; }
 img=$(stack_image_create bench-img) || { log "image create failed"; exit 1; }
 

@@ -299,13 +299,22 @@ stack_ready_nodes() {
 	json_items "$out" | jq -s '[.[] | select(.state == "ready")] | length'
 }
 
-_stack_nodes_ready_eq() {
-	[ "$(stack_ready_nodes)" = "$1" ]
-}
-
-# stack_wait_nodes_ready M [TIMEOUT_S]: until `node list` shows M ready nodes.
+# stack_wait_nodes_ready M [TIMEOUT_S]: until `node list` shows M ready
+# nodes; gives up early when an agent process has exited.
 stack_wait_nodes_ready() {
-	eventually "${2:-60}" _stack_nodes_ready_eq "$1"
+	local want=$1 deadline=$((SECONDS + ${2:-60})) i pid
+	while :; do
+		[ "$(stack_ready_nodes)" = "$want" ] && return 0
+		for ((i = 1; i <= STACK_AGENTS; i++)); do
+			pid=$(_stack_get_pid "bcd-$i")
+			if [ -n "$pid" ] && ! _proc_alive "$pid"; then
+				_stack_log "bcd-$i (pid $pid) exited"
+				return 1
+			fi
+		done
+		[ $SECONDS -ge $deadline ] && return 1
+		sleep "$TAP_POLL_INTERVAL"
+	done
 }
 
 # ------------------------------------------------------------ objects
