@@ -30,10 +30,12 @@ struct backoff_stop {
 	bool stop;
 };
 
+/* Initialise (flag clear) / destroy a stop flag. */
 void backoff_stop_init(struct backoff_stop *s);
 void backoff_stop_destroy(struct backoff_stop *s);
 /* Set the flag and wake every sleeper. Any thread. */
 void backoff_stop_request(struct backoff_stop *s);
+/* True once backoff_stop_request was called. Any thread. */
 bool backoff_stopped(struct backoff_stop *s);
 /* Sleep up to ms; true if stop was requested (at once or meanwhile). */
 bool backoff_sleep(struct backoff_stop *s, int64_t ms);

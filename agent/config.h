@@ -73,9 +73,10 @@ void cfg_fill_host(struct agent_config *c);
 /* Print the normalised configuration (join_token redacted). */
 void cfg_print(const struct agent_config *c, FILE *out);
 
-/* Usage text. */
+/* Usage text, with every key and its default. */
 void cfg_usage(FILE *out);
 
+/* Free every string (join_token wiped) and the parsed labels. */
 void cfg_free(struct agent_config *c);
 
 #endif

@@ -73,10 +73,13 @@ void conv_run(struct conv *c);
 
 /* Ask conv_run and conv_wait_change to return. Any thread. */
 void conv_stop(struct conv *c);
+/* True once conv_stop was called. Any thread. */
 bool conv_stopping(struct conv *c);
 
-/* Copy of the current status (conv_status_clear frees it). Any thread. */
+/* Copy of the current status (conv_status_clear frees it): the published
+ * items plus the one-shot "deleted" entries, sorted by id. Any thread. */
 void conv_snapshot(struct conv *c, struct conv_status *ret);
+/* Free a snapshot's arrays and zero it. */
 void conv_status_clear(struct conv_status *s);
 
 /* Wait until the status seq differs from seen_seq, conv_stop, or

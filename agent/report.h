@@ -49,6 +49,7 @@ struct report_msg {
 /* Build the report of st. Pure; release with report_msg_clear. */
 void report_build(const struct report_info *info, const struct conv_status *st,
 		  struct report_msg *ret);
+/* Free the arrays of a built report (not the borrowed strings). */
 void report_msg_clear(struct report_msg *m);
 
 /* The "model name" of /proc/cpuinfo text (malloc'd, trimmed), or NULL. */
@@ -67,6 +68,7 @@ struct report {
 /* Fill r->info from cfg and the runtime's traits (cpu model read from
  * /proc/cpuinfo; freed by report_fini). */
 void report_init(struct report *r, const struct agent_config *cfg, const struct rt_traits *traits);
+/* Free what report_init allocated. */
 void report_fini(struct report *r);
 
 /* Thread body: send Node.Report on every status change and every

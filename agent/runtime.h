@@ -95,6 +95,7 @@ struct rt {
 	const struct runtime_ops *ops;
 };
 
+/* The fake runtime (runtime_fake.c): records and reports, runs nothing. */
 extern const struct runtime_ops rt_fake_ops;
 
 /* The runtime called name ("fake", ...), or NULL if this build has none. */

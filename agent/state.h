@@ -49,13 +49,18 @@ int state_take_spec(const char *dir, uint64_t *applied_generation,
  * dropped on open: that command was never started. */
 struct state_cmds;
 
+/* Load dir/commands (missing: an empty set). *ret owned (state_cmds_free).
+ * 0 or -errno. */
 int state_cmds_open(const char *dir, struct state_cmds **ret);
+/* True if id was recorded (in this run or an earlier one). NULL-safe. */
 bool state_cmds_has(const struct state_cmds *s, const char *id);
 /* Record id on disk (append + fsync) before returning 0; call before
  * starting the command. -EEXIST if already recorded, -EINVAL for an id that
  * is not 1..128 printable characters without spaces. */
 int state_cmds_add(struct state_cmds *s, const char *id);
+/* How many ids are recorded. */
 size_t state_cmds_count(const struct state_cmds *s);
+/* Free the in-memory set (the file stays). NULL-safe. */
 void state_cmds_free(struct state_cmds *s);
 
 /* Read a small one-line file dir/name (node.id, pool.id) without its
