@@ -1,0 +1,210 @@
+/* test_agent_join.c: the node's credentials on disk (what Join writes, in
+ * which modes, what a later start loads, what a half-written or unusable
+ * answer leaves), with real PKI material, and how controller refusals are
+ * classified. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "agent/join.h"
+#include "pki.h"
+#include "tap.h"
+#include "util.h"
+
+static char tmpdir[64];
+
+static char *sub(const char *name)
+{
+	char *d = xasprintf("%s/%s", tmpdir, name);
+
+	mkdir_p(d, 0700);
+	return d;
+}
+
+static int mode_of(const char *dir, const char *name)
+{
+	_cleanup_free_ char *p = xasprintf("%s/%s", dir, name);
+	struct stat st;
+
+	return stat(p, &st) == 0 ? (int)(st.st_mode & 0777) : -1;
+}
+
+static bool exists(const char *dir, const char *name)
+{
+	return mode_of(dir, name) >= 0;
+}
+
+struct material {
+	char *ca_cert, *ca_key, *csr, *key, *cert;
+};
+
+static int make_material(struct material *m)
+{
+	int e = pki_ca_new("test node CA", 1, &m->ca_cert, &m->ca_key);
+
+	if (e == 0)
+		e = pki_csr_new("host1", &m->csr, &m->key);
+	if (e == 0)
+		e = pki_sign_csr(m->ca_cert, m->ca_key, m->csr, "node_01testtesttesttesttesttest",
+				 NULL, PKI_CLIENT | PKI_SERVER, 1, &m->cert, NULL);
+	return e;
+}
+
+static void free_material(struct material *m)
+{
+	free(m->ca_cert);
+	pki_free_secret(m->ca_key);
+	free(m->csr);
+	pki_free_secret(m->key);
+	free(m->cert);
+}
+
+static void test_save_load(const struct material *m)
+{
+	_cleanup_free_ char *dir = sub("ok");
+	Bc__Node__V1__JoinResponse r = BC__NODE__V1__JOIN_RESPONSE__INIT;
+	struct join_creds c = {0};
+
+	is_int(join_load(dir, &c), -ENOENT, "empty state_dir: not joined");
+	r.node_id = "node_01testtesttesttesttesttest";
+	r.pool_id = "pool_01x";
+	r.certificate_pem = m->cert;
+	r.ca_bundle_pem = m->ca_cert;
+	is_int(join_save(dir, &r, m->key, NULL), 0, "Join answer saved");
+	is_int(mode_of(dir, JOIN_KEY_FILE), 0600, "node.key is 0600");
+	is_int(mode_of(dir, JOIN_CERT_FILE), 0644, "node.pem is 0644");
+	ok(exists(dir, JOIN_CA_FILE) && exists(dir, JOIN_NODE_ID_FILE) &&
+	   exists(dir, JOIN_POOL_ID_FILE), "ca.pem, node.id, pool.id written");
+	is_int(join_load(dir, &c), 0, "credentials load");
+	is_str(c.node_id, "node_01testtesttesttesttesttest", "node id");
+	is_str(c.pool_id, "pool_01x", "pool id");
+	is_str(c.cert_pem, m->cert, "certificate");
+	is_str(c.key_pem, m->key, "key");
+	is_str(c.ca_pem, m->ca_cert, "CA bundle");
+	is_int(pki_verify(c.ca_pem, c.cert_pem), 0, "loaded certificate chains to the loaded CA");
+	join_creds_free(&c);
+	ok(c.key_pem == NULL && c.node_id == NULL, "freed and zeroed");
+}
+
+static void test_fallback_ca(const struct material *m)
+{
+	_cleanup_free_ char *dir = sub("fallback");
+	Bc__Node__V1__JoinResponse r = BC__NODE__V1__JOIN_RESPONSE__INIT;
+	struct join_creds c = {0};
+
+	r.node_id = "node_01testtesttesttesttesttest";
+	r.certificate_pem = m->cert;
+	is_int(join_save(dir, &r, m->key, m->ca_cert), 0, "answer without a bundle saved");
+	is_int(join_load(dir, &c), 0, "loads");
+	is_str(c.ca_pem, m->ca_cert, "ca_file used as ca.pem");
+	is_str(c.pool_id, "", "no pool id: empty");
+	join_creds_free(&c);
+}
+
+static void test_unusable(const struct material *m)
+{
+	_cleanup_free_ char *dir = sub("bad");
+	Bc__Node__V1__JoinResponse r = BC__NODE__V1__JOIN_RESPONSE__INIT;
+
+	r.node_id = "../../etc/passwd";
+	r.certificate_pem = m->cert;
+	r.ca_bundle_pem = m->ca_cert;
+	is_int(join_save(dir, &r, m->key, NULL), -EBADMSG, "node id that is a path refused");
+	r.node_id = "node_ok";
+	r.certificate_pem = "not a certificate";
+	is_int(join_save(dir, &r, m->key, NULL), -EBADMSG, "answer without a certificate refused");
+	r.certificate_pem = m->cert;
+	r.ca_bundle_pem = "";
+	is_int(join_save(dir, &r, m->key, NULL), -EBADMSG, "no bundle and no ca_file refused");
+	ok(!exists(dir, JOIN_KEY_FILE) && !exists(dir, JOIN_CERT_FILE),
+	   "nothing written for an unusable answer");
+}
+
+/* A crash after node.key and before node.pem: the node is not joined. */
+static void test_half_written(const struct material *m)
+{
+	_cleanup_free_ char *dir = sub("half");
+	_cleanup_free_ char *key = xasprintf("%s/%s", dir, JOIN_KEY_FILE);
+	_cleanup_free_ char *cert = xasprintf("%s/%s", dir, JOIN_CERT_FILE);
+	struct join_creds c = {0};
+
+	file_write_atomic(key, m->key, strlen(m->key), 0600);
+	is_int(join_load(dir, &c), -ENOENT, "key without node.pem: not joined (joins again)");
+	file_write_atomic(cert, m->cert, strlen(m->cert), 0644);
+	is_int(join_load(dir, &c), -EBADMSG, "node.pem without node.id: broken, not 'not joined'");
+}
+
+static void test_classify(void)
+{
+	bc_error e = {0};
+
+	bc_error_set(&e, BC_UNAVAILABLE, "down");
+	ok(join_err_transient(&e), "UNAVAILABLE is transient");
+	bc_error_set(&e, BC_DEADLINE_EXCEEDED, "slow");
+	ok(join_err_transient(&e), "DEADLINE_EXCEEDED is transient");
+	bc_error_set(&e, BC_ACCESS_DENIED, "token used");
+	bc_error_detail(&e, "reason", "join-token-used");
+	ok(!join_err_transient(&e), "a used token is final");
+	ok(!join_err_retired(&e), "a used token is not retirement");
+	bc_error_set(&e, BC_ACCESS_DENIED, "node retired");
+	bc_error_detail(&e, "reason", "node-retired");
+	ok(join_err_retired(&e), "ACCESS_DENIED reason=node-retired is retirement");
+	bc_error_set(&e, BC_UNAUTHENTICATED, "no cert");
+	ok(join_err_retired(&e), "UNAUTHENTICATED: the certificate is refused");
+	bc_error_set(&e, BC_INVALID_INPUT, "bad");
+	ok(!join_err_transient(&e) && !join_err_retired(&e), "INVALID_INPUT is a plain refusal");
+}
+
+static void test_enrol_config(void)
+{
+	struct agent_config cfg;
+	struct join_creds c = {0};
+	bc_error e = {0};
+	_cleanup_free_ char *dir = sub("enrol");
+
+	cfg_init(&cfg);
+	free(cfg.state_dir);
+	cfg.state_dir = xstrdup(dir);
+	cfg.controller = xstrdup("127.0.0.1:1");
+	is_int(join_enrol(&cfg, &c, &e), -BC_EDOMAIN, "no join token: refused");
+	is_int(e.code, BC_INVALID_CONFIG, "as INVALID_CONFIG");
+	cfg.join_token = xstrdup("bcjt_x.y");
+	is_int(join_enrol(&cfg, &c, &e), -BC_EDOMAIN, "no ca_file: refused");
+	ok(strstr(e.message, "ca_file") != NULL, "message names ca_file");
+	cfg.ca_file = xstrdup("/nonexistent/ca.pem");
+	is_int(join_enrol(&cfg, &c, &e), -BC_EDOMAIN, "unreadable ca_file: refused");
+	is_int(e.code, BC_INVALID_CONFIG, "as INVALID_CONFIG");
+	ok(!exists(dir, JOIN_KEY_FILE), "nothing written");
+	cfg_free(&cfg);
+}
+
+int main(void)
+{
+	struct material m = {0};
+
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/bcd-join-XXXXXX");
+	if (!mkdtemp(tmpdir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	if (make_material(&m) < 0) {
+		printf("Bail out! cannot make test PKI material\n");
+		return 1;
+	}
+	test_save_load(&m);
+	test_fallback_ca(&m);
+	test_unusable(&m);
+	test_half_written(&m);
+	test_classify();
+	test_enrol_config();
+	free_material(&m);
+	{
+		char cmd[128];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "# cannot remove %s\n", tmpdir);
+	}
+	done_testing();
+}
