@@ -36,6 +36,9 @@ eventually 20 is_ready
 ok $? 'when it reports again the node is ready and its instances run again'
 
 # -- a replica that is behind sends an older generation: refused
+caught_up() { [ "$(q "SELECT applied_generation = spec_generation FROM nodes WHERE id = '$node1'")" = t ]; }
+eventually 20 caught_up
+ok $? 'agent 1 reported applying the newest spec'
 applied=$(q "SELECT applied_generation FROM nodes WHERE id = '$node1'")
 ok "[ '$applied' -ge 2 ]" "agent 1 applied generation $applied"
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=old-replica \
