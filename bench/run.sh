@@ -15,7 +15,7 @@
 # and prints one table: each bc figure, its peer's, and bc / peer.
 #
 # Knobs: BENCH_SECONDS (rpc rows, default 3), BENCH_CONCURRENCY ("1 16"),
-# BENCH_CREATES (200), BENCH_CREATE_CONCURRENCY (4), BENCH_PUSHES (50),
+# BENCH_CREATES (200), BENCH_CREATE_CONCURRENCY ("1 8 32"), BENCH_PUSHES (50),
 # BC_BENCH (the C client; default $BC_SRC/build/bench/bc_bench), BC_BIN, BC_SRC.
 set -uo pipefail
 
@@ -27,7 +27,7 @@ TAP_DONE=1 # not a TAP file: no "ended early" diagnostics at exit
 : "${BENCH_SECONDS:=3}"
 : "${BENCH_CONCURRENCY:=1 16}"
 : "${BENCH_CREATES:=200}"
-: "${BENCH_CREATE_CONCURRENCY:=4}"
+: "${BENCH_CREATE_CONCURRENCY:=1 8 32}"
 : "${BENCH_PUSHES:=50}"
 : "${BC_BENCH:=$BC_SRC/build/bench/bc_bench}"
 
@@ -45,6 +45,8 @@ if [ ! -d "$BC_SRC/tests/interop/node_modules/@grpc/grpc-js" ]; then
 fi
 
 export BC_LOG_LEVEL=${BC_LOG_LEVEL:-warn}
+# a /16: the create and push rows lease an address per instance
+export BC_POOL_SUBNET=10.64.0.0/16 BC_POOL_GATEWAY=10.64.0.1
 # room for every instance the create and push rows make
 stack_up --controllers 1 --agents 1 --agent-capacity 4096,4194304,100000 ||
 	{ log "stack_up failed"; exit 1; }
@@ -130,14 +132,15 @@ for c in $BENCH_CONCURRENCY; do
 	done
 done
 
-log "Instances.Create x $BENCH_CREATES, concurrency $BENCH_CREATE_CONCURRENCY"
-cr=$(run create create --target "$BC_URL" "${tls[@]}" --pool "$POOL_ID" --flavor "$FLAVOR_NAME" \
-	--image "$img" --concurrency "$BENCH_CREATE_CONCURRENCY" --count "$BENCH_CREATES")
-pp=$(run pgpeer pgpeer --conninfo "$conninfo" --concurrency "$BENCH_CREATE_CONCURRENCY" \
-	--count "$BENCH_CREATES")
-for m in per_s p50_us p99_us; do
-	row "Instances.Create, conc $BENCH_CREATE_CONCURRENCY" "$m" "$(field "$cr" "$m")" \
-		"PostgreSQL INSERT txn" "$(field "$pp" "$m")"
+for c in $BENCH_CREATE_CONCURRENCY; do
+	log "Instances.Create x $BENCH_CREATES, concurrency $c"
+	cr=$(run create create --target "$BC_URL" "${tls[@]}" --pool "$POOL_ID" --flavor "$FLAVOR_NAME" \
+		--image "$img" --concurrency "$c" --count "$BENCH_CREATES")
+	pp=$(run pgpeer pgpeer --conninfo "$conninfo" --concurrency "$c" --count "$BENCH_CREATES")
+	for m in per_s p50_us p99_us; do
+		row "Instances.Create, conc $c" "$m" "$(field "$cr" "$m")" \
+			"PostgreSQL INSERT txn" "$(field "$pp" "$m")"
+	done
 done
 
 log "create -> running x $BENCH_PUSHES"

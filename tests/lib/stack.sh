@@ -17,7 +17,8 @@
 #   BC_TENANT, TENANT_ARGS  tenant for instances: empty (the token's own
 #                           tenant, TENANT_ARGS=()) unless BC_TENANT is set
 #                           (TENANT_ARGS=(--tenant "$BC_TENANT"))
-#   POOL_ID                 pool p1 (runtime fake, 10.77.0.0/24, bridge bcbr0)
+#   POOL_ID                 pool p1 (runtime fake, 10.77.0.0/24, bridge bcbr0;
+#                           BC_POOL_SUBNET / BC_POOL_GATEWAY choose another range)
 #   FLAVOR_ID, FLAVOR_NAME  flavor sbx.small (1 vCPU, 512 MiB, 1 GiB)
 #   STACK_CONTROLLERS, STACK_AGENTS
 #
@@ -459,8 +460,8 @@ stack_up() {
 		ctl_start "$i" || return 1
 	done
 
-	out=$(bcctl --format json pool create --name p1 --runtime fake --subnet 10.77.0.0/24 \
-		--gateway 10.77.0.1 --bridge bcbr0) || { _stack_log "pool create failed: $out"; return 1; }
+	out=$(bcctl --format json pool create --name p1 --runtime fake \
+		--subnet "${BC_POOL_SUBNET:-10.77.0.0/24}" --gateway "${BC_POOL_GATEWAY:-10.77.0.1}" --bridge bcbr0) || { _stack_log "pool create failed: $out"; return 1; }
 	POOL_ID=$(json_get "$out" id)
 	FLAVOR_NAME=sbx.small
 	out=$(bcctl --format json flavor create --name "$FLAVOR_NAME" --vcpus 1 --memory-mib 512 \
