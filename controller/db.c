@@ -47,8 +47,16 @@ void dbp_bool(struct dbp *p, bool v)
 	dbp_push(p, v ? "true" : "false");
 }
 
+static void stmts_forget(struct db *d)
+{
+	free(d->stmts);
+	d->stmts = NULL;
+	d->n_stmts = 0;
+}
+
 static int db_connect(struct db *d)
 {
+	stmts_forget(d);
 	if (d->conn)
 		PQfinish(d->conn);
 	d->conn = PQconnectdb(d->conninfo);
@@ -87,6 +95,7 @@ void db_close(struct db *d)
 		return;
 	if (d->conn)
 		PQfinish(d->conn);
+	stmts_forget(d);
 	free(d->conninfo);
 	free(d);
 }
@@ -104,6 +113,36 @@ static int map_state(const char *st)
 	return -EIO;
 }
 
+/* Transaction control goes through the simple protocol; everything else is
+ * prepared once per connection. */
+static PGresult *run(struct db *d, const char *sql, const struct dbp *p)
+{
+	const struct db_stmt *st = NULL;
+	PGresult *r;
+
+	if (!p && (!strncmp(sql, "BEGIN", 5) || !strcmp(sql, "COMMIT") || !strcmp(sql, "ROLLBACK")))
+		return PQexec(d->conn, sql);
+	for (size_t i = 0; i < d->n_stmts && !st; i++)
+		if (d->stmts[i].sql == sql)
+			st = &d->stmts[i];
+	if (!st) {
+		struct db_stmt *n;
+		d->stmts = realloc(d->stmts, (d->n_stmts + 1) * sizeof(*d->stmts));
+		if (!d->stmts)
+			abort();
+		n = &d->stmts[d->n_stmts];
+		n->sql = sql;
+		snprintf(n->name, sizeof(n->name), "s%zu", d->n_stmts);
+		r = PQprepare(d->conn, n->name, sql, p ? p->n : 0, NULL);
+		if (PQresultStatus(r) != PGRES_COMMAND_OK)
+			return r; /* reported by the caller like any failure */
+		PQclear(r);
+		d->n_stmts++;
+		st = n;
+	}
+	return PQexecPrepared(d->conn, st->name, p ? p->n : 0, p ? p->v : NULL, NULL, NULL, 0);
+}
+
 int db_exec(struct db *d, PGresult **ret, const char *sql, const struct dbp *p)
 {
 	PGresult *r;
@@ -113,7 +152,7 @@ int db_exec(struct db *d, PGresult **ret, const char *sql, const struct dbp *p)
 	last_state[0] = '\0';
 	if (db_ensure(d) < 0)
 		return -EIO;
-	r = PQexecParams(d->conn, sql, p ? p->n : 0, NULL, p ? p->v : NULL, NULL, NULL, 0);
+	r = run(d, sql, p);
 	st = PQresultStatus(r);
 	if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
 		if (ret)
@@ -176,10 +215,18 @@ static void backoff(int attempt)
 
 int db_tx(struct db *d, const char *isolation, db_tx_fn fn, void *arg, bc_error *err)
 {
-	char begin[64];
+	static const char *const begins[] = {
+		"BEGIN ISOLATION LEVEL READ COMMITTED", "BEGIN ISOLATION LEVEL REPEATABLE READ",
+		"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+		"BEGIN ISOLATION LEVEL SERIALIZABLE"};
+	const char *begin = NULL;
 	int rc = -EIO;
 
-	snprintf(begin, sizeof(begin), "BEGIN ISOLATION LEVEL %s", isolation);
+	for (size_t i = 0; i < ARRAY_SIZE(begins) && !begin; i++)
+		if (strcmp(begins[i] + strlen("BEGIN ISOLATION LEVEL "), isolation) == 0)
+			begin = begins[i];
+	if (!begin)
+		abort(); /* a programming error: isolation levels are literals */
 	for (int attempt = 0; attempt < 8; attempt++) {
 		if (db_exec(d, NULL, begin, NULL) < 0) {
 			bc_error_set(err, BC_UNAVAILABLE, "database unavailable");

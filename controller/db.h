@@ -13,10 +13,19 @@
 
 #include "err.h"
 
+/* A statement this connection has prepared, keyed by the address of its
+ * SQL text: every statement is a string literal, so the address names it. */
+struct db_stmt {
+	const char *sql;
+	char name[16];
+};
+
 struct db {
 	PGconn *conn;
 	char *conninfo;
 	bool in_tx;
+	struct db_stmt *stmts;
+	size_t n_stmts;
 };
 
 /* Parameters of one statement: up to 24, strings (NULL = SQL NULL). */
@@ -38,7 +47,9 @@ struct db *db_open(const char *conninfo);
 int db_ensure(struct db *d);
 void db_close(struct db *d);
 
-/* Run one statement. On success *ret (if not NULL) is the result (PQclear
+/* Run one statement, prepared on this connection the first time it is
+ * seen (sql must be a string literal: its address is the cache key), so
+ * PostgreSQL parses it once and can reuse its plan. On success *ret (if not NULL) is the result (PQclear
  * it). On failure returns -EIO (or -EAGAIN for a serialization failure or
  * deadlock, -EEXIST for a unique violation, -EINVAL for bad input such as
  * invalid inet text), and err (if not NULL) is INTERNAL. The statement is

@@ -155,6 +155,7 @@ struct create {
 	const char *tenant, *policy;
 	struct idem k;
 	char id[64];
+	char mac[18];
 	bool reused;
 };
 
@@ -201,6 +202,7 @@ static int insert_instance(struct db *d, struct create *a, PGresult **ret_shape,
 	for (size_t i = 0; i < q->n_ssh_keys; i++)
 		strcat(strcat(keys, i ? "\n" : ""), q->ssh_keys[i]);
 	id_new("inst", a->id, sizeof(a->id));
+	ipam_random_mac(a->mac);
 	dbp_str(&p, a->id);
 	dbp_str(&p, a->tenant);
 	dbp_str(&p, q->pool_id);
@@ -210,13 +212,14 @@ static int insert_instance(struct db *d, struct create *a, PGresult **ret_shape,
 	dbp_str(&p, keys);
 	dbp_str(&p, q->user_data);
 	dbp_str(&p, ctl_principal(a->call)->id);
+	dbp_str(&p, a->mac);
 	rc = db_exec(d, ret_shape,
 		     "INSERT INTO instances (id, tenant_id, pool_id, flavor_id, flavor_name, image_id, "
 		     "vcpus, memory_mib, disk_gib, gpus, huge_pages, numa_node, pin_vcpus, "
-		     "network_policy, ssh_keys, user_data, created_by) SELECT $1, $2, $3, f.id, "
+		     "network_policy, ssh_keys, user_data, created_by, mac) SELECT $1, $2, $3, f.id, "
 		     "f.name, im.id, f.vcpus, f.memory_mib, f.disk_gib, f.gpus, f.huge_pages, "
-		     "f.numa_node, f.pin_vcpus, $6, coalesce(string_to_array(nullif($7, ''), E'\\n'), '{}'), $8, $9 "
-		     "FROM flavors f, images im WHERE (f.id = $4 OR f.name = $4) AND f.deleted_at IS "
+		     "f.numa_node, f.pin_vcpus, $6, coalesce(string_to_array(nullif($7, ''), E'\\n'), '{}'), $8, $9, "
+		     "$10::macaddr FROM flavors f, images im WHERE (f.id = $4 OR f.name = $4) AND f.deleted_at IS "
 		     "NULL AND (im.id = $5 OR im.name = $5) AND im.deleted_at IS NULL "
 		     "RETURNING vcpus, memory_mib, disk_gib, gpus", &p);
 	if (rc < 0)
@@ -268,15 +271,17 @@ static int create_tx(struct db *d, void *arg, bc_error *err)
 	PQclear(shape);
 	if (strcmp(a->policy, "egress") != 0)
 		labels[0] = CAP_NETWORK_POLICY;
-	if ((rc = lease_nic(d, a->q->pool_id, a->id, err)) < 0 ||
-	    (rc = place_instance(d, &pr, &node, err)) < 0)
+	if ((rc = lease_nic(d, a->q->pool_id, a->id, a->mac, err)) < 0 ||
+	    (rc = idem_record(d, &a->k, a->id, err)) < 0)
+		return rc;
+	/* placement last: the node's row lock is held only until commit */
+	if ((rc = place_instance(d, &pr, &node, err)) < 0)
 		return rc;
 	snprintf(subject, sizeof(subject), "instance/%s", a->id);
 	data = xasprintf("{\"poolId\": \"%s\", \"nodeId\": %s%s%s}", a->q->pool_id,
 			 node ? "\"" : "", node ? node : "null", node ? "\"" : "");
-	if ((rc = event_publish(d, "instance.created", subject, a->tenant, data)) < 0)
-		return db_fail(err, rc);
-	return idem_record(d, &a->k, a->id, err);
+	rc = event_publish(d, "instance.created", subject, a->tenant, data);
+	return rc < 0 ? db_fail(err, rc) : 0;
 }
 
 /* Re-read until the instance leaves provisioning/starting or time is up;

@@ -24,8 +24,11 @@ struct place_req {
  * unplaced, reason "Unschedulable: ..."). Bumps the node's spec. */
 int place_instance(struct db *d, const struct place_req *q, char **ret_node, bc_error *err);
 
-/* Lease an IPv4 address (if the pool has IPAM) and a MAC for NIC 0. */
-int lease_nic(struct db *d, const char *pool_id, const char *instance_id, bc_error *err);
+/* Lease an IPv4 address for NIC 0 (if the pool has IPAM), bound to the
+ * instance's MAC (already on its row). A MAC collision makes it pick
+ * another MAC, written back to mac and to the row. */
+int lease_nic(struct db *d, const char *pool_id, const char *instance_id, char mac[18],
+	      bc_error *err);
 
 /* Finish deletions: instances among ids (or, with ids NULL, all deleting
  * instances of node_id) become deleted, their allocation and leases are

@@ -130,34 +130,38 @@ int place_instance(struct db *d, const struct place_req *q, char **ret_node, bc_
 	return 0;
 }
 
-static int lease_try(struct db *d, const char *pool, const char *inst, const char *subnet,
-		     const char *gw, int64_t hosts, char *ret_addr, size_t len)
+/* One try: the first free address in a window of the range (or the whole
+ * range when window is 0), starting at a random offset so that concurrent
+ * creates rarely race for the same address. ret_addr is "" when the window
+ * is full or another transaction took the address first. */
+static int lease_try(struct db *d, const char *pool, const char *inst, const char *mac,
+		     const char *subnet, const char *gw, int64_t hosts, int64_t window,
+		     char *ret_addr, size_t len)
 {
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	uint64_t rnd = 0;
-	char mac[18];
+	int64_t first = 1, last = hosts;
 	int rc;
 
-	random_bytes(&rnd, sizeof(rnd));
-	ipam_random_mac(mac);
+	if (window > 0) {
+		random_bytes(&rnd, sizeof(rnd));
+		first = 1 + (int64_t)(rnd % (uint64_t)hosts);
+		last = first + window - 1 < hosts ? first + window - 1 : hosts;
+	}
 	dbp_str(&p, pool);
 	dbp_str(&p, subnet);
 	dbp_str(&p, mac);
 	dbp_str(&p, inst);
-	dbp_i64(&p, 1 + (int64_t)(rnd % (uint64_t)hosts));
-	dbp_i64(&p, hosts);
+	dbp_i64(&p, first);
+	dbp_i64(&p, last);
 	dbp_str(&p, gw);
 	rc = db_exec(d, &r,
 		     "INSERT INTO ip_leases (pool_id, address, mac, instance_id) SELECT $1, a, "
-		     "$3::macaddr, $4 FROM ((SELECT set_masklen($2::inet + g, 32) a FROM "
-		     "generate_series($5::bigint, $6::bigint) g WHERE set_masklen($2::inet + g, 32) "
-		     "<> $7::inet AND NOT EXISTS (SELECT 1 FROM ip_leases l WHERE l.pool_id = $1 AND "
-		     "l.address = set_masklen($2::inet + g, 32)) LIMIT 1) UNION ALL (SELECT "
-		     "set_masklen($2::inet + g, 32) FROM generate_series(1, $5::bigint - 1) g WHERE "
-		     "set_masklen($2::inet + g, 32) <> $7::inet AND NOT EXISTS (SELECT 1 FROM "
-		     "ip_leases l WHERE l.pool_id = $1 AND l.address = set_masklen($2::inet + g, 32)) "
-		     "LIMIT 1) LIMIT 1) c ON CONFLICT DO NOTHING RETURNING host(address)", &p);
+		     "$3::macaddr, $4 FROM (SELECT set_masklen($2::inet + g, 32) a FROM "
+		     "generate_series($5::bigint, $6::bigint) g) c WHERE c.a <> $7::inet AND NOT "
+		     "EXISTS (SELECT 1 FROM ip_leases l WHERE l.pool_id = $1 AND l.address = c.a) "
+		     "LIMIT 1 ON CONFLICT DO NOTHING RETURNING host(address)", &p);
 	if (rc < 0)
 		return rc;
 	ret_addr[0] = '\0';
@@ -167,12 +171,15 @@ static int lease_try(struct db *d, const char *pool, const char *inst, const cha
 	return 0;
 }
 
-int lease_nic(struct db *d, const char *pool_id, const char *instance_id, bc_error *err)
+#define LEASE_WINDOW 64
+
+int lease_nic(struct db *d, const char *pool_id, const char *instance_id, char mac[18],
+	      bc_error *err)
 {
 	struct dbp p = {0};
 	PGresult *r = NULL;
-	char addr[64], mac[18];
-	int rc, prefix;
+	char addr[64];
+	int rc = 0, prefix;
 
 	dbp_str(&p, pool_id);
 	rc = db_exec(d, &r, "SELECT ipam_subnet::text, host(ipam_gateway), masklen(ipam_subnet) "
@@ -181,19 +188,24 @@ int lease_nic(struct db *d, const char *pool_id, const char *instance_id, bc_err
 		return db_fail(err, rc);
 	if (PQntuples(r) != 1 || !db_val(r, 0, 0)) {
 		PQclear(r);
-		ipam_random_mac(mac);
-		p.n = 0;
-		dbp_str(&p, mac);
-		dbp_str(&p, instance_id);
-		rc = db_exec(d, NULL, "UPDATE instances SET mac = $1::macaddr WHERE id = $2", &p);
-		return rc < 0 ? db_fail(err, rc) : 0;
+		return 0; /* no IPAM: a MAC only */
 	}
 	prefix = (int)db_i64(r, 0, 2);
-	for (int attempt = 0; attempt < 8; attempt++) {
-		rc = lease_try(d, pool_id, instance_id, db_val(r, 0, 0), db_val(r, 0, 1),
-			       (int64_t)ipam_hosts4(prefix), addr, sizeof(addr));
-		if (rc < 0 || addr[0])
-			break;
+	addr[0] = '\0';
+	/* random windows first; the whole range only when they were full */
+	for (int attempt = 0; attempt < 8 && rc == 0 && !addr[0]; attempt++) {
+		if (attempt == 4) {
+			/* maybe the MAC is what collided: take another */
+			ipam_random_mac(mac);
+			p.n = 0;
+			dbp_str(&p, mac);
+			dbp_str(&p, instance_id);
+			rc = db_exec(d, NULL, "UPDATE instances SET mac = $1::macaddr WHERE id = $2", &p);
+		}
+		if (rc == 0)
+			rc = lease_try(d, pool_id, instance_id, mac, db_val(r, 0, 0), db_val(r, 0, 1),
+				       (int64_t)ipam_hosts4(prefix), attempt < 6 ? LEASE_WINDOW : 0,
+				       addr, sizeof(addr));
 	}
 	PQclear(r);
 	if (rc < 0)
@@ -202,11 +214,7 @@ int lease_nic(struct db *d, const char *pool_id, const char *instance_id, bc_err
 		bc_error_set(err, BC_CAPACITY_UNAVAILABLE, "the pool's address range is exhausted");
 		return bc_error_detail(err, "reason", "ipam-exhausted");
 	}
-	p.n = 0;
-	dbp_str(&p, instance_id);
-	rc = db_exec(d, NULL, "UPDATE instances SET mac = (SELECT mac FROM ip_leases WHERE "
-		     "instance_id = $1 LIMIT 1) WHERE id = $1", &p);
-	return rc < 0 ? db_fail(err, rc) : 0;
+	return 0;
 }
 
 int finish_deletions(struct db *d, const char *node_id, const char *ids_lines)
