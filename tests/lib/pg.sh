@@ -65,9 +65,14 @@ _pg_as_postgres() {
 	fi
 }
 
+# _pg_running DIR: the postmaster of DIR's pid file is alive (a zombie left
+# by a kill, which pg_ctl status would count as running, is not).
 _pg_running() {
-	local dir=$1
-	[ -f "$dir/data/postmaster.pid" ] || return 1
+	local dir=$1 pid st
+	pid=$(head -n 1 "$dir/data/postmaster.pid" 2>/dev/null) || return 1
+	[ -n "$pid" ] || return 1
+	st=$(ps -o stat= -p "$pid" 2>/dev/null) || return 1
+	case "$st" in Z*) return 1 ;; esac
 	_pg_as_postgres "$PG_BIN/pg_ctl" -D "$dir/data" status >/dev/null 2>&1
 }
 
@@ -154,8 +159,8 @@ pg_start() {
 		rm -rf "$dir/data"
 		_pg_initdb "$dir" || return 1
 	fi
-	# a stale pid file of a killed server would make pg_ctl refuse to start
-	rm -f "$dir/data/postmaster.pid"
+	# a killed server's pid file and socket lock would make a start refuse
+	rm -f "$dir/data/postmaster.pid" "$dir"/.s.PGSQL.*
 	port=$(_pg_port "$dir")
 	for attempt in 1 2 3 4 5; do
 		if [ -z "$port" ] || (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
@@ -237,6 +242,10 @@ pg_stop() {
 	[ -d "$dir" ] || return 0
 	dir=$(cd "$dir" && pwd -P) || return 0
 	[ -f "$dir/data/postmaster.pid" ] || return 0
+	if ! _pg_running "$dir"; then
+		rm -f "$dir/data/postmaster.pid"
+		return 0
+	fi
 	if _pg_as_postgres "$PG_BIN/pg_ctl" -D "$dir/data" -m fast -w -t 30 stop >/dev/null 2>&1; then
 		return 0
 	fi
