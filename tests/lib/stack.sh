@@ -486,7 +486,7 @@ stack_up() {
 
 # _stack_sanitizer_reports: name the logs holding ASan/UBSan/LSan reports.
 _stack_sanitizer_reports() {
-	grep -l 'ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error:\|ThreadSanitizer' \
+	grep -lE 'ERROR: (AddressSanitizer|LeakSanitizer)|WARNING: ThreadSanitizer|\.[ch]:[0-9]+:[0-9]+: runtime error:' \
 		"$STACK_DIR"/ctl-*.log "$STACK_DIR"/bcd-*.log "$STACK_DIR"/init.log 2>/dev/null
 }
 
@@ -513,7 +513,7 @@ stack_down() {
 		rc=1
 		for f in $reports; do
 			_stack_log "sanitizer report in $f:"
-			diag "$(grep -A 30 -m 1 'ERROR: \|runtime error:' "$f")"
+			diag "$(grep -E -A 30 -m 1 'ERROR: (Address|Leak)Sanitizer|ThreadSanitizer|: runtime error:' "$f")"
 		done
 		[ -n "${TAP_EXIT_STATUS:-}" ] && [ "$TAP_EXIT_STATUS" = 0 ] && TAP_EXIT_STATUS=1
 	fi
