@@ -56,7 +56,7 @@ exec 9> >(exec perl -MIO::Socket::INET -e '
 	my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => $ARGV[0],
 		Listen => 1, ReuseAddr => 1) or die "bind: $!";
 	$| = 1; print "bound\n"; my $x = <STDIN>;' "$p1" >"$d/squat.log" 2>&1)
-eventually 5 grep -q bound "$d/squat.log"
+eventually 5 grep -qs bound "$d/squat.log"
 pg_start "$d/pg"
 ok $? 'pg_start while its old port is taken'
 isnt "$PGPORT" "$p1" "moved to another port ($PGPORT)"
