@@ -178,6 +178,41 @@ static size_t utf8_seq(const unsigned char *s, size_t n)
 	return len;
 }
 
+/* The code point of a valid sequence of length k (from utf8_seq). */
+static unsigned long utf8_decode(const unsigned char *s, size_t k)
+{
+	static const unsigned char lead_mask[] = {0, 0x7f, 0x1f, 0x0f, 0x07};
+	unsigned long cp = s[0] & lead_mask[k];
+
+	for (size_t i = 1; i < k; i++)
+		cp = (cp << 6) | (s[i] & 0x3f);
+	return cp;
+}
+
+/* Compare two strings by the code points the writer prints for them (an
+ * invalid byte reads as U+FFFD), so keys that print alike compare equal;
+ * for valid UTF-8 this is plain byte order. NULL is "". */
+static int utf8_cmp(const char *a, const char *b)
+{
+	const unsigned char *s = (const unsigned char *)(a ? a : "");
+	const unsigned char *t = (const unsigned char *)(b ? b : "");
+	size_t ns = strlen((const char *)s), nt = strlen((const char *)t);
+
+	while (ns && nt) {
+		size_t ks = utf8_seq(s, ns), kt = utf8_seq(t, nt);
+		unsigned long cs = ks ? utf8_decode(s, ks) : 0xfffd;
+		unsigned long ct = kt ? utf8_decode(t, kt) : 0xfffd;
+
+		if (cs != ct)
+			return cs < ct ? -1 : 1;
+		s += ks ? ks : 1;
+		ns -= ks ? ks : 1;
+		t += kt ? kt : 1;
+		nt -= kt ? kt : 1;
+	}
+	return (ns > 0) - (nt > 0);
+}
+
 /* Map entries in key order, equal keys in input order: used to drop
  * shadowed entries when writing and to refuse duplicate keys when reading. */
 struct entry_ref {
@@ -193,11 +228,9 @@ static int key_cmp(const void *pa, const void *pb, void *ctx)
 	int c = 0;
 
 	switch (kf->type) {
-	case PROTOBUF_C_TYPE_STRING: {
-		const char *s = *(char *const *)x, *t = *(char *const *)y;
-		c = strcmp(s ? s : "", t ? t : "");
+	case PROTOBUF_C_TYPE_STRING:
+		c = utf8_cmp(*(char *const *)x, *(char *const *)y);
 		break;
-	}
 	case PROTOBUF_C_TYPE_INT64:
 	case PROTOBUF_C_TYPE_SINT64:
 	case PROTOBUF_C_TYPE_SFIXED64: {
@@ -333,7 +366,8 @@ static void w_newline(struct wbuf *b, int level)
 
 /* A JSON string. Control characters are escaped (\n \r \t \b \f by name,
  * the rest as \u00XX); valid UTF-8 passes through; a byte that is not part
- * of valid UTF-8 becomes U+FFFD so the output is always valid JSON. */
+ * of valid UTF-8 becomes U+FFFD (as UTF-8, which is also what reading the
+ * output back and writing it again gives) so the output is always valid. */
 static void w_string(struct wbuf *b, const char *str)
 {
 	const unsigned char *s = (const unsigned char *)(str ? str : "");
@@ -364,7 +398,7 @@ static void w_string(struct wbuf *b, const char *str)
 		       s[i + run] != '\\' && (k = utf8_seq(s + i + run, n - i - run)) > 0)
 			run += k;
 		if (run == 0) {
-			w_puts(b, "\\ufffd");
+			w_put(b, "\xef\xbf\xbd", 3);	/* U+FFFD */
 			i++;
 			continue;
 		}
@@ -1508,8 +1542,6 @@ static int rd_field(struct rd *r, ProtobufCMessage *m, const ProtobufCFieldDescr
 {
 	int e;
 
-	if (rd_literal(r, "null"))
-		return 0;	/* proto3 JSON: null is the default */
 	if (f->label == PROTOBUF_C_LABEL_REPEATED)
 		return is_map(f) ? rd_map(r, m, f) : rd_repeated(r, m, f);
 	if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
@@ -1554,6 +1586,10 @@ static int rd_member(struct rd *r, ProtobufCMessage *m, unsigned char *seen)
 		return rd_fail(r, "unknown field");
 	if (seen[f - d->fields]++)
 		return rd_fail(r, "duplicate field");
+	if (rd_literal(r, "null")) {	/* proto3 JSON: null is the default */
+		path_pop(r, saved);
+		return 0;
+	}
 	oneof_case = member(m, f->quantifier_offset);
 	if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) && *oneof_case != 0 && *oneof_case != f->id)
 		return rd_fail(r, "another member of the same oneof is already set");

@@ -63,7 +63,7 @@ static int no_passphrase(char *buf, int size, int rwflag, void *u)
 
 static int pem_input_ok(const char *pem)
 {
-	return pem && memchr(pem, '\0', PKI_MAX_PEM) != NULL;
+	return pem && strnlen(pem, PKI_MAX_PEM) < PKI_MAX_PEM;
 }
 
 static BIO *pem_bio(const char *pem)
