@@ -228,7 +228,7 @@ int file_read_all(const char *path, size_t max, char **ret_buf, size_t *ret_len)
 	return 0;
 }
 
-int file_write_atomic(const char *path, const void *buf, size_t len, int mode)
+static int write_replace(const char *path, const void *buf, size_t len, int mode, bool sync)
 {
 	_cleanup_free_ char *tmp = xasprintf("%s.tmp.%d", path, (int)getpid());
 	_cleanup_free_ char *dir = xstrdup(path);
@@ -249,7 +249,7 @@ int file_write_atomic(const char *path, const void *buf, size_t len, int mode)
 		p += w;
 		len -= (size_t)w;
 	}
-	if (r == 0 && fsync(fd) < 0)
+	if (r == 0 && sync && fsync(fd) < 0)
 		r = -errno;
 	close(fd);
 	if (r == 0 && rename(tmp, path) < 0)
@@ -258,12 +258,21 @@ int file_write_atomic(const char *path, const void *buf, size_t len, int mode)
 		unlink(tmp);
 		return r;
 	}
-	dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd >= 0) {
+	if (sync && (dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
 		fsync(dfd);
 		close(dfd);
 	}
 	return 0;
+}
+
+int file_write_atomic(const char *path, const void *buf, size_t len, int mode)
+{
+	return write_replace(path, buf, len, mode, true);
+}
+
+int file_replace(const char *path, const void *buf, size_t len, int mode)
+{
+	return write_replace(path, buf, len, mode, false);
 }
 
 int mkdir_p(const char *path, int mode)

@@ -53,8 +53,13 @@ char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * 0 or -errno (-EFBIG past max). */
 int file_read_all(const char *path, size_t max, char **ret_buf, size_t *ret_len);
 
-/* Write a file atomically (tmp + fsync + rename + dir fsync) with mode. */
+/* Write a file atomically (tmp + fsync + rename + dir fsync) with mode:
+ * the old or the new content survives a crash of the machine. */
 int file_write_atomic(const char *path, const void *buf, size_t len, int mode);
+
+/* The same without the fsyncs: old or new content survives the death of the
+ * process (the page cache keeps it), not a power loss. */
+int file_replace(const char *path, const void *buf, size_t len, int mode);
 
 /* mkdir -p with mode. */
 int mkdir_p(const char *path, int mode);
