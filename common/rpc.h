@@ -82,6 +82,14 @@ struct rpc_server_opts {
 	/* called on every call before its handler; may refuse it (e.g.
 	 * authentication). NULL: accept all. */
 	int (*pre_call)(rpc_call *call, bc_error *err);
+	/* The JSON/HTTP transport (docs/http.md): "127.0.0.1:8443",
+	 * "[::]:8443"; NULL or "": none. HTTP/1.1 over TLS with the same
+	 * certificate (no client certificate: node calls are not served), or
+	 * plain HTTP when tls is NULL. Unary methods of services in packages
+	 * bc.compute.* and bc.admin.* at POST /api/<group>/<service>/<method>,
+	 * run by `workers` threads of its own (thread_init/thread_fini too)
+	 * through the same pre_call and handlers, with the same call API. */
+	const char *http_listen;
 };
 
 /* Create a server, not yet serving. Adds grpc.health.v1.Health (Check and
@@ -100,6 +108,9 @@ int rpc_server_add_service(rpc_server *s, const ProtobufCServiceDescriptor *desc
 /* Bind and start the threads. The bound port (useful with ":0") in *ret_port. */
 int rpc_server_start(rpc_server *s, int *ret_port);
 
+/* The bound JSON/HTTP port once started, 0 without http_listen. */
+int rpc_server_http_port(const rpc_server *s);
+
 /* Graceful shutdown: stop accepting, cancel streams, wait up to grace_ms
  * for unary calls, join every thread, destroy everything. NULL-safe. */
 void rpc_server_free(rpc_server *s, int grace_ms);
@@ -117,7 +128,8 @@ const char *rpc_call_method(const rpc_call *call);
 const char *rpc_call_bearer(const rpc_call *call);
 /* Any other request metadata value (first), or NULL. Keys are lowercase. */
 const char *rpc_call_metadata(const rpc_call *call, const char *key);
-/* The verified client certificate's common name, or NULL without one. */
+/* The verified client certificate's common name, or NULL without one
+ * (always NULL on the JSON/HTTP transport). */
 const char *rpc_call_peer_cn(const rpc_call *call);
 /* The peer address ("ipv4:127.0.0.1:5555"). */
 const char *rpc_call_peer(const rpc_call *call);
@@ -140,7 +152,8 @@ int rpc_call_send(rpc_call *call, const ProtobufCMessage *msg);
  * timeout_ms < 0: no limit; 0: poll. After -ETIMEDOUT the call stays usable. */
 int rpc_call_recv(rpc_call *call, ProtobufCMessage **ret, int timeout_ms);
 /* Server stream idle check: true if the client cancelled or the server
- * stops. Waits up to timeout_ms for that to happen (0: poll; < 0: no limit). */
+ * stops. Waits up to timeout_ms for that to happen (0: poll; < 0: no limit).
+ * A JSON/HTTP call has no stream to watch: true at once. */
 bool rpc_call_wait_cancelled(rpc_call *call, int timeout_ms);
 
 /* ---------------------------------------------------------- client */

@@ -54,20 +54,14 @@ static char *slice_dup(rpc_call *c, grpc_slice s)
 
 static void read_metadata(rpc_call *c, const grpc_metadata_array *md)
 {
-	c->n_md = md->count;
-	c->md_keys = rpc_arena_alloc(&c->arena, (md->count + 1) * sizeof(char *));
-	c->md_vals = rpc_arena_alloc(&c->arena, (md->count + 1) * sizeof(char *));
+	const char **keys = rpc_arena_alloc(&c->arena, (md->count + 1) * sizeof(char *));
+	const char **vals = rpc_arena_alloc(&c->arena, (md->count + 1) * sizeof(char *));
+
 	for (size_t i = 0; i < md->count; i++) {
-		c->md_keys[i] = slice_dup(c, md->metadata[i].key);
-		c->md_vals[i] = slice_dup(c, md->metadata[i].value);
+		keys[i] = slice_dup(c, md->metadata[i].key);
+		vals[i] = slice_dup(c, md->metadata[i].value);
 	}
-	const char *auth = rpc_call_metadata(c, "authorization");
-	if (auth && strncasecmp(auth, "Bearer ", 7) == 0) {
-		auth += 7;
-		auth += strspn(auth, " ");
-		if (*auth)
-			c->bearer = auth;
-	}
+	rpc_call_set_metadata(c, md->count, keys, vals);
 }
 
 /* The CN of a client certificate the TLS handshake verified, else NULL. */
@@ -91,19 +85,47 @@ static const char *read_peer_cn(rpc_call *c)
 }
 
 /* See rpc_internal.h. */
-rpc_call *rpc_call_new(rpc_server *s, grpc_call *gc, grpc_completion_queue *cq,
-		       const grpc_call_details *d, const grpc_metadata_array *md,
-		       void *thread_state)
+rpc_call *rpc_call_alloc(rpc_server *s, enum rpc_transport t, void *thread_state)
 {
 	rpc_call *c = calloc(1, sizeof(*c));
-	char *peer;
 
 	if (!c)
 		abort();
 	c->srv = s;
+	c->transport = t;
+	c->thread_state = thread_state;
+	c->deadline_ms = INT64_MAX;
+	return c;
+}
+
+/* See rpc_internal.h. */
+void rpc_call_set_metadata(rpc_call *c, size_t n, const char **keys, const char **vals)
+{
+	const char *auth;
+
+	c->n_md = n;
+	c->md_keys = keys;
+	c->md_vals = vals;
+	c->bearer = NULL;
+	auth = rpc_call_metadata(c, "authorization");
+	if (auth && strncasecmp(auth, "Bearer ", 7) == 0) {
+		auth += 7;
+		auth += strspn(auth, " ");
+		if (*auth)
+			c->bearer = auth;
+	}
+}
+
+/* See rpc_internal.h. */
+rpc_call *rpc_call_new(rpc_server *s, grpc_call *gc, grpc_completion_queue *cq,
+		       const grpc_call_details *d, const grpc_metadata_array *md,
+		       void *thread_state)
+{
+	rpc_call *c = rpc_call_alloc(s, RPC_TRANSPORT_GRPC, thread_state);
+	char *peer;
+
 	c->call = gc;
 	c->cq = cq;
-	c->thread_state = thread_state;
 	c->path = slice_dup(c, d->method);
 	c->method = method_find(s, c->path);
 	c->deadline_ms = rpc_timespec_mono_ms(d->deadline);
@@ -211,16 +233,20 @@ void rpc_call_release(rpc_call *c)
 		return;
 	if (c->principal_free && c->principal)
 		c->principal_free(c->principal);
-	grpc_call_unref(c->call);
-	grpc_completion_queue_shutdown(c->cq);
-	grpc_completion_queue_destroy(c->cq);
+	if (c->call)
+		grpc_call_unref(c->call);
+	if (c->cq) {
+		grpc_completion_queue_shutdown(c->cq);
+		grpc_completion_queue_destroy(c->cq);
+	}
 	rpc_arena_free(&c->arena);
 	free(c);
 }
 
 /* ------------------------------------------------------ handler flow */
 
-static int call_pre(rpc_call *c, bc_error *err)
+/* See rpc_internal.h. */
+int rpc_call_pre(rpc_call *c, bc_error *err)
 {
 	if (!c->srv->opts.pre_call)
 		return 0;
@@ -248,6 +274,27 @@ static int recv_request(rpc_call *c, ProtobufCMessage **ret, bc_error *err)
 	}
 }
 
+/* See rpc_internal.h. The one place a unary handler runs, for both
+ * transports. */
+int rpc_call_invoke_unary(rpc_call *c, const ProtobufCMessage *req,
+			  ProtobufCMessage **ret_resp, bc_error *err)
+{
+	ProtobufCMessage *resp = NULL;
+	int r = c->method->h.fn.unary(c, req, &resp, err);
+
+	if (r >= 0 && resp && resp->descriptor != c->method->md->output) {
+		log_debug("rpc: %s: handler answered a %s", c->path, resp->descriptor->name);
+		r = bc_error_set(err, BC_INTERNAL, "internal error");
+	}
+	if (r < 0) {
+		if (err->code == BC_OK)
+			bc_error_set(err, BC_INTERNAL, "internal error");
+		return r;
+	}
+	*ret_resp = resp ? resp : rpc_new(c, c->method->md->output);
+	return 0;
+}
+
 /* See rpc_internal.h. */
 void rpc_call_run_unary(rpc_call *c)
 {
@@ -256,13 +303,11 @@ void rpc_call_run_unary(rpc_call *c)
 	int r;
 
 	bc_error_clear(&err);
-	r = call_pre(c, &err);
+	r = rpc_call_pre(c, &err);
 	if (r >= 0)
 		r = recv_request(c, &req, &err);
 	if (r >= 0)
-		r = c->method->h.fn.unary(c, req, &resp, &err);
-	if (r >= 0 && !resp)
-		resp = rpc_new(c, c->method->md->output);
+		r = rpc_call_invoke_unary(c, req, &resp, &err);
 	rpc_call_finish(c, r, resp, &err);
 	if (req)
 		protobuf_c_message_free_unpacked(req, NULL);
@@ -277,7 +322,7 @@ void rpc_call_run_stream(rpc_call *c)
 
 	bc_error_clear(&err);
 	rpc_call_watch_close(c);
-	r = call_pre(c, &err);
+	r = rpc_call_pre(c, &err);
 	if (r >= 0 && c->method->h.kind == RPC_SERVER_STREAM) {
 		r = recv_request(c, &req, &err);
 		if (r >= 0)
@@ -366,7 +411,7 @@ int rpc_call_send(rpc_call *call, const ProtobufCMessage *msg)
 	size_t n = 0;
 	int r;
 
-	if (!call->method || call->method->h.kind == RPC_UNARY || !msg ||
+	if (!call->call || !call->method || call->method->h.kind == RPC_UNARY || !msg ||
 	    msg->descriptor != call->method->md->output)
 		return -EINVAL;
 	if (rpc_server_stopping(call->srv))
@@ -393,7 +438,7 @@ int rpc_call_recv(rpc_call *call, ProtobufCMessage **ret, int timeout_ms)
 	grpc_op op;
 	int r;
 
-	if (!call->method)
+	if (!call->call || !call->method)
 		return -EINVAL;
 	if (call->recv_eof)
 		return 0;
@@ -430,7 +475,7 @@ bool rpc_call_wait_cancelled(rpc_call *call, int timeout_ms)
 {
 	grpc_event ev;
 
-	if (rpc_server_stopping(call->srv))
+	if (rpc_server_stopping(call->srv) || !call->call)
 		return true;
 	rpc_call_watch_close(call);
 	if (!call->close_started)

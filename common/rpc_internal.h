@@ -5,7 +5,11 @@
  *                 byte buffer (un)packing with size limits, clocks
  * rpc_server.c    server lifecycle: workers, completion queues, dispatch,
  *                 stream threads, graceful shutdown
- * rpc_call.c      one server call: metadata, peer, send/recv, finishing
+ * rpc_call.c      one server call, whichever transport brought it: metadata,
+ *                 peer, pre_call + handler, gRPC send/recv and finishing
+ * rpc_http.c      the JSON/HTTP transport: TLS listener, connections,
+ *                 worker pool, dispatch into the same method table
+ * rpc_http_parse.c  HTTP/1.1 request heads, routes, JSON error bodies (pure)
  * rpc_health.c    grpc.health.v1.Health
  * rpc_client.c    channel, unary calls, client streams
  *
@@ -77,6 +81,7 @@ int rpc_client_unary_raw(rpc_client *c, const char *path, const ProtobufCMessage
 
 struct rpc_method {
 	char *path;                          /* "/pkg.Service/Method", owned */
+	const ProtobufCServiceDescriptor *svc; /* borrowed */
 	const ProtobufCMethodDescriptor *md; /* borrowed from the service */
 	struct rpc_handler h;
 	bool has_handler;
@@ -84,10 +89,13 @@ struct rpc_method {
 
 struct rpc_worker;
 struct rpc_stream_thread;
+struct rpc_http;
 
 struct rpc_server {
 	struct rpc_server_opts opts;  /* strings below are our copies */
 	char *listen;
+	char *http_listen;            /* NULL: no JSON/HTTP transport */
+	struct rpc_http *http;
 	char *cert_pem, *key_pem, *ca_pem;
 	bool tls, request_client_cert;
 
@@ -114,11 +122,18 @@ int rpc_health_register(rpc_server *s);
 /* True if name is "" or the name of a registered service. */
 bool rpc_server_has_service(const rpc_server *s, const char *name);
 
+enum rpc_transport { RPC_TRANSPORT_GRPC, RPC_TRANSPORT_HTTP };
+
+/* One call, whichever transport brought it: handlers and pre_call see the
+ * same structure. Everything below `grpc:` is used by the gRPC transport
+ * only (an HTTP call has call == NULL and never streams). */
 struct rpc_call {
 	rpc_server *srv;
+	enum rpc_transport transport;
 	const struct rpc_method *method; /* NULL: unknown path */
 	const char *path;
 	void *thread_state;
+	/* grpc: */
 	grpc_call *call;
 	grpc_completion_queue *cq;       /* GRPC_CQ_PLUCK, bound to call */
 	struct rpc_arena arena;
@@ -139,6 +154,24 @@ struct rpc_call {
 	int tag_op, tag_recv, tag_close; /* their addresses are the tags */
 };
 
+/* A new, empty call of server s on the current thread (transport-neutral:
+ * arena, principal; the caller fills method, path, peer, deadline). */
+rpc_call *rpc_call_alloc(rpc_server *s, enum rpc_transport t, void *thread_state);
+
+/* Set the request metadata (n arena-owned lowercase keys and values; the
+ * arrays themselves arena-owned too) and take the bearer token from
+ * "authorization: Bearer <t>". */
+void rpc_call_set_metadata(rpc_call *c, size_t n, const char **keys, const char **vals);
+
+/* The server's pre_call hook: 0, or -BC_EDOMAIN with err filled. */
+int rpc_call_pre(rpc_call *c, bc_error *err);
+
+/* Run c's unary handler on req: 0 with *ret_resp (of the method's output
+ * type, an empty one if the handler gave none; owned by the call), or <0
+ * with err filled (INTERNAL when the handler left it empty). */
+int rpc_call_invoke_unary(rpc_call *c, const ProtobufCMessage *req,
+			  ProtobufCMessage **ret_resp, bc_error *err);
+
 /* Take ownership of a new call (its pluck cq too), read its metadata,
  * peer and deadline; method resolved against s. */
 rpc_call *rpc_call_new(rpc_server *s, grpc_call *gc, grpc_completion_queue *cq,
@@ -157,7 +190,68 @@ void rpc_call_run_unary(rpc_call *c);
 /* Run the streaming method of c on the current (stream) thread. */
 void rpc_call_run_stream(rpc_call *c);
 
-/* Free c after rpc_call_finish: unref the call, destroy its cq, the arena. */
+/* Free c (after rpc_call_finish for gRPC: unref the call, destroy its cq),
+ * its principal and its arena. NULL-safe. */
 void rpc_call_release(rpc_call *c);
+
+/* ------------------------------------------------------- JSON/HTTP */
+
+/* Bind s->http_listen (no threads yet): 0, -EINVAL for a bad address,
+ * -EADDRINUSE if it cannot be bound, -EIO for unusable TLS material. */
+int rpc_http_new(rpc_server *s, struct rpc_http **ret);
+/* Start the accept thread and the worker pool. */
+void rpc_http_start(struct rpc_http *h);
+/* The bound port. */
+int rpc_http_port(const struct rpc_http *h);
+/* Stop accepting; idle connections close, requests in flight finish. */
+void rpc_http_stop(struct rpc_http *h);
+/* Stop (if not yet), join every thread, close everything. NULL-safe. */
+void rpc_http_free(struct rpc_http *h);
+
+/* rpc_http_parse.c: pure helpers, exposed for tests and fuzzing. */
+
+#define RPC_HTTP_MAX_HEAD 16384
+#define RPC_HTTP_MAX_HEADERS 64
+
+struct rpc_http_header {
+	const char *name;          /* lowercased */
+	const char *value;         /* trimmed */
+};
+
+struct rpc_http_request {
+	const char *method, *target; /* target without the query string */
+	int minor;                 /* HTTP/1.<minor> */
+	size_t n_headers;
+	struct rpc_http_header headers[RPC_HTTP_MAX_HEADERS];
+	bool has_length, chunked, keep_alive, expect_continue;
+	size_t content_length;
+};
+
+/* Where the head of a request ends in buf[0..len): its length including
+ * the blank line, 0 if not complete yet. */
+size_t rpc_http_head_len(const char *buf, size_t len);
+
+/* Parse a complete head in place (buf is modified: NULs, lowercased names;
+ * the request points into it). 0, or the HTTP status to refuse it with
+ * (400, 411, 413 never: the caller compares content_length, 431, 501, 505)
+ * and a reason in *ret_why. */
+int rpc_http_parse_head(char *buf, size_t head_len, struct rpc_http_request *req,
+			const char **ret_why);
+
+/* First value of a header, or NULL. */
+const char *rpc_http_header(const struct rpc_http_request *req, const char *name);
+
+/* True if a Content-Type value is application/json (parameters allowed). */
+bool rpc_http_is_json(const char *content_type);
+
+/* The route of a method for the JSON transport: "/api/<group>/<service>/<method>"
+ * lowercased into lower and as spelled in the descriptor into exact. -ENOENT
+ * if the method's package is not bc.compute.* or bc.admin.*, -ENOSPC. */
+int rpc_http_route(const ProtobufCServiceDescriptor *svc, const ProtobufCMethodDescriptor *md,
+		   char *lower, char *exact, size_t len);
+
+/* The JSON error body {"error":{"code":..,"message":..,"details":{..}}},
+ * malloc'd. */
+char *rpc_http_error_json(const bc_error *e);
 
 #endif

@@ -70,6 +70,12 @@ static int copy_opts(rpc_server *s, const struct rpc_server_opts *o)
 	s->opts.tls = NULL;
 	s->listen = xstrdup(o->listen);
 	s->opts.listen = s->listen;
+	if (o->http_listen && *o->http_listen) {
+		s->http_listen = xstrdup(o->http_listen);
+		s->opts.http_listen = s->http_listen;
+	} else {
+		s->opts.http_listen = NULL;
+	}
 	if (!s->opts.workers)
 		s->opts.workers = DEFAULT_WORKERS;
 	if (!s->opts.max_streams)
@@ -93,6 +99,7 @@ static void server_free_struct(rpc_server *s)
 	free(s->methods);
 	free(s->services);
 	free(s->listen);
+	free(s->http_listen);
 	free(s->cert_pem);
 	free(s->key_pem);
 	if (s->ca_pem)
@@ -189,6 +196,7 @@ int rpc_server_add_service(rpc_server *s, const ProtobufCServiceDescriptor *desc
 		struct rpc_method *m = &s->methods[s->n_methods++];
 
 		memset(m, 0, sizeof(*m));
+		m->svc = desc;
 		m->md = &desc->methods[i];
 		if (rpc_method_path(desc, m->md->name, path, sizeof(path)) < 0)
 			snprintf(path, sizeof(path), "/%s/?", desc->name);
@@ -456,15 +464,21 @@ static grpc_server *server_create(const rpc_server *s)
 	return grpc_server_create(&args, NULL);
 }
 
-/* See rpc.h. -EALREADY if started, -EADDRINUSE if the address cannot be
- * bound (in use or invalid). */
+/* See rpc.h. -EALREADY if started, -EADDRINUSE if an address cannot be
+ * bound (in use or invalid), -EINVAL for a malformed http_listen, -EIO for
+ * TLS material OpenSSL refuses. The HTTP port is bound first so a failure
+ * there leaves no gRPC state behind. */
 int rpc_server_start(rpc_server *s, int *ret_port)
 {
 	grpc_server_credentials *creds;
-	int port;
+	int port, r;
 
 	if (!s || s->started || s->server)
 		return -EALREADY;
+	if (s->http_listen && (r = rpc_http_new(s, &s->http)) < 0) {
+		log_debug("rpc: cannot serve HTTP on %s: %s", s->http_listen, strerror(-r));
+		return r;
+	}
 	s->server = server_create(s);
 	s->workers = xcalloc(s->opts.workers, sizeof(*s->workers));
 	for (int i = 0; i < s->opts.workers; i++) {
@@ -478,6 +492,8 @@ int rpc_server_start(rpc_server *s, int *ret_port)
 	if (port <= 0) {
 		log_debug("rpc: cannot listen on %s", s->listen);
 		unstarted_teardown(s);
+		rpc_http_free(s->http);
+		s->http = NULL;
 		return -EADDRINUSE;
 	}
 	grpc_server_start(s->server);
@@ -486,6 +502,8 @@ int rpc_server_start(rpc_server *s, int *ret_port)
 		if (pthread_create(&s->workers[i].tid, NULL, worker_main, &s->workers[i]) != 0)
 			abort();
 	s->n_workers_started = s->opts.workers;
+	if (s->http)
+		rpc_http_start(s->http);
 	if (ret_port)
 		*ret_port = port;
 	return 0;
@@ -548,14 +566,27 @@ static void server_stop(rpc_server *s, int grace_ms)
 	streams_join(all);
 }
 
-/* See rpc.h. */
+/* See rpc.h. The HTTP side stops accepting first; its requests in flight
+ * finish while gRPC drains, then its threads are joined. */
 void rpc_server_free(rpc_server *s, int grace_ms)
 {
 	if (!s)
 		return;
+	if (s->http) {
+		atomic_store(&s->stopping, true);
+		rpc_http_stop(s->http);
+	}
 	if (s->started)
 		server_stop(s, grace_ms);
+	rpc_http_free(s->http);
+	s->http = NULL;
 	server_free_struct(s);
+}
+
+/* See rpc.h. */
+int rpc_server_http_port(const rpc_server *s)
+{
+	return s && s->http ? rpc_http_port(s->http) : 0;
 }
 
 /* See rpc.h. */
