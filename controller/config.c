@@ -28,6 +28,7 @@ struct ckey {
 static const struct ckey keys[] = {
 	S(database, NULL),
 	S(listen, "127.0.0.1:7443"),
+	S(http_listen, ""),
 	S(pki_dir, "/var/lib/bc/pki"),
 	S(api_san, ""),
 	S(migrations_dir, NULL),

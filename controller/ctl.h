@@ -19,6 +19,7 @@
 struct ctl_config {
 	char *database;
 	char *listen;
+	char *http_listen;   /* "" = no JSON/HTTP transport */
 	char *pki_dir;
 	char *api_san;
 	char *migrations_dir;

@@ -1,6 +1,7 @@
 /* server.c: the controller's gRPC server: TLS with optional client
  * certificates (verified against the node CA), one PostgreSQL connection per
- * thread, authentication before every handler, and the API groups. */
+ * thread, authentication before every handler, and the API groups; with
+ * http_listen set, the same handlers over JSON/HTTP too (docs/http.md). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -50,6 +51,7 @@ int server_start(struct ctl_app *app)
 	char *cert = NULL, *key = NULL;
 	struct rpc_tls tls = {0};
 	struct rpc_server_opts o = {0};
+	bool http = app->cfg.http_listen && *app->cfg.http_listen;
 	int r, port = 0, err = 0;
 
 	if ((r = file_read_all(cp, 1 << 20, &cert, NULL)) < 0 ||
@@ -63,6 +65,7 @@ int server_start(struct ctl_app *app)
 	tls.ca_pem = app->node_ca_pem;
 	tls.request_client_cert = true;
 	o.listen = app->cfg.listen;
+	o.http_listen = app->cfg.http_listen;
 	o.tls = &tls;
 	o.workers = app->cfg.workers;
 	o.max_message_bytes = (size_t)app->cfg.max_message_bytes;
@@ -83,13 +86,17 @@ int server_start(struct ctl_app *app)
 		goto out;
 	}
 	if ((r = rpc_server_start(app->server, &port)) < 0) {
-		log_error("serve: cannot listen on %s: %s", app->cfg.listen, strerror(-r));
+		log_error("serve: cannot listen on %s%s%s: %s", app->cfg.listen,
+			  http ? " or " : "", http ? app->cfg.http_listen : "", strerror(-r));
 		goto out;
 	}
 	pthread_create(&app->listen_thread, NULL, watch_listen_thread, app);
 	pthread_create(&app->reconcile_thread, NULL, reconcile_thread, app);
 	log_info("serve: replica %s listening on %s (port %d)", app->cfg.replica, app->cfg.listen,
 		 port);
+	if (http)
+		log_info("serve: replica %s serving JSON/HTTP on %s (port %d)", app->cfg.replica,
+			 app->cfg.http_listen, rpc_server_http_port(app->server));
 out:
 	free(cert);
 	free(key);
