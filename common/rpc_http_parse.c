@@ -167,7 +167,7 @@ static bool list_has(const char *v, const char *token)
 static int parse_framing(struct rpc_http_request *req, const char **why)
 {
 	const char *conn = NULL;
-	int r;
+	int r, n_types = 0;
 
 	req->keep_alive = req->minor >= 1;
 	for (size_t i = 0; i < req->n_headers; i++) {
@@ -177,6 +177,10 @@ static int parse_framing(struct rpc_http_request *req, const char **why)
 			return r;
 		if (strcmp(h->name, "transfer-encoding") == 0)
 			req->chunked = true;
+		if (strcmp(h->name, "content-type") == 0 && ++n_types > 1) {
+			*why = "more than one Content-Type";
+			return 400;
+		}
 		if (strcmp(h->name, "connection") == 0)
 			conn = h->value;
 		if (strcmp(h->name, "expect") == 0) {
@@ -203,7 +207,9 @@ static int parse_framing(struct rpc_http_request *req, const char **why)
 	return 0;
 }
 
-/* See rpc_internal.h. buf[head_len - 4 .. head_len) is the blank line. */
+/* See rpc_internal.h. buf[head_len - 4 .. head_len) is the blank line.
+ * Single-valued framing headers (Content-Length, Content-Type) may appear
+ * once. */
 int rpc_http_parse_head(char *buf, size_t head_len, struct rpc_http_request *req,
 			const char **ret_why)
 {

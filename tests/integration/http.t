@@ -1,0 +1,119 @@
+# http.t: the JSON/HTTP transport of a real controller (http_listen), driven
+# with curl: the same handlers, auth and errors as gRPC (docs/http.md).
+# - an instance created with POST /api/compute/instances/create is the same
+#   object bcctl get shows over gRPC; list and delete work too;
+# - no token is 401, a malformed body 400 naming the field, an unknown
+#   flavor 400, an oversized body 413 with maxBytes, the node API 404;
+# - the admin API answers the admin token at /api/admin/pools/list.
+. "$(dirname "$0")/../lib/stack.sh"
+
+command -v curl >/dev/null || skip_all "curl is not installed"
+HTTP_PORT=$(free_tcp_port) || bail_out "no free port"
+export BC_CTL_EXTRA_CONF="http_listen = 127.0.0.1:$HTTP_PORT"
+stack_up --controllers 1 --agents 1 || bail_out "stack_up failed"
+img=$(stack_image_create http-img) || bail_out "no image"
+BASE=https://127.0.0.1:$HTTP_PORT
+
+like "$(cat "$STACK_DIR/ctl-1.log")" "serving JSON/HTTP on 127.0.0.1:$HTTP_PORT \\(port $HTTP_PORT\\)" \
+	'the controller logs the bound HTTP port'
+
+# api PATH BODY [CURL ARGS...]: POST with the admin token; prints the body,
+# then the HTTP status on a last line of its own.
+api() {
+	local path=$1 body=$2
+	shift 2
+	curl -sS --cacert "$BC_CA_FILE" -H "Authorization: Bearer $BC_TOKEN" \
+		-H 'Content-Type: application/json' --data-binary "$body" \
+		-w '\n%{http_code}' "$@" "$BASE$path"
+}
+status_of() { printf '%s\n' "$1" | tail -n 1; }
+body_of() { printf '%s\n' "$1" | sed '$d'; }
+
+# -- health
+out=$(curl -sS --cacert "$BC_CA_FILE" -w '\n%{http_code}' "$BASE/healthz")
+is "$(status_of "$out")" 200 'GET /healthz is 200'
+is "$(body_of "$out" | jq -r .status)" SERVING '... SERVING'
+
+# -- create over HTTP, read over gRPC
+out=$(api /api/compute/instances/create \
+	"{\"poolId\":\"$POOL_ID\",\"flavor\":\"$FLAVOR_NAME\",\"imageId\":\"$img\",\"sshKeys\":[\"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB6C http\"]}")
+is "$(status_of "$out")" 200 'POST /api/compute/instances/create is 200'
+created=$(body_of "$out")
+id=$(printf '%s' "$created" | jq -r .id)
+like "$id" '^inst_' '... and returns the instance'
+is "$(printf '%s' "$created" | jq -r .flavor)" "$FLAVOR_NAME" '... with the flavor asked for'
+is "$(printf '%s' "$created" | jq -r 'has("nodeId") and has("deletedAt")')" true \
+	'... every field present, defaults included'
+grpc=$(bcctl --format json instance get "$id")
+is "$?" 0 'bcctl get (gRPC) finds it'
+is "$(json_get "$grpc" pool_id)" "$POOL_ID" '... in the same pool'
+is "$(json_get "$grpc" image_id)" "$(printf '%s' "$created" | jq -r .imageId)" '... with the same image'
+is "$(json_get "$grpc" created_at)" "$(printf '%s' "$created" | jq -r .createdAt)" '... created at the same time'
+out=$(api /api/compute/instances/get "{\"instanceId\":\"$id\"}")
+is "$(status_of "$out")" 200 'POST /api/compute/instances/get is 200'
+is "$(body_of "$out" | jq -r .id)" "$id" '... the same instance'
+out=$(api /api/compute/Instances/Get "{\"instanceId\":\"$id\"}")
+is "$(status_of "$out")" 200 'the exact-case spelling /api/compute/Instances/Get works too'
+
+# -- list
+out=$(api /api/compute/instances/list '{}')
+is "$(status_of "$out")" 200 'POST /api/compute/instances/list is 200'
+is "$(body_of "$out" | jq --arg id "$id" '[.items[] | select(.id == $id)] | length')" 1 \
+	'... and lists it'
+out=$(api /api/compute/instances/list '')
+is "$(status_of "$out")" 200 'an empty body is an empty request'
+
+# -- refusals
+out=$(curl -sS --cacert "$BC_CA_FILE" -H 'Content-Type: application/json' --data '{}' \
+	-w '\n%{http_code}' "$BASE/api/compute/instances/list")
+is "$(status_of "$out")" 401 'no token: 401'
+is "$(body_of "$out" | jq -r .error.code)" UNAUTHENTICATED '... UNAUTHENTICATED'
+out=$(curl -sS --cacert "$BC_CA_FILE" -H 'Authorization: Bearer bct_nope' --data-binary '{}' \
+	-H 'Content-Type: application/json' -w '\n%{http_code}' "$BASE/api/compute/instances/list")
+is "$(status_of "$out")" 401 'an unknown token: 401'
+out=$(api /api/compute/instances/create '{"poolId": 42}')
+is "$(status_of "$out")" 400 'malformed body: 400'
+is "$(body_of "$out" | jq -r .error.code)" INVALID_INPUT '... INVALID_INPUT'
+is "$(body_of "$out" | jq -r .error.details.field)" poolId '... naming the field'
+out=$(api /api/compute/instances/create '{"poolId": "x", "color": "red"}')
+is "$(status_of "$out")" 400 'unknown field: 400'
+is "$(body_of "$out" | jq -r .error.details.field)" color '... naming it'
+out=$(api /api/compute/instances/create "{\"poolId\":\"$POOL_ID\",\"flavor\":\"no-such\",\"imageId\":\"$img\"}")
+is "$(status_of "$out")" 400 'unknown flavor: 400'
+is "$(body_of "$out" | jq -r .error.details.field)" flavor '... details.field is flavor'
+head -c 1100000 /dev/zero | tr '\0' ' ' >"$STACK_DIR/big.json"
+out=$(api /api/compute/instances/list "@$STACK_DIR/big.json")
+is "$(status_of "$out")" 413 'body over max_message_bytes: 413'
+is "$(body_of "$out" | jq -r .error.details.maxBytes)" 1048576 '... with details.maxBytes'
+out=$(api /api/node/node/report '{}')
+is "$(status_of "$out")" 404 'the node API is not served: 404'
+out=$(api /api/compute/instances/nope '{}')
+is "$(status_of "$out")" 404 'unknown method: 404'
+is "$(body_of "$out" | jq -r .error.code)" NOT_FOUND '... NOT_FOUND'
+out=$(curl -sS --cacert "$BC_CA_FILE" -H "Authorization: Bearer $BC_TOKEN" \
+	-w '\n%{http_code}' "$BASE/api/compute/instances/list")
+is "$(status_of "$out")" 405 'GET on a method: 405'
+out=$(curl -sS --cacert "$BC_CA_FILE" -H "Authorization: Bearer $BC_TOKEN" --data '{}' \
+	-H 'Content-Type: text/plain' -w '\n%{http_code}' "$BASE/api/compute/instances/list")
+is "$(status_of "$out")" 415 'Content-Type text/plain: 415'
+
+# -- admin
+out=$(api /api/admin/pools/list '{}')
+is "$(status_of "$out")" 200 'POST /api/admin/pools/list with the admin token is 200'
+is "$(body_of "$out" | jq --arg p "$POOL_ID" '[.items[] | select(.id == $p)] | length')" 1 \
+	'... lists pool p1'
+
+# -- delete over HTTP
+out=$(api /api/compute/instances/delete "{\"instanceId\":\"$id\"}")
+is "$(status_of "$out")" 200 'POST /api/compute/instances/delete is 200'
+eventually 30 instance_state_is "$id" deleted
+ok $? '... and the instance ends deleted (seen over gRPC)'
+
+# -- keep-alive: curl reuses one connection for two URLs
+n=$(curl -sS -v --cacert "$BC_CA_FILE" -H "Authorization: Bearer $BC_TOKEN" \
+	-H 'Content-Type: application/json' --data '{}' \
+	"$BASE/api/compute/instances/list" "$BASE/api/admin/pools/list" 2>&1 >/dev/null |
+	grep -c 'Re-using existing connection')
+is "$n" 1 'two requests on one keep-alive connection'
+
+done_testing
