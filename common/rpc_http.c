@@ -476,10 +476,12 @@ static int body_parse(const struct http_job *j, size_t max, ProtobufCMessage **r
 		      bc_error *err)
 {
 	const ProtobufCMessageDescriptor *d = j->m->md->input;
-	size_t skip = strspn(j->body ? j->body : "", " \t\r\n");
+	size_t skip = 0;
 	int r;
 
-	if (j->body_len == 0 || skip == j->body_len) {
+	while (skip < j->body_len && strchr(" \t\r\n", j->body[skip]) && j->body[skip])
+		skip++;
+	if (skip == j->body_len) {
 		*ret = protobuf_c_message_unpack(d, NULL, 0, (const uint8_t *)"");
 		return *ret ? 0 : bc_error_set(err, BC_INTERNAL, "internal error");
 	}

@@ -505,6 +505,14 @@ static void test_bad_json(void)
 		raw1(s, sizeof(s) - 1, &r);
 		is_int(r.status, 415, "other Content-Type: 415");
 	}
+	{
+		static const char s[] = "POST /api/compute/things/echo HTTP/1.1\r\nHost: x\r\n"
+					"Content-Type: Application/JSON; charset=utf-8\r\n"
+					"Content-Length: 4\r\n\r\n \r\n ";
+
+		raw1(s, sizeof(s) - 1, &r);
+		is_int(r.status, 200, "Content-Type with a charset, whitespace-only body: 200");
+	}
 	req1("POST", "/api/compute/things/echo", "X-Pad: 1\r\n",
 	     "{\"message\":\"ok\"}", &r);
 	is_int(r.status, 200, "application/json is accepted");
