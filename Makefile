@@ -156,7 +156,8 @@ check-unit:
 
 check-integration: bins
 	$(Q)$(MAKE) --no-print-directory asan
-	$(Q)BC_BIN=$(CURDIR)/$(ASAN_BUILD)/bin prove --exec bash $(sort $(wildcard tests/integration/*.t))
+	$(Q)BC_BIN=$(CURDIR)/$(ASAN_BUILD)/bin prove --exec bash $(sort $(wildcard tests/lib/*.t)) \
+		$(sort $(wildcard tests/integration/*.t))
 
 check-net:
 	$(Q)if ls tests/net/*.t >/dev/null 2>&1; then prove --exec bash tests/net/*.t; \

@@ -134,7 +134,9 @@ static int join_call(const struct agent_config *cfg, const char *ca, bc_error *e
 	rpc_client *cl = NULL;
 	int e;
 
-	e = pki_csr_new(cfg->hostname, &csr, &key);
+	/* the controller ignores the CSR subject and names the node itself;
+	 * a fixed CN also spares hostnames longer than X.509 allows */
+	e = pki_csr_new("bcd", &csr, &key);
 	if (e < 0)
 		return bc_error_set(err, BC_INTERNAL, "cannot make a key and CSR: %s", strerror(-e));
 	cl = rpc_client_new(&o);

@@ -169,11 +169,14 @@ static int mode_rpc(void)
 	int64_t el = 0;
 	int errors = 0;
 
+	int seconds = o.seconds < 1 ? 1 : o.seconds;
+
 	/* warm the channel up first */
 	o.seconds = 1;
 	run_workers(rpc_worker, &lat, &el, &errors);
 	lat.n = 0;
-	o.seconds = o.seconds < 1 ? 1 : o.seconds;
+	errors = 0;
+	o.seconds = seconds;
 	run_workers(rpc_worker, &lat, &el, &errors);
 	printf("p50_us=%lld p99_us=%lld calls_per_s=%.0f calls=%zu errors=%d\n",
 	       (long long)pct(&lat, 0.50), (long long)pct(&lat, 0.99),
@@ -253,7 +256,7 @@ static int mode_push(void)
 {
 	struct lat lat = {.mu = PTHREAD_MUTEX_INITIALIZER};
 	rpc_client *c = client();
-	char id[64], st[32];
+	char id[64], st[32] = "";
 	int errors = 0;
 
 	for (int i = 0; i < o.count; i++) {
@@ -263,9 +266,14 @@ static int mode_push(void)
 			continue;
 		}
 		t0 = mono_us();
+		st[0] = '\0';
 		while (strcmp(get_state(c, id, st, sizeof(st)), "running") != 0 &&
 		       mono_us() - t0 < 10000000)
 			usleep(500);
+		if (strcmp(st, "running") != 0) {
+			errors++; /* never ran: not a latency */
+			continue;
+		}
 		lat_add(&lat, mono_us() - t0);
 	}
 	printf("p50_us=%lld p99_us=%lld n=%zu errors=%d\n", (long long)pct(&lat, 0.5),
@@ -327,6 +335,8 @@ static int mode_notifypeer(void)
 	struct lat lat = {.mu = PTHREAD_MUTEX_INITIALIZER};
 	PGconn *l = PQconnectdb(o.conninfo), *s = PQconnectdb(o.conninfo);
 
+	PQclear(PQexec(s, "CREATE TABLE IF NOT EXISTS bench_peer (id bigserial PRIMARY KEY, v text)"));
+	PQclear(PQexec(s, "INSERT INTO bench_peer (id, v) VALUES (1, 'x') ON CONFLICT DO NOTHING"));
 	PQclear(PQexec(l, "LISTEN bench_peer"));
 	for (int i = 0; i < o.count; i++) {
 		struct pollfd p = {.fd = PQsocket(l), .events = POLLIN};

@@ -14,6 +14,9 @@
 #
 # and prints one table: each bc figure, its peer's, and bc / peer.
 #
+#   spec push is measured on an empty node and again once the create rows
+#   left hundreds of instances on it (the whole NodeSpec is rebuilt and sent).
+#
 # Knobs: BENCH_SECONDS (rpc rows, default 3), BENCH_CONCURRENCY ("1 16"),
 # BENCH_CREATES (200), BENCH_CREATE_CONCURRENCY ("1 8 32"), BENCH_PUSHES (50),
 # BC_BENCH (the C client; default $BC_SRC/build/bench/bc_bench), BC_BIN, BC_SRC.
@@ -132,6 +135,20 @@ for c in $BENCH_CONCURRENCY; do
 	done
 done
 
+push_row() { # LABEL: create -> running, next to NOTIFY -> LISTEN
+	local pu np n
+	n=$(bcctl --format json node list | jq '[.items[].instances // 0] | add')
+	log "create -> running x $BENCH_PUSHES ($1, $n instances on the node)"
+	pu=$(run push push --target "$BC_URL" "${tls[@]}" --pool "$POOL_ID" --flavor "$FLAVOR_NAME" \
+		--image "$img" --count "$BENCH_PUSHES")
+	np=$(run notifypeer notifypeer --conninfo "$conninfo" --count "$BENCH_PUSHES")
+	for m in p50_us p99_us; do
+		row "spec push, $1 node ($n inst)" "$m" "$(field "$pu" "$m")" \
+			"NOTIFY -> LISTEN" "$(field "$np" "$m")"
+	done
+}
+push_row empty
+
 for c in $BENCH_CREATE_CONCURRENCY; do
 	log "Instances.Create x $BENCH_CREATES, concurrency $c"
 	cr=$(run create create --target "$BC_URL" "${tls[@]}" --pool "$POOL_ID" --flavor "$FLAVOR_NAME" \
@@ -143,14 +160,7 @@ for c in $BENCH_CREATE_CONCURRENCY; do
 	done
 done
 
-log "create -> running x $BENCH_PUSHES"
-pu=$(run push push --target "$BC_URL" "${tls[@]}" --pool "$POOL_ID" --flavor "$FLAVOR_NAME" \
-	--image "$img" --count "$BENCH_PUSHES")
-np=$(run notifypeer notifypeer --conninfo "$conninfo" --count "$BENCH_PUSHES")
-for m in p50_us p99_us; do
-	row "spec push: create -> running (fake)" "$m" "$(field "$pu" "$m")" \
-		"NOTIFY -> LISTEN" "$(field "$np" "$m")"
-done
+push_row loaded
 
 printf '%-40s %-12s %12s  %-24s %12s %8s\n' benchmark metric bc peer "peer value" "bc/peer"
 printf '%s\n' "${rows[@]}"

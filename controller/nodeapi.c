@@ -2,6 +2,7 @@
  * client certificate) spends a join token and signs the node's CSR with the
  * node CA, CN = the new node id; WatchSpec streams the node's NodeSpec
  * whenever its generation moves; Report records what the host runs. */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <openssl/crypto.h>
@@ -124,10 +125,40 @@ static int join_insert(struct db *d, struct join *a, bc_error *err)
 	return rc < 0 ? db_fail(err, rc) : 0;
 }
 
+/* The host part of an address ("10.0.0.5", "[fd00::5]:7444", "h.example:7444"):
+ * what a certificate's subjectAltName can name. */
+static void san_host(const char *addr, char *out, size_t len)
+{
+	const char *end;
+
+	if (addr[0] == '[' && (end = strchr(addr, ']'))) {
+		snprintf(out, len, "%.*s", (int)(end - addr - 1), addr + 1);
+		return;
+	}
+	end = strchr(addr, ':');
+	if (end && !strchr(end + 1, ':')) /* one colon: host:port */
+		snprintf(out, len, "%.*s", (int)(end - addr), addr);
+	else
+		snprintf(out, len, "%s", addr);
+}
+
+static bool dns_name(const char *s)
+{
+	if (!*s || strlen(s) > 253)
+		return false;
+	for (; *s; s++)
+		if (!isalnum((unsigned char)*s) && *s != '-' && *s != '.')
+			return false;
+	return true;
+}
+
 static int join_tx(struct db *d, void *arg, bc_error *err)
 {
 	struct join *a = arg;
-	const char *sans[3] = {a->q->address, a->q->hostname, NULL};
+	char host[256];
+	unsigned char v6[16];
+	const char *sans[3] = {NULL, NULL, NULL};
+	size_t n = 0;
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	char hash[65];
@@ -157,6 +188,11 @@ static int join_tx(struct db *d, void *arg, bc_error *err)
 	if (rc < 0)
 		return rc;
 	id_new("node", a->node_id, sizeof(a->node_id));
+	san_host(a->q->address, host, sizeof(host));
+	if (dns_name(host) || inet_pton(AF_INET6, host, v6) == 1)
+		sans[n++] = host;
+	if (dns_name(a->q->hostname) && strcmp(a->q->hostname, host) != 0)
+		sans[n++] = a->q->hostname;
 	if (pki_sign_csr(a->app->node_ca_pem, a->app->node_ca_key_pem, a->q->csr_pem, a->node_id,
 			 sans, PKI_CLIENT | PKI_SERVER, NODE_CERT_DAYS, &a->cert, &a->serial) < 0)
 		return invalid(err, "csrPem", "csrPem is not a valid, self-signed request");
