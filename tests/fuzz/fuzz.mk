@@ -5,7 +5,7 @@
 #
 # Run from the top of the tree. Every tests/fuzz/fuzz_<name>.c is compiled
 # with clang -fsanitize=fuzzer,address,undefined together with the common/
-# sources a parser needs (never rpc*.c) and all generated protobuf-c code,
+# sources a parser needs (of the rpc layer only the pure rpc_http_parse.c) and all generated protobuf-c code,
 # into build/fuzz/obj: no object is shared with `make` or `make asan`.
 # A run starts from build/fuzz/corpus/<name>, seeded from
 # tests/fuzz/seeds/<name>/ when that exists, and lasts FUZZ_SECONDS. A crash,
@@ -27,11 +27,12 @@ FZ_Q := @
 endif
 
 FZ_TARGETS := $(sort $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c)))
-FZ_COMMON  := common/err.c common/util.c common/log.c common/pbjson.c common/pki.c
+FZ_COMMON  := common/err.c common/util.c common/log.c common/pbjson.c common/pki.c \
+	common/rpc_http_parse.c
 FZ_GEN_SRC := $(sort $(shell find $(FZ_GEN) -name '*.pb-c.c' 2>/dev/null))
 
 FZ_SAN      := -fsanitize=address,undefined -fno-sanitize-recover=undefined
-FZ_CPPFLAGS := -I. -Icommon -I$(FZ_GEN) $(shell pkg-config --cflags libprotobuf-c openssl) \
+FZ_CPPFLAGS := -I. -Icommon -I$(FZ_GEN) $(shell pkg-config --cflags libprotobuf-c openssl grpc) \
 	-D_GNU_SOURCE
 FZ_CFLAGS   := -std=gnu17 -g -O1 -fno-omit-frame-pointer -pthread $(FZ_SAN) \
 	-fsanitize=fuzzer-no-link -MMD -MP

@@ -119,4 +119,26 @@ isnt "$?" 0 'serve refuses a newer schema'
 like "$(cat "$STACK_DIR/future.log")" 'schema version 999' 'and says which'
 q "DELETE FROM schema_migrations WHERE version = 999" >/dev/null
 
+# -- migrations: an applied file that was edited is refused; two migrations
+#    racing on a fresh database apply each file once
+mkdir -p "$STACK_DIR/mig"
+cp "$BC_SRC"/migrations/*.sql "$STACK_DIR/mig/"
+echo '-- edited after release' >>"$STACK_DIR/mig/0001_core.sql"
+"$BC_BIN/bc-controller" migrate --config "$STACK_DIR/ctl-1.conf" --migrations-dir "$STACK_DIR/mig" \
+	>"$STACK_DIR/mig.log" 2>&1
+isnt "$?" 0 'migrate refuses an applied migration whose text changed'
+like "$(cat "$STACK_DIR/mig.log")" 'changed after it was applied' 'and says so'
+pg_createdb bc_race >/dev/null 2>&1
+conninfo="host=$PGHOST port=$PGPORT dbname=bc_race user=postgres"
+pids=()
+for i in 1 2 3; do
+	"$BC_BIN/bc-controller" migrate --database "$conninfo" --migrations-dir "$BC_SRC/migrations" \
+		>"$STACK_DIR/race-$i.log" 2>&1 &
+	pids+=($!)
+done
+wait "${pids[@]}"
+is "$(psql -d bc_race -XAtq -c 'SELECT count(*) FROM schema_migrations')" \
+	"$(ls "$BC_SRC"/migrations/*.sql | wc -l)" 'three concurrent migrates apply each file exactly once'
+is "$(grep -h 'applied 0001' "$STACK_DIR"/race-*.log | wc -l)" 1 'only one of them applied it'
+
 done_testing
