@@ -1,28 +1,6 @@
-/* pbjson.c: the proto3 JSON mapping for protobuf-c messages, from
- * descriptors alone.
- *
- * The writer walks a message by its ProtobufCMessageDescriptor and prints
- * lowerCamelCase names (protoc's ToJsonName of the field name; protobuf-c
- * 1.4 keeps no json_name), 64-bit integers as numbers, enums by name, bytes
- * as padded standard base64, NaN/Infinity as strings, maps as objects.
- *
- * The reader is a small recursive-descent parser that fills the message as
- * it goes: no DOM, no external JSON library. Everything is bounded (depth,
- * input size) and everything unexpected is refused with INVALID_INPUT and
- * the dotted path of the offending field ("wait.timeoutMs", "nics[2].mac").
- * What it builds is indistinguishable from protobuf_c_message_unpack's
- * output as far as protobuf_c_message_free_unpacked(m, NULL) is concerned:
- * every message, array, string and byte buffer is malloc'd, strings are
- * always fresh copies (never the shared protobuf_c_empty_string), and a
- * repeated field's count only ever covers initialised elements, so a parse
- * that fails half-way is freed by the same call.
- *
- * protobuf-c has no map flag: a repeated field of a nested "...Entry" message
- * with exactly key = 1 and value = 2 is treated as a map. google.protobuf.Any
- * and the other well-known types get no special form. Numbers are formatted
- * and parsed in the C locale whatever the process locale is. */
+/* pbjson_read.c: the reader of the proto3 JSON mapping; see the overview
+ * at the top of pbjson_write.c. */
 #include "pbjson.h"
-
 #include <errno.h>
 #include <inttypes.h>
 #include <locale.h>
@@ -34,663 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
+#include "pbjson_internal.h"
 #include "util.h"
 
-#define PBJSON_MAX_DEPTH 32
-#define PBJSON_DEFAULT_MAX_BYTES (4u << 20)
-#define PBJSON_MAX_NAME 128
-#define PBJSON_MAX_NUMBER 512	/* digits in one number token */
-
-/* ------------------------------------------------------------ shared */
-
-static locale_t c_loc;
-static pthread_once_t c_loc_once = PTHREAD_ONCE_INIT;
-
-static void c_loc_init(void)
-{
-	c_loc = newlocale(LC_ALL_MASK, "C", (locale_t)0);
-}
-
-/* The C locale for this thread's number formatting; (locale_t)0 (which
- * uselocale treats as "no change") if it could not be made. */
-static locale_t c_locale(void)
-{
-	pthread_once(&c_loc_once, c_loc_init);
-	return c_loc;
-}
-
-/* protoc's ToJsonName: drop each '_' and upper-case the letter after it. */
-static void json_name(const char *name, char *out, size_t outlen)
-{
-	bool up = false;
-	size_t n = 0;
-
-	for (; *name && n + 1 < outlen; name++) {
-		if (*name == '_') {
-			up = true;
-			continue;
-		}
-		out[n++] = up && *name >= 'a' && *name <= 'z' ? (char)(*name - 'a' + 'A') : *name;
-		up = false;
-	}
-	out[n] = '\0';
-}
-
-static bool name_matches(const char *field_name, const char *key)
-{
-	char camel[PBJSON_MAX_NAME];
-
-	if (strcmp(field_name, key) == 0)
-		return true;
-	json_name(field_name, camel, sizeof(camel));
-	return strcmp(camel, key) == 0;
-}
-
-static bool is_map_key_type(ProtobufCType t)
-{
-	return t != PROTOBUF_C_TYPE_FLOAT && t != PROTOBUF_C_TYPE_DOUBLE &&
-	       t != PROTOBUF_C_TYPE_BYTES && t != PROTOBUF_C_TYPE_ENUM &&
-	       t != PROTOBUF_C_TYPE_MESSAGE;
-}
-
-static bool is_map(const ProtobufCFieldDescriptor *f)
-{
-	const ProtobufCMessageDescriptor *d = f->descriptor;
-	size_t n;
-
-	if (f->label != PROTOBUF_C_LABEL_REPEATED || f->type != PROTOBUF_C_TYPE_MESSAGE || !d)
-		return false;
-	if (d->n_fields != 2 || d->fields[0].id != 1 || d->fields[1].id != 2 ||
-	    strcmp(d->fields[0].name, "key") != 0 || strcmp(d->fields[1].name, "value") != 0 ||
-	    d->fields[0].label == PROTOBUF_C_LABEL_REPEATED ||
-	    d->fields[1].label == PROTOBUF_C_LABEL_REPEATED || !is_map_key_type(d->fields[0].type))
-		return false;
-	n = strlen(d->short_name);
-	return n > 5 && strcmp(d->short_name + n - 5, "Entry") == 0;
-}
-
-static size_t elt_size(ProtobufCType t)
-{
-	switch (t) {
-	case PROTOBUF_C_TYPE_INT64:
-	case PROTOBUF_C_TYPE_SINT64:
-	case PROTOBUF_C_TYPE_SFIXED64:
-	case PROTOBUF_C_TYPE_UINT64:
-	case PROTOBUF_C_TYPE_FIXED64:
-	case PROTOBUF_C_TYPE_DOUBLE:
-		return 8;
-	case PROTOBUF_C_TYPE_BOOL:
-		return sizeof(protobuf_c_boolean);
-	case PROTOBUF_C_TYPE_STRING:
-	case PROTOBUF_C_TYPE_MESSAGE:
-		return sizeof(void *);
-	case PROTOBUF_C_TYPE_BYTES:
-		return sizeof(ProtobufCBinaryData);
-	default:
-		return 4;
-	}
-}
-
-static void *member(const ProtobufCMessage *m, unsigned offset)
-{
-	return (char *)m + offset;
-}
-
-static bool is_pointer_type(ProtobufCType t)
-{
-	return t == PROTOBUF_C_TYPE_STRING || t == PROTOBUF_C_TYPE_MESSAGE;
-}
-
-/* Length of the valid UTF-8 sequence at s (at most n bytes), 0 if invalid:
- * no overlong forms, no surrogates, nothing past U+10FFFF. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-	unsigned char c = s[0];
-	size_t len;
-	unsigned char lo = 0x80, hi = 0xbf;
-
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xc2 && c <= 0xdf)
-		len = 2;
-	else if (c >= 0xe0 && c <= 0xef)
-		len = 3;
-	else if (c >= 0xf0 && c <= 0xf4)
-		len = 4;
-	else
-		return 0;
-	if (len > n)
-		return 0;
-	if (c == 0xe0)
-		lo = 0xa0;
-	else if (c == 0xed)
-		hi = 0x9f;
-	else if (c == 0xf0)
-		lo = 0x90;
-	else if (c == 0xf4)
-		hi = 0x8f;
-	if (s[1] < lo || s[1] > hi)
-		return 0;
-	for (size_t i = 2; i < len; i++)
-		if (s[i] < 0x80 || s[i] > 0xbf)
-			return 0;
-	return len;
-}
-
-/* The code point of a valid sequence of length k (from utf8_seq). */
-static unsigned long utf8_decode(const unsigned char *s, size_t k)
-{
-	static const unsigned char lead_mask[] = {0, 0x7f, 0x1f, 0x0f, 0x07};
-	unsigned long cp = s[0] & lead_mask[k];
-
-	for (size_t i = 1; i < k; i++)
-		cp = (cp << 6) | (s[i] & 0x3f);
-	return cp;
-}
-
-/* Compare two strings by the code points the writer prints for them (an
- * invalid byte reads as U+FFFD), so keys that print alike compare equal;
- * for valid UTF-8 this is plain byte order. NULL is "". */
-static int utf8_cmp(const char *a, const char *b)
-{
-	const unsigned char *s = (const unsigned char *)(a ? a : "");
-	const unsigned char *t = (const unsigned char *)(b ? b : "");
-	size_t ns = strlen((const char *)s), nt = strlen((const char *)t);
-
-	while (ns && nt) {
-		size_t ks = utf8_seq(s, ns), kt = utf8_seq(t, nt);
-		unsigned long cs = ks ? utf8_decode(s, ks) : 0xfffd;
-		unsigned long ct = kt ? utf8_decode(t, kt) : 0xfffd;
-
-		if (cs != ct)
-			return cs < ct ? -1 : 1;
-		s += ks ? ks : 1;
-		ns -= ks ? ks : 1;
-		t += kt ? kt : 1;
-		nt -= kt ? kt : 1;
-	}
-	return (ns > 0) - (nt > 0);
-}
-
-/* Map entries in key order, equal keys in input order: used to drop
- * shadowed entries when writing and to refuse duplicate keys when reading. */
-struct entry_ref {
-	const ProtobufCMessage *e;
-	size_t i;
-};
-
-static int key_cmp(const void *pa, const void *pb, void *ctx)
-{
-	const ProtobufCFieldDescriptor *kf = ctx;
-	const struct entry_ref *a = pa, *b = pb;
-	const void *x = member(a->e, kf->offset), *y = member(b->e, kf->offset);
-	int c = 0;
-
-	switch (kf->type) {
-	case PROTOBUF_C_TYPE_STRING:
-		c = utf8_cmp(*(char *const *)x, *(char *const *)y);
-		break;
-	case PROTOBUF_C_TYPE_INT64:
-	case PROTOBUF_C_TYPE_SINT64:
-	case PROTOBUF_C_TYPE_SFIXED64: {
-		int64_t s = *(const int64_t *)x, t = *(const int64_t *)y;
-		c = (s > t) - (s < t);
-		break;
-	}
-	case PROTOBUF_C_TYPE_UINT64:
-	case PROTOBUF_C_TYPE_FIXED64: {
-		uint64_t s = *(const uint64_t *)x, t = *(const uint64_t *)y;
-		c = (s > t) - (s < t);
-		break;
-	}
-	case PROTOBUF_C_TYPE_UINT32:
-	case PROTOBUF_C_TYPE_FIXED32: {
-		uint32_t s = *(const uint32_t *)x, t = *(const uint32_t *)y;
-		c = (s > t) - (s < t);
-		break;
-	}
-	case PROTOBUF_C_TYPE_BOOL: {
-		int s = !!*(const protobuf_c_boolean *)x, t = !!*(const protobuf_c_boolean *)y;
-		c = s - t;
-		break;
-	}
-	default: {
-		int32_t s = *(const int32_t *)x, t = *(const int32_t *)y;
-		c = (s > t) - (s < t);
-		break;
-	}
-	}
-	if (c)
-		return c;
-	return (a->i > b->i) - (a->i < b->i);
-}
-
-/* shadowed[i] = true for every entry a later entry with the same key
- * overrides (and for NULL entries). Returns the number of shadowed
- * non-NULL entries, or -ENOMEM. */
-static ssize_t map_shadowed(ProtobufCMessage *const *entries, size_t n,
-			    const ProtobufCFieldDescriptor *kf, bool *shadowed)
-{
-	_cleanup_free_ struct entry_ref *refs = NULL;
-	ssize_t dups = 0;
-	size_t k = 0;
-
-	for (size_t i = 0; i < n; i++)
-		shadowed[i] = entries[i] == NULL;
-	if (n < 2)
-		return 0;
-	refs = calloc(n, sizeof(*refs));
-	if (!refs)
-		return -ENOMEM;
-	for (size_t i = 0; i < n; i++)
-		if (entries[i])
-			refs[k++] = (struct entry_ref){entries[i], i};
-	qsort_r(refs, k, sizeof(*refs), key_cmp, (void *)kf);
-	for (size_t i = 0; i + 1 < k; i++) {
-		struct entry_ref a = refs[i], b = refs[i + 1];
-
-		a.i = b.i = 0;
-		if (key_cmp(&a, &b, (void *)kf) == 0) {
-			shadowed[refs[i].i] = true;
-			dups++;
-		}
-	}
-	return dups;
-}
-
-/* ------------------------------------------------------------ writer */
-
-struct wbuf {
-	char *p;
-	size_t len, cap;
-	bool oom;
-	int flags;
-};
-
-static void w_put(struct wbuf *b, const void *s, size_t n)
-{
-	if (b->oom)
-		return;
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		char *p;
-
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		p = realloc(b->p, cap);
-		if (!p) {
-			b->oom = true;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-}
-
-static void w_puts(struct wbuf *b, const char *s)
-{
-	w_put(b, s, strlen(s));
-}
-
-static void w_putc(struct wbuf *b, char c)
-{
-	w_put(b, &c, 1);
-}
-
-static void __attribute__((format(printf, 2, 3))) w_printf(struct wbuf *b, const char *fmt, ...)
-{
-	char tmp[64];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
-	va_end(ap);
-	if (n > 0)
-		w_put(b, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
-}
-
-/* In pretty mode a newline and two spaces per level; nothing otherwise. */
-static void w_newline(struct wbuf *b, int level)
-{
-	if (!(b->flags & PBJSON_PRETTY))
-		return;
-	w_putc(b, '\n');
-	for (int i = 0; i < level; i++)
-		w_put(b, "  ", 2);
-}
-
-/* A JSON string. Control characters are escaped (\n \r \t \b \f by name,
- * the rest as \u00XX); valid UTF-8 passes through; a byte that is not part
- * of valid UTF-8 becomes U+FFFD (as UTF-8, which is also what reading the
- * output back and writing it again gives) so the output is always valid. */
-static void w_string(struct wbuf *b, const char *str)
-{
-	const unsigned char *s = (const unsigned char *)(str ? str : "");
-	size_t n = strlen((const char *)s);
-
-	w_putc(b, '"');
-	for (size_t i = 0; i < n;) {
-		unsigned char c = s[i];
-		size_t run = 0, k;
-
-		if (c == '"' || c == '\\') {
-			w_putc(b, '\\');
-			w_putc(b, (char)c);
-			i++;
-			continue;
-		}
-		if (c < 0x20) {
-			const char *esc = c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t" :
-					  c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
-			if (esc)
-				w_puts(b, esc);
-			else
-				w_printf(b, "\\u%04x", c);
-			i++;
-			continue;
-		}
-		while (i + run < n && s[i + run] >= 0x20 && s[i + run] != '"' &&
-		       s[i + run] != '\\' && (k = utf8_seq(s + i + run, n - i - run)) > 0)
-			run += k;
-		if (run == 0) {
-			w_put(b, "\xef\xbf\xbd", 3);	/* U+FFFD */
-			i++;
-			continue;
-		}
-		w_put(b, s + i, run);
-		i += run;
-	}
-	w_putc(b, '"');
-}
-
-static const char b64_chars[] =
-	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-static void w_base64(struct wbuf *b, const ProtobufCBinaryData *bd)
-{
-	const uint8_t *d = bd->data;
-	size_t n = d ? bd->len : 0;
-
-	w_putc(b, '"');
-	for (size_t i = 0; i < n; i += 3) {
-		uint32_t v = (uint32_t)d[i] << 16;
-		char q[4];
-
-		if (i + 1 < n)
-			v |= (uint32_t)d[i + 1] << 8;
-		if (i + 2 < n)
-			v |= d[i + 2];
-		q[0] = b64_chars[(v >> 18) & 63];
-		q[1] = b64_chars[(v >> 12) & 63];
-		q[2] = i + 1 < n ? b64_chars[(v >> 6) & 63] : '=';
-		q[3] = i + 2 < n ? b64_chars[v & 63] : '=';
-		w_put(b, q, 4);
-	}
-	w_putc(b, '"');
-}
-
-/* The shortest %g form that reads back as the same value. */
-static void w_double(struct wbuf *b, double v, bool is_float)
-{
-	char tmp[40] = "0";
-	locale_t old;
-
-	if (isnan(v)) {
-		w_puts(b, "\"NaN\"");
-		return;
-	}
-	if (isinf(v)) {
-		w_puts(b, v < 0 ? "\"-Infinity\"" : "\"Infinity\"");
-		return;
-	}
-	old = uselocale(c_locale());
-	for (int p = 1; p <= 17; p++) {
-		snprintf(tmp, sizeof(tmp), "%.*g", p, v);
-		if (is_float ? strtof(tmp, NULL) == (float)v : strtod(tmp, NULL) == v)
-			break;
-	}
-	uselocale(old);
-	w_puts(b, tmp);
-}
-
-static void w_enum(struct wbuf *b, const ProtobufCEnumDescriptor *ed, int v)
-{
-	const ProtobufCEnumValue *ev = ed ? protobuf_c_enum_descriptor_get_value(ed, v) : NULL;
-
-	if (ev)
-		w_string(b, ev->name);
-	else
-		w_printf(b, "%d", v);
-}
-
-static void w_message(struct wbuf *b, const ProtobufCMessage *m, int level);
-
-/* One value of field f stored at p (an element, for repeated fields). */
-static void w_value(struct wbuf *b, const ProtobufCFieldDescriptor *f, const void *p, int level)
-{
-	switch (f->type) {
-	case PROTOBUF_C_TYPE_INT32:
-	case PROTOBUF_C_TYPE_SINT32:
-	case PROTOBUF_C_TYPE_SFIXED32:
-		w_printf(b, "%" PRId32, *(const int32_t *)p);
-		break;
-	case PROTOBUF_C_TYPE_UINT32:
-	case PROTOBUF_C_TYPE_FIXED32:
-		w_printf(b, "%" PRIu32, *(const uint32_t *)p);
-		break;
-	case PROTOBUF_C_TYPE_INT64:
-	case PROTOBUF_C_TYPE_SINT64:
-	case PROTOBUF_C_TYPE_SFIXED64:
-		w_printf(b, "%" PRId64, *(const int64_t *)p);
-		break;
-	case PROTOBUF_C_TYPE_UINT64:
-	case PROTOBUF_C_TYPE_FIXED64:
-		w_printf(b, "%" PRIu64, *(const uint64_t *)p);
-		break;
-	case PROTOBUF_C_TYPE_FLOAT:
-		w_double(b, *(const float *)p, true);
-		break;
-	case PROTOBUF_C_TYPE_DOUBLE:
-		w_double(b, *(const double *)p, false);
-		break;
-	case PROTOBUF_C_TYPE_BOOL:
-		w_puts(b, *(const protobuf_c_boolean *)p ? "true" : "false");
-		break;
-	case PROTOBUF_C_TYPE_ENUM:
-		w_enum(b, f->descriptor, *(const int *)p);
-		break;
-	case PROTOBUF_C_TYPE_STRING:
-		w_string(b, *(char *const *)p);
-		break;
-	case PROTOBUF_C_TYPE_BYTES:
-		w_base64(b, p);
-		break;
-	case PROTOBUF_C_TYPE_MESSAGE:
-		if (*(ProtobufCMessage *const *)p)
-			w_message(b, *(ProtobufCMessage *const *)p, level);
-		else
-			w_puts(b, "{}");
-		break;
-	}
-}
-
-/* A map key: always a JSON string. */
-static void w_map_key(struct wbuf *b, const ProtobufCFieldDescriptor *kf, const void *p)
-{
-	if (kf->type == PROTOBUF_C_TYPE_STRING) {
-		w_string(b, *(char *const *)p);
-		return;
-	}
-	w_putc(b, '"');
-	if (kf->type == PROTOBUF_C_TYPE_BOOL)
-		w_puts(b, *(const protobuf_c_boolean *)p ? "true" : "false");
-	else
-		w_value(b, kf, p, 0);
-	w_putc(b, '"');
-}
-
-static void w_key(struct wbuf *b, const char *name, int level, bool *first)
-{
-	char camel[PBJSON_MAX_NAME];
-
-	if (!*first)
-		w_putc(b, ',');
-	*first = false;
-	w_newline(b, level);
-	json_name(name, camel, sizeof(camel));
-	w_string(b, camel);
-	w_puts(b, b->flags & PBJSON_PRETTY ? ": " : ":");
-}
-
-static void w_map(struct wbuf *b, const ProtobufCFieldDescriptor *f, ProtobufCMessage *const *entries,
-		  size_t n, int level)
-{
-	const ProtobufCMessageDescriptor *ed = f->descriptor;
-	_cleanup_free_ bool *shadowed = calloc(n ? n : 1, sizeof(bool));
-	bool first = true;
-
-	if (!shadowed || map_shadowed(entries, n, &ed->fields[0], shadowed) < 0) {
-		b->oom = true;
-		return;
-	}
-	w_putc(b, '{');
-	for (size_t i = 0; i < n; i++) {
-		if (shadowed[i])
-			continue;
-		if (!first)
-			w_putc(b, ',');
-		first = false;
-		w_newline(b, level + 1);
-		w_map_key(b, &ed->fields[0], member(entries[i], ed->fields[0].offset));
-		w_puts(b, b->flags & PBJSON_PRETTY ? ": " : ":");
-		w_value(b, &ed->fields[1], member(entries[i], ed->fields[1].offset), level + 1);
-	}
-	if (!first)
-		w_newline(b, level);
-	w_putc(b, '}');
-}
-
-static void w_repeated(struct wbuf *b, const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f,
-		       int level)
-{
-	size_t n = *(const size_t *)member(m, f->quantifier_offset);
-	const char *arr = *(char *const *)member(m, f->offset);
-	size_t sz = elt_size(f->type);
-
-	if (!arr)
-		n = 0;
-	if (is_map(f)) {
-		w_map(b, f, (ProtobufCMessage *const *)arr, n, level);
-		return;
-	}
-	w_putc(b, '[');
-	for (size_t i = 0; i < n; i++) {
-		if (i)
-			w_putc(b, ',');
-		w_newline(b, level + 1);
-		w_value(b, f, arr + i * sz, level + 1);
-	}
-	if (n)
-		w_newline(b, level);
-	w_putc(b, ']');
-}
-
-static bool is_zero(const ProtobufCFieldDescriptor *f, const void *p)
-{
-	switch (f->type) {
-	case PROTOBUF_C_TYPE_STRING: {
-		const char *s = *(char *const *)p;
-		return !s || !*s;
-	}
-	case PROTOBUF_C_TYPE_BYTES:
-		return ((const ProtobufCBinaryData *)p)->len == 0;
-	case PROTOBUF_C_TYPE_FLOAT:
-		return *(const float *)p == 0;
-	case PROTOBUF_C_TYPE_DOUBLE:
-		return *(const double *)p == 0;
-	case PROTOBUF_C_TYPE_MESSAGE:
-		return *(void *const *)p == NULL;
-	default:
-		return elt_size(f->type) == 8 ? *(const uint64_t *)p == 0 : *(const uint32_t *)p == 0;
-	}
-}
-
-/* Whether field f is written: set oneof members, optional fields that are
- * present (as protobuf-c's packer decides), proto3 fields that differ from
- * their zero value, and with defaults also zero-valued proto3 scalars and
- * empty lists. Unset message fields are never written. */
-static bool w_field_present(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f,
-			    bool defaults)
-{
-	const void *p = member(m, f->offset);
-
-	if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
-		if (*(const uint32_t *)member(m, f->quantifier_offset) != f->id)
-			return false;
-		return !is_pointer_type(f->type) || *(void *const *)p != NULL;
-	}
-	switch (f->label) {
-	case PROTOBUF_C_LABEL_REQUIRED:
-		return true;
-	case PROTOBUF_C_LABEL_OPTIONAL:
-		if (is_pointer_type(f->type))
-			return *(void *const *)p != NULL && *(void *const *)p != f->default_value;
-		return *(const protobuf_c_boolean *)member(m, f->quantifier_offset);
-	case PROTOBUF_C_LABEL_REPEATED:
-		return *(const size_t *)member(m, f->quantifier_offset) > 0 || defaults;
-	default:
-		if (f->type == PROTOBUF_C_TYPE_MESSAGE)
-			return *(void *const *)p != NULL;
-		return !is_zero(f, p) || defaults;
-	}
-}
-
-static void w_message(struct wbuf *b, const ProtobufCMessage *m, int level)
-{
-	const ProtobufCMessageDescriptor *d = m->descriptor;
-	bool first = true;
-
-	w_putc(b, '{');
-	for (unsigned i = 0; i < d->n_fields; i++) {
-		const ProtobufCFieldDescriptor *f = &d->fields[i];
-
-		if (!w_field_present(m, f, b->flags & PBJSON_EMIT_DEFAULTS))
-			continue;
-		w_key(b, f->name, level + 1, &first);
-		if (f->label == PROTOBUF_C_LABEL_REPEATED)
-			w_repeated(b, m, f, level + 1);
-		else
-			w_value(b, f, member(m, f->offset), level + 1);
-	}
-	if (!first)
-		w_newline(b, level);
-	w_putc(b, '}');
-}
-
-/* Serialise msg as proto3 JSON (see the file comment). flags: any of
- * PBJSON_EMIT_DEFAULTS, PBJSON_PRETTY. *ret_json is malloc'd, NUL-terminated,
- * the caller frees it. 0, -EINVAL for a NULL argument, or -ENOMEM. */
-int pbjson_write(const ProtobufCMessage *msg, int flags, char **ret_json)
-{
-	struct wbuf b = {.flags = flags};
-
-	if (!msg || !msg->descriptor || !ret_json)
-		return -EINVAL;
-	w_message(&b, msg, 0);
-	if (b.oom) {
-		free(b.p);
-		return -ENOMEM;
-	}
-	*ret_json = b.p;
-	return 0;
-}
-
-/* ------------------------------------------------------------ reader */
 
 struct rd {
 	const char *s;
@@ -933,7 +257,7 @@ static int rd_string(struct rd *r, char **ret, size_t *ret_len)
 		}
 		if (c < 0x20)
 			return rd_fail(r, "control character in string");
-		k = utf8_seq((const unsigned char *)r->s + r->pos, r->len - r->pos);
+		k = pbj_utf8_seq((const unsigned char *)r->s + r->pos, r->len - r->pos);
 		if (!k)
 			return rd_fail(r, "invalid UTF-8 in string");
 		memcpy(out + n, r->s + r->pos, k);
@@ -1166,7 +490,7 @@ static int rd_float(struct rd *r, bool is_float, void *dst)
 		copy = strndup(text, n);
 		if (!copy)
 			return -ENOMEM;
-		old = uselocale(c_locale());
+		old = uselocale(pbj_c_locale());
 		v = strtod(copy, NULL);
 		uselocale(old);
 		/* a float is out of range if it would round to infinity */
@@ -1358,8 +682,8 @@ static int rd_submessage(struct rd *r, const ProtobufCMessageDescriptor *d, void
 /* A zeroed slot at the end of a repeated field's array (not yet counted). */
 static void *grow(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f, size_t *cap)
 {
-	void **arr = member(m, f->offset);
-	size_t n = *(size_t *)member(m, f->quantifier_offset), sz = elt_size(f->type);
+	void **arr = pbj_member(m, f->offset);
+	size_t n = *(size_t *)pbj_member(m, f->quantifier_offset), sz = pbj_elt_size(f->type);
 	char *slot;
 
 	if (n == *cap) {
@@ -1379,7 +703,7 @@ static void *grow(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f, size_t
 static int rd_element(struct rd *r, ProtobufCMessage *m, const ProtobufCFieldDescriptor *f,
 		      size_t *cap)
 {
-	size_t *n = member(m, f->quantifier_offset);
+	size_t *n = pbj_member(m, f->quantifier_offset);
 	void *slot = grow(m, f, cap);
 	int e;
 
@@ -1429,7 +753,7 @@ static int rd_repeated(struct rd *r, ProtobufCMessage *m, const ProtobufCFieldDe
 static int map_key_set(struct rd *r, ProtobufCMessage *e, const ProtobufCFieldDescriptor *kf,
 		       char *key, size_t n)
 {
-	void *dst = member(e, kf->offset);
+	void *dst = pbj_member(e, kf->offset);
 	bool neg;
 	uint64_t mag;
 
@@ -1478,20 +802,20 @@ static int rd_map_entry(struct rd *r, ProtobufCMessage *m, const ProtobufCFieldD
 	if (!entry)
 		return -ENOMEM;
 	*(ProtobufCMessage **)slot = entry;
-	(*(size_t *)member(m, f->quantifier_offset))++;
+	(*(size_t *)pbj_member(m, f->quantifier_offset))++;
 	e = map_key_set(r, entry, &ed->fields[0], key, klen);
 	if (e < 0)
 		return e;
 	if (rd_peek(r) == 'n')
 		return rd_fail(r, "null is not allowed as a map value");
 	if (vf->type == PROTOBUF_C_TYPE_MESSAGE)
-		e = rd_submessage(r, vf->descriptor, member(entry, vf->offset));
+		e = rd_submessage(r, vf->descriptor, pbj_member(entry, vf->offset));
 	else
-		e = rd_value(r, vf, member(entry, vf->offset));
+		e = rd_value(r, vf, pbj_member(entry, vf->offset));
 	if (e < 0)
 		return e;
-	if (vf->label == PROTOBUF_C_LABEL_OPTIONAL && !is_pointer_type(vf->type))
-		*(protobuf_c_boolean *)member(entry, vf->quantifier_offset) = 1;
+	if (vf->label == PROTOBUF_C_LABEL_OPTIONAL && !pbj_is_pointer_type(vf->type))
+		*(protobuf_c_boolean *)pbj_member(entry, vf->quantifier_offset) = 1;
 	path_pop(r, saved);
 	return 0;
 }
@@ -1518,11 +842,11 @@ static int rd_map(struct rd *r, ProtobufCMessage *m, const ProtobufCFieldDescrip
 	e = rd_leave(r, '}');
 	if (e < 0)
 		return e;
-	n = *(size_t *)member(m, f->quantifier_offset);
+	n = *(size_t *)pbj_member(m, f->quantifier_offset);
 	shadowed = calloc(n, sizeof(bool));
 	if (!shadowed)
 		return -ENOMEM;
-	dups = map_shadowed(*(ProtobufCMessage ***)member(m, f->offset), n,
+	dups = pbj_map_shadowed(*(ProtobufCMessage ***)pbj_member(m, f->offset), n,
 			    &((const ProtobufCMessageDescriptor *)f->descriptor)->fields[0], shadowed);
 	if (dups < 0)
 		return (int)dups;
@@ -1533,9 +857,9 @@ static int rd_map(struct rd *r, ProtobufCMessage *m, const ProtobufCFieldDescrip
 static void set_present(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f)
 {
 	if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF)
-		*(uint32_t *)member(m, f->quantifier_offset) = f->id;
-	else if (f->label == PROTOBUF_C_LABEL_OPTIONAL && !is_pointer_type(f->type))
-		*(protobuf_c_boolean *)member(m, f->quantifier_offset) = 1;
+		*(uint32_t *)pbj_member(m, f->quantifier_offset) = f->id;
+	else if (f->label == PROTOBUF_C_LABEL_OPTIONAL && !pbj_is_pointer_type(f->type))
+		*(protobuf_c_boolean *)pbj_member(m, f->quantifier_offset) = 1;
 }
 
 static int rd_field(struct rd *r, ProtobufCMessage *m, const ProtobufCFieldDescriptor *f)
@@ -1543,12 +867,12 @@ static int rd_field(struct rd *r, ProtobufCMessage *m, const ProtobufCFieldDescr
 	int e;
 
 	if (f->label == PROTOBUF_C_LABEL_REPEATED)
-		return is_map(f) ? rd_map(r, m, f) : rd_repeated(r, m, f);
+		return pbj_is_map(f) ? rd_map(r, m, f) : rd_repeated(r, m, f);
 	if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
 		set_present(m, f);	/* so that free_unpacked sees the child */
-		return rd_submessage(r, f->descriptor, member(m, f->offset));
+		return rd_submessage(r, f->descriptor, pbj_member(m, f->offset));
 	}
-	e = rd_value(r, f, member(m, f->offset));
+	e = rd_value(r, f, pbj_member(m, f->offset));
 	if (e == 0)
 		set_present(m, f);
 	return e;
@@ -1558,7 +882,7 @@ static const ProtobufCFieldDescriptor *field_by_key(const ProtobufCMessageDescri
 						    const char *key)
 {
 	for (unsigned i = 0; i < d->n_fields; i++)
-		if (name_matches(d->fields[i].name, key))
+		if (pbj_name_matches(d->fields[i].name, key))
 			return &d->fields[i];
 	return NULL;
 }
@@ -1580,7 +904,7 @@ static int rd_member(struct rd *r, ProtobufCMessage *m, unsigned char *seen)
 		return rd_fail(r, "expected ':'");
 	f = strlen(key) == klen ? field_by_key(d, key) : NULL;
 	if (f)
-		json_name(f->name, camel, sizeof(camel));
+		pbj_json_name(f->name, camel, sizeof(camel));
 	saved = path_push_name(r, f ? camel : key);
 	if (!f)
 		return rd_fail(r, "unknown field");
@@ -1590,7 +914,7 @@ static int rd_member(struct rd *r, ProtobufCMessage *m, unsigned char *seen)
 		path_pop(r, saved);
 		return 0;
 	}
-	oneof_case = member(m, f->quantifier_offset);
+	oneof_case = pbj_member(m, f->quantifier_offset);
 	if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) && *oneof_case != 0 && *oneof_case != f->id)
 		return rd_fail(r, "another member of the same oneof is already set");
 	e = rd_field(r, m, f);
@@ -1609,10 +933,10 @@ static int check_required(struct rd *r, const ProtobufCMessage *m, const unsigne
 
 		/* a required string or message left NULL would crash the packer */
 		if (f->label == PROTOBUF_C_LABEL_REQUIRED && !seen[i] && !f->default_value &&
-		    is_pointer_type(f->type)) {
+		    pbj_is_pointer_type(f->type)) {
 			char camel[PBJSON_MAX_NAME];
 
-			json_name(f->name, camel, sizeof(camel));
+			pbj_json_name(f->name, camel, sizeof(camel));
 			path_push_name(r, camel);
 			return rd_fail(r, "missing required field");
 		}
