@@ -60,8 +60,8 @@ BINS     := $(BUILD)/bin/bc-controller $(BUILD)/bin/bcd $(BUILD)/bin/bcctl
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-.PHONY: all gen bins unit-bins bench-bins check check-unit check-integration check-net check-e2e \
-	check-interop fuzz fuzz-smoke asan bench demo stop install clean deps update-golden
+.PHONY: all gen bins unit-bins bench-bins node-deps check check-unit check-integration check-net check-e2e \
+	check-interop fuzz fuzz-smoke asan bench demo stop install clean deps
 .SECONDARY:
 
 all: bins unit-bins bench-bins
@@ -151,10 +151,24 @@ check: deps
 		check-interop fuzz-smoke
 
 check-unit:
-	$(Q)$(MAKE) --no-print-directory asan
+	$(Q)$(MAKE) --no-print-directory asan unit-bins
 	$(Q)ASAN_OPTIONS=detect_leaks=1 prove --exec '' $(sort $(wildcard $(ASAN_BUILD)/tests/unit/test_*))
+	$(Q)prove --exec '$(VALGRIND)' $(BUILD)/tests/unit/test_rpc
 
-check-integration: bins
+# The RPC layer also runs under valgrind (uninstrumented build): gRPC's own
+# one-time allocations are suppressed in tests/unit/valgrind.supp, ours never.
+VALGRIND := valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect \
+	--suppressions=tests/unit/valgrind.supp
+
+# the Node.js packages of tests/interop (grpc-js), also used by the stand-in
+# replica of tests/integration/nodes.t and the bench peer
+NODE_DEPS := tests/interop/node_modules/.package-lock.json
+node-deps: $(NODE_DEPS)
+$(NODE_DEPS): tests/interop/package-lock.json tests/interop/package.json
+	$(Q)cd tests/interop && npm ci --no-audit --no-fund --silent
+	$(Q)touch $@
+
+check-integration: bins node-deps
 	$(Q)$(MAKE) --no-print-directory asan
 	$(Q)BC_BIN=$(CURDIR)/$(ASAN_BUILD)/bin prove --exec bash $(sort $(wildcard tests/lib/*.t)) \
 		$(sort $(wildcard tests/integration/*.t))
@@ -167,8 +181,7 @@ check-e2e:
 	$(Q)if ls tests/e2e/*.t >/dev/null 2>&1; then prove --exec bash tests/e2e/*.t; \
 	else echo "check-e2e: skipped: no end-to-end tests exist yet (no real VM runtime is built)"; fi
 
-check-interop: bins
-	$(Q)cd tests/interop && npm ci --no-audit --no-fund --silent
+check-interop: bins node-deps
 	$(Q)BC_BIN=$(CURDIR)/$(BUILD)/bin prove --exec bash tests/interop/run.t
 
 fuzz:
@@ -176,7 +189,7 @@ fuzz:
 fuzz-smoke:
 	$(Q)$(MAKE) --no-print-directory -f tests/fuzz/fuzz.mk FUZZ_SECONDS=5 run
 
-bench: deps bins bench-bins
+bench: deps bins bench-bins node-deps
 	$(Q)bash bench/run.sh
 
 demo: deps bins
