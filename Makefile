@@ -202,6 +202,11 @@ install: bins
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/bc/migrations
 	install -m 0755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0644 migrations/*.sql $(DESTDIR)$(PREFIX)/share/bc/migrations/
+	install -d $(DESTDIR)$(PREFIX)/share/bc/systemd $(DESTDIR)$(PREFIX)/share/bc/examples \
+		$(DESTDIR)$(PREFIX)/share/doc/bc
+	install -m 0644 contrib/systemd/*.service $(DESTDIR)$(PREFIX)/share/bc/systemd/
+	install -m 0644 contrib/examples/*.conf $(DESTDIR)$(PREFIX)/share/bc/examples/
+	install -m 0644 docs/*.md $(DESTDIR)$(PREFIX)/share/doc/bc/
 
 clean:
 	rm -rf build
