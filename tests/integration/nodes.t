@@ -11,14 +11,16 @@ q() { psql -d bc -XAtq -c "$1"; }
 node1=$(agent_node_id 1)
 node2=$(agent_node_id 2)
 
-for i in 1 2 3 4; do
+# 8 one-vCPU instances fill both 4-vCPU nodes: each node runs exactly 4
+for i in 1 2 3 4 5 6 7 8; do
 	bcctl instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img" >/dev/null
 done
 running_on() { q "SELECT count(*) FROM instances WHERE node_id = '$1' AND state = 'running'"; }
-all_running() { [ "$(q "SELECT count(*) FROM instances WHERE state = 'running'")" = 4 ]; }
+all_running() { [ "$(q "SELECT count(*) FROM instances WHERE state = 'running'")" = 8 ]; }
 eventually 30 all_running
-ok $? 'four instances run'
+ok $? 'eight instances run'
 n1=$(running_on "$node1")
+is "$n1" 4 'four of them on node 1'
 
 # -- silence: SIGSTOP the agent past node_lost_seconds
 pid=$(awk '$1 == "bcd-1" {print $2}' "$STACK_DIR/pids")
@@ -83,8 +85,13 @@ is "$(q "SELECT count(*) FROM instances WHERE node_id = '$node2' AND state = 'lo
 eventually 20 grep -q 'node-retired\|retired' "$STACK_DIR/bcd-2.log"
 ok $? "the retired node's agent is refused"
 ok "[ \"\$(q \"SELECT count(*) FROM events WHERE type = 'node.retired'\")\" = 1 ]" 'node.retired published'
-# new work goes to the remaining node only
+# new work goes to the remaining node only (once a delete there made room)
+bcctl instance delete "$(q "SELECT id FROM instances WHERE node_id = '$node1' AND state = 'running' LIMIT 1")" >/dev/null
 out=$(bcctl --format json instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img")
-is "$(json_get "$out" node_id)" "$node1" 'a new instance lands on the node that is not retired'
+newid=$(json_get "$out" id)
+eventually 30 instance_state_is "$newid" running
+ok $? 'a new instance runs'
+out=$(bcctl --format json instance get "$newid")
+is "$(json_get "$out" node_id)" "$node1" 'on the node that is not retired'
 
 done_testing
