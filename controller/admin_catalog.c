@@ -403,91 +403,6 @@ static int flavors_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessa
 	return 0;
 }
 
-/* Look up a live flavor by id or name; NOT_FOUND. */
-static int flavor_fetch(rpc_call *c, const char *key, Bc__Admin__V1__Flavor **ret, bc_error *err)
-{
-	struct dbp p = {0};
-	PGresult *r = NULL;
-	int rc;
-
-	if (!key || !*key || !str_is_printable(key, 64))
-		return invalid(err, "flavor", "flavor must be a flavor id or name");
-	dbp_str(&p, key);
-	rc = db_exec(ctl_db(c), &r, "SELECT " FLAVOR_COLS " FROM flavors WHERE (id = $1 OR "
-		     "name = $1) AND deleted_at IS NULL", &p);
-	if (rc < 0)
-		return db_fail(err, rc);
-	if (PQntuples(r) == 0) {
-		PQclear(r);
-		return bc_error_set(err, BC_NOT_FOUND, "flavor %s not found", key);
-	}
-	*ret = flavor_from_row(c, r, 0);
-	PQclear(r);
-	return 0;
-}
-
-static int flavors_get(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
-		       bc_error *err)
-{
-	const Bc__Admin__V1__GetFlavorRequest *q = (const void *)m;
-	Bc__Admin__V1__Flavor *f = NULL;
-	int r = flavor_fetch(c, q->flavor, &f, err);
-
-	if (r == 0)
-		*ret = &f->base;
-	return r;
-}
-
-static int flavors_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
-			bc_error *err)
-{
-	const Bc__Admin__V1__ListFlavorsRequest *q = (const void *)m;
-	Bc__Admin__V1__ListFlavorsResponse *resp;
-	struct dbp p = {0};
-	PGresult *r = NULL;
-	int limit = list_limit(q->limit, err), rc;
-
-	if (limit < 0)
-		return limit;
-	dbp_str(&p, q->cursor);
-	dbp_i64(&p, limit);
-	rc = db_exec(ctl_db(c), &r, "SELECT " FLAVOR_COLS " FROM flavors WHERE deleted_at IS NULL "
-		     "AND name > $1 ORDER BY name LIMIT $2", &p);
-	if (rc < 0)
-		return db_fail(err, rc);
-	resp = rpc_new(c, &bc__admin__v1__list_flavors_response__descriptor);
-	resp->n_items = (size_t)PQntuples(r);
-	resp->items = rpc_alloc(c, (resp->n_items + 1) * sizeof(*resp->items));
-	for (int i = 0; i < PQntuples(r); i++)
-		resp->items[i] = flavor_from_row(c, r, i);
-	if ((int)resp->n_items == limit)
-		resp->cursor = resp->items[limit - 1]->name;
-	PQclear(r);
-	*ret = &resp->base;
-	return 0;
-}
-
-static int flavors_delete(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
-			  bc_error *err)
-{
-	const Bc__Admin__V1__DeleteFlavorRequest *q = (const void *)m;
-	Bc__Admin__V1__DeleteFlavorResponse *resp;
-	Bc__Admin__V1__Flavor *f = NULL;
-	struct dbp p = {0};
-	int r;
-
-	if ((r = flavor_fetch(c, q->flavor, &f, err)) < 0)
-		return r;
-	dbp_str(&p, f->id);
-	if ((r = db_exec(ctl_db(c), NULL, "UPDATE flavors SET deleted_at = now() WHERE id = $1",
-			 &p)) < 0)
-		return db_fail(err, r);
-	resp = rpc_new(c, &bc__admin__v1__delete_flavor_response__descriptor);
-	resp->flavor = f;
-	*ret = &resp->base;
-	return 0;
-}
-
 /* --------------------------------------------------------------- images */
 
 #define IMAGE_COLS "id, name, format, url, sha256, size_bytes, " MS("created_at")
@@ -564,88 +479,188 @@ static int images_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessag
 	return 0;
 }
 
-static int image_fetch(rpc_call *c, const char *key, Bc__Admin__V1__Image **ret, bc_error *err)
+/* ---------------------------------------------- flavors and images alike */
+
+/* Get, List and Delete of flavors and images differ only in their table,
+ * columns and message types: one description each drives them. */
+struct catalog {
+	const char *kind;            /* "flavor", "image": messages and field */
+	const char *sql_get;         /* $1 = id or name */
+	const char *sql_list;        /* $1 = cursor (a name), $2 = limit */
+	const char *sql_delete;      /* $1 = id */
+	const ProtobufCMessageDescriptor *list_desc, *delete_desc;
+	ProtobufCMessage *(*from_row)(rpc_call *c, const PGresult *r, int i);
+	const char *(*name_of)(const ProtobufCMessage *m);
+};
+
+static ProtobufCMessage *flavor_row(rpc_call *c, const PGresult *r, int i)
+{
+	return &flavor_from_row(c, r, i)->base;
+}
+
+static ProtobufCMessage *image_row(rpc_call *c, const PGresult *r, int i)
+{
+	return &image_from_row(c, r, i)->base;
+}
+
+static const char *flavor_name(const ProtobufCMessage *m)
+{
+	return ((const Bc__Admin__V1__Flavor *)m)->name;
+}
+
+static const char *image_name(const ProtobufCMessage *m)
+{
+	return ((const Bc__Admin__V1__Image *)m)->name;
+}
+
+static const struct catalog flavor_catalog = {
+	.kind = "flavor",
+	.sql_get = "SELECT " FLAVOR_COLS " FROM flavors WHERE (id = $1 OR name = $1) AND "
+		   "deleted_at IS NULL",
+	.sql_list = "SELECT " FLAVOR_COLS " FROM flavors WHERE deleted_at IS NULL AND name > $1 "
+		    "ORDER BY name LIMIT $2",
+	.sql_delete = "UPDATE flavors SET deleted_at = now() WHERE id = $1",
+	.list_desc = &bc__admin__v1__list_flavors_response__descriptor,
+	.delete_desc = &bc__admin__v1__delete_flavor_response__descriptor,
+	.from_row = flavor_row,
+	.name_of = flavor_name,
+};
+
+static const struct catalog image_catalog = {
+	.kind = "image",
+	.sql_get = "SELECT " IMAGE_COLS " FROM images WHERE (id = $1 OR name = $1) AND "
+		   "deleted_at IS NULL",
+	.sql_list = "SELECT " IMAGE_COLS " FROM images WHERE deleted_at IS NULL AND name > $1 "
+		    "ORDER BY name LIMIT $2",
+	.sql_delete = "UPDATE images SET deleted_at = now() WHERE id = $1",
+	.list_desc = &bc__admin__v1__list_images_response__descriptor,
+	.delete_desc = &bc__admin__v1__delete_image_response__descriptor,
+	.from_row = image_row,
+	.name_of = image_name,
+};
+
+/* Look up a live entry by id or name; NOT_FOUND. */
+static int catalog_fetch(rpc_call *c, const struct catalog *k, const char *key,
+			 ProtobufCMessage **ret, bc_error *err)
 {
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	int rc;
 
 	if (!key || !*key || !str_is_printable(key, 64))
-		return invalid(err, "image", "image must be an image id or name");
+		return invalid(err, k->kind, "%s must be a %s id or name", k->kind, k->kind);
 	dbp_str(&p, key);
-	rc = db_exec(ctl_db(c), &r, "SELECT " IMAGE_COLS " FROM images WHERE (id = $1 OR name = $1) "
-		     "AND deleted_at IS NULL", &p);
-	if (rc < 0)
+	if ((rc = db_exec(ctl_db(c), &r, k->sql_get, &p)) < 0)
 		return db_fail(err, rc);
 	if (PQntuples(r) == 0) {
 		PQclear(r);
-		return bc_error_set(err, BC_NOT_FOUND, "image %s not found", key);
+		return bc_error_set(err, BC_NOT_FOUND, "%s %s not found", k->kind, key);
 	}
-	*ret = image_from_row(c, r, 0);
+	*ret = k->from_row(c, r, 0);
 	PQclear(r);
 	return 0;
+}
+
+/* A field of a message by name, through its descriptor. */
+static void *field_at(ProtobufCMessage *m, const char *name, size_t **ret_count)
+{
+	const ProtobufCFieldDescriptor *f =
+		protobuf_c_message_descriptor_get_field_by_name(m->descriptor, name);
+
+	if (!f)
+		abort(); /* a programming error: the names are the protos' */
+	if (ret_count)
+		*ret_count = (size_t *)((char *)m + f->quantifier_offset);
+	return (char *)m + f->offset;
+}
+
+static int catalog_list(rpc_call *c, const struct catalog *k, int32_t limit_in,
+			const char *cursor, ProtobufCMessage **ret, bc_error *err)
+{
+	ProtobufCMessage *resp, **items;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	size_t *n_items;
+	int limit = list_limit(limit_in, err), rc;
+
+	if (limit < 0)
+		return limit;
+	dbp_str(&p, cursor);
+	dbp_i64(&p, limit);
+	if ((rc = db_exec(ctl_db(c), &r, k->sql_list, &p)) < 0)
+		return db_fail(err, rc);
+	resp = rpc_new(c, k->list_desc);
+	items = rpc_alloc(c, ((size_t)PQntuples(r) + 1) * sizeof(*items));
+	*(ProtobufCMessage ***)field_at(resp, "items", &n_items) = items;
+	for (int i = 0; i < PQntuples(r); i++)
+		items[(*n_items)++] = k->from_row(c, r, i);
+	if ((int)*n_items == limit)
+		*(const char **)field_at(resp, "cursor", NULL) = k->name_of(items[limit - 1]);
+	PQclear(r);
+	*ret = resp;
+	return 0;
+}
+
+static int catalog_delete(rpc_call *c, const struct catalog *k, const char *key,
+			  ProtobufCMessage **ret, bc_error *err)
+{
+	ProtobufCMessage *resp, *entry = NULL;
+	struct dbp p = {0};
+	int r;
+
+	if ((r = catalog_fetch(c, k, key, &entry, err)) < 0)
+		return r;
+	dbp_str(&p, *(char **)field_at(entry, "id", NULL));
+	if ((r = db_exec(ctl_db(c), NULL, k->sql_delete, &p)) < 0)
+		return db_fail(err, r);
+	resp = rpc_new(c, k->delete_desc);
+	*(ProtobufCMessage **)field_at(resp, k->kind, NULL) = entry;
+	*ret = resp;
+	return 0;
+}
+
+static int flavors_get(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		       bc_error *err)
+{
+	return catalog_fetch(c, &flavor_catalog, ((const Bc__Admin__V1__GetFlavorRequest *)m)->flavor, ret,
+			     err);
+}
+
+static int flavors_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+			bc_error *err)
+{
+	const Bc__Admin__V1__ListFlavorsRequest *q = (const void *)m;
+
+	return catalog_list(c, &flavor_catalog, q->limit, q->cursor, ret, err);
+}
+
+static int flavors_delete(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+			  bc_error *err)
+{
+	return catalog_delete(c, &flavor_catalog, ((const Bc__Admin__V1__DeleteFlavorRequest *)m)->flavor,
+			      ret, err);
 }
 
 static int images_get(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
 		      bc_error *err)
 {
-	const Bc__Admin__V1__GetImageRequest *q = (const void *)m;
-	Bc__Admin__V1__Image *im = NULL;
-	int r = image_fetch(c, q->image, &im, err);
-
-	if (r == 0)
-		*ret = &im->base;
-	return r;
+	return catalog_fetch(c, &image_catalog, ((const Bc__Admin__V1__GetImageRequest *)m)->image, ret,
+			     err);
 }
 
 static int images_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
 		       bc_error *err)
 {
 	const Bc__Admin__V1__ListImagesRequest *q = (const void *)m;
-	Bc__Admin__V1__ListImagesResponse *resp;
-	struct dbp p = {0};
-	PGresult *r = NULL;
-	int limit = list_limit(q->limit, err), rc;
 
-	if (limit < 0)
-		return limit;
-	dbp_str(&p, q->cursor);
-	dbp_i64(&p, limit);
-	rc = db_exec(ctl_db(c), &r, "SELECT " IMAGE_COLS " FROM images WHERE deleted_at IS NULL "
-		     "AND name > $1 ORDER BY name LIMIT $2", &p);
-	if (rc < 0)
-		return db_fail(err, rc);
-	resp = rpc_new(c, &bc__admin__v1__list_images_response__descriptor);
-	resp->n_items = (size_t)PQntuples(r);
-	resp->items = rpc_alloc(c, (resp->n_items + 1) * sizeof(*resp->items));
-	for (int i = 0; i < PQntuples(r); i++)
-		resp->items[i] = image_from_row(c, r, i);
-	if ((int)resp->n_items == limit)
-		resp->cursor = resp->items[limit - 1]->name;
-	PQclear(r);
-	*ret = &resp->base;
-	return 0;
+	return catalog_list(c, &image_catalog, q->limit, q->cursor, ret, err);
 }
 
 static int images_delete(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
 			 bc_error *err)
 {
-	const Bc__Admin__V1__DeleteImageRequest *q = (const void *)m;
-	Bc__Admin__V1__DeleteImageResponse *resp;
-	Bc__Admin__V1__Image *im = NULL;
-	struct dbp p = {0};
-	int r;
-
-	if ((r = image_fetch(c, q->image, &im, err)) < 0)
-		return r;
-	dbp_str(&p, im->id);
-	if ((r = db_exec(ctl_db(c), NULL, "UPDATE images SET deleted_at = now() WHERE id = $1",
-			 &p)) < 0)
-		return db_fail(err, r);
-	resp = rpc_new(c, &bc__admin__v1__delete_image_response__descriptor);
-	resp->image = im;
-	*ret = &resp->base;
-	return 0;
+	return catalog_delete(c, &image_catalog, ((const Bc__Admin__V1__DeleteImageRequest *)m)->image,
+			      ret, err);
 }
 
 #define U(name, f) {name, RPC_UNARY, {.unary = f}}
