@@ -181,6 +181,7 @@ void report_fini(struct report *r)
 struct send_state {
 	bool failing;
 	int stale;     /* consecutive acks with a newer controller generation */
+	uint64_t stale_applied; /* what we had applied when stale counting began */
 	bool behind;   /* the controller holds an older generation than we do */
 };
 
@@ -199,8 +200,8 @@ static void log_outcome(struct send_state *s, int r, const bc_error *err)
 	s->failing = r < 0;
 }
 
-/* If the controller keeps holding a newer generation than we accepted,
- * the watch stream may be wedged: reopen it. */
+/* If the controller keeps holding a newer generation than we accepted and
+ * no newer spec arrives meanwhile, the watch stream may be wedged: reopen it. */
 static void check_ack(struct report *r, struct send_state *s, const Bc__Node__V1__ReportAck *ack)
 {
 	uint64_t applied = r->watch ? watch_applied(r->watch) : 0;
@@ -211,8 +212,11 @@ static void check_ack(struct report *r, struct send_state *s, const Bc__Node__V1
 			 PRIu64 ": its specs will be refused until it passes %" PRIu64,
 			 ack->spec_generation, applied, applied);
 	s->behind = behind;
-	if (!r->watch || ack->spec_generation <= applied) {
+	/* specs still arriving (a burst of changes) is a busy watch, not a
+	 * wedged one: count only while nothing new was applied */
+	if (!r->watch || ack->spec_generation <= applied || applied != s->stale_applied) {
 		s->stale = 0;
+		s->stale_applied = applied;
 		return;
 	}
 	if (++s->stale < REPORT_KICK_AFTER)

@@ -335,14 +335,15 @@ static int mode_notifypeer(void)
 	struct lat lat = {.mu = PTHREAD_MUTEX_INITIALIZER};
 	PGconn *l = PQconnectdb(o.conninfo), *s = PQconnectdb(o.conninfo);
 
-	PQclear(PQexec(s, "CREATE TABLE IF NOT EXISTS bench_peer (id bigserial PRIMARY KEY, v text)"));
-	PQclear(PQexec(s, "INSERT INTO bench_peer (id, v) VALUES (1, 'x') ON CONFLICT DO NOTHING"));
+	/* a table of its own: pgpeer's inserts must not meet this row */
+	PQclear(PQexec(s, "CREATE TABLE IF NOT EXISTS bench_notify (id int PRIMARY KEY, v text)"));
+	PQclear(PQexec(s, "INSERT INTO bench_notify (id, v) VALUES (1, 'x') ON CONFLICT DO NOTHING"));
 	PQclear(PQexec(l, "LISTEN bench_peer"));
 	for (int i = 0; i < o.count; i++) {
 		struct pollfd p = {.fd = PQsocket(l), .events = POLLIN};
 		int64_t t0 = mono_us();
 		PGnotify *n = NULL;
-		PQclear(PQexec(s, "BEGIN; UPDATE bench_peer SET v = v WHERE id = 1; "
+		PQclear(PQexec(s, "BEGIN; UPDATE bench_notify SET v = v WHERE id = 1; "
 				  "NOTIFY bench_peer, 'x'; COMMIT"));
 		while (!n && poll(&p, 1, 5000) > 0) {
 			PQconsumeInput(l);
