@@ -5,7 +5,9 @@
 #
 # Run from the top of the tree. Every tests/fuzz/fuzz_<name>.c is compiled
 # with clang -fsanitize=fuzzer,address,undefined together with the common/
-# sources a parser needs (of the rpc layer only the pure rpc_http_parse.c) and all generated protobuf-c code,
+# sources a parser needs (of the rpc layer only the pure rpc_http_parse.c; of
+# the controller only the pure policy parser, which needs no libpq) and all
+# generated protobuf-c code,
 # into build/fuzz/obj: no object is shared with `make` or `make asan`.
 # A run starts from build/fuzz/corpus/<name>, seeded from
 # tests/fuzz/seeds/<name>/ when that exists, and lasts FUZZ_SECONDS. A crash,
@@ -29,7 +31,8 @@ endif
 FZ_TARGETS := $(sort $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c)))
 FZ_COMMON  := common/err.c common/util.c common/log.c common/pbjson_common.c common/pbjson_write.c \
 	common/pbjson_read.c common/pki.c \
-	common/rpc_http_parse.c
+	common/rpc_http_parse.c \
+	controller/json.c controller/policy.c
 FZ_GEN_SRC := $(sort $(shell find $(FZ_GEN) -name '*.pb-c.c' 2>/dev/null))
 
 FZ_SAN      := -fsanitize=address,undefined -fno-sanitize-recover=undefined

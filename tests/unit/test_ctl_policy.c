@@ -1,0 +1,179 @@
+/* Unit tests of the policy engine (controller/policy.c): parsing and its
+ * refusals naming the field, wildcards, the resource hierarchy, every
+ * condition operator, explicit deny over allow and the default deny. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "controller/policy.h"
+#include "tap.h"
+
+static struct policy *parse(const char *doc)
+{
+	struct policy *p = NULL;
+	char field[256], msg[256];
+
+	if (policy_parse(doc, strlen(doc), &p, field, msg, sizeof(field)) < 0)
+		printf("# parse failed: %s: %s\n", field, msg);
+	return p;
+}
+
+/* The field named when doc is refused, "" when it parses. */
+static const char *refused(const char *doc)
+{
+	static char field[256];
+	struct policy *p = NULL;
+	char msg[256];
+
+	field[0] = '\0';
+	if (policy_parse(doc, strlen(doc), &p, field, msg, sizeof(field)) == 0) {
+		policy_free(p);
+		return "";
+	}
+	return field;
+}
+
+static const char *const anc_pool[] = {"compute-pool/pool_a", "tenant/t1"};
+
+static enum policy_effect decide(const struct policy *p, const char *action, const char *res,
+				 const struct policy_attr *ra, size_t nra)
+{
+	const struct policy_attr pa[] = {{"id", "idn_alice"}, {"kind", "user"}};
+	struct policy_request q = {.action = action, .resource = res, .ancestors = anc_pool,
+				   .n_ancestors = 2, .resource_attrs = ra, .n_resource_attrs = nra,
+				   .principal_attrs = pa, .n_principal_attrs = 2};
+	const struct policy *const docs[] = {p};
+
+	return policy_decide(docs, 1, &q, NULL);
+}
+
+static void test_refusals(void)
+{
+	is_str(refused("{"), "document", "bad JSON names document");
+	is_str(refused("[]"), "statements", "empty list refused");
+	is_str(refused("{\"foo\": 1}"), "statements", "no statements");
+	is_str(refused("[{\"effect\": \"maybe\", \"actions\": \"*\", \"resources\": \"*\"}]"),
+	       "statements[0].effect", "bad effect named");
+	is_str(refused("[{\"effect\": \"allow\", \"resources\": \"*\"}]"), "statements[0].actions",
+	       "missing actions named");
+	is_str(refused("[{\"effect\": \"allow\", \"actions\": [], \"resources\": \"*\"}]"),
+	       "statements[0].actions", "empty actions named");
+	is_str(refused("[{\"effect\": \"allow\", \"actions\": \"*\", \"resources\": [1]}]"),
+	       "statements[0].resources", "non-string resource named");
+	is_str(refused("[{\"effect\": \"allow\", \"actions\": \"*\", \"resources\": \"*\"},"
+		       "{\"effect\": \"allow\", \"actions\": \"*\", \"resources\": \"*\", \"x\": 1}]"),
+	       "statements[1].x", "unknown statement field named");
+	is_str(refused("[{\"effect\": \"allow\", \"actions\": \"*\", \"resources\": \"*\", "
+		       "\"conditions\": {\"NumericSmaller\": {\"resource.a\": 1}}}]"),
+	       "statements[0].conditions.NumericSmaller", "unknown operator named");
+	is_str(refused("[{\"effect\": \"allow\", \"actions\": \"*\", \"resources\": \"*\", "
+		       "\"conditions\": {\"NumericLessThan\": {\"resource.a\": \"x\"}}}]"),
+	       "statements[0].conditions.NumericLessThan.resource.a", "string for a number named");
+	is_str(refused("[{\"effect\": \"allow\", \"actions\": \"*\", \"resources\": \"*\", "
+		       "\"conditions\": {\"StringEquals\": {\"owner\": \"x\"}}}]"),
+	       "statements[0].conditions.StringEquals.owner", "key without resource./principal.");
+	is_str(refused("[{\"effect\": \"allow\", \"actions\": \"*\", \"resources\": \"*\", "
+		       "\"conditions\": {\"Bool\": {\"resource.gpu\": [true]}}}]"),
+	       "statements[0].conditions.Bool.resource.gpu", "Bool takes one value");
+	is_str(refused("{\"effect\": \"allow\", \"actions\": \"*\", \"resources\": \"*\"}"), "",
+	       "one bare statement accepted");
+	is_str(refused("{\"statements\": [{\"effect\": \"deny\", \"actions\": [\"a\"], "
+		       "\"resources\": [\"b\"]}]}"), "", "statements object accepted");
+	is_str(refused("[{\"effect\": \"allow\", \"actions\": \"a\\u0000b\", \"resources\": \"*\"}]"),
+	       "document", "NUL in a string refused");
+}
+
+static void test_glob(void)
+{
+	ok(policy_glob("*", ""), "* matches empty");
+	ok(policy_glob("compute:*", "compute:instances:create"), "prefix wildcard");
+	ok(policy_glob("compute:*:read", "compute:instances:read"), "middle wildcard");
+	ok(!policy_glob("compute:*:read", "compute:instances:delete"), "middle wildcard mismatch");
+	ok(policy_glob("a?c", "abc") && !policy_glob("a?c", "ac"), "? is one character");
+	ok(!policy_glob("compute-instance/*", "compute-pool/pool_a"), "type is matched");
+	ok(policy_glob("*a*a*a*a*b", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaab"), "backtracking");
+}
+
+static void test_decide(void)
+{
+	struct policy *p;
+	const struct policy_attr small[] = {{"vcpus", "2"}, {"gpus", "0"}, {"ttlSeconds", "600"}};
+	const struct policy_attr big[] = {{"vcpus", "2"}, {"gpus", "0"}, {"ttlSeconds", "7200"}};
+	const struct policy_attr gpu[] = {{"vcpus", "2"}, {"gpus", "1"}, {"ttlSeconds", "60"}};
+	const char *res = "compute-instance/inst_1";
+
+	p = parse("[{\"effect\": \"allow\", \"actions\": \"compute:instances:read\", "
+		  "\"resources\": \"compute-instance/*\"}]");
+	is_int(decide(p, "compute:instances:read", res, NULL, 0), POLICY_ALLOW, "plain allow");
+	is_int(decide(p, "compute:instances:delete", res, NULL, 0), POLICY_DENY_DEFAULT,
+	       "other action: default deny");
+	policy_free(p);
+
+	p = parse("[{\"effect\": \"allow\", \"actions\": \"compute:*\", \"resources\": \"*\"},"
+		  "{\"sid\": \"NoDelete\", \"effect\": \"deny\", \"actions\": "
+		  "\"compute:instances:delete\", \"resources\": \"compute-instance/*\"}]");
+	is_int(decide(p, "compute:instances:read", res, NULL, 0), POLICY_ALLOW, "wildcard allow");
+	is_int(decide(p, "compute:instances:delete", res, NULL, 0), POLICY_DENY_EXPLICIT,
+	       "explicit deny wins over allow");
+	policy_free(p);
+
+	p = parse("[{\"effect\": \"allow\", \"actions\": \"*\", \"resources\": "
+		  "\"compute-pool/pool_a\"}]");
+	is_int(decide(p, "compute:instances:create", res, NULL, 0), POLICY_ALLOW,
+	       "pool grant reaches an instance in the pool");
+	policy_free(p);
+	p = parse("[{\"effect\": \"allow\", \"actions\": \"*\", \"resources\": "
+		  "\"compute-pool/pool_b\"}]");
+	is_int(decide(p, "compute:instances:create", res, NULL, 0), POLICY_DENY_DEFAULT,
+	       "another pool's grant does not");
+	policy_free(p);
+	p = parse("[{\"effect\": \"allow\", \"actions\": \"*\", \"resources\": \"tenant/t1\"}]");
+	is_int(decide(p, "compute:instances:delete", res, NULL, 0), POLICY_ALLOW,
+	       "tenant grant reaches everything in it");
+	policy_free(p);
+
+	p = parse("{\"sid\": \"ShortCpuSandboxes\", \"effect\": \"allow\", \"actions\": "
+		  "[\"compute:instances:create\"], \"resources\": [\"compute-instance/*\"], "
+		  "\"conditions\": {\"NumericLessThanEquals\": {\"resource.ttlSeconds\": 3600, "
+		  "\"resource.gpus\": 0}}}");
+	is_int(decide(p, "compute:instances:create", res, small, 3), POLICY_ALLOW,
+	       "ShortCpu: short CPU-only allowed");
+	is_int(decide(p, "compute:instances:create", res, big, 3), POLICY_DENY_DEFAULT,
+	       "ShortCpu: ttl above 3600 refused");
+	is_int(decide(p, "compute:instances:create", res, gpu, 3), POLICY_DENY_DEFAULT,
+	       "ShortCpu: a GPU refused");
+	is_int(decide(p, "compute:instances:create", res, small, 1), POLICY_DENY_DEFAULT,
+	       "ShortCpu: missing attribute refused");
+	policy_free(p);
+
+	p = parse("[{\"effect\": \"allow\", \"actions\": \"*\", \"resources\": \"*\", "
+		  "\"conditions\": {\"NumericGreaterThan\": {\"resource.vcpus\": 1}, "
+		  "\"NumericGreaterThanEquals\": {\"resource.vcpus\": 2}, "
+		  "\"NumericLessThan\": {\"resource.vcpus\": 3}, "
+		  "\"NumericEquals\": {\"resource.vcpus\": [4, 2]}, "
+		  "\"StringEquals\": {\"principal.kind\": \"user\"}, "
+		  "\"StringLike\": {\"principal.id\": \"idn_a*\"}}}]");
+	is_int(decide(p, "x", res, small, 3), POLICY_ALLOW, "every operator holds");
+	policy_free(p);
+	p = parse("[{\"effect\": \"allow\", \"actions\": \"*\", \"resources\": \"*\", "
+		  "\"conditions\": {\"StringLike\": {\"principal.id\": \"idn_b*\"}}}]");
+	is_int(decide(p, "x", res, small, 3), POLICY_DENY_DEFAULT, "StringLike mismatch");
+	policy_free(p);
+	p = parse("[{\"effect\": \"allow\", \"actions\": \"*\", \"resources\": \"*\", "
+		  "\"conditions\": {\"Bool\": {\"resource.gpus\": false}}}]");
+	is_int(decide(p, "x", res, small, 3), POLICY_DENY_DEFAULT, "Bool on a non-bool is false");
+	policy_free(p);
+	p = parse("[{\"effect\": \"deny\", \"actions\": \"*\", \"resources\": \"*\", "
+		  "\"conditions\": {\"NumericGreaterThan\": {\"resource.spend\": 10}}}]");
+	is_int(decide(p, "x", res, small, 3), POLICY_DENY_DEFAULT,
+	       "conditional deny does not fire on a missing attribute");
+	policy_free(p);
+	is_int(decide(NULL, "x", res, NULL, 0), POLICY_DENY_DEFAULT, "no policy: default deny");
+}
+
+int main(void)
+{
+	test_refusals();
+	test_glob();
+	test_decide();
+	done_testing();
+}
