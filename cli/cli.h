@@ -187,4 +187,29 @@ int cli_instance_list(struct cli_ctx *ctx, int argc, char **argv);
 int cli_instance_get(struct cli_ctx *ctx, int argc, char **argv);
 int cli_instance_delete(struct cli_ctx *ctx, int argc, char **argv);
 
+int cli_tenant_create(struct cli_ctx *ctx, int argc, char **argv);
+int cli_tenant_get(struct cli_ctx *ctx, int argc, char **argv);
+int cli_tenant_list(struct cli_ctx *ctx, int argc, char **argv);
+int cli_tenant_set_state(struct cli_ctx *ctx, int argc, char **argv);
+int cli_tenant_quota(struct cli_ctx *ctx, int argc, char **argv);
+
+int cli_identity_create(struct cli_ctx *ctx, int argc, char **argv);
+int cli_identity_get(struct cli_ctx *ctx, int argc, char **argv);
+int cli_identity_list(struct cli_ctx *ctx, int argc, char **argv);
+int cli_identity_set_state(struct cli_ctx *ctx, int argc, char **argv);
+int cli_delegation_create(struct cli_ctx *ctx, int argc, char **argv);
+int cli_delegation_list(struct cli_ctx *ctx, int argc, char **argv);
+int cli_delegation_revoke(struct cli_ctx *ctx, int argc, char **argv);
+
+int cli_token_create(struct cli_ctx *ctx, int argc, char **argv);
+int cli_token_list(struct cli_ctx *ctx, int argc, char **argv);
+int cli_token_revoke(struct cli_ctx *ctx, int argc, char **argv);
+
+int cli_policy_create(struct cli_ctx *ctx, int argc, char **argv);
+int cli_policy_get(struct cli_ctx *ctx, int argc, char **argv);
+int cli_policy_list(struct cli_ctx *ctx, int argc, char **argv);
+int cli_policy_delete(struct cli_ctx *ctx, int argc, char **argv);
+int cli_policy_attach(struct cli_ctx *ctx, int argc, char **argv);
+int cli_policy_detach(struct cli_ctx *ctx, int argc, char **argv);
+
 #endif

@@ -146,7 +146,7 @@ int cli_instance_create(struct cli_ctx *ctx, int argc, char **argv)
 int cli_instance_list(struct cli_ctx *ctx, int argc, char **argv)
 {
 	Bc__Compute__V1__ListInstancesRequest req = BC__COMPUTE__V1__LIST_INSTANCES_REQUEST__INIT;
-	char *tenant = NULL, *pool = NULL, *cursor = NULL;
+	char *tenant = NULL, *pool = NULL, *cursor = NULL, *scope = NULL;
 	bool deleted = false;
 	int64_t limit = 0;
 	const struct cli_flag flags[] = {
@@ -160,6 +160,8 @@ int cli_instance_list(struct cli_ctx *ctx, int argc, char **argv)
 		 .max = 200, .help = "page size, 1..200 (default 50)"},
 		{.name = "cursor", .type = CLI_STR, .dst = &cursor, .meta = "C",
 		 .help = "continue after this cursor"},
+		{.name = "scope", .type = CLI_STR, .dst = &scope, .meta = "S",
+		 .help = "mine (default: what you created) | all (the tenant's you may read)"},
 	};
 	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
 
@@ -173,6 +175,8 @@ int cli_instance_list(struct cli_ctx *ctx, int argc, char **argv)
 	req.limit = (int32_t)limit;
 	if (cursor)
 		req.cursor = cursor;
+	if (scope)
+		req.scope = scope;
 	return cli_run(ctx, SVC, "List", &req.base, show_list, 0);
 }
 

@@ -58,6 +58,26 @@ static int auth_node(rpc_call *call, struct principal *p, bc_error *err)
 	return 0;
 }
 
+/* A token of an inactive tenant or identity, or of an agent whose
+ * delegation was revoked, is refused: ACCESS_DENIED with the reason. */
+static int auth_refuse(const PGresult *r, bc_error *err)
+{
+	const char *reason = NULL;
+
+	if (strcmp(db_val(r, 0, 3), "active") != 0)
+		reason = "tenant-inactive";
+	else if (strcmp(db_val(r, 0, 4), "active") != 0)
+		reason = "identity-inactive";
+	else if (strcmp(db_val(r, 0, 5), "agent") == 0 && !*db_val(r, 0, 7))
+		reason = "delegation-revoked";
+	if (!reason)
+		return 0;
+	bc_error_set(err, BC_ACCESS_DENIED, "%s", strcmp(reason, "tenant-inactive") == 0 ?
+		     "tenant is not active" : strcmp(reason, "identity-inactive") == 0 ?
+		     "identity is not active" : "the agent's delegation was revoked");
+	return bc_error_detail(err, "reason", "%s", reason);
+}
+
 static int auth_token(rpc_call *call, struct principal *p, bc_error *err)
 {
 	const char *tok = rpc_call_bearer(call);
@@ -73,8 +93,10 @@ static int auth_token(rpc_call *call, struct principal *p, bc_error *err)
 	sha256_hex(tok, strlen(tok), hash);
 	dbp_str(&q, hash);
 	rc = db_exec(ctl_db(call), &r,
-		     "SELECT i.id, i.tenant_id, i.is_admin, t.state FROM api_tokens k "
+		     "SELECT i.id, i.tenant_id, i.is_admin, t.state, i.state, i.kind, "
+		     "coalesce(d.user_id, ''), coalesce(d.id, '') FROM api_tokens k "
 		     "JOIN identities i ON i.id = k.identity_id JOIN tenants t ON t.id = i.tenant_id "
+		     "LEFT JOIN delegations d ON d.agent_id = i.id AND d.revoked_at IS NULL "
 		     "WHERE k.token_hash = $1 AND k.revoked_at IS NULL "
 		     "AND (k.expires_at IS NULL OR k.expires_at > now())", &q);
 	if (rc < 0)
@@ -83,17 +105,25 @@ static int auth_token(rpc_call *call, struct principal *p, bc_error *err)
 		PQclear(r);
 		return bc_error_set(err, BC_UNAUTHENTICATED, "invalid or expired token");
 	}
-	if (strcmp(db_val(r, 0, 3), "active") != 0) {
+	if ((rc = auth_refuse(r, err)) < 0) {
 		PQclear(r);
-		bc_error_set(err, BC_ACCESS_DENIED, "tenant is not active");
-		return bc_error_detail(err, "reason", "tenant-inactive");
+		return rc;
 	}
 	p->kind = PRINCIPAL_IDENTITY;
 	snprintf(p->id, sizeof(p->id), "%s", db_val(r, 0, 0));
 	snprintf(p->tenant_id, sizeof(p->tenant_id), "%s", db_val(r, 0, 1));
+	snprintf(p->identity_kind, sizeof(p->identity_kind), "%s", db_val(r, 0, 5));
+	snprintf(p->user_id, sizeof(p->user_id), "%s", db_val(r, 0, 6));
+	snprintf(p->delegation_id, sizeof(p->delegation_id), "%s", db_val(r, 0, 7));
 	p->is_admin = db_bool(r, 0, 2);
 	PQclear(r);
 	return 0;
+}
+
+bool auth_is_operator(const struct principal *p)
+{
+	return p && p->kind == PRINCIPAL_IDENTITY && p->is_admin &&
+	       strcmp(p->tenant_id, AUTH_ROOT_TENANT) == 0;
 }
 
 int auth_pre_call(rpc_call *call, bc_error *err)
@@ -110,7 +140,7 @@ int auth_pre_call(rpc_call *call, bc_error *err)
 		return auth_node(call, p, err);
 	if ((rc = auth_token(call, p, err)) < 0)
 		return rc;
-	if (has_prefix(m, "/bc.admin.v1.") && !p->is_admin)
+	if (has_prefix(m, "/bc.admin.v1.") && !auth_is_operator(p))
 		return bc_error_set(err, BC_ACCESS_DENIED, "operator credential required");
 	return 0;
 }
@@ -135,7 +165,7 @@ int auth_tenant(const rpc_call *call, const char *requested, const char **ret_te
 		_cleanup_free_ char *v = NULL;
 		int rc;
 
-		if (!p->is_admin)
+		if (!auth_is_operator(p))
 			return bc_error_set(err, BC_NOT_FOUND, "tenant %s not found", requested);
 		dbp_str(&q, requested);
 		rc = db_scalar(ctl_db(call), "SELECT id FROM tenants WHERE id = $1 AND state <> "

@@ -57,6 +57,10 @@ struct principal {
 	char tenant_id[64];  /* identities */
 	char pool_id[64];    /* nodes */
 	bool is_admin;
+	char identity_kind[16];  /* user | service | agent */
+	/* an agent: the user it acts for and the live delegation; others: "" */
+	char user_id[64];
+	char delegation_id[64];
 };
 
 /* From a call: the app, this thread's database, the principal. */
@@ -71,6 +75,10 @@ const char *migrate_default_dir(const char *configured);
 
 /* auth.c: authenticate a call (bearer token or node certificate). */
 int auth_pre_call(rpc_call *call, bc_error *err);
+/* The operator: an administrator of the root tenant (the admin API's
+ * callers; implicit allow everywhere). */
+#define AUTH_ROOT_TENANT "root"
+bool auth_is_operator(const struct principal *p);
 /* Token hashing and minting (tokens are stored as SHA-256 only). */
 void auth_token_new(char *out, size_t len);
 int auth_create_admin(struct db *d, const char *tenant_id, const char *name, char *ret_token,
@@ -90,6 +98,8 @@ int admin_register(rpc_server *s);
 int admin_catalog_register(rpc_server *s);
 int instances_register(rpc_server *s);
 int nodeapi_register(rpc_server *s);
+int iam_tenants_register(rpc_server *s);
+int iam_policies_register(rpc_server *s);
 
 /* spec.c: bump a node's generation and NOTIFY, inside the caller's tx. */
 int spec_bump(struct db *d, const char *node_id);

@@ -139,7 +139,7 @@ int init_run(struct ctl_app *app, bool new_admin_token)
 	if (r == 0)
 		r = admin_exists(d, &have_admin);
 	if (r == 0 && (!have_admin || new_admin_token)) {
-		r = auth_create_admin(d, "root", "admin", token, sizeof(token));
+		r = auth_create_admin(d, AUTH_ROOT_TENANT, "admin", token, sizeof(token));
 		if (r == 0)
 			r = file_write_atomic(app->cfg.admin_token_file, token, strlen(token), 0600);
 		if (r == 0) {

@@ -4,10 +4,12 @@
  * it Unschedulable), publishes instance.created, records its idempotency key
  * and bumps the node's spec so the agent hears of it at once. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
+#include "authz.h"
 #include "bc/compute/v1/instances.pb-c.h"
 #include "ctl.h"
 #include "idem.h"
@@ -28,7 +30,12 @@
 	MS("i.created_at") ", " MS("i.updated_at") ", coalesce(" MS("i.deleted_at") ", 0), " \
 	"i.created_by, array_to_string(i.ssh_keys, E'\\n'), coalesce(i.mac::text, ''), "      \
 	"coalesce((SELECT host(l.address) FROM ip_leases l WHERE l.instance_id = i.id LIMIT 1), " \
-	"''), coalesce((SELECT p.ipam_subnet6::text FROM pools p WHERE p.id = i.pool_id), '')"
+	"''), coalesce((SELECT p.ipam_subnet6::text FROM pools p WHERE p.id = i.pool_id), ''), " \
+	"(SELECT a.agent_id FROM authz_resources a WHERE a.type = 'compute-instance' AND a.id = i.id)"
+/* drafts are being decided: nobody sees them */
+#define INST_NOT_DRAFT                                                                     \
+	" AND NOT EXISTS (SELECT 1 FROM authz_resources a WHERE a.type = 'compute-instance' AND " \
+	"a.id = i.id AND a.draft)"
 
 static Bc__Compute__V1__Nic *nic_from_row(rpc_call *c, const PGresult *r, int i)
 {
@@ -84,9 +91,46 @@ static Bc__Compute__V1__Instance *inst_from_row(rpc_call *c, const PGresult *r, 
 	return x;
 }
 
-/* Read one instance of tenant; NOT_FOUND for another tenant's. */
+/* What a decision sees of an instance: its shape, pool and creator. */
+static void inst_target(const Bc__Compute__V1__Instance *x, const char *agent,
+			struct authz_target *t, char parent[128])
+{
+	char num[32];
+
+	*t = (struct authz_target){.type = "compute-instance", .id = x->id,
+				   .tenant_id = x->tenant_id, .parent = parent,
+				   .agent_id = agent && *agent ? agent : NULL};
+	snprintf(parent, 128, "compute-pool/%s", x->pool_id);
+	authz_attr(t, "poolId", x->pool_id);
+	authz_attr(t, "flavor", x->flavor);
+	authz_attr(t, "imageId", x->image_id);
+	authz_attr(t, "networkPolicy", x->network_policy);
+	authz_attr(t, "createdBy", x->created_by);
+	snprintf(num, sizeof(num), "%u", x->vcpus);
+	authz_attr(t, "vcpus", num);
+	snprintf(num, sizeof(num), "%" PRIu64, x->memory_mib);
+	authz_attr(t, "memoryMib", num);
+	snprintf(num, sizeof(num), "%" PRIu64, x->disk_gib);
+	authz_attr(t, "diskGiB", num);
+	snprintf(num, sizeof(num), "%u", x->gpus);
+	authz_attr(t, "gpus", num);
+}
+
+/* Decide action on a fetched instance. */
+static int inst_decide(rpc_call *c, const char *action, const Bc__Compute__V1__Instance *x,
+		       const char *agent, bc_error *err)
+{
+	struct authz_target t;
+	char parent[128];
+
+	inst_target(x, agent, &t, parent);
+	return authz_decide(c, ctl_db(c), action, &t, err);
+}
+
+/* Read one instance of tenant; NOT_FOUND for another tenant's or a draft.
+ * ret_agent (64 bytes, may be NULL) is the agent that created it, or "". */
 static int inst_fetch(rpc_call *c, const char *tenant, const char *id,
-		      Bc__Compute__V1__Instance **ret, bc_error *err)
+		      Bc__Compute__V1__Instance **ret, char *ret_agent, bc_error *err)
 {
 	struct dbp p = {0};
 	PGresult *r = NULL;
@@ -95,7 +139,7 @@ static int inst_fetch(rpc_call *c, const char *tenant, const char *id,
 	dbp_str(&p, id);
 	dbp_str(&p, tenant);
 	rc = db_exec(ctl_db(c), &r, "SELECT " INST_COLS " FROM instances i WHERE i.id = $1 AND "
-		     "i.tenant_id = $2", &p);
+		     "i.tenant_id = $2" INST_NOT_DRAFT, &p);
 	if (rc < 0)
 		return db_fail(err, rc);
 	if (PQntuples(r) == 0) {
@@ -103,6 +147,8 @@ static int inst_fetch(rpc_call *c, const char *tenant, const char *id,
 		return bc_error_set(err, BC_NOT_FOUND, "instance %s not found", id);
 	}
 	*ret = inst_from_row(c, r, 0);
+	if (ret_agent)
+		snprintf(ret_agent, 64, "%s", db_val(r, 0, 24) ? db_val(r, 0, 24) : "");
 	PQclear(r);
 	return 0;
 }
@@ -243,6 +289,36 @@ static int insert_instance(struct db *d, struct create *a, PGresult **ret_shape,
 	return invalid(err, "imageId", "unknown image %s", q->image_id);
 }
 
+/* Draft, then decide: stage the instance's authorization row with the
+ * requested shape, decide compute:instances:create on it, then charge the
+ * quota and check the budget. Any refusal rolls the whole create back. */
+static int admit(struct db *d, struct create *a, const PGresult *shape, bc_error *err)
+{
+	struct authz_target t = {.type = "compute-instance", .id = a->id, .tenant_id = a->tenant};
+	char parent[128];
+	int rc;
+
+	snprintf(parent, sizeof(parent), "compute-pool/%s", a->q->pool_id);
+	t.parent = parent;
+	authz_attr(&t, "poolId", a->q->pool_id);
+	authz_attr(&t, "flavor", a->q->flavor);
+	authz_attr(&t, "imageId", a->q->image_id);
+	authz_attr(&t, "networkPolicy", a->policy);
+	authz_attr(&t, "createdBy", ctl_principal(a->call)->id);
+	authz_attr(&t, "vcpus", db_val(shape, 0, 0));
+	authz_attr(&t, "memoryMib", db_val(shape, 0, 1));
+	authz_attr(&t, "diskGiB", db_val(shape, 0, 2));
+	authz_attr(&t, "gpus", db_val(shape, 0, 3));
+	if ((rc = authz_stage(a->call, d, &t, err)) < 0 ||
+	    (rc = authz_decide_staged(a->call, d, "compute:instances:create", t.type, t.id,
+				      err)) < 0)
+		return rc;
+	if ((rc = quota_check(d, a->tenant, (int)db_i64(shape, 0, 0), db_i64(shape, 0, 1),
+			      db_i64(shape, 0, 2), (int)db_i64(shape, 0, 3), err)) < 0)
+		return rc;
+	return quota_budget(d, a->tenant, a->q->pool_id, err);
+}
+
 static int create_tx(struct db *d, void *arg, bc_error *err)
 {
 	struct create *a = arg;
@@ -264,6 +340,10 @@ static int create_tx(struct db *d, void *arg, bc_error *err)
 	if ((rc = resolve_pool(d, a, &runtime, err)) < 0 ||
 	    (rc = insert_instance(d, a, &shape, err)) < 0)
 		return rc;
+	if ((rc = admit(d, a, shape, err)) < 0) {
+		PQclear(shape);
+		return rc;
+	}
 	pr = (struct place_req){.instance_id = a->id, .tenant_id = a->tenant,
 				.pool_id = a->q->pool_id, .vcpus = (int)db_i64(shape, 0, 0),
 				.memory_mib = db_i64(shape, 0, 1), .disk_gib = db_i64(shape, 0, 2),
@@ -272,7 +352,8 @@ static int create_tx(struct db *d, void *arg, bc_error *err)
 	if (strcmp(a->policy, "egress") != 0)
 		labels[0] = CAP_NETWORK_POLICY;
 	if ((rc = lease_nic(d, a->q->pool_id, a->id, a->mac, err)) < 0 ||
-	    (rc = idem_record(d, &a->k, a->id, err)) < 0)
+	    (rc = idem_record(d, &a->k, a->id, err)) < 0 ||
+	    (rc = authz_commit(d, "compute-instance", a->id, err)) < 0)
 		return rc;
 	/* placement last: the node's row lock is held only until commit */
 	if ((rc = place_instance(d, &pr, &node, err)) < 0)
@@ -296,7 +377,7 @@ static int wait_settled(rpc_call *c, const char *tenant, const char *id, int tim
 	while (mono_ms() < end && (strcmp((*inst)->state, "provisioning") == 0 ||
 				   strcmp((*inst)->state, "starting") == 0)) {
 		nanosleep(&tick, NULL);
-		if ((r = inst_fetch(c, tenant, id, inst, err)) < 0)
+		if ((r = inst_fetch(c, tenant, id, inst, NULL, err)) < 0)
 			break;
 	}
 	return r;
@@ -322,7 +403,7 @@ static int inst_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage 
 	idem_hash(&h.base, a.k.request_hash);
 	if ((r = db_tx(ctl_db(c), "READ COMMITTED", create_tx, &a, err)) < 0)
 		return r;
-	if ((r = inst_fetch(c, a.tenant, a.id, &inst, err)) < 0)
+	if ((r = inst_fetch(c, a.tenant, a.id, &inst, NULL, err)) < 0)
 		return r;
 	if (!a.reused)
 		log_info("instance %s: created for tenant %s on %s", a.id, a.tenant,
@@ -342,11 +423,13 @@ static int inst_get(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **r
 	const Bc__Compute__V1__GetInstanceRequest *q = (const void *)m;
 	Bc__Compute__V1__Instance *inst = NULL;
 	const char *tenant;
+	char agent[64];
 	int r;
 
 	if ((r = auth_tenant(c, q->tenant_id, &tenant, err)) < 0 ||
 	    (r = check_id(err, "instanceId", "inst", q->instance_id)) < 0 ||
-	    (r = inst_fetch(c, tenant, q->instance_id, &inst, err)) < 0)
+	    (r = inst_fetch(c, tenant, q->instance_id, &inst, agent, err)) < 0 ||
+	    (r = inst_decide(c, "compute:instances:read", inst, agent, err)) < 0)
 		return r;
 	*ret = &inst->base;
 	return 0;
@@ -361,6 +444,7 @@ static int inst_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	int limit = q->limit ? q->limit : 50, rc;
+	bool all = strcmp(q->scope, "all") == 0;
 
 	if ((rc = auth_tenant(c, q->tenant_id, &tenant, err)) < 0)
 		return rc;
@@ -370,23 +454,42 @@ static int inst_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 		return rc;
 	if (*q->cursor && (rc = check_id(err, "cursor", "inst", q->cursor)) < 0)
 		return rc;
+	if (*q->scope && !all && strcmp(q->scope, "mine") != 0)
+		return invalid(err, "scope", "scope must be mine or all");
 	dbp_str(&p, tenant);
 	dbp_str(&p, q->pool_id);
 	dbp_str(&p, q->cursor);
 	dbp_bool(&p, q->deleted);
 	dbp_i64(&p, limit);
+	dbp_bool(&p, all);
+	dbp_str(&p, ctl_principal(c)->id);
+	/* mine: what the caller created, or (a user) what its agents created */
 	rc = db_exec(ctl_db(c), &r, "SELECT " INST_COLS " FROM instances i WHERE i.tenant_id = $1 "
 		     "AND ($2 = '' OR i.pool_id = $2) AND ($3 = '' OR i.id < $3) AND "
-		     "i.warm_template_id IS NULL AND ($4 OR i.state <> 'deleted') "
-		     "ORDER BY i.id DESC LIMIT $5", &p);
+		     "i.warm_template_id IS NULL AND ($4 OR i.state <> 'deleted') AND ($6 OR "
+		     "i.created_by = $7 OR EXISTS (SELECT 1 FROM authz_resources a WHERE a.type = "
+		     "'compute-instance' AND a.id = i.id AND a.owner_id = $7 AND a.agent_id IS NULL))"
+		     INST_NOT_DRAFT " ORDER BY i.id DESC LIMIT $5", &p);
 	if (rc < 0)
 		return db_fail(err, rc);
 	resp = rpc_new(c, &bc__compute__v1__list_instances_response__descriptor);
 	resp->items = rpc_alloc(c, ((size_t)PQntuples(r) + 1) * sizeof(*resp->items));
-	for (int i = 0; i < PQntuples(r); i++)
-		resp->items[resp->n_items++] = inst_from_row(c, r, i);
-	if ((int)resp->n_items == limit)
-		resp->cursor = resp->items[limit - 1]->id;
+	for (int i = 0; i < PQntuples(r); i++) {
+		Bc__Compute__V1__Instance *x = inst_from_row(c, r, i);
+		bc_error skip = {0};
+		/* each item is checked; one the caller may not read is left out */
+		if (inst_decide(c, "compute:instances:read", x, db_val(r, i, 24), &skip) < 0) {
+			if (skip.code == BC_UNAVAILABLE || skip.code == BC_INTERNAL) {
+				PQclear(r);
+				*err = skip;
+				return -BC_EDOMAIN;
+			}
+			continue;
+		}
+		resp->items[resp->n_items++] = x;
+	}
+	if (PQntuples(r) == limit)
+		resp->cursor = row_str(c, r, limit - 1, 0);
 	PQclear(r);
 	*ret = &resp->base;
 	return 0;
@@ -452,14 +555,17 @@ static int inst_delete(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage 
 	const Bc__Compute__V1__DeleteInstanceRequest *q = (const void *)m;
 	Bc__Compute__V1__Instance *inst = NULL;
 	struct del a = {.id = q->instance_id};
+	char agent[64];
 	int r;
 
 	if ((r = auth_tenant(c, q->tenant_id, &a.tenant, err)) < 0 ||
-	    (r = check_id(err, "instanceId", "inst", q->instance_id)) < 0)
+	    (r = check_id(err, "instanceId", "inst", q->instance_id)) < 0 ||
+	    (r = inst_fetch(c, a.tenant, q->instance_id, &inst, agent, err)) < 0 ||
+	    (r = inst_decide(c, "compute:instances:delete", inst, agent, err)) < 0)
 		return r;
 	r = db_tx(ctl_db(c), "READ COMMITTED", delete_tx, &a, err);
 	free(a.node);
-	if (r < 0 || (r = inst_fetch(c, a.tenant, q->instance_id, &inst, err)) < 0)
+	if (r < 0 || (r = inst_fetch(c, a.tenant, q->instance_id, &inst, NULL, err)) < 0)
 		return r;
 	log_info("instance %s: delete requested", q->instance_id);
 	*ret = &inst->base;

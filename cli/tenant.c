@@ -1,0 +1,114 @@
+/* tenant.c: "bcctl tenant ..." verbs over bc.admin.v1.Tenants and Quotas
+ * (operator only). Validation stays with the server. */
+#include "cli.h"
+
+#include "bc/admin/v1/iam.pb-c.h"
+#include "util.h"
+
+#define SVC (&bc__admin__v1__tenants__descriptor)
+
+int cli_tenant_create(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Admin__V1__CreateTenantRequest req = BC__ADMIN__V1__CREATE_TENANT_REQUEST__INIT;
+	char *name = NULL;
+	const struct cli_flag flags[] = {
+		{.name = "ID", .type = CLI_ARG, .dst = &req.id, .required = true,
+		 .help = "tenant id ([a-z0-9][a-z0-9.-]*)"},
+		{.name = "name", .type = CLI_STR, .dst = &name, .meta = "N",
+		 .help = "display name (default: the id)"},
+	};
+	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+
+	if (r != 0)
+		return r;
+	if (name)
+		req.name = name;
+	return cli_run(ctx, SVC, "Create", &req.base, NULL, 0);
+}
+
+int cli_tenant_get(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Admin__V1__GetTenantRequest req = BC__ADMIN__V1__GET_TENANT_REQUEST__INIT;
+	const struct cli_flag flags[] = {
+		{.name = "ID", .type = CLI_ARG, .dst = &req.tenant_id, .required = true,
+		 .help = "tenant id"},
+	};
+	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+
+	return r != 0 ? r : cli_run(ctx, SVC, "Get", &req.base, NULL, 0);
+}
+
+int cli_tenant_list(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Admin__V1__ListTenantsRequest req = BC__ADMIN__V1__LIST_TENANTS_REQUEST__INIT;
+	int64_t limit = 0;
+	char *cursor = NULL;
+	const struct cli_flag flags[] = {
+		{.name = "limit", .type = CLI_INT, .dst = &limit, .meta = "N", .min = 1, .max = 500,
+		 .help = "page size"},
+		{.name = "cursor", .type = CLI_STR, .dst = &cursor, .meta = "C",
+		 .help = "continue after this cursor"},
+	};
+	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+
+	if (r != 0)
+		return r;
+	req.limit = (int32_t)limit;
+	if (cursor)
+		req.cursor = cursor;
+	return cli_run(ctx, SVC, "List", &req.base, NULL, 0);
+}
+
+int cli_tenant_set_state(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Admin__V1__SetTenantStateRequest req = BC__ADMIN__V1__SET_TENANT_STATE_REQUEST__INIT;
+	const struct cli_flag flags[] = {
+		{.name = "ID", .type = CLI_ARG, .dst = &req.tenant_id, .required = true,
+		 .help = "tenant id"},
+		{.name = "STATE", .type = CLI_ARG, .dst = &req.state, .required = true,
+		 .help = "active | suspended | deleting | deleted"},
+	};
+	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+
+	return r != 0 ? r : cli_run(ctx, SVC, "SetState", &req.base, NULL, 0);
+}
+
+int cli_tenant_quota(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Admin__V1__Quota req = BC__ADMIN__V1__QUOTA__INIT;
+	Bc__Admin__V1__GetQuotaRequest get = BC__ADMIN__V1__GET_QUOTA_REQUEST__INIT;
+	int64_t vcpus = -1, mem = -1, disk = -1, gpus = -1, inst = -1;
+	const struct cli_flag flags[] = {
+		{.name = "ID", .type = CLI_ARG, .dst = &req.tenant_id, .required = true,
+		 .help = "tenant id"},
+		{.name = "vcpus", .type = CLI_INT, .dst = &vcpus, .meta = "N", .min = 0,
+		 .max = 1000000, .help = "vCPU limit"},
+		{.name = "memory-gib", .type = CLI_INT, .dst = &mem, .meta = "N", .min = 0,
+		 .max = 1LL << 40, .help = "memory limit, GiB"},
+		{.name = "disk-gib", .type = CLI_INT, .dst = &disk, .meta = "N", .min = 0,
+		 .max = 1LL << 40, .help = "disk limit, GiB"},
+		{.name = "gpus", .type = CLI_INT, .dst = &gpus, .meta = "N", .min = 0, .max = 100000,
+		 .help = "GPU limit"},
+		{.name = "instances", .type = CLI_INT, .dst = &inst, .meta = "N", .min = 0,
+		 .max = 1000000, .help = "instance count limit"},
+	};
+	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+
+	if (r != 0)
+		return r;
+	if (vcpus < 0 && mem < 0 && disk < 0 && gpus < 0 && inst < 0) {
+		get.tenant_id = req.tenant_id;
+		return cli_run(ctx, &bc__admin__v1__quotas__descriptor, "Get", &get.base, NULL, 0);
+	}
+	req.has_vcpus = vcpus >= 0;
+	req.vcpus = (uint32_t)(vcpus < 0 ? 0 : vcpus);
+	req.has_memory_gib = mem >= 0;
+	req.memory_gib = (uint64_t)(mem < 0 ? 0 : mem);
+	req.has_disk_gib = disk >= 0;
+	req.disk_gib = (uint64_t)(disk < 0 ? 0 : disk);
+	req.has_gpus = gpus >= 0;
+	req.gpus = (uint32_t)(gpus < 0 ? 0 : gpus);
+	req.has_instances = inst >= 0;
+	req.instances = (uint32_t)(inst < 0 ? 0 : inst);
+	return cli_run(ctx, &bc__admin__v1__quotas__descriptor, "Set", &req.base, NULL, 0);
+}

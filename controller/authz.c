@@ -1,0 +1,239 @@
+/* authz.c: decisions for the APIs. The policies that apply to a caller are
+ * those attached to it and to its tenant; an agent acting under a
+ * delegation is allowed only what both its own policies and its user's
+ * allow, and sees only what it created. The resource is named
+ * "<type>/<id>" with its ancestors (its pool, then "tenant/<id>"), so a
+ * grant on a pool or on the tenant reaches it. Creates stage a draft row in
+ * the authorization projection and decide on what was staged; the whole
+ * transaction rolls back on a refusal, so nothing is left behind. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "authz.h"
+#include "log.h"
+#include "util.h"
+
+#define AUTHZ_MAX_DOCS 256
+
+void authz_attr(struct authz_target *t, const char *name, const char *value)
+{
+	size_t i = t->n_attrs;
+
+	if (i >= AUTHZ_MAX_ATTRS)
+		return;
+	snprintf(t->names[i], sizeof(t->names[i]), "%s", name);
+	snprintf(t->values[i], sizeof(t->values[i]), "%s", value ? value : "");
+	t->attrs[i] = (struct policy_attr){t->names[i], t->values[i]};
+	t->n_attrs++;
+}
+
+struct docs {
+	struct policy *v[AUTHZ_MAX_DOCS];
+	size_t n;
+	bool admin;
+};
+
+static void docs_free(struct docs *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		policy_free(s->v[i]);
+	s->n = 0;
+}
+
+/* The policies of identity id in tenant, and whether it is an admin. A
+ * stored document that no longer parses is skipped (it was valid when
+ * stored; a newer binary may read it differently) and logged. */
+static int docs_load(struct db *d, const char *id, const char *tenant, struct docs *s)
+{
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, id);
+	dbp_str(&p, tenant);
+	rc = db_exec(d, &r, "SELECT (SELECT is_admin FROM identities WHERE id = $1), p.id, "
+		     "p.document FROM (SELECT 1) one LEFT JOIN (policies p JOIN policy_attachments a "
+		     "ON a.policy_id = p.id AND p.deleted_at IS NULL AND p.tenant_id = $2 AND "
+		     "((a.target_kind = 'identity' AND a.target_id = $1) OR (a.target_kind = "
+		     "'tenant' AND a.target_id = $2))) ON true ORDER BY p.id", &p);
+	if (rc < 0)
+		return rc;
+	s->admin = db_bool(r, 0, 0);
+	for (int i = 0; i < PQntuples(r) && s->n < AUTHZ_MAX_DOCS; i++) {
+		const char *doc = db_val(r, i, 2);
+		if (!doc)
+			continue;
+		if (policy_parse(doc, strlen(doc), &s->v[s->n], NULL, NULL, 0) < 0)
+			log_warn("policy %s: stored document does not parse, skipped", db_val(r, i, 1));
+		else
+			s->n++;
+	}
+	PQclear(r);
+	return 0;
+}
+
+static int refuse(bc_error *err, const char *action, const char *resource,
+		  enum policy_effect e, const char *sid)
+{
+	bc_error_set(err, BC_ACCESS_DENIED, "%s on %s is not allowed%s%s", action, resource,
+		     e == POLICY_DENY_EXPLICIT ? " (denied by " : "",
+		     e == POLICY_DENY_EXPLICIT ? (sid && *sid ? sid : "a statement") : "");
+	bc_error_detail(err, "action", "%s", action);
+	bc_error_detail(err, "resource", "%s", resource);
+	if (e == POLICY_DENY_EXPLICIT && sid && *sid)
+		bc_error_detail(err, "sid", "%s", sid);
+	return bc_error_detail(err, "reason", "%s", e == POLICY_DENY_EXPLICIT ? "explicit-deny"
+							    : "no-allow");
+}
+
+/* Decide for one identity's documents; the admin flag allows all. */
+static enum policy_effect decide_for(struct db *d, const char *id, const char *tenant,
+				     const struct policy_request *q, const char **sid, int *rc)
+{
+	struct docs s = {0};
+	enum policy_effect e;
+
+	if ((*rc = docs_load(d, id, tenant, &s)) < 0)
+		return POLICY_DENY_DEFAULT;
+	if (s.admin) {
+		docs_free(&s);
+		return POLICY_ALLOW;
+	}
+	e = policy_decide((const struct policy *const *)s.v, s.n, q, sid);
+	if (sid && *sid)
+		*sid = xstrdup(*sid); /* outlives the documents */
+	docs_free(&s);
+	return e;
+}
+
+int authz_decide(rpc_call *c, struct db *d, const char *action, const struct authz_target *t,
+		 bc_error *err)
+{
+	const struct principal *p = ctl_principal(c);
+	char resource[160], tenant_res[96], ancestors_buf[160];
+	const char *anc[2], *sid = NULL;
+	struct policy_attr pa[5];
+	struct policy_request q;
+	enum policy_effect e;
+	size_t n_anc = 0;
+	int rc = 0;
+
+	snprintf(resource, sizeof(resource), "%s/%s", t->type, t->id);
+	if (!p || p->kind != PRINCIPAL_IDENTITY)
+		return bc_error_set(err, BC_UNAUTHENTICATED, "no caller");
+	if (auth_is_operator(p))
+		return 0;
+	if (strcmp(p->tenant_id, t->tenant_id) != 0 ||
+	    (*p->user_id && (!t->agent_id || strcmp(t->agent_id, p->id) != 0)))
+		return bc_error_set(err, BC_NOT_FOUND, "%s not found", resource);
+	if (t->parent && *t->parent) {
+		snprintf(ancestors_buf, sizeof(ancestors_buf), "%s", t->parent);
+		anc[n_anc++] = ancestors_buf;
+	}
+	snprintf(tenant_res, sizeof(tenant_res), "tenant/%s", t->tenant_id);
+	anc[n_anc++] = tenant_res;
+	pa[0] = (struct policy_attr){"id", p->id};
+	pa[1] = (struct policy_attr){"kind", p->identity_kind};
+	pa[2] = (struct policy_attr){"tenantId", p->tenant_id};
+	pa[3] = (struct policy_attr){"userId", *p->user_id ? p->user_id : p->id};
+	pa[4] = (struct policy_attr){"delegationId", p->delegation_id};
+	q = (struct policy_request){.action = action, .resource = resource, .ancestors = anc,
+				    .n_ancestors = n_anc, .resource_attrs = t->attrs,
+				    .n_resource_attrs = t->n_attrs, .principal_attrs = pa,
+				    .n_principal_attrs = 5};
+	e = decide_for(d, p->id, p->tenant_id, &q, &sid, &rc);
+	/* an agent: its user must allow it too */
+	if (rc == 0 && e == POLICY_ALLOW && *p->user_id) {
+		free((char *)sid);
+		sid = NULL;
+		e = decide_for(d, p->user_id, p->tenant_id, &q, &sid, &rc);
+	}
+	if (rc < 0) {
+		free((char *)sid);
+		return db_fail(err, rc);
+	}
+	if (e != POLICY_ALLOW) {
+		log_info("identity %s: %s on %s refused (%s)", p->id, action, resource,
+			 e == POLICY_DENY_EXPLICIT ? "explicit deny" : "no allow");
+		rc = refuse(err, action, resource, e, sid);
+	}
+	free((char *)sid);
+	return rc;
+}
+
+int authz_stage(rpc_call *c, struct db *d, const struct authz_target *t, bc_error *err)
+{
+	const struct principal *p = ctl_principal(c);
+	_cleanup_free_ char *json = NULL;
+	size_t len = 3, used;
+	struct dbp q = {0};
+	int rc;
+
+	for (size_t i = 0; i < t->n_attrs; i++)
+		len += strlen(t->names[i]) + strlen(t->values[i]) + 8;
+	json = xcalloc(1, len);
+	used = (size_t)snprintf(json, len, "{");
+	/* names and values are ours (slugs, ids, numbers): no escaping needed */
+	for (size_t i = 0; i < t->n_attrs; i++)
+		used += (size_t)snprintf(json + used, len - used, "%s\"%s\": \"%s\"", i ? ", " : "",
+					 t->names[i], t->values[i]);
+	snprintf(json + used, len - used, "}");
+	dbp_str(&q, t->type);
+	dbp_str(&q, t->id);
+	dbp_str(&q, t->tenant_id);
+	dbp_str(&q, t->parent ? t->parent : "");
+	dbp_str(&q, *p->user_id ? p->user_id : p->id);
+	dbp_nstr(&q, *p->user_id ? p->id : NULL);
+	dbp_str(&q, json);
+	rc = db_exec(d, NULL, "INSERT INTO authz_resources (type, id, tenant_id, parent, owner_id, "
+		     "agent_id, attrs, draft) VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, true)", &q);
+	return rc < 0 ? db_fail(err, rc) : 0;
+}
+
+int authz_decide_staged(rpc_call *c, struct db *d, const char *action, const char *type,
+			const char *id, bc_error *err)
+{
+	struct authz_target t = {.type = type, .id = id};
+	char tenant[64], parent[128], agent[64];
+	struct dbp q = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&q, type);
+	dbp_str(&q, id);
+	rc = db_exec(d, &r, "SELECT a.tenant_id, a.parent, coalesce(a.agent_id, ''), e.key, e.value "
+		     "FROM authz_resources a LEFT JOIN LATERAL jsonb_each_text(a.attrs || "
+		     "coalesce(a.pending, '{}')) e ON true WHERE a.type = $1 AND a.id = $2 "
+		     "ORDER BY e.key", &q);
+	if (rc < 0)
+		return db_fail(err, rc);
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return bc_error_set(err, BC_NOT_FOUND, "%s/%s not found", type, id);
+	}
+	snprintf(tenant, sizeof(tenant), "%s", db_val(r, 0, 0));
+	snprintf(parent, sizeof(parent), "%s", db_val(r, 0, 1));
+	snprintf(agent, sizeof(agent), "%s", db_val(r, 0, 2));
+	t.tenant_id = tenant;
+	t.parent = parent;
+	t.agent_id = *agent ? agent : NULL;
+	for (int i = 0; i < PQntuples(r); i++)
+		if (db_val(r, i, 3))
+			authz_attr(&t, db_val(r, i, 3), db_val(r, i, 4));
+	PQclear(r);
+	return authz_decide(c, d, action, &t, err);
+}
+
+int authz_commit(struct db *d, const char *type, const char *id, bc_error *err)
+{
+	struct dbp q = {0};
+	int rc;
+
+	dbp_str(&q, type);
+	dbp_str(&q, id);
+	rc = db_exec(d, NULL, "UPDATE authz_resources SET draft = false WHERE type = $1 AND id = $2",
+		     &q);
+	return rc < 0 ? db_fail(err, rc) : 0;
+}

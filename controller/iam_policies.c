@@ -1,0 +1,353 @@
+/* iam_policies.c: the operator's Policies and Quotas services. A policy is
+ * validated by policy.c before it is stored (a malformed one is
+ * INVALID_INPUT naming the offending field as document.<path>) and applies
+ * once attached to an identity or to its whole tenant. Quotas are per
+ * tenant, NULL meaning unlimited; authz.c charges them. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bc/admin/v1/iam.pb-c.h"
+#include "iam.h"
+#include "log.h"
+#include "policy.h"
+#include "rowmsg.h"
+#include "util.h"
+
+#define POL_COLS                                                                            \
+	"p.id, p.tenant_id, p.name, p.document, array_to_string(ARRAY(SELECT a.target_id FROM " \
+	"policy_attachments a WHERE a.policy_id = p.id AND a.target_kind = 'identity' ORDER BY " \
+	"a.target_id), E'\\n'), EXISTS (SELECT 1 FROM policy_attachments a WHERE a.policy_id = " \
+	"p.id AND a.target_kind = 'tenant'), " MS("p.created_at")
+
+static Bc__Admin__V1__Policy *pol_row(rpc_call *c, const PGresult *r, int i)
+{
+	Bc__Admin__V1__Policy *x = rpc_new(c, &bc__admin__v1__policy__descriptor);
+	struct policy *p = NULL;
+
+	x->id = row_str(c, r, i, 0);
+	x->tenant_id = row_str(c, r, i, 1);
+	x->name = row_str(c, r, i, 2);
+	x->document = row_str(c, r, i, 3);
+	x->n_identity_ids = row_strv(c, r, i, 4, &x->identity_ids);
+	x->tenant_wide = db_bool(r, i, 5);
+	x->created_at = db_i64(r, i, 6);
+	if (policy_parse(x->document, strlen(x->document), &p, NULL, NULL, 0) == 0)
+		x->statements = (uint32_t)policy_statements(p);
+	policy_free(p);
+	return x;
+}
+
+static int pol_fetch(rpc_call *c, const char *id, Bc__Admin__V1__Policy **ret, bc_error *err)
+{
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	if ((rc = check_id(err, "policyId", "pol", id)) < 0)
+		return rc;
+	dbp_str(&p, id);
+	if ((rc = db_exec(ctl_db(c), &r, "SELECT " POL_COLS " FROM policies p WHERE p.id = $1 AND "
+			  "p.deleted_at IS NULL", &p)) < 0)
+		return db_fail(err, rc);
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return bc_error_set(err, BC_NOT_FOUND, "policy %s not found", id);
+	}
+	*ret = pol_row(c, r, 0);
+	PQclear(r);
+	return 0;
+}
+
+/* INVALID_INPUT naming document.<path> for a document policy.c refuses. */
+static int check_document(const char *doc, bc_error *err)
+{
+	char field[256], msg[256];
+	struct policy *p = NULL;
+
+	if (policy_parse(doc, strlen(doc), &p, field, msg, sizeof(field)) == 0) {
+		policy_free(p);
+		return 0;
+	}
+	bc_error_set(err, BC_INVALID_INPUT, "document: %s", msg);
+	return bc_error_detail(err, "field", "document.%s", field);
+}
+
+static int pol_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		      bc_error *err)
+{
+	const Bc__Admin__V1__CreatePolicyRequest *q = (const void *)m;
+	struct iam_write w = {
+		.sql = "WITH p AS (INSERT INTO policies (id, tenant_id, name, document) SELECT $1, id, "
+		       "$3, $4 FROM tenants WHERE id = $2 AND state <> 'deleted' RETURNING *) SELECT "
+		       POL_COLS " FROM p",
+		.conflict_reason = "name-taken", .ev_type = "policy.created", .subject_kind = "policy",
+		.tenant_col = 1};
+	PGresult *r = NULL;
+	char id[64], msg[128];
+	int rc;
+
+	if (!str_is_slug(q->tenant_id, 63))
+		return invalid(err, "tenantId", "tenantId must be a tenant id");
+	if (!*q->name || !str_is_printable(q->name, 128))
+		return invalid(err, "name", "name must be 1 to 128 printable characters");
+	if ((rc = check_document(q->document, err)) < 0)
+		return rc;
+	id_new("pol", id, sizeof(id));
+	snprintf(msg, sizeof(msg), "tenant %s not found", q->tenant_id);
+	w.notfound_msg = msg;
+	dbp_str(&w.p, id);
+	dbp_str(&w.p, q->tenant_id);
+	dbp_str(&w.p, q->name);
+	dbp_str(&w.p, q->document);
+	if ((rc = iam_write_run(c, &w, &r, err)) < 0)
+		return rc;
+	*ret = &pol_row(c, r, 0)->base;
+	PQclear(r);
+	log_info("policy %s: created in tenant %s", id, q->tenant_id);
+	return 0;
+}
+
+static int pol_get(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		   bc_error *err)
+{
+	const Bc__Admin__V1__GetPolicyRequest *q = (const void *)m;
+	Bc__Admin__V1__Policy *x = NULL;
+	int rc = pol_fetch(c, q->policy_id, &x, err);
+
+	if (rc == 0)
+		*ret = &x->base;
+	return rc;
+}
+
+static int pol_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		    bc_error *err)
+{
+	const Bc__Admin__V1__ListPoliciesRequest *q = (const void *)m;
+	Bc__Admin__V1__ListPoliciesResponse *resp;
+	int limit = q->limit ? q->limit : 100, rc;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+
+	if (q->limit < 0 || q->limit > 500)
+		return invalid(err, "limit", "limit must be between 1 and 500");
+	dbp_str(&p, q->tenant_id);
+	dbp_str(&p, q->cursor);
+	dbp_i64(&p, limit);
+	if ((rc = db_exec(ctl_db(c), &r, "SELECT " POL_COLS " FROM policies p WHERE ($1 = '' OR "
+			  "p.tenant_id = $1) AND p.id > $2 AND p.deleted_at IS NULL ORDER BY p.id "
+			  "LIMIT $3", &p)) < 0)
+		return db_fail(err, rc);
+	resp = rpc_new(c, &bc__admin__v1__list_policies_response__descriptor);
+	resp->items = rpc_alloc(c, ((size_t)PQntuples(r) + 1) * sizeof(*resp->items));
+	for (int i = 0; i < PQntuples(r); i++)
+		resp->items[resp->n_items++] = pol_row(c, r, i);
+	if ((int)resp->n_items == limit)
+		resp->cursor = resp->items[limit - 1]->id;
+	PQclear(r);
+	*ret = &resp->base;
+	return 0;
+}
+
+struct attach {
+	const Bc__Admin__V1__AttachPolicyRequest *q;
+	bool detach, delete;
+};
+
+static int attach_tx(struct db *d, void *arg, bc_error *err)
+{
+	struct attach *a = arg;
+	const char *kind = a->q->tenant ? "tenant" : "identity";
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	char subject[96];
+	const char *ev;
+	int rc;
+
+	dbp_str(&p, a->q->policy_id);
+	dbp_str(&p, a->q->identity_id);
+	rc = db_exec(d, &r, "SELECT p.tenant_id, $2 = '' OR EXISTS (SELECT 1 FROM identities i "
+		     "WHERE i.id = $2 AND i.tenant_id = p.tenant_id) FROM policies p WHERE p.id = $1 "
+		     "AND p.deleted_at IS NULL FOR UPDATE", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	if (PQntuples(r) == 0 || !db_bool(r, 0, 1)) {
+		rc = PQntuples(r);
+		PQclear(r);
+		if (rc == 0)
+			return bc_error_set(err, BC_NOT_FOUND, "policy %s not found", a->q->policy_id);
+		return bc_error_set(err, BC_NOT_FOUND, "identity %s not found in the policy's tenant",
+				    a->q->identity_id);
+	}
+	p.n = 0;
+	dbp_str(&p, a->q->policy_id);
+	dbp_str(&p, kind);
+	dbp_str(&p, a->q->tenant ? db_val(r, 0, 0) : a->q->identity_id);
+	if (a->delete) {
+		rc = db_exec(d, NULL, "DELETE FROM policy_attachments WHERE policy_id = $1", &p);
+		if (rc == 0)
+			rc = db_exec(d, NULL, "UPDATE policies SET deleted_at = now() WHERE id = $1", &p);
+		ev = "policy.deleted";
+	} else if (a->detach) {
+		rc = db_exec(d, NULL, "DELETE FROM policy_attachments WHERE policy_id = $1 AND "
+			     "target_kind = $2 AND target_id = $3", &p);
+		ev = "policy.detached";
+	} else {
+		rc = db_exec(d, NULL, "INSERT INTO policy_attachments (policy_id, target_kind, "
+			     "target_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", &p);
+		ev = "policy.attached";
+	}
+	snprintf(subject, sizeof(subject), "policy/%s", a->q->policy_id);
+	if (rc == 0)
+		rc = event_publish(d, ev, subject, db_val(r, 0, 0), NULL);
+	PQclear(r);
+	return rc < 0 ? db_fail(err, rc) : 0;
+}
+
+static int attach_run(rpc_call *c, const Bc__Admin__V1__AttachPolicyRequest *q, bool detach,
+		      bool del, ProtobufCMessage **ret, bc_error *err)
+{
+	struct attach a = {.q = q, .detach = detach, .delete = del};
+	Bc__Admin__V1__Policy *x = NULL;
+	int rc;
+
+	if ((rc = check_id(err, "policyId", "pol", q->policy_id)) < 0)
+		return rc;
+	if (!del && q->tenant == (*q->identity_id != '\0'))
+		return invalid(err, "identityId", "give exactly one of identityId or tenant");
+	if (!del && !q->tenant && (rc = check_id(err, "identityId", "idn", q->identity_id)) < 0)
+		return rc;
+	if (del && (rc = pol_fetch(c, q->policy_id, &x, err)) < 0)
+		return rc;
+	if ((rc = db_tx(ctl_db(c), "READ COMMITTED", attach_tx, &a, err)) < 0)
+		return rc;
+	if (!del && (rc = pol_fetch(c, q->policy_id, &x, err)) < 0)
+		return rc;
+	log_info("policy %s: %s", q->policy_id, del ? "deleted" : detach ? "detached" : "attached");
+	*ret = &x->base;
+	return 0;
+}
+
+static int pol_attach(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		      bc_error *err)
+{
+	return attach_run(c, (const void *)m, false, false, ret, err);
+}
+
+static int pol_detach(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		      bc_error *err)
+{
+	return attach_run(c, (const void *)m, true, false, ret, err);
+}
+
+static int pol_delete(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		      bc_error *err)
+{
+	const Bc__Admin__V1__DeletePolicyRequest *q = (const void *)m;
+	Bc__Admin__V1__AttachPolicyRequest a = BC__ADMIN__V1__ATTACH_POLICY_REQUEST__INIT;
+
+	a.policy_id = q->policy_id;
+	return attach_run(c, &a, false, true, ret, err);
+}
+
+/* ----------------------------------------------------------------- quotas */
+
+#define QUOTA_COLS "t.id, q.vcpus, q.memory_gib, q.disk_gib, q.gpus, q.instances"
+
+static Bc__Admin__V1__Quota *quota_row(rpc_call *c, const PGresult *r)
+{
+	Bc__Admin__V1__Quota *x = rpc_new(c, &bc__admin__v1__quota__descriptor);
+
+	x->tenant_id = row_str(c, r, 0, 0);
+	x->has_vcpus = db_val(r, 0, 1) != NULL;
+	x->vcpus = (uint32_t)db_i64(r, 0, 1);
+	x->has_memory_gib = db_val(r, 0, 2) != NULL;
+	x->memory_gib = (uint64_t)db_i64(r, 0, 2);
+	x->has_disk_gib = db_val(r, 0, 3) != NULL;
+	x->disk_gib = (uint64_t)db_i64(r, 0, 3);
+	x->has_gpus = db_val(r, 0, 4) != NULL;
+	x->gpus = (uint32_t)db_i64(r, 0, 4);
+	x->has_instances = db_val(r, 0, 5) != NULL;
+	x->instances = (uint32_t)db_i64(r, 0, 5);
+	return x;
+}
+
+static int quota_get(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		     bc_error *err)
+{
+	const Bc__Admin__V1__GetQuotaRequest *q = (const void *)m;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, q->tenant_id);
+	if ((rc = db_exec(ctl_db(c), &r, "SELECT " QUOTA_COLS " FROM tenants t LEFT JOIN quotas q "
+			  "ON q.tenant_id = t.id WHERE t.id = $1", &p)) < 0)
+		return db_fail(err, rc);
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return bc_error_set(err, BC_NOT_FOUND, "tenant %s not found", q->tenant_id);
+	}
+	*ret = &quota_row(c, r)->base;
+	PQclear(r);
+	return 0;
+}
+
+static void dbp_opt(struct dbp *p, bool has, uint64_t v)
+{
+	if (has)
+		dbp_u64(p, v);
+	else
+		dbp_nstr(p, NULL);
+}
+
+static int quota_set(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		     bc_error *err)
+{
+	const Bc__Admin__V1__Quota *q = (const void *)m;
+	struct iam_write w = {
+		.sql = "WITH q AS (INSERT INTO quotas (tenant_id, vcpus, memory_gib, disk_gib, gpus, "
+		       "instances) SELECT id, $2, $3, $4, $5, $6 FROM tenants WHERE id = $1 ON CONFLICT "
+		       "(tenant_id) DO UPDATE SET vcpus = $2, memory_gib = $3, disk_gib = $4, gpus = $5, "
+		       "instances = $6, updated_at = now() RETURNING *) SELECT " QUOTA_COLS " FROM q "
+		       "JOIN tenants t ON t.id = q.tenant_id",
+		.conflict_reason = "", .ev_type = "quota.set", .subject_kind = "tenant"};
+	PGresult *r = NULL;
+	char msg[128];
+	int rc;
+
+	if (!str_is_slug(q->tenant_id, 63))
+		return invalid(err, "tenantId", "tenantId must be a tenant id");
+	if (q->vcpus > 1000000 || q->gpus > 100000 || q->instances > 1000000 ||
+	    q->memory_gib > (1ULL << 40) || q->disk_gib > (1ULL << 40))
+		return invalid(err, "quota", "a limit is out of range");
+	snprintf(msg, sizeof(msg), "tenant %s not found", q->tenant_id);
+	w.notfound_msg = msg;
+	dbp_str(&w.p, q->tenant_id);
+	dbp_opt(&w.p, q->has_vcpus, q->vcpus);
+	dbp_opt(&w.p, q->has_memory_gib, q->memory_gib);
+	dbp_opt(&w.p, q->has_disk_gib, q->disk_gib);
+	dbp_opt(&w.p, q->has_gpus, q->gpus);
+	dbp_opt(&w.p, q->has_instances, q->instances);
+	if ((rc = iam_write_run(c, &w, &r, err)) < 0)
+		return rc;
+	*ret = &quota_row(c, r)->base;
+	PQclear(r);
+	log_info("tenant %s: quota set", q->tenant_id);
+	return 0;
+}
+
+#define U(name, f) {name, RPC_UNARY, {.unary = f}}
+
+int iam_policies_register(rpc_server *s)
+{
+	static const struct rpc_handler pol[] = {
+		U("Create", pol_create), U("Get", pol_get), U("List", pol_list),
+		U("Delete", pol_delete), U("Attach", pol_attach), U("Detach", pol_detach)};
+	static const struct rpc_handler quota[] = {U("Set", quota_set), U("Get", quota_get)};
+	int r = rpc_server_add_service(s, &bc__admin__v1__policies__descriptor, pol,
+				       ARRAY_SIZE(pol));
+
+	return r < 0 ? r : rpc_server_add_service(s, &bc__admin__v1__quotas__descriptor, quota,
+						  ARRAY_SIZE(quota));
+}

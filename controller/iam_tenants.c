@@ -1,0 +1,566 @@
+/* iam_tenants.c: the operator's Tenants, Identities, ApiTokens and
+ * Delegations services. Tokens are random, shown once, stored as SHA-256
+ * and may expire; an agent identity acts only under a live delegation from
+ * a user of its tenant (auth.c refuses it once the delegation is revoked).
+ * Each change and its event commit together. */
+#include <errno.h>
+#include <openssl/crypto.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bc/admin/v1/iam.pb-c.h"
+#include "iam.h"
+#include "log.h"
+#include "rowmsg.h"
+#include "util.h"
+
+#define TOKEN_TTL_MAX (400LL * 86400)
+
+struct write_arg {
+	struct iam_write *w;
+	PGresult **ret;
+};
+
+static int write_tx(struct db *d, void *arg, bc_error *err)
+{
+	struct write_arg *a = arg;
+	struct iam_write *w = a->w;
+	PGresult *r = NULL;
+	char subject[160];
+	int rc = db_exec(d, &r, w->sql, &w->p);
+
+	if (rc == -EEXIST) {
+		bc_error_set(err, BC_CONFLICT, "%s", "already exists");
+		return bc_error_detail(err, "reason", "%s", w->conflict_reason);
+	}
+	if (rc < 0)
+		return db_fail(err, rc);
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return bc_error_set(err, BC_NOT_FOUND, "%s", w->notfound_msg);
+	}
+	snprintf(subject, sizeof(subject), "%s/%s", w->subject_kind, db_val(r, 0, w->id_col));
+	rc = event_publish(d, w->ev_type, subject, db_val(r, 0, w->tenant_col), NULL);
+	if (rc < 0) {
+		PQclear(r);
+		return db_fail(err, rc);
+	}
+	PQclear(*a->ret);
+	*a->ret = r;
+	return 0;
+}
+
+int iam_write_run(rpc_call *c, struct iam_write *w, PGresult **ret, bc_error *err)
+{
+	struct write_arg a = {w, ret};
+
+	*ret = NULL;
+	return db_tx(ctl_db(c), "READ COMMITTED", write_tx, &a, err);
+}
+
+/* ---------------------------------------------------------------- tenants */
+
+#define TENANT_COLS "id, name, state, " MS("created_at")
+
+static Bc__Admin__V1__Tenant *tenant_row(rpc_call *c, const PGresult *r, int i)
+{
+	Bc__Admin__V1__Tenant *t = rpc_new(c, &bc__admin__v1__tenant__descriptor);
+
+	t->id = row_str(c, r, i, 0);
+	t->name = row_str(c, r, i, 1);
+	t->state = row_str(c, r, i, 2);
+	t->created_at = db_i64(r, i, 3);
+	return t;
+}
+
+static int check_tenant_id(bc_error *err, const char *field, const char *id)
+{
+	if (!str_is_slug(id, 63))
+		return invalid(err, field, "%s must be a tenant id ([a-z0-9][a-z0-9.-], at most 63)",
+			       field);
+	return 0;
+}
+
+static int tenants_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+			  bc_error *err)
+{
+	const Bc__Admin__V1__CreateTenantRequest *q = (const void *)m;
+	struct iam_write w = {
+		.sql = "INSERT INTO tenants (id, name) VALUES ($1, $2) RETURNING " TENANT_COLS,
+		.notfound_msg = "", .conflict_reason = "tenant-exists", .ev_type = "tenant.created",
+		.subject_kind = "tenant", .id_col = 0, .tenant_col = 0};
+	PGresult *r = NULL;
+	int rc;
+
+	if ((rc = check_tenant_id(err, "id", q->id)) < 0)
+		return rc;
+	if (!str_is_printable(q->name, 128))
+		return invalid(err, "name", "name must be at most 128 printable characters");
+	dbp_str(&w.p, q->id);
+	dbp_str(&w.p, *q->name ? q->name : q->id);
+	if ((rc = iam_write_run(c, &w, &r, err)) < 0)
+		return rc;
+	*ret = &tenant_row(c, r, 0)->base;
+	PQclear(r);
+	log_info("tenant %s: created", q->id);
+	return 0;
+}
+
+static int tenants_get(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		       bc_error *err)
+{
+	const Bc__Admin__V1__GetTenantRequest *q = (const void *)m;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	if ((rc = check_tenant_id(err, "tenantId", q->tenant_id)) < 0)
+		return rc;
+	dbp_str(&p, q->tenant_id);
+	if ((rc = db_exec(ctl_db(c), &r, "SELECT " TENANT_COLS " FROM tenants WHERE id = $1", &p)) < 0)
+		return db_fail(err, rc);
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return bc_error_set(err, BC_NOT_FOUND, "tenant %s not found", q->tenant_id);
+	}
+	*ret = &tenant_row(c, r, 0)->base;
+	PQclear(r);
+	return 0;
+}
+
+static int tenants_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+			bc_error *err)
+{
+	const Bc__Admin__V1__ListTenantsRequest *q = (const void *)m;
+	Bc__Admin__V1__ListTenantsResponse *resp;
+	int limit = q->limit ? q->limit : 100, rc;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+
+	if (q->limit < 0 || q->limit > 500)
+		return invalid(err, "limit", "limit must be between 1 and 500");
+	dbp_str(&p, q->cursor);
+	dbp_i64(&p, limit);
+	if ((rc = db_exec(ctl_db(c), &r, "SELECT " TENANT_COLS " FROM tenants WHERE id > $1 "
+			  "ORDER BY id LIMIT $2", &p)) < 0)
+		return db_fail(err, rc);
+	resp = rpc_new(c, &bc__admin__v1__list_tenants_response__descriptor);
+	resp->items = rpc_alloc(c, ((size_t)PQntuples(r) + 1) * sizeof(*resp->items));
+	for (int i = 0; i < PQntuples(r); i++)
+		resp->items[resp->n_items++] = tenant_row(c, r, i);
+	if ((int)resp->n_items == limit)
+		resp->cursor = resp->items[limit - 1]->id;
+	PQclear(r);
+	*ret = &resp->base;
+	return 0;
+}
+
+static int tenants_set_state(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+			     bc_error *err)
+{
+	const Bc__Admin__V1__SetTenantStateRequest *q = (const void *)m;
+	struct iam_write w = {
+		.sql = "UPDATE tenants SET state = $2, updated_at = now() WHERE id = $1 AND "
+		       "state <> 'deleted' RETURNING " TENANT_COLS,
+		.ev_type = "tenant.state-changed", .subject_kind = "tenant", .conflict_reason = ""};
+	PGresult *r = NULL;
+	char msg[128];
+	int rc;
+
+	if ((rc = check_tenant_id(err, "tenantId", q->tenant_id)) < 0)
+		return rc;
+	if (strcmp(q->state, "active") && strcmp(q->state, "suspended") &&
+	    strcmp(q->state, "deleting") && strcmp(q->state, "deleted"))
+		return invalid(err, "state", "state must be active, suspended, deleting or deleted");
+	if (strcmp(q->tenant_id, ctl_principal(c)->tenant_id) == 0) {
+		bc_error_set(err, BC_INVALID_STATE, "the operator's own tenant stays active");
+		return bc_error_detail(err, "reason", "root-tenant");
+	}
+	snprintf(msg, sizeof(msg), "tenant %s not found", q->tenant_id);
+	w.notfound_msg = msg;
+	dbp_str(&w.p, q->tenant_id);
+	dbp_str(&w.p, q->state);
+	if ((rc = iam_write_run(c, &w, &r, err)) < 0)
+		return rc;
+	*ret = &tenant_row(c, r, 0)->base;
+	PQclear(r);
+	log_info("tenant %s: now %s", q->tenant_id, q->state);
+	return 0;
+}
+
+/* ------------------------------------------------------------- identities */
+
+#define IDN_COLS "id, tenant_id, kind, name, is_admin, state, " MS("created_at")
+
+static Bc__Admin__V1__Identity *idn_row(rpc_call *c, const PGresult *r, int i)
+{
+	Bc__Admin__V1__Identity *x = rpc_new(c, &bc__admin__v1__identity__descriptor);
+
+	x->id = row_str(c, r, i, 0);
+	x->tenant_id = row_str(c, r, i, 1);
+	x->kind = row_str(c, r, i, 2);
+	x->name = row_str(c, r, i, 3);
+	x->is_admin = db_bool(r, i, 4);
+	x->state = row_str(c, r, i, 5);
+	x->created_at = db_i64(r, i, 6);
+	return x;
+}
+
+static int idn_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		      bc_error *err)
+{
+	const Bc__Admin__V1__CreateIdentityRequest *q = (const void *)m;
+	struct iam_write w = {
+		.sql = "INSERT INTO identities (id, tenant_id, kind, name, is_admin) SELECT $1, id, "
+		       "$3, $4, $5 FROM tenants WHERE id = $2 AND state <> 'deleted' RETURNING " IDN_COLS,
+		.conflict_reason = "identity-exists", .ev_type = "identity.created",
+		.subject_kind = "identity", .id_col = 0, .tenant_col = 1};
+	PGresult *r = NULL;
+	char id[64], msg[128];
+	int rc;
+
+	if ((rc = check_tenant_id(err, "tenantId", q->tenant_id)) < 0)
+		return rc;
+	if (strcmp(q->kind, "user") && strcmp(q->kind, "service") && strcmp(q->kind, "agent"))
+		return invalid(err, "kind", "kind must be user, service or agent");
+	if (!*q->name || !str_is_printable(q->name, 128))
+		return invalid(err, "name", "name must be 1 to 128 printable characters");
+	if (q->is_admin && strcmp(q->kind, "agent") == 0)
+		return invalid(err, "isAdmin", "an agent is never an administrator");
+	id_new("idn", id, sizeof(id));
+	snprintf(msg, sizeof(msg), "tenant %s not found", q->tenant_id);
+	w.notfound_msg = msg;
+	dbp_str(&w.p, id);
+	dbp_str(&w.p, q->tenant_id);
+	dbp_str(&w.p, q->kind);
+	dbp_str(&w.p, q->name);
+	dbp_bool(&w.p, q->is_admin);
+	if ((rc = iam_write_run(c, &w, &r, err)) < 0)
+		return rc;
+	*ret = &idn_row(c, r, 0)->base;
+	PQclear(r);
+	log_info("identity %s: created (%s in tenant %s)", id, q->kind, q->tenant_id);
+	return 0;
+}
+
+static int idn_get(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		   bc_error *err)
+{
+	const Bc__Admin__V1__GetIdentityRequest *q = (const void *)m;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	if ((rc = check_id(err, "identityId", "idn", q->identity_id)) < 0)
+		return rc;
+	dbp_str(&p, q->identity_id);
+	if ((rc = db_exec(ctl_db(c), &r, "SELECT " IDN_COLS " FROM identities WHERE id = $1", &p)) < 0)
+		return db_fail(err, rc);
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return bc_error_set(err, BC_NOT_FOUND, "identity %s not found", q->identity_id);
+	}
+	*ret = &idn_row(c, r, 0)->base;
+	PQclear(r);
+	return 0;
+}
+
+static int idn_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		    bc_error *err)
+{
+	const Bc__Admin__V1__ListIdentitiesRequest *q = (const void *)m;
+	Bc__Admin__V1__ListIdentitiesResponse *resp;
+	int limit = q->limit ? q->limit : 100, rc;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+
+	if (q->limit < 0 || q->limit > 500)
+		return invalid(err, "limit", "limit must be between 1 and 500");
+	dbp_str(&p, q->tenant_id);
+	dbp_str(&p, q->cursor);
+	dbp_i64(&p, limit);
+	if ((rc = db_exec(ctl_db(c), &r, "SELECT " IDN_COLS " FROM identities WHERE ($1 = '' OR "
+			  "tenant_id = $1) AND id > $2 ORDER BY id LIMIT $3", &p)) < 0)
+		return db_fail(err, rc);
+	resp = rpc_new(c, &bc__admin__v1__list_identities_response__descriptor);
+	resp->items = rpc_alloc(c, ((size_t)PQntuples(r) + 1) * sizeof(*resp->items));
+	for (int i = 0; i < PQntuples(r); i++)
+		resp->items[resp->n_items++] = idn_row(c, r, i);
+	if ((int)resp->n_items == limit)
+		resp->cursor = resp->items[limit - 1]->id;
+	PQclear(r);
+	*ret = &resp->base;
+	return 0;
+}
+
+static int idn_set_state(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+			 bc_error *err)
+{
+	const Bc__Admin__V1__SetIdentityStateRequest *q = (const void *)m;
+	struct iam_write w = {
+		.sql = "UPDATE identities SET state = $2, updated_at = now() WHERE id = $1 AND "
+		       "state <> 'deleted' RETURNING " IDN_COLS,
+		.ev_type = "identity.state-changed", .subject_kind = "identity", .tenant_col = 1,
+		.conflict_reason = ""};
+	PGresult *r = NULL;
+	char msg[128];
+	int rc;
+
+	if ((rc = check_id(err, "identityId", "idn", q->identity_id)) < 0)
+		return rc;
+	if (strcmp(q->state, "active") && strcmp(q->state, "suspended") && strcmp(q->state, "deleted"))
+		return invalid(err, "state", "state must be active, suspended or deleted");
+	if (strcmp(q->identity_id, ctl_principal(c)->id) == 0) {
+		bc_error_set(err, BC_INVALID_STATE, "an operator cannot change its own state");
+		return bc_error_detail(err, "reason", "self");
+	}
+	snprintf(msg, sizeof(msg), "identity %s not found", q->identity_id);
+	w.notfound_msg = msg;
+	dbp_str(&w.p, q->identity_id);
+	dbp_str(&w.p, q->state);
+	if ((rc = iam_write_run(c, &w, &r, err)) < 0)
+		return rc;
+	*ret = &idn_row(c, r, 0)->base;
+	PQclear(r);
+	log_info("identity %s: now %s", q->identity_id, q->state);
+	return 0;
+}
+
+/* ------------------------------------------------------------- API tokens */
+
+#define TOK_COLS "k.id, k.identity_id, k.name, coalesce(" MS("k.expires_at") ", 0), " \
+	"coalesce(" MS("k.revoked_at") ", 0), " MS("k.created_at") ", i.tenant_id"
+
+static Bc__Admin__V1__ApiToken *tok_row(rpc_call *c, const PGresult *r, int i)
+{
+	Bc__Admin__V1__ApiToken *t = rpc_new(c, &bc__admin__v1__api_token__descriptor);
+
+	t->id = row_str(c, r, i, 0);
+	t->identity_id = row_str(c, r, i, 1);
+	t->name = row_str(c, r, i, 2);
+	t->expires_at = db_i64(r, i, 3);
+	t->revoked_at = db_i64(r, i, 4);
+	t->created_at = db_i64(r, i, 5);
+	return t;
+}
+
+static int tok_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		      bc_error *err)
+{
+	const Bc__Admin__V1__CreateApiTokenRequest *q = (const void *)m;
+	struct iam_write w = {
+		.sql = "WITH k AS (INSERT INTO api_tokens (id, identity_id, token_hash, name, "
+		       "expires_at) SELECT $1, id, $3, $4, CASE WHEN $5 > 0 THEN now() + "
+		       "make_interval(secs => $5) END FROM identities WHERE id = $2 AND state = "
+		       "'active' RETURNING *) SELECT " TOK_COLS " FROM k JOIN identities i ON "
+		       "i.id = k.identity_id",
+		.conflict_reason = "token-exists", .ev_type = "token.created", .subject_kind = "token",
+		.tenant_col = 6};
+	Bc__Admin__V1__ApiToken *t;
+	char id[64], token[128], hash[65], msg[128];
+	PGresult *r = NULL;
+	int rc;
+
+	if ((rc = check_id(err, "identityId", "idn", q->identity_id)) < 0)
+		return rc;
+	if (q->ttl_seconds < 0 || q->ttl_seconds > TOKEN_TTL_MAX)
+		return invalid(err, "ttlSeconds", "ttlSeconds must be between 0 (never) and %lld",
+			       TOKEN_TTL_MAX);
+	if (!str_is_printable(q->name, 128))
+		return invalid(err, "name", "name must be at most 128 printable characters");
+	id_new("tok", id, sizeof(id));
+	auth_token_new(token, sizeof(token));
+	sha256_hex(token, strlen(token), hash);
+	snprintf(msg, sizeof(msg), "identity %s not found or not active", q->identity_id);
+	w.notfound_msg = msg;
+	dbp_str(&w.p, id);
+	dbp_str(&w.p, q->identity_id);
+	dbp_str(&w.p, hash);
+	dbp_str(&w.p, q->name);
+	dbp_i64(&w.p, q->ttl_seconds);
+	if ((rc = iam_write_run(c, &w, &r, err)) < 0)
+		return rc;
+	t = tok_row(c, r, 0);
+	t->token = rpc_strdup(c, token);
+	OPENSSL_cleanse(token, sizeof(token));
+	PQclear(r);
+	*ret = &t->base;
+	log_info("token %s: created for identity %s", id, q->identity_id);
+	return 0;
+}
+
+static int tok_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		    bc_error *err)
+{
+	const Bc__Admin__V1__ListApiTokensRequest *q = (const void *)m;
+	Bc__Admin__V1__ListApiTokensResponse *resp;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	if ((rc = check_id(err, "identityId", "idn", q->identity_id)) < 0)
+		return rc;
+	dbp_str(&p, q->identity_id);
+	if ((rc = db_exec(ctl_db(c), &r, "SELECT " TOK_COLS " FROM api_tokens k JOIN identities i "
+			  "ON i.id = k.identity_id WHERE k.identity_id = $1 ORDER BY k.id LIMIT 500",
+			  &p)) < 0)
+		return db_fail(err, rc);
+	resp = rpc_new(c, &bc__admin__v1__list_api_tokens_response__descriptor);
+	resp->items = rpc_alloc(c, ((size_t)PQntuples(r) + 1) * sizeof(*resp->items));
+	for (int i = 0; i < PQntuples(r); i++)
+		resp->items[resp->n_items++] = tok_row(c, r, i);
+	PQclear(r);
+	*ret = &resp->base;
+	return 0;
+}
+
+static int tok_revoke(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		      bc_error *err)
+{
+	const Bc__Admin__V1__RevokeApiTokenRequest *q = (const void *)m;
+	struct iam_write w = {
+		.sql = "WITH k AS (UPDATE api_tokens SET revoked_at = coalesce(revoked_at, now()) "
+		       "WHERE id = $1 RETURNING *) SELECT " TOK_COLS " FROM k JOIN identities i ON "
+		       "i.id = k.identity_id",
+		.conflict_reason = "", .ev_type = "token.revoked", .subject_kind = "token",
+		.tenant_col = 6};
+	PGresult *r = NULL;
+	char msg[128];
+	int rc;
+
+	if ((rc = check_id(err, "tokenId", "tok", q->token_id)) < 0)
+		return rc;
+	snprintf(msg, sizeof(msg), "token %s not found", q->token_id);
+	w.notfound_msg = msg;
+	dbp_str(&w.p, q->token_id);
+	if ((rc = iam_write_run(c, &w, &r, err)) < 0)
+		return rc;
+	*ret = &tok_row(c, r, 0)->base;
+	PQclear(r);
+	log_info("token %s: revoked", q->token_id);
+	return 0;
+}
+
+/* ------------------------------------------------------------ delegations */
+
+#define DLG_COLS "id, tenant_id, agent_id, user_id, " MS("created_at") ", coalesce(" \
+	MS("revoked_at") ", 0)"
+
+static Bc__Admin__V1__Delegation *dlg_row(rpc_call *c, const PGresult *r, int i)
+{
+	Bc__Admin__V1__Delegation *x = rpc_new(c, &bc__admin__v1__delegation__descriptor);
+
+	x->id = row_str(c, r, i, 0);
+	x->tenant_id = row_str(c, r, i, 1);
+	x->agent_id = row_str(c, r, i, 2);
+	x->user_id = row_str(c, r, i, 3);
+	x->created_at = db_i64(r, i, 4);
+	x->revoked_at = db_i64(r, i, 5);
+	return x;
+}
+
+static int dlg_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		      bc_error *err)
+{
+	const Bc__Admin__V1__CreateDelegationRequest *q = (const void *)m;
+	struct iam_write w = {
+		.sql = "INSERT INTO delegations (id, tenant_id, agent_id, user_id) SELECT $1, "
+		       "a.tenant_id, a.id, u.id FROM identities a JOIN identities u ON u.tenant_id = "
+		       "a.tenant_id WHERE a.id = $2 AND a.kind = 'agent' AND a.state = 'active' AND "
+		       "u.id = $3 AND u.kind = 'user' AND u.state = 'active' RETURNING " DLG_COLS,
+		.notfound_msg = "no active agent and active user of one tenant with these ids",
+		.conflict_reason = "agent-delegated", .ev_type = "delegation.created",
+		.subject_kind = "delegation", .tenant_col = 1};
+	PGresult *r = NULL;
+	char id[64];
+	int rc;
+
+	if ((rc = check_id(err, "agentId", "idn", q->agent_id)) < 0 ||
+	    (rc = check_id(err, "userId", "idn", q->user_id)) < 0)
+		return rc;
+	id_new("dlg", id, sizeof(id));
+	dbp_str(&w.p, id);
+	dbp_str(&w.p, q->agent_id);
+	dbp_str(&w.p, q->user_id);
+	if ((rc = iam_write_run(c, &w, &r, err)) < 0)
+		return rc;
+	*ret = &dlg_row(c, r, 0)->base;
+	PQclear(r);
+	log_info("delegation %s: agent %s acts for %s", id, q->agent_id, q->user_id);
+	return 0;
+}
+
+static int dlg_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		    bc_error *err)
+{
+	const Bc__Admin__V1__ListDelegationsRequest *q = (const void *)m;
+	Bc__Admin__V1__ListDelegationsResponse *resp;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, q->tenant_id);
+	if ((rc = db_exec(ctl_db(c), &r, "SELECT " DLG_COLS " FROM delegations WHERE $1 = '' OR "
+			  "tenant_id = $1 ORDER BY id LIMIT 500", &p)) < 0)
+		return db_fail(err, rc);
+	resp = rpc_new(c, &bc__admin__v1__list_delegations_response__descriptor);
+	resp->items = rpc_alloc(c, ((size_t)PQntuples(r) + 1) * sizeof(*resp->items));
+	for (int i = 0; i < PQntuples(r); i++)
+		resp->items[resp->n_items++] = dlg_row(c, r, i);
+	PQclear(r);
+	*ret = &resp->base;
+	return 0;
+}
+
+static int dlg_revoke(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		      bc_error *err)
+{
+	const Bc__Admin__V1__RevokeDelegationRequest *q = (const void *)m;
+	struct iam_write w = {
+		.sql = "UPDATE delegations SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 "
+		       "RETURNING " DLG_COLS,
+		.conflict_reason = "", .ev_type = "delegation.revoked",
+		.subject_kind = "delegation", .tenant_col = 1};
+	PGresult *r = NULL;
+	char msg[128];
+	int rc;
+
+	if ((rc = check_id(err, "delegationId", "dlg", q->delegation_id)) < 0)
+		return rc;
+	snprintf(msg, sizeof(msg), "delegation %s not found", q->delegation_id);
+	w.notfound_msg = msg;
+	dbp_str(&w.p, q->delegation_id);
+	if ((rc = iam_write_run(c, &w, &r, err)) < 0)
+		return rc;
+	*ret = &dlg_row(c, r, 0)->base;
+	PQclear(r);
+	log_info("delegation %s: revoked", q->delegation_id);
+	return 0;
+}
+
+#define U(name, f) {name, RPC_UNARY, {.unary = f}}
+
+int iam_tenants_register(rpc_server *s)
+{
+	static const struct rpc_handler tenants[] = {
+		U("Create", tenants_create), U("Get", tenants_get), U("List", tenants_list),
+		U("SetState", tenants_set_state)};
+	static const struct rpc_handler idn[] = {
+		U("Create", idn_create), U("Get", idn_get), U("List", idn_list),
+		U("SetState", idn_set_state)};
+	static const struct rpc_handler tok[] = {
+		U("Create", tok_create), U("List", tok_list), U("Revoke", tok_revoke)};
+	static const struct rpc_handler dlg[] = {
+		U("Create", dlg_create), U("List", dlg_list), U("Revoke", dlg_revoke)};
+	int r;
+
+	if ((r = rpc_server_add_service(s, &bc__admin__v1__tenants__descriptor, tenants,
+					ARRAY_SIZE(tenants))) < 0 ||
+	    (r = rpc_server_add_service(s, &bc__admin__v1__identities__descriptor, idn,
+					ARRAY_SIZE(idn))) < 0 ||
+	    (r = rpc_server_add_service(s, &bc__admin__v1__api_tokens__descriptor, tok,
+					ARRAY_SIZE(tok))) < 0)
+		return r;
+	return rpc_server_add_service(s, &bc__admin__v1__delegations__descriptor, dlg,
+				      ARRAY_SIZE(dlg));
+}

@@ -1,0 +1,95 @@
+/* quota.c: tenant quotas and budgets, checked inside a create's
+ * transaction after the new instance's row is written. Quotas are charged
+ * from the tenant's live instances (every booked or waiting shape, so an
+ * instance that waits for room cannot later be placed past the quota);
+ * the tenant's quota row is locked until commit, so concurrent creates of
+ * one tenant are charged one after the other. Budgets compare the spend
+ * metered into usage with the tenant offer's limit. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "authz.h"
+#include "util.h"
+
+struct charge {
+	const char *name;
+	int col;         /* of the limit and of the usage in the query */
+	int64_t want, scale;
+};
+
+static int exceeded(bc_error *err, const struct charge *ch, int64_t limit, int64_t used)
+{
+	int64_t before = used - ch->want, left = limit - before;
+
+	bc_error_set(err, BC_QUOTA_EXCEEDED, "quota exceeded: %s: asked %" PRId64 ", %" PRId64
+		     " left of %" PRId64, ch->name, ch->want / ch->scale,
+		     (left < 0 ? 0 : left) / ch->scale, limit / ch->scale);
+	bc_error_detail(err, "resource", "%s", ch->name);
+	bc_error_detail(err, "requested", "%" PRId64, ch->want / ch->scale);
+	bc_error_detail(err, "remaining", "%" PRId64, (left < 0 ? 0 : left) / ch->scale);
+	return bc_error_detail(err, "limit", "%" PRId64, limit / ch->scale);
+}
+
+int quota_check(struct db *d, const char *tenant, int vcpus, int64_t memory_mib,
+		int64_t disk_gib, int gpus, bc_error *err)
+{
+	const struct charge ch[] = {
+		{"vcpus", 0, vcpus, 1}, {"memoryGiB", 1, memory_mib, 1024},
+		{"diskGiB", 2, disk_gib, 1}, {"gpus", 3, gpus, 1}, {"instances", 4, 1, 1},
+	};
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, tenant);
+	rc = db_exec(d, &r, "SELECT q.vcpus, q.memory_gib * 1024, q.disk_gib, q.gpus, q.instances, "
+		     "u.vcpus, u.mem, u.disk, u.gpus, u.n FROM quotas q, LATERAL (SELECT "
+		     "coalesce(sum(vcpus), 0) vcpus, coalesce(sum(memory_mib), 0) mem, "
+		     "coalesce(sum(disk_gib), 0) disk, coalesce(sum(gpus), 0) gpus, count(*) n FROM "
+		     "instances WHERE tenant_id = q.tenant_id AND state <> 'deleted') u WHERE "
+		     "q.tenant_id = $1 FOR UPDATE OF q", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	for (size_t i = 0; PQntuples(r) == 1 && i < ARRAY_SIZE(ch); i++) {
+		int64_t limit, used;
+		if (!db_val(r, 0, ch[i].col))
+			continue;
+		limit = db_i64(r, 0, ch[i].col);
+		used = db_i64(r, 0, ch[i].col + 5);
+		if (ch[i].want > 0 && used > limit) {
+			PQclear(r);
+			return exceeded(err, &ch[i], limit, used);
+		}
+	}
+	PQclear(r);
+	return 0;
+}
+
+int quota_budget(struct db *d, const char *tenant, const char *pool, bc_error *err)
+{
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, tenant);
+	dbp_str(&p, pool);
+	rc = db_exec(d, &r, "SELECT o.spend_limit_cents, (SELECT coalesce(sum(cost_cents), 0) FROM "
+		     "usage WHERE tenant_id = o.tenant_id), o.on_budget_exceeded FROM offers o WHERE "
+		     "o.tenant_id = $1 AND o.spend_limit_cents IS NOT NULL AND (o.on_budget_exceeded "
+		     "<> 'none' OR EXISTS (SELECT 1 FROM pools WHERE id = $2 AND budget_check = "
+		     "'meter'))", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	if (PQntuples(r) == 1 && db_i64(r, 0, 1) >= db_i64(r, 0, 0)) {
+		bc_error_set(err, BC_SPEND_LIMIT_REACHED, "the tenant's budget is spent: %s of %s "
+			     "cents", db_val(r, 0, 1), db_val(r, 0, 0));
+		bc_error_detail(err, "spentCents", "%s", db_val(r, 0, 1));
+		bc_error_detail(err, "limitCents", "%s", db_val(r, 0, 0));
+		PQclear(r);
+		return bc_error_detail(err, "reason", "budget-spent");
+	}
+	PQclear(r);
+	return 0;
+}

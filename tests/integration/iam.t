@@ -1,0 +1,196 @@
+# iam.t: who may do what, decided before anything is written. A tenant
+# with users, a service, and an agent acting for a user under a delegation;
+# the policy matrix on Instances (allow, explicit deny over allow,
+# wildcards, a pool grant reaching the instances in it, the ShortCpu
+# statement adapted to the attributes instances have, another tenant's id
+# NOT_FOUND); the agent limited to what it created and cut off when its
+# delegation is revoked; a refused create leaving no row in any table;
+# malformed policies refused naming the field; quotas and budgets.
+. "$(dirname "$0")/../lib/stack.sh"
+
+stack_up --controllers 1 --agents 1 --agent-capacity 16,32768,200 || bail_out "stack_up failed"
+img=$(stack_image_create iam-img) || bail_out "no image"
+
+q() { psql -d bc -XAtq -c "$1"; }
+as() { # TOKEN ARGS...: bcctl with another identity's token
+	local tok=$1
+	shift
+	BC_TOKEN=$tok bcctl "$@"
+}
+jid() { json_get "$1" id; }
+# refused_as TOKEN EXIT DETAIL MSG -- ARGS
+refused_as() {
+	local tok=$1 want=$2 detail=$3 msg=$4 rc
+	shift 5
+	as "$tok" "$@" >/dev/null 2>"$STACK_DIR/err"
+	rc=$?
+	is "$rc" "$want" "$msg: exit $want"
+	[ -z "$detail" ] || like "$(cat "$STACK_DIR/err")" "$detail" "$msg: names $detail"
+}
+# every table's row count, one line each
+all_rows() {
+	local t
+	for t in $(q "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1"); do
+		echo "$t $(q "SELECT count(*) FROM \"$t\"")"
+	done
+}
+policy() { # NAME JSON: create a policy in acme, print its id
+	printf '%s' "$2" >"$STACK_DIR/pol.json"
+	jid "$(bcctl --format json policy create --tenant acme --name "$1" --file "$STACK_DIR/pol.json")"
+}
+token_for() { # ID: mint a token, print it
+	json_get "$(bcctl --format json token create --identity "$1")" token
+}
+create_as() { # TOKEN POOL FLAVOR: create, print the id
+	jid "$(as "$1" --format json instance create --pool "$2" --flavor "$3" --image "$img")"
+}
+
+# -- tenants, identities, tokens
+out=$(bcctl --format json tenant create acme --name "Acme Corp") || bail_out "tenant create"
+is "$(json_get "$out" state)" active 'tenant acme is active'
+mk() { jid "$(bcctl --format json identity create --tenant acme --kind "$1" --name "$2")"; }
+alice=$(mk user alice); bob=$(mk user bob); carol=$(mk user carol); svc=$(mk service ci)
+agent=$(mk agent helper)
+ok "[ -n '$alice' ] && [ -n '$agent' ]" 'identities created'
+A=$(token_for "$alice"); B=$(token_for "$bob"); C=$(token_for "$carol"); S=$(token_for "$svc")
+like "$A" '^bct_[0-9a-f]{64}$' 'a token is shown once, bct_ + 64 hex'
+is "$(q "SELECT count(*) FROM api_tokens WHERE token_hash = encode(sha256('$A'), 'hex')")" 1 \
+	'only its SHA-256 is stored'
+refused_as "$A" 5 'operator credential' 'a tenant user cannot call the admin API' -- tenant list
+pool2=$(jid "$(bcctl --format json pool create --name p2 --runtime fake --bridge bcbr2)")
+big=$(jid "$(bcctl --format json flavor create --name big --vcpus 2 --memory-mib 512 --disk-gib 1)")
+gpu=$(jid "$(bcctl --format json flavor create --name gpu --vcpus 1 --memory-mib 512 --disk-gib 1 --gpus 1)")
+
+# -- default deny, and a refused create leaves nothing behind
+before=$(all_rows)
+refused_as "$A" 5 'reason: no-allow' 'no policy: default deny' -- instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img"
+refused_as "$A" 5 'action: compute:instances:create' 'the refusal names the action' -- instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img" --key k1
+is "$(all_rows)" "$before" 'a refused create leaves no row in any table'
+
+# -- malformed policies are refused naming the field
+printf '%s' '[{"effect": "maybe", "actions": "*", "resources": "*"}]' >"$STACK_DIR/bad.json"
+refused_as "$BC_TOKEN" 2 'field: document.statements\[0\].effect' 'bad effect' -- policy create --tenant acme --name bad --file "$STACK_DIR/bad.json"
+printf '%s' '{"effect": "allow", "actions": "*", "resources": "*", "conditions": {"NumericLessThan": {"resource.vcpus": "two"}}}' >"$STACK_DIR/bad.json"
+refused_as "$BC_TOKEN" 2 'field: document.statement.conditions.NumericLessThan.resource.vcpus' 'bad condition value' -- policy create --tenant acme --name bad --file "$STACK_DIR/bad.json"
+is "$(q "SELECT count(*) FROM policies")" 0 'no malformed policy stored'
+
+# -- allow
+allow=$(policy AllowInstances '{"statements": [{"sid": "Instances", "effect": "allow", "actions": ["compute:instances:*"], "resources": ["compute-instance/*"]}]}')
+bcctl policy attach "$allow" --identity "$alice" >/dev/null
+ia=$(create_as "$A" "$POOL_ID" "$FLAVOR_NAME")
+like "$ia" '^inst_' 'allow: alice creates an instance'
+is "$(json_get "$(as "$A" --format json instance get "$ia")" id)" "$ia" 'allow: alice reads it'
+is "$(q "SELECT owner_id || ' ' || draft FROM authz_resources WHERE id = '$ia'")" "$alice false" \
+	'its authorization row is owned by alice and no longer a draft'
+
+# -- explicit deny wins over allow
+deny=$(policy NoDelete '[{"sid": "NoDelete", "effect": "deny", "actions": "compute:instances:delete", "resources": "*"}]')
+bcctl policy attach "$deny" --identity "$alice" >/dev/null
+refused_as "$A" 5 'reason: explicit-deny' 'explicit deny over allow' -- instance delete "$ia"
+like "$(cat "$STACK_DIR/err")" 'sid: NoDelete' 'the refusal names the deny statement'
+bcctl policy detach "$deny" --identity "$alice" >/dev/null
+
+# -- wildcards: bob may do anything in compute
+wild=$(policy Wild '[{"effect": "allow", "actions": "compute:*", "resources": "*"}]')
+bcctl policy attach "$wild" --identity "$bob" >/dev/null
+ib=$(create_as "$B" "$POOL_ID" "$FLAVOR_NAME")
+like "$ib" '^inst_' 'wildcards: bob creates'
+ok "as '$B' instance delete '$ib' >/dev/null" 'wildcards: bob deletes'
+
+# -- a pool grant reaches the instances in the pool, and only that pool
+pg=$(policy PoolTwo "[{\"effect\": \"allow\", \"actions\": \"compute:instances:*\", \"resources\": \"compute-pool/$pool2\"}]")
+bcctl policy attach "$pg" --identity "$svc" >/dev/null
+is2=$(create_as "$S" "$pool2" "$FLAVOR_NAME")
+like "$is2" '^inst_' 'a grant on pool p2 reaches an instance created in it'
+refused_as "$S" 5 'no-allow' 'the p2 grant does not reach pool p1' -- instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img"
+
+# -- ShortCpu for instances: at most 1 vCPU and no GPU
+sc=$(policy ShortCpu '{"sid": "ShortCpuInstances", "effect": "allow", "actions": ["compute:instances:create", "compute:instances:read"], "resources": ["compute-instance/*"], "conditions": {"NumericLessThanEquals": {"resource.vcpus": 1, "resource.gpus": 0}}}')
+bcctl policy attach "$sc" --identity "$carol" >/dev/null
+like "$(create_as "$C" "$POOL_ID" "$FLAVOR_NAME")" '^inst_' 'ShortCpu: 1 vCPU, no GPU allowed'
+before=$(all_rows)
+refused_as "$C" 5 'no-allow' 'ShortCpu: 2 vCPUs refused' -- instance create --pool "$POOL_ID" --flavor big --image "$img"
+refused_as "$C" 5 'no-allow' 'ShortCpu: a GPU refused' -- instance create --pool "$POOL_ID" --flavor gpu --image "$img"
+is "$(all_rows)" "$before" 'the refused creates left no row in any table'
+
+# -- another tenant's resource is NOT_FOUND, never ACCESS_DENIED
+root_inst=$(jid "$(bcctl --format json instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img")")
+refused_as "$A" 3 '' "another tenant's instance is NOT_FOUND" -- instance get "$root_inst"
+refused_as "$A" 3 '' "another tenant's instance through its tenant id is NOT_FOUND" -- instance get "$root_inst" --tenant root
+refused_as "$A" 3 '' "another tenant's instance cannot be deleted" -- instance delete "$root_inst"
+is "$(json_get "$(bcctl --format json instance get "$root_inst")" state | grep -c deleting)" 0 'and it was not'
+
+# -- list: scope mine (default) and all, each item checked
+is "$(json_items "$(as "$A" --format json instance list)" | wc -l)" 1 'alice lists her one instance (mine)'
+like "$(create_as "$B" "$POOL_ID" big)" '^inst_' 'bob creates a 2-vCPU instance'
+n=$(q "SELECT count(*) FROM instances WHERE tenant_id = 'acme' AND state <> 'deleted'")
+is "$(json_items "$(as "$A" --format json instance list --scope all)" | wc -l)" "$n" \
+	"scope all: every live instance of the tenant alice may read ($n)"
+is "$(json_items "$(as "$C" --format json instance list --scope all)" | wc -l)" "$((n - 1))" \
+	'scope all for carol: each item checked, ShortCpu reads leave out the 2-vCPU one'
+refused_as "$A" 2 'field: scope' 'a bad scope' -- instance list --scope everything
+
+# -- an agent under a delegation: only what it created, cut off on revoke
+refused_as "$(token_for "$agent")" 5 'delegation-revoked' 'an agent without a delegation is refused' -- instance list
+dlg=$(jid "$(bcctl --format json delegation create --agent "$agent" --user "$alice")")
+like "$dlg" '^dlg_' 'delegation created'
+G=$(token_for "$agent")
+refused_as "$G" 5 'no-allow' 'the agent has no policy of its own yet' -- instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img"
+agp=$(policy AgentAll '[{"effect": "allow", "actions": "*", "resources": "*"}]')
+bcctl policy attach "$agp" --identity "$agent" >/dev/null
+ig=$(create_as "$G" "$POOL_ID" "$FLAVOR_NAME")
+like "$ig" '^inst_' 'the agent creates for alice'
+is "$(q "SELECT owner_id || ' ' || agent_id FROM authz_resources WHERE id = '$ig'")" "$alice $agent" \
+	'owned by alice, created by the agent'
+ok "as '$G' instance get '$ig' >/dev/null" 'the agent reads what it created'
+bcctl policy attach "$deny" --identity "$alice" >/dev/null
+refused_as "$G" 5 'explicit-deny' "the agent may do no more than its user: alice's deny holds it" -- instance delete "$ig"
+bcctl policy detach "$deny" --identity "$alice" >/dev/null
+refused_as "$G" 3 '' "the agent cannot see alice's own instance" -- instance get "$ia"
+is "$(json_items "$(as "$G" --format json instance list --scope all)" | jq -r .id)" "$ig" \
+	'the agent lists only what it created'
+bcctl delegation revoke "$dlg" >/dev/null
+refused_as "$G" 5 'delegation-revoked' 'revoked: the agent is cut off at once' -- instance get "$ig"
+ok "as '$A' instance get '$ig' >/dev/null" 'alice still reads what the agent created for her'
+
+# -- quotas: charged from the tenant's live instances
+live=$(q "SELECT count(*) FROM instances WHERE tenant_id = 'acme' AND state <> 'deleted'")
+bcctl tenant quota acme --instances "$live" --vcpus 100 >/dev/null
+before=$(all_rows)
+refused_as "$A" 9 'resource: instances' 'quota: one instance too many' -- instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img"
+like "$(cat "$STACK_DIR/err")" 'remaining: 0' 'QUOTA_EXCEEDED says what is left'
+is "$(all_rows)" "$before" 'a quota refusal leaves no row'
+bcctl tenant quota acme --vcpus "$live" >/dev/null
+refused_as "$B" 9 'requested: 2' 'quota: vCPUs asked past the limit' -- instance create --pool "$POOL_ID" --flavor big --image "$img"
+bcctl tenant quota acme >/dev/null
+bcctl tenant quota acme --vcpus 1000 >/dev/null
+
+# -- budgets: a spent budget stops new work
+q "INSERT INTO offers (tenant_id, spend_limit_cents, on_budget_exceeded) VALUES ('acme', 100, 'none');
+   INSERT INTO usage (tenant_id, meter, quantity, cost_cents) VALUES ('acme', 'vcpu.hours', 3, 150)"
+like "$(create_as "$A" "$POOL_ID" "$FLAVOR_NAME")" '^inst_' "budget none and a pool that does not check: allowed"
+q "UPDATE pools SET budget_check = 'meter' WHERE id = '$POOL_ID'"
+refused_as "$A" 11 'budget-spent' 'a metering pool refuses new work on a spent budget' -- instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img"
+q "UPDATE pools SET budget_check = 'none' WHERE id = '$POOL_ID'; UPDATE offers SET on_budget_exceeded = 'stop-new'"
+refused_as "$A" 11 'budget-spent' 'an offer with stop-new refuses new work anywhere' -- instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img"
+q "DELETE FROM offers"
+
+# -- tokens and states
+tok_id=$(q "SELECT id FROM api_tokens WHERE token_hash = encode(sha256('$B'), 'hex')")
+bcctl token revoke "$tok_id" >/dev/null
+refused_as "$B" 14 '' 'a revoked token is UNAUTHENTICATED' -- instance list
+bcctl identity set-state "$carol" suspended >/dev/null
+refused_as "$C" 5 'identity-inactive' 'a suspended identity is refused' -- instance list
+bcctl tenant set-state acme suspended >/dev/null
+refused_as "$A" 5 'tenant-inactive' 'a suspended tenant is refused' -- instance list
+bcctl tenant set-state acme active >/dev/null
+ok "as '$A' instance list >/dev/null" 'reactivated'
+
+# -- every change published its event
+for ev in tenant.created identity.created token.created token.revoked policy.created \
+	policy.attached policy.detached delegation.created delegation.revoked quota.set \
+	identity.state-changed tenant.state-changed; do
+	ok "[ \"\$(q \"SELECT count(*) FROM events WHERE type = '$ev'\")\" -ge 1 ]" "$ev published"
+done
+
+done_testing
