@@ -61,7 +61,7 @@ UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
 .PHONY: all gen bins unit-bins bench-bins node-deps check check-unit check-integration check-net check-e2e \
-	check-interop fuzz fuzz-smoke asan bench demo stop install clean deps
+	check-interop fuzz fuzz-smoke asan bench update-golden demo stop install clean deps
 .SECONDARY:
 
 all: bins unit-bins bench-bins
@@ -154,6 +154,11 @@ check-unit:
 	$(Q)$(MAKE) --no-print-directory asan unit-bins
 	$(Q)ASAN_OPTIONS=detect_leaks=1 prove --exec '' $(sort $(wildcard $(ASAN_BUILD)/tests/unit/test_*))
 	$(Q)prove --exec '$(VALGRIND)' $(BUILD)/tests/unit/test_rpc
+
+# Rewrite the golden files of the unit tests (tests/unit/golden) from the
+# current code; review the diff before committing it.
+update-golden: unit-bins
+	$(Q)BC_UPDATE_GOLDEN=1 $(BUILD)/tests/unit/test_agent_nft >/dev/null
 
 # The RPC layer also runs under valgrind (uninstrumented build): gRPC's own
 # one-time allocations are suppressed in tests/unit/valgrind.supp, ours never.

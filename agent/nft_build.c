@@ -1,0 +1,494 @@
+/* nft_build.c: the instance firewall as data. Pure: turns a struct nft_net
+ * into one nftables batch (libnftnl objects serialized into a buffer); no
+ * I/O. nft.c sends it.
+ *
+ * bridge bcd_instances, in nft's words:
+ *
+ *   set taps, guarded, ssh_only { type ifname }   every / guarded / ssh taps
+ *   set host4, bound4 { type ipv4_addr }          host's / guarded addresses
+ *   set host6, bound6 { type ipv6_addr }          (bound6: with link-locals)
+ *   map from, to { type ifname : verdict }        tap -> jump f-<tap>/t-<tap>
+ *   chain tapguard     every tap: only ip/arp/ip6 frames, no DHCP server
+ *                      replies, RAs, redirects, host addresses
+ *   chain f-<tap>      frames from the tap: MAC, source addresses, ARP,
+ *                      neighbour adverts, then the policy's destinations
+ *   chain t-<tap>      frames into a private/none tap: the policy's sources
+ *   chain forward (hook forward), input (hook input):
+ *       iifname @taps jump tapguard; iifname vmap @from;
+ *       binding: from a port not in @guarded, no @bound4/@bound6 source,
+ *       ARP sender or advert target;
+ *       forward only: oifname @ssh_only tcp dport 22 drop; oifname vmap @to
+ *   chain output (hook output): oifname @ssh_only tcp dport 22 from other
+ *       than @host4/@host6 drop; oifname vmap @to
+ *
+ * inet bcd_taps: iifname/oifname @taps drop in input, forward, output.
+ *
+ * Every rule is a conjunction ending in drop; nothing accepts, so the order
+ * of the ssh rules ahead of any accept holds trivially. */
+#include "nft.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libmnl/libmnl.h>
+#include <libnftnl/chain.h>
+#include <libnftnl/common.h>
+#include <libnftnl/expr.h>
+#include <libnftnl/rule.h>
+#include <libnftnl/set.h>
+#include <libnftnl/table.h>
+#include <libnftnl/udata.h>
+#include <linux/if_ether.h>
+#include <linux/netfilter.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netfilter_bridge.h>
+
+#include "nft_msg.h"
+#include "util.h"
+
+/* Set ids, unique within the batch. */
+enum { SID_TAPS = 1, SID_GUARDED, SID_SSH, SID_HOST4, SID_HOST6, SID_BOUND4, SID_BOUND6,
+       SID_FROM, SID_TO, SID_ITAPS };
+
+/* ---------------------------------------------------------- the tables */
+
+#define BR NFPROTO_BRIDGE
+static const char TB[] = NFT_TABLE_BRIDGE;
+
+static const uint8_t ZERO16[16];
+static const uint8_t BCAST4[4] = { 255, 255, 255, 255 };
+static const uint8_t MCAST6_MASK[16] = { 0xff }, MCAST6_NET[16] = { 0xff };
+static const uint8_t LL6_MASK[16] = { 0xff, 0xc0 }, LL6_NET[16] = { 0xfe, 0x80 };
+
+/* reg 1 (ipv6, already loaded and about to be masked): outside prefix */
+static void m6_not(struct nft_rule *r, uint32_t off, const uint8_t *mask, const uint8_t *net)
+{
+	nft_x_payload(r, L3, off, 16);
+	nft_x_mask(r, mask, 16);
+	nft_x_cmp(r, NFT_CMP_NEQ, net, 16);
+}
+
+/* Every tap, guarded or not: only ip/arp/ip6 frames, well-formed ARP for
+ * IPv4 over Ethernet, no DHCP server replies, no router advertisements or
+ * redirects, never the host's addresses. */
+static void chain_tapguard(struct nft_out *o)
+{
+	static const uint8_t arp_eth_ip4[6] = { 0, 1, 8, 0, 6, 4 };
+	uint16_t t_ip = htons(ETH_P_IP), t_arp = htons(ETH_P_ARP), t_ip6 = htons(ETH_P_IPV6);
+	struct nft_rule r;
+
+	r = nft_rule_new(BR, TB, "tapguard");
+	nft_x_payload(&r, L2, 12, 2);
+	nft_x_cmp(&r, NFT_CMP_NEQ, &t_ip, 2);
+	nft_x_cmp(&r, NFT_CMP_NEQ, &t_arp, 2);
+	nft_x_cmp(&r, NFT_CMP_NEQ, &t_ip6, 2);
+	nft_drop(o, &r);
+	r = nft_rule_new(BR, TB, "tapguard");
+	nft_m_ethertype(&r, ETH_P_ARP);
+	nft_x_payload(&r, L3, 0, 6);
+	nft_x_cmp(&r, NFT_CMP_NEQ, arp_eth_ip4, 6);
+	nft_drop(o, &r);
+	r = nft_rule_new(BR, TB, "tapguard");
+	nft_m_ethertype(&r, ETH_P_IP);
+	nft_m_l4(&r, IPPROTO_UDP);
+	nft_m_port(&r, 0, 67);
+	nft_drop(o, &r);
+	r = nft_rule_new(BR, TB, "tapguard");
+	nft_m_ethertype(&r, ETH_P_IPV6);
+	nft_m_l4(&r, IPPROTO_UDP);
+	nft_m_port(&r, 0, 547);
+	nft_drop(o, &r);
+	r = nft_rule_new(BR, TB, "tapguard");
+	nft_m_ethertype(&r, ETH_P_IP);
+	nft_m_l4(&r, IPPROTO_ICMP);
+	nft_m_u8(&r, L4, 0, 5);             /* redirect */
+	nft_drop(o, &r);
+	for (int type = 134; type <= 137; type += 3) {  /* router advert, redirect */
+		r = nft_rule_new(BR, TB, "tapguard");
+		nft_m_ethertype(&r, ETH_P_IPV6);
+		nft_m_l4(&r, IPPROTO_ICMPV6);
+		nft_m_u8(&r, L4, 0, (uint8_t)type);
+		nft_drop(o, &r);
+	}
+	r = nft_rule_new(BR, TB, "tapguard");
+	nft_m_ethertype(&r, ETH_P_IP);
+	nft_x_payload(&r, L3, 12, 4);
+	nft_x_lookup(&r, "host4", SID_HOST4, false, false);
+	nft_drop(o, &r);
+	r = nft_rule_new(BR, TB, "tapguard");
+	nft_m_ethertype(&r, ETH_P_ARP);
+	nft_x_payload(&r, L3, 14, 4);
+	nft_x_lookup(&r, "host4", SID_HOST4, false, false);
+	nft_drop(o, &r);
+	r = nft_rule_new(BR, TB, "tapguard");
+	nft_m_ethertype(&r, ETH_P_IPV6);
+	nft_x_payload(&r, L3, 8, 16);
+	nft_x_lookup(&r, "host6", SID_HOST6, false, false);
+	nft_drop(o, &r);
+	r = nft_rule_new(BR, TB, "tapguard");
+	nft_m_ethertype(&r, ETH_P_IPV6);
+	nft_m_l4(&r, IPPROTO_ICMPV6);
+	nft_m_u8(&r, L4, 0, 136);
+	nft_x_payload(&r, L4, 8, 16);
+	nft_x_lookup(&r, "host6", SID_HOST6, false, false);
+	nft_drop(o, &r);
+}
+
+/* The guards of one guarded tap: its MAC, its addresses. */
+static void tap_guards(struct nft_out *o, const struct nft_tap *t, const char *chain)
+{
+	struct nft_rule r;
+
+	r = nft_rule_new(BR, TB, chain);
+	nft_x_payload(&r, L2, 6, 6);
+	nft_x_cmp(&r, NFT_CMP_NEQ, t->mac, 6);
+	nft_drop(o, &r);
+	r = nft_rule_new(BR, TB, chain);
+	nft_m_ethertype(&r, ETH_P_IP);
+	nft_x_payload(&r, L3, 12, 4);
+	if (t->has4)
+		nft_x_cmp(&r, NFT_CMP_NEQ, &t->ip4, 4);
+	nft_x_cmp(&r, NFT_CMP_NEQ, ZERO16, 4);
+	nft_drop(o, &r);
+	r = nft_rule_new(BR, TB, chain);
+	nft_m_ethertype(&r, ETH_P_ARP);
+	nft_x_payload(&r, L3, 14, 4);
+	if (t->has4)
+		nft_x_cmp(&r, NFT_CMP_NEQ, &t->ip4, 4);
+	nft_x_cmp(&r, NFT_CMP_NEQ, ZERO16, 4);
+	nft_drop(o, &r);
+	r = nft_rule_new(BR, TB, chain);
+	nft_m_ethertype(&r, ETH_P_ARP);
+	nft_x_payload(&r, L3, 8, 6);
+	nft_x_cmp(&r, NFT_CMP_NEQ, t->mac, 6);
+	nft_drop(o, &r);
+	r = nft_rule_new(BR, TB, chain);
+	nft_m_ethertype(&r, ETH_P_IPV6);
+	nft_x_payload(&r, L3, 8, 16);
+	if (t->has6)
+		nft_x_cmp(&r, NFT_CMP_NEQ, &t->ip6, 16);
+	nft_x_cmp(&r, NFT_CMP_NEQ, ZERO16, 16);
+	nft_x_cmp(&r, NFT_CMP_NEQ, &t->ll6, 16);
+	nft_drop(o, &r);
+	r = nft_rule_new(BR, TB, chain);
+	nft_m_ethertype(&r, ETH_P_IPV6);
+	nft_m_l4(&r, IPPROTO_ICMPV6);
+	nft_m_u8(&r, L4, 0, 136);
+	nft_x_payload(&r, L4, 8, 16);
+	if (t->has6)
+		nft_x_cmp(&r, NFT_CMP_NEQ, &t->ip6, 16);
+	nft_x_cmp(&r, NFT_CMP_NEQ, &t->ll6, 16);
+	nft_drop(o, &r);
+}
+
+/* The policy of a private/none tap on one side: from the tap (dst: the
+ * field checked is the destination) or into it (the source). */
+static void tap_policy(struct nft_out *o, const struct nft_net *n, const struct nft_tap *t,
+		       const char *chain, bool from)
+{
+	uint32_t off4 = from ? 16 : 12, off6 = from ? 24 : 8;
+	struct nft_rule r;
+
+	r = nft_rule_new(BR, TB, chain);
+	nft_m_ethertype(&r, ETH_P_IP);
+	if (t->policy == NFT_POLICY_PRIVATE) {
+		if (n->has_subnet4)
+			nft_m_not_prefix(&r, L3, off4, 4, &n->subnet4, n->plen4);
+	} else {
+		nft_x_payload(&r, L3, off4, 4);
+		nft_x_lookup(&r, "host4", SID_HOST4, true, false);
+	}
+	nft_x_payload(&r, L3, off4, 4);
+	nft_x_cmp(&r, NFT_CMP_NEQ, from ? BCAST4 : ZERO16, 4);
+	nft_drop(o, &r);
+	r = nft_rule_new(BR, TB, chain);
+	nft_m_ethertype(&r, ETH_P_IPV6);
+	if (t->policy == NFT_POLICY_PRIVATE) {
+		if (n->has_subnet6)
+			nft_m_not_prefix(&r, L3, off6, 16, &n->subnet6, n->plen6);
+		m6_not(&r, off6, LL6_MASK, LL6_NET);
+	} else {
+		nft_x_payload(&r, L3, off6, 16);
+		nft_x_lookup(&r, "host6", SID_HOST6, true, false);
+	}
+	if (from) {
+		m6_not(&r, off6, MCAST6_MASK, MCAST6_NET);
+	} else {
+		nft_x_payload(&r, L3, off6, 16);
+		nft_x_cmp(&r, NFT_CMP_NEQ, ZERO16, 16);
+	}
+	nft_drop(o, &r);
+}
+
+/* From a port that is not a guarded tap: no guarded address as source,
+ * ARP sender or advert target (the binding of addresses to their taps). */
+static void binding(struct nft_out *o, const char *chain)
+{
+	struct nft_rule r;
+
+	r = nft_rule_new(BR, TB, chain);
+	nft_m_ifset(&r, NFT_META_IIFNAME, "guarded", SID_GUARDED, true);
+	nft_m_ethertype(&r, ETH_P_IP);
+	nft_x_payload(&r, L3, 12, 4);
+	nft_x_lookup(&r, "bound4", SID_BOUND4, false, false);
+	nft_drop(o, &r);
+	r = nft_rule_new(BR, TB, chain);
+	nft_m_ifset(&r, NFT_META_IIFNAME, "guarded", SID_GUARDED, true);
+	nft_m_ethertype(&r, ETH_P_ARP);
+	nft_x_payload(&r, L3, 14, 4);
+	nft_x_lookup(&r, "bound4", SID_BOUND4, false, false);
+	nft_drop(o, &r);
+	r = nft_rule_new(BR, TB, chain);
+	nft_m_ifset(&r, NFT_META_IIFNAME, "guarded", SID_GUARDED, true);
+	nft_m_ethertype(&r, ETH_P_IPV6);
+	nft_x_payload(&r, L3, 8, 16);
+	nft_x_lookup(&r, "bound6", SID_BOUND6, false, false);
+	nft_drop(o, &r);
+	r = nft_rule_new(BR, TB, chain);
+	nft_m_ifset(&r, NFT_META_IIFNAME, "guarded", SID_GUARDED, true);
+	nft_m_ethertype(&r, ETH_P_IPV6);
+	nft_m_l4(&r, IPPROTO_ICMPV6);
+	nft_m_u8(&r, L4, 0, 136);
+	nft_x_payload(&r, L4, 8, 16);
+	nft_x_lookup(&r, "bound6", SID_BOUND6, false, false);
+	nft_drop(o, &r);
+}
+
+static void dispatch(struct nft_out *o, const char *chain, uint32_t meta, const char *map, uint32_t id)
+{
+	struct nft_rule r = nft_rule_new(BR, TB, chain);
+
+	nft_x_meta(&r, meta);
+	nft_x_lookup(&r, map, id, false, true);
+	nft_rule_emit(o, &r);
+}
+
+static void base_chains(struct nft_out *o)
+{
+	static const char *in_chains[] = { "forward", "input" };
+	struct nft_rule r;
+
+	for (int i = 0; i < 2; i++) {
+		r = nft_rule_new(BR, TB, in_chains[i]);
+		nft_m_ifset(&r, NFT_META_IIFNAME, "taps", SID_TAPS, false);
+		nft_x_verdict(&r, NFT_JUMP, "tapguard");
+		nft_rule_emit(o, &r);
+		dispatch(o, in_chains[i], NFT_META_IIFNAME, "from", SID_FROM);
+		binding(o, in_chains[i]);
+	}
+	/* ssh: from another bridge port never; both ahead of any accept */
+	r = nft_rule_new(BR, TB, "forward");
+	nft_m_ifset(&r, NFT_META_OIFNAME, "ssh_only", SID_SSH, false);
+	nft_m_l4(&r, IPPROTO_TCP);
+	nft_m_port(&r, 2, 22);
+	nft_drop(o, &r);
+	dispatch(o, "forward", NFT_META_OIFNAME, "to", SID_TO);
+	/* ssh from the host: only from its own bridge addresses */
+	for (int v6 = 0; v6 < 2; v6++) {
+		r = nft_rule_new(BR, TB, "output");
+		nft_m_ifset(&r, NFT_META_OIFNAME, "ssh_only", SID_SSH, false);
+		nft_m_ethertype(&r, v6 ? ETH_P_IPV6 : ETH_P_IP);
+		nft_m_l4(&r, IPPROTO_TCP);
+		nft_m_port(&r, 2, 22);
+		nft_x_payload(&r, L3, v6 ? 8 : 12, v6 ? 16 : 4);
+		nft_x_lookup(&r, v6 ? "host6" : "host4", v6 ? SID_HOST6 : SID_HOST4, true, false);
+		nft_drop(o, &r);
+	}
+	dispatch(o, "output", NFT_META_OIFNAME, "to", SID_TO);
+}
+
+/* Key arrays for the sets. */
+struct keys {
+	char (*ifs)[IFNAMSIZ];
+	char (*chains)[32];
+	size_t n;
+};
+
+static void keys_init(struct keys *k, size_t cap, bool chains)
+{
+	k->ifs = xcalloc(cap ? cap : 1, sizeof(*k->ifs));
+	k->chains = chains ? xcalloc(cap ? cap : 1, sizeof(*k->chains)) : NULL;
+	k->n = 0;
+}
+
+static void keys_add(struct keys *k, const char *ifname, const char *chain)
+{
+	strncpy(k->ifs[k->n], ifname, IFNAMSIZ);
+	if (chain)
+		snprintf(k->chains[k->n], sizeof(k->chains[k->n]), "%s", chain);
+	k->n++;
+}
+
+static void keys_free(struct keys *k)
+{
+	free(k->ifs);
+	free(k->chains);
+}
+
+static bool has_from_chain(const struct nft_tap *t)
+{
+	return t->guarded || t->policy != NFT_POLICY_EGRESS;
+}
+
+static void bridge_table(struct nft_out *o, const struct nft_net *n)
+{
+	size_t nt = n->n_taps, n4 = 0, n6 = 0;
+	struct keys taps, guarded, ssh, from, to;
+	struct in_addr *b4 = xcalloc(nt + 1, sizeof(*b4));
+	struct in6_addr *b6 = xcalloc(2 * nt + 1, sizeof(*b6));
+	char name[32];
+
+	nft_emit_set(o, BR, TB, "taps", SID_TAPS, DT_IFNAME, IFNAMSIZ, false);
+	nft_emit_set(o, BR, TB, "guarded", SID_GUARDED, DT_IFNAME, IFNAMSIZ, false);
+	nft_emit_set(o, BR, TB, "ssh_only", SID_SSH, DT_IFNAME, IFNAMSIZ, false);
+	nft_emit_set(o, BR, TB, "host4", SID_HOST4, DT_IPADDR, 4, false);
+	nft_emit_set(o, BR, TB, "host6", SID_HOST6, DT_IP6ADDR, 16, false);
+	nft_emit_set(o, BR, TB, "bound4", SID_BOUND4, DT_IPADDR, 4, false);
+	nft_emit_set(o, BR, TB, "bound6", SID_BOUND6, DT_IP6ADDR, 16, false);
+	nft_emit_set(o, BR, TB, "from", SID_FROM, DT_IFNAME, IFNAMSIZ, true);
+	nft_emit_set(o, BR, TB, "to", SID_TO, DT_IFNAME, IFNAMSIZ, true);
+	nft_emit_chain(o, BR, TB, "tapguard", -1);
+	keys_init(&taps, nt, false);
+	keys_init(&guarded, nt, false);
+	keys_init(&ssh, nt, false);
+	keys_init(&from, nt, true);
+	keys_init(&to, nt, true);
+	for (size_t i = 0; i < nt; i++) {
+		const struct nft_tap *t = &n->taps[i];
+
+		keys_add(&taps, t->name, NULL);
+		if (t->ssh_host_only)
+			keys_add(&ssh, t->name, NULL);
+		if (t->guarded) {
+			keys_add(&guarded, t->name, NULL);
+			if (t->has4)
+				b4[n4++] = t->ip4;
+			if (t->has6)
+				b6[n6++] = t->ip6;
+			b6[n6++] = t->ll6;
+		}
+		if (has_from_chain(t)) {
+			snprintf(name, sizeof(name), "f-%s", t->name);
+			nft_emit_chain(o, BR, TB, name, -1);
+			keys_add(&from, t->name, name);
+		}
+		if (t->policy != NFT_POLICY_EGRESS) {
+			snprintf(name, sizeof(name), "t-%s", t->name);
+			nft_emit_chain(o, BR, TB, name, -1);
+			keys_add(&to, t->name, name);
+		}
+	}
+	nft_emit_chain(o, BR, TB, "forward", NF_BR_FORWARD);
+	nft_emit_chain(o, BR, TB, "input", NF_BR_LOCAL_IN);
+	nft_emit_chain(o, BR, TB, "output", NF_BR_LOCAL_OUT);
+	nft_emit_elems(o, BR, TB, "taps", SID_TAPS, taps.ifs, IFNAMSIZ, taps.n, NULL);
+	nft_emit_elems(o, BR, TB, "guarded", SID_GUARDED, guarded.ifs, IFNAMSIZ, guarded.n, NULL);
+	nft_emit_elems(o, BR, TB, "ssh_only", SID_SSH, ssh.ifs, IFNAMSIZ, ssh.n, NULL);
+	nft_emit_elems(o, BR, TB, "host4", SID_HOST4, n->host4, 4, n->n_host4, NULL);
+	nft_emit_elems(o, BR, TB, "host6", SID_HOST6, n->host6, 16, n->n_host6, NULL);
+	nft_emit_elems(o, BR, TB, "bound4", SID_BOUND4, b4, 4, n4, NULL);
+	nft_emit_elems(o, BR, TB, "bound6", SID_BOUND6, b6, 16, n6, NULL);
+	nft_emit_elems(o, BR, TB, "from", SID_FROM, from.ifs, IFNAMSIZ, from.n, from.chains);
+	nft_emit_elems(o, BR, TB, "to", SID_TO, to.ifs, IFNAMSIZ, to.n, to.chains);
+	chain_tapguard(o);
+	for (size_t i = 0; i < nt; i++) {
+		const struct nft_tap *t = &n->taps[i];
+
+		snprintf(name, sizeof(name), "f-%s", t->name);
+		if (t->guarded)
+			tap_guards(o, t, name);
+		if (t->policy == NFT_POLICY_EGRESS)
+			continue;
+		tap_policy(o, n, t, name, true);
+		snprintf(name, sizeof(name), "t-%s", t->name);
+		tap_policy(o, n, t, name, false);
+	}
+	base_chains(o);
+	keys_free(&taps);
+	keys_free(&guarded);
+	keys_free(&ssh);
+	keys_free(&from);
+	keys_free(&to);
+	free(b4);
+	free(b6);
+}
+
+/* inet bcd_taps: an instance tap is only ever a bridge port; whatever of
+ * it reaches the IP layer is dropped. */
+static void inet_table(struct nft_out *o, const struct nft_net *n)
+{
+	static const struct { const char *chain; int hook; uint32_t meta; } r4[] = {
+		{ "input", NF_INET_LOCAL_IN, NFT_META_IIFNAME },
+		{ "forward", NF_INET_FORWARD, NFT_META_IIFNAME },
+		{ "forward", NF_INET_FORWARD, NFT_META_OIFNAME },
+		{ "output", NF_INET_LOCAL_OUT, NFT_META_OIFNAME },
+	};
+	struct keys taps;
+
+	nft_emit_set(o, NFPROTO_INET, NFT_TABLE_INET, "taps", SID_ITAPS, DT_IFNAME, IFNAMSIZ, false);
+	nft_emit_chain(o, NFPROTO_INET, NFT_TABLE_INET, "input", NF_INET_LOCAL_IN);
+	nft_emit_chain(o, NFPROTO_INET, NFT_TABLE_INET, "forward", NF_INET_FORWARD);
+	nft_emit_chain(o, NFPROTO_INET, NFT_TABLE_INET, "output", NF_INET_LOCAL_OUT);
+	keys_init(&taps, n->n_taps, false);
+	for (size_t i = 0; i < n->n_taps; i++)
+		keys_add(&taps, n->taps[i].name, NULL);
+	nft_emit_elems(o, NFPROTO_INET, NFT_TABLE_INET, "taps", SID_ITAPS, taps.ifs, IFNAMSIZ, taps.n,
+		   NULL);
+	keys_free(&taps);
+	for (size_t i = 0; i < sizeof(r4) / sizeof(r4[0]); i++) {
+		struct nft_rule r = nft_rule_new(NFPROTO_INET, NFT_TABLE_INET, r4[i].chain);
+
+		nft_m_ifset(&r, r4[i].meta, "taps", SID_ITAPS, false);
+		nft_drop(o, &r);
+	}
+}
+
+int nft_build(const struct nft_net *n, uint32_t seq, bool text, struct nft_batch *ret)
+{
+	struct nft_batch b = { 0 };
+	struct nft_out o = { &b, NULL, seq, 0 };
+	struct nlmsghdr *last;
+	size_t text_len = 0;
+	struct nlmsghdr *nlh;
+
+	if (text)
+		o.text = open_memstream(&b.text, &text_len);
+	b.seq_first = seq;
+	nlh = nft_msg_begin(&o);
+	nftnl_batch_begin((char *)nlh, o.seq++);
+	b.len += NLMSG_ALIGN(nlh->nlmsg_len);
+	/* add-then-delete: deleting an absent table would fail the batch */
+	nft_emit_table(&o, BR, TB, NFT_MSG_NEWTABLE);
+	nft_emit_table(&o, BR, TB, NFT_MSG_DELTABLE);
+	nft_emit_table(&o, BR, TB, NFT_MSG_NEWTABLE);
+	nft_emit_table(&o, NFPROTO_INET, NFT_TABLE_INET, NFT_MSG_NEWTABLE);
+	nft_emit_table(&o, NFPROTO_INET, NFT_TABLE_INET, NFT_MSG_DELTABLE);
+	nft_emit_table(&o, NFPROTO_INET, NFT_TABLE_INET, NFT_MSG_NEWTABLE);
+	bridge_table(&o, n);
+	inet_table(&o, n);
+	/* errors are always reported; one ACK, of the last inner message,
+	 * says the whole batch was processed (kernels before 6.10 never ACK
+	 * batch begin/end, and one ACK per message can overflow the socket) */
+	last = (struct nlmsghdr *)(b.buf + o.last);
+	last->nlmsg_flags |= NLM_F_ACK;
+	nlh = nft_msg_begin(&o);
+	nftnl_batch_end((char *)nlh, o.seq);
+	b.len += NLMSG_ALIGN(nlh->nlmsg_len);
+	if (o.text)
+		fclose(o.text);
+	*ret = b;
+	return 0;
+}
+
+void nft_batch_free(struct nft_batch *b)
+{
+	if (!b)
+		return;
+	free(b->buf);
+	free(b->text);
+	memset(b, 0, sizeof(*b));
+}
