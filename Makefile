@@ -59,12 +59,13 @@ LIBAGENT := $(BUILD)/lib/libagent.a
 BINS     := $(BUILD)/bin/bc-controller $(BUILD)/bin/bcd $(BUILD)/bin/bcctl
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+NETDRV   := $(BUILD)/tests/net/netdrv
 
 .PHONY: all gen bins unit-bins bench-bins node-deps check check-unit check-integration check-net check-e2e \
 	check-interop fuzz fuzz-smoke asan bench update-golden demo stop install clean deps
 .SECONDARY:
 
-all: bins unit-bins bench-bins
+all: bins unit-bins bench-bins $(NETDRV)
 
 bins: $(BINS)
 unit-bins: $(UNIT_BIN)
@@ -125,6 +126,13 @@ $(BUILD)/tests/unit/test_agent_%: $(BUILD)/obj/tests/unit/test_agent_%.o $(LIBAG
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/tests/unit/test_%: $(BUILD)/obj/tests/unit/test_%.o $(LIBBC)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The network tests' driver of the agent's networking code (tests/net).
+$(call obj,tests/net/netdrv.c): | $(GEN_H)
+$(NETDRV): $(BUILD)/obj/tests/net/netdrv.o $(LIBAGENT) $(LIBBC)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

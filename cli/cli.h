@@ -109,6 +109,12 @@ int cli_run(struct cli_ctx *ctx, const ProtobufCServiceDescriptor *svc, const ch
 	    const ProtobufCMessage *req, cli_show_fn show, int64_t extra_ms);
 
 /* Print "error: MSG" and the running verb's usage line to stderr; -EINVAL. */
+/* Open a server stream svc.method with req and print each message as it
+ * arrives (JSON with --format json, else show), until the stream ends or
+ * max_msgs (> 0) arrived. 0, or -BC_EDOMAIN (ctx->err). No deadline. */
+int cli_stream(struct cli_ctx *ctx, const ProtobufCServiceDescriptor *svc, const char *method,
+	       const ProtobufCMessage *req, cli_show_fn show, int64_t max_msgs);
+
 int cli_usage_error(const struct cli_ctx *ctx, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
@@ -200,6 +206,9 @@ int cli_identity_set_state(struct cli_ctx *ctx, int argc, char **argv);
 int cli_delegation_create(struct cli_ctx *ctx, int argc, char **argv);
 int cli_delegation_list(struct cli_ctx *ctx, int argc, char **argv);
 int cli_delegation_revoke(struct cli_ctx *ctx, int argc, char **argv);
+
+int cli_events_list(struct cli_ctx *ctx, int argc, char **argv);
+int cli_events_watch(struct cli_ctx *ctx, int argc, char **argv);
 
 int cli_token_create(struct cli_ctx *ctx, int argc, char **argv);
 int cli_token_list(struct cli_ctx *ctx, int argc, char **argv);

@@ -278,3 +278,36 @@ int cli_run(struct cli_ctx *ctx, const ProtobufCServiceDescriptor *svc, const ch
 		return bc_error_set(&ctx->err, BC_INTERNAL, "writing JSON: %s", strerror(-r));
 	return 0;
 }
+
+int cli_stream(struct cli_ctx *ctx, const ProtobufCServiceDescriptor *svc, const char *method,
+	       const ProtobufCMessage *req, cli_show_fn show, int64_t max_msgs)
+{
+	const ProtobufCMethodDescriptor *md =
+		protobuf_c_service_descriptor_get_method_by_name(svc, method);
+	rpc_stream *st = NULL;
+	int64_t got = 0;
+	char path[256];
+	int r;
+
+	if (!md || rpc_method_path(svc, method, path, sizeof(path)) < 0)
+		return bc_error_set(&ctx->err, BC_INTERNAL, "no method %s.%s", svc->name, method);
+	if ((r = cli_connect(ctx)) < 0)
+		return r;
+	if (!(st = rpc_stream_open(ctx->client, path, req, 0, &ctx->err)))
+		return -BC_EDOMAIN;
+	while (max_msgs <= 0 || got < max_msgs) {
+		ProtobufCMessage *m = NULL;
+		r = rpc_stream_recv(st, md->output, &m, -1, &ctx->err);
+		if (r <= 0)
+			break;
+		if (ctx->format == CLI_FMT_JSON)
+			cli_print_json(m, stdout);
+		else
+			show(m, stdout);
+		fflush(stdout);
+		protobuf_c_message_free_unpacked(m, NULL);
+		got++;
+	}
+	rpc_stream_free(st);
+	return r < 0 ? r : 0;
+}

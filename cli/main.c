@@ -81,6 +81,10 @@ static const struct cli_verb verbs[] = {
 	{"policy", "attach", cli_policy_attach, "ID --identity ID | --tenant",
 	 "Attach a policy to an identity or to its whole tenant."},
 	{"policy", "detach", cli_policy_detach, "ID --identity ID | --tenant", "Detach a policy."},
+	{"events", "list", cli_events_list, "[--tenant T] [--after ID] [--type PREFIX] [--limit N]",
+	 "List events, oldest first (Events.List)."},
+	{"events", "watch", cli_events_watch, "[--tenant T] [--after ID] [--type PREFIX] [--count N]",
+	 "Print events as they commit, after ID (Events.Watch); resume with the last id seen."},
 	{"version", NULL, cli_version, "", "Print bcctl's version."},
 	{"help", NULL, cli_help, "", "Print this help."},
 };

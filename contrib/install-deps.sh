@@ -10,6 +10,7 @@ PKGS=(
   libpq-dev postgresql-15 postgresql-client-15
   libssl-dev libcurl4-openssl-dev libmnl-dev libnftnl-dev
   nftables iproute2
+  python3-scapy iputils-ping
   clang libclang-rt-14-dev valgrind
   nodejs npm
 )

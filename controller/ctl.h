@@ -99,6 +99,7 @@ int admin_catalog_register(rpc_server *s);
 int instances_register(rpc_server *s);
 int nodeapi_register(rpc_server *s);
 int iam_tenants_register(rpc_server *s);
+int events_register(rpc_server *s);
 int iam_policies_register(rpc_server *s);
 
 /* spec.c: bump a node's generation and NOTIFY, inside the caller's tx. */

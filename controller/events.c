@@ -1,17 +1,24 @@
 /* events.c: the events outbox. Every state change inserts its event in the
  * same transaction as the change, so an event exists exactly when the change
- * committed. */
+ * committed. A transaction-scoped advisory lock taken before the insert
+ * hands out ids in commit order (Events.Watch resumes on "id > last"). */
 #include "ctl.h"
+
+/* the advisory lock key of event ids (migrate.c uses another) */
+#define EVENTS_LOCK "4242001"
 
 int event_publish(struct db *d, const char *type, const char *subject, const char *tenant_id,
 		  const char *data_json)
 {
 	struct dbp p = {0};
+	int r;
 
 	dbp_str(&p, type);
 	dbp_str(&p, subject);
 	dbp_nstr(&p, tenant_id);
 	dbp_str(&p, data_json ? data_json : "{}");
+	if ((r = db_exec(d, NULL, "SELECT pg_advisory_xact_lock(" EVENTS_LOCK ")", NULL)) < 0)
+		return r;
 	return db_exec(d, NULL, "INSERT INTO events (type, subject, tenant_id, data) "
 		       "VALUES ($1, $2, $3, $4::jsonb)", &p);
 }

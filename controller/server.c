@@ -83,7 +83,8 @@ int server_start(struct ctl_app *app)
 	if ((r = admin_register(app->server)) < 0 || (r = instances_register(app->server)) < 0 ||
 	    (r = nodeapi_register(app->server)) < 0 ||
 	    (r = iam_tenants_register(app->server)) < 0 ||
-	    (r = iam_policies_register(app->server)) < 0) {
+	    (r = iam_policies_register(app->server)) < 0 ||
+	    (r = events_register(app->server)) < 0) {
 		log_error("serve: service registration failed: %s", strerror(-r));
 		goto out;
 	}

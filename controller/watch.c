@@ -1,8 +1,10 @@
 /* watch.c: push of NodeSpecs. Each open Node.WatchSpec stream registers
  * here; the LISTEN thread turns NOTIFY bc_node_spec '<node id>' into a
  * wake-up of that node's streams, which rebuild the spec and send it when
- * its generation is newer than the last one sent. A lost LISTEN connection
- * wakes every stream once it is back, so no change is missed. */
+ * its generation is newer than the last one sent. NOTIFY bc_events (a
+ * trigger on the events outbox) wakes the Events.Watch streams, registered
+ * under WATCH_EVENTS. A lost LISTEN connection wakes every stream once it
+ * is back, so no change is missed. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -119,7 +121,7 @@ static PGconn *listen_connect(const char *conninfo)
 		PQfinish(c);
 		return NULL;
 	}
-	r = PQexec(c, "LISTEN bc_node_spec");
+	r = PQexec(c, "LISTEN bc_node_spec; LISTEN bc_events");
 	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
 		PQclear(r);
 		PQfinish(c);
@@ -157,7 +159,8 @@ void *watch_listen_thread(void *arg)
 			continue;
 		}
 		while ((n = PQnotifies(c))) {
-			watch_notify(app->watches, n->extra);
+			watch_notify(app->watches, strcmp(n->relname, "bc_events") == 0 ?
+				     WATCH_EVENTS : n->extra);
 			PQfreemem(n);
 		}
 	}

@@ -7,6 +7,9 @@
 struct watch_registry;
 struct watch_entry;
 
+/* The key Events.Watch streams register under (no node id starts with '*'). */
+#define WATCH_EVENTS "*events"
+
 struct watch_entry *watch_add(struct watch_registry *r, const char *node_id);
 void watch_remove(struct watch_registry *r, struct watch_entry *e);
 /* Wake the streams of node_id (NULL: every stream). */

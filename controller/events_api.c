@@ -1,0 +1,149 @@
+/* events_api.c: Events.List and Events.Watch over the outbox. event_publish
+ * takes one transaction-scoped advisory lock before it inserts, so event
+ * ids are handed out in commit order: once an id is visible every smaller
+ * one is committed or gone, and "id > last seen" is a complete resume
+ * point. Watch streams wake on NOTIFY bc_events (a trigger on events; the
+ * LISTEN thread in watch.c) and poll every few seconds besides. Both calls
+ * are decided as compute:events:read on compute-events/<tenant>. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "authz.h"
+#include "bc/compute/v1/events.pb-c.h"
+#include "log.h"
+#include "rowmsg.h"
+#include "util.h"
+#include "watch.h"
+
+#define EV_PAGE_MAX 1000
+#define EV_POLL_MS 5000
+
+static Bc__Compute__V1__Event *ev_row(rpc_call *c, const PGresult *r, int i)
+{
+	Bc__Compute__V1__Event *e = rpc_new(c, &bc__compute__v1__event__descriptor);
+
+	e->id = (uint64_t)db_i64(r, i, 0);
+	e->type = row_str(c, r, i, 1);
+	e->subject = row_str(c, r, i, 2);
+	e->tenant_id = row_str(c, r, i, 3);
+	e->data = row_str(c, r, i, 4);
+	e->created_at = db_i64(r, i, 5);
+	return e;
+}
+
+static int ev_page(rpc_call *c, const char *tenant, uint64_t after, const char *prefix,
+		   int limit, PGresult **ret, bc_error *err)
+{
+	struct dbp p = {0};
+	int rc;
+
+	dbp_str(&p, tenant);
+	dbp_u64(&p, after);
+	dbp_str(&p, prefix);
+	dbp_i64(&p, limit);
+	rc = db_exec(ctl_db(c), ret, "SELECT id, type, subject, coalesce(tenant_id, ''), data::text, "
+		     MS("created_at") " FROM events WHERE tenant_id = $1 AND id > $2 AND ($3 = '' OR "
+		     "starts_with(type, $3)) ORDER BY id LIMIT $4", &p);
+	return rc < 0 ? db_fail(err, rc) : 0;
+}
+
+static int ev_authorize(rpc_call *c, const char *requested, const char *prefix,
+			const char **ret_tenant, bc_error *err)
+{
+	struct authz_target t = {.type = "compute-events"};
+	int r;
+
+	if ((r = auth_tenant(c, requested, ret_tenant, err)) < 0)
+		return r;
+	if (!str_is_printable(prefix, 64))
+		return invalid(err, "typePrefix", "typePrefix must be at most 64 printable characters");
+	t.id = t.tenant_id = *ret_tenant;
+	return authz_decide(c, ctl_db(c), "compute:events:read", &t, err);
+}
+
+static int ev_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		   bc_error *err)
+{
+	const Bc__Compute__V1__ListEventsRequest *q = (const void *)m;
+	Bc__Compute__V1__ListEventsResponse *resp;
+	int limit = q->limit ? q->limit : 100, rc;
+	const char *tenant;
+	PGresult *r = NULL;
+
+	if ((rc = ev_authorize(c, q->tenant_id, q->type_prefix, &tenant, err)) < 0)
+		return rc;
+	if (q->limit < 0 || q->limit > EV_PAGE_MAX)
+		return invalid(err, "limit", "limit must be between 1 and %d", EV_PAGE_MAX);
+	if ((rc = ev_page(c, tenant, q->after_id, q->type_prefix, limit, &r, err)) < 0)
+		return rc;
+	resp = rpc_new(c, &bc__compute__v1__list_events_response__descriptor);
+	resp->items = rpc_alloc(c, ((size_t)PQntuples(r) + 1) * sizeof(*resp->items));
+	for (int i = 0; i < PQntuples(r); i++)
+		resp->items[resp->n_items++] = ev_row(c, r, i);
+	if ((int)resp->n_items == limit)
+		resp->cursor = resp->items[limit - 1]->id;
+	PQclear(r);
+	*ret = &resp->base;
+	return 0;
+}
+
+/* Send every event after *after, page by page; *after moves with each. */
+static int ev_drain(rpc_call *c, const char *tenant, const char *prefix, uint64_t *after,
+		    bc_error *err)
+{
+	for (;;) {
+		PGresult *r = NULL;
+		int n, rc = ev_page(c, tenant, *after, prefix, 500, &r, err);
+
+		if (rc < 0)
+			return rc;
+		n = PQntuples(r);
+		for (int i = 0; i < n && rc == 0; i++) {
+			Bc__Compute__V1__Event *e = ev_row(c, r, i);
+			if ((rc = rpc_call_send(c, &e->base)) == 0)
+				*after = e->id;
+		}
+		PQclear(r);
+		if (rc < 0 || n < 500)
+			return rc;
+	}
+}
+
+static int ev_watch(rpc_call *c, const ProtobufCMessage *m, bc_error *err)
+{
+	const Bc__Compute__V1__WatchEventsRequest *q = (const void *)m;
+	struct ctl_app *app = ctl_app(c);
+	uint64_t after = q->after_id, seen = 0, seq = 1;
+	struct watch_entry *e;
+	const char *tenant;
+	int64_t poll_at = 0;
+	int r;
+
+	if ((r = ev_authorize(c, q->tenant_id, q->type_prefix, &tenant, err)) < 0)
+		return r;
+	e = watch_add(app->watches, WATCH_EVENTS);
+	log_debug("events: %s watching tenant %s after %llu", ctl_principal(c)->id, tenant,
+		  (unsigned long long)after);
+	while (!app->stopping && !rpc_call_wait_cancelled(c, 0)) {
+		if (seq != seen || mono_ms() >= poll_at) {
+			seen = seq;
+			poll_at = mono_ms() + EV_POLL_MS;
+			if ((r = ev_drain(c, tenant, q->type_prefix, &after, err)) < 0)
+				break;
+		}
+		seq = watch_wait(app->watches, e, seen, 500);
+	}
+	watch_remove(app->watches, e);
+	return r == -ECANCELED ? 0 : r;
+}
+
+int events_register(rpc_server *s)
+{
+	static const struct rpc_handler h[] = {
+		{"List", RPC_UNARY, {.unary = ev_list}},
+		{"Watch", RPC_SERVER_STREAM, {.sstream = ev_watch}},
+	};
+
+	return rpc_server_add_service(s, &bc__compute__v1__events__descriptor, h, ARRAY_SIZE(h));
+}

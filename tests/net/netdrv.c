@@ -1,0 +1,149 @@
+/* netdrv.c: drives the agent's networking code (netlink.c, nft_net.c,
+ * nft_build.c, nft.c) from the network tests, inside whatever network
+ * namespace it is started in. A NodeSpec is given as JSON (pbjson).
+ *
+ *   netdrv apply SPEC.json          build + load; "error <id> <reason>" per
+ *                                   instance failing closed; exit 1 on a
+ *                                   failed load (message on stderr)
+ *   netdrv text SPEC.json           print the batch's text form
+ *   netdrv loop N A.json B.json     load A and B alternately N times
+ *   netdrv check SPEC.json          exit 0 if the kernel matches SPEC's batch
+ *   netdrv counts                   the kernel's rule/chain counts
+ *   netdrv links SPEC.json          bridge (with ipam_gateway) and every tap
+ *   netdrv remove                   delete both tables
+ *
+ * Host addresses are read from the spec's bridge when it exists. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "agent/netlink.h"
+#include "agent/nft.h"
+#include "pbjson.h"
+#include "util.h"
+
+static Bc__Node__V1__NodeSpec *load(const char *path)
+{
+	ProtobufCMessage *m = NULL;
+	bc_error err = { 0 };
+	char *buf = NULL;
+	size_t len = 0;
+
+	if (file_read_all(path, 64 << 20, &buf, &len) < 0) {
+		fprintf(stderr, "netdrv: cannot read %s\n", path);
+		exit(2);
+	}
+	if (pbjson_read(&bc__node__v1__node_spec__descriptor, buf, len, 64 << 20, &m, &err) < 0) {
+		fprintf(stderr, "netdrv: %s: bad NodeSpec JSON\n", path);
+		exit(2);
+	}
+	free(buf);
+	return (Bc__Node__V1__NodeSpec *)m;
+}
+
+static void print_fail(const char *id, const char *reason, void *data)
+{
+	printf("error %s %s\n", id, reason);
+}
+
+static void build(const char *path, bool text, struct nft_batch *b)
+{
+	Bc__Node__V1__NodeSpec *spec = load(path);
+	char host[NFT_HOST_MAX * 2][NL_ADDR_MAX];
+	size_t n_host = 0;
+	struct nft_net n;
+
+	if (*spec->bridge && nl_link_exists(spec->bridge))
+		nl_addrs(spec->bridge, host, NFT_HOST_MAX * 2, &n_host);
+	if (nft_net_from_spec(spec, (const char(*)[64])host, n_host, &n, print_fail, NULL) < 0) {
+		fprintf(stderr, "netdrv: bad pool subnet\n");
+		exit(2);
+	}
+	nft_build(&n, 1, text, b);
+	nft_net_clear(&n);
+	protobuf_c_message_free_unpacked(&spec->base, NULL);
+}
+
+static int apply(const struct nft_batch *b)
+{
+	char err[256];
+	int e = nft_apply(b, err, sizeof(err));
+
+	if (e < 0)
+		fprintf(stderr, "netdrv: load failed: %s\n", err);
+	return e;
+}
+
+static int links(const char *path)
+{
+	Bc__Node__V1__NodeSpec *spec = load(path);
+	char a4[80] = "", a6[80] = "";
+	const char *slash;
+	int e;
+
+	if (*spec->ipam_gateway && (slash = strchr(spec->ipam_subnet, '/')))
+		snprintf(a4, sizeof(a4), "%s%s", spec->ipam_gateway, slash);
+	e = nl_bridge_ensure(spec->bridge, a4, a6);
+	for (size_t i = 0; !e && i < spec->n_instances; i++)
+		for (size_t k = 0; !e && k < spec->instances[i]->n_nics; k++)
+			e = nl_tap_ensure(spec->instances[i]->nics[k]->tap, spec->bridge);
+	protobuf_c_message_free_unpacked(&spec->base, NULL);
+	if (e < 0)
+		fprintf(stderr, "netdrv: links: %s\n", strerror(-e));
+	return e;
+}
+
+int main(int argc, char **argv)
+{
+	struct nft_batch a, b;
+	struct nft_counts c;
+	int e = 0;
+
+	if (argc < 2)
+		goto usage;
+	if (strcmp(argv[1], "apply") == 0 && argc == 3) {
+		build(argv[2], false, &a);
+		e = apply(&a);
+		nft_batch_free(&a);
+	} else if (strcmp(argv[1], "text") == 0 && argc == 3) {
+		build(argv[2], true, &a);
+		fputs(a.text, stdout);
+		nft_batch_free(&a);
+	} else if (strcmp(argv[1], "loop") == 0 && argc == 5) {
+		long n = atol(argv[2]), failed = 0;
+
+		build(argv[3], false, &a);
+		build(argv[4], false, &b);
+		for (long i = 0; i < n; i++)
+			if (apply(i % 2 ? &b : &a) < 0)
+				failed++;
+		printf("loads %ld failed %ld\n", n, failed);
+		e = failed ? -EIO : 0;
+		nft_batch_free(&a);
+		nft_batch_free(&b);
+	} else if (strcmp(argv[1], "check") == 0 && argc == 3) {
+		build(argv[2], false, &a);
+		e = nft_counts(&c);
+		if (!e && !nft_matches(&a, &c))
+			e = -ESTALE;
+		nft_batch_free(&a);
+	} else if (strcmp(argv[1], "counts") == 0) {
+		e = nft_counts(&c);
+		if (!e)
+			printf("rules_bridge %ld rules_inet %ld chains_bridge %ld\n", c.rules_bridge,
+			       c.rules_inet, c.chains_bridge);
+	} else if (strcmp(argv[1], "links") == 0 && argc == 3) {
+		e = links(argv[2]);
+	} else if (strcmp(argv[1], "remove") == 0) {
+		e = nft_remove();
+	} else {
+		goto usage;
+	}
+	return e < 0 ? 1 : 0;
+usage:
+	fprintf(stderr, "usage: netdrv apply|text|check SPEC.json | loop N A B | counts | links "
+			"SPEC.json | remove\n");
+	return 2;
+}
