@@ -186,7 +186,7 @@ check-integration: bins node-deps
 	$(Q)BC_BIN=$(CURDIR)/$(ASAN_BUILD)/bin prove --exec bash $(sort $(wildcard tests/lib/*.t)) \
 		$(sort $(wildcard tests/integration/*.t))
 
-check-net:
+check-net: $(NETDRV)
 	$(Q)if ls tests/net/*.t >/dev/null 2>&1; then prove --exec bash tests/net/*.t; \
 	else echo "check-net: skipped: no network tests exist yet (the agent's nftables code is not built)"; fi
 
