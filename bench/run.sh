@@ -11,6 +11,8 @@
 #   Instances.Create          creates/s and latency         vs a bare PostgreSQL
 #                                                              INSERT transaction
 #   spec push                 create -> agent reports running vs NOTIFY -> LISTEN
+#   policy decision           10 and 1,000 statements        vs the Instances.Create
+#                             (bench/bench_policy.c)            it guards (p50, conc 1)
 #
 # and prints one table: each bc figure, its peer's, and bc / peer.
 #
@@ -162,6 +164,16 @@ for c in $BENCH_CREATE_CONCURRENCY; do
 		row "Instances.Create, conc $c" "$m" "$(field "$cr" "$m")" \
 			"PostgreSQL INSERT txn" "$(field "$pp" "$m")"
 	done
+	[ -z "${create_p50:-}" ] && create_p50=$(field "$cr" p50_us)
+done
+
+log "policy decisions, 10 and 1000 statements"
+pd=$("$BC_SRC/build/bench/bench_policy" 2>>"$STACK_DIR/bench-client.log")
+for n in 10 1000; do
+	row "policy decision, $n statements" decide_us "$(field "$pd" "decide${n}_us")" \
+		"Instances.Create p50" "${create_p50:-}"
+	row "policy parse+decide, $n statements" load_us "$(field "$pd" "load${n}_us")" \
+		"Instances.Create p50" "${create_p50:-}"
 done
 
 push_row loaded

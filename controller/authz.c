@@ -7,6 +7,7 @@
  * the authorization projection and decide on what was staged; the whole
  * transaction rolls back on a refusal, so nothing is left behind. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,67 @@
 #include "util.h"
 
 #define AUTHZ_MAX_DOCS 256
+#define AUTHZ_CACHE_STATEMENTS 200000
+#define AUTHZ_CACHE_BUCKETS 1024
+
+struct cached {
+	char id[64];
+	struct policy *p;
+	struct cached *next;
+};
+
+static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct cached *cache[AUTHZ_CACHE_BUCKETS];
+static size_t cache_statements;
+
+static unsigned bucket(const char *id)
+{
+	unsigned h = 5381;
+
+	for (; *id; id++)
+		h = h * 33 + (unsigned char)*id;
+	return h % AUTHZ_CACHE_BUCKETS;
+}
+
+/* The parsed document of policy id: cached and shared (*ret_owned false),
+ * or parsed for this call only when the cache is full (*ret_owned true).
+ * -EINVAL when it does not parse. */
+static int cache_get(const char *id, const char *doc, struct policy **ret, bool *ret_owned)
+{
+	unsigned b = bucket(id);
+	struct policy *p = NULL;
+	struct cached *c;
+
+	pthread_mutex_lock(&cache_mu);
+	for (c = cache[b]; c && strcmp(c->id, id) != 0; c = c->next)
+		;
+	pthread_mutex_unlock(&cache_mu);
+	if (c) {
+		*ret = c->p;
+		*ret_owned = false;
+		return 0;
+	}
+	if (policy_parse(doc, strlen(doc), &p, NULL, NULL, 0) < 0)
+		return -EINVAL;
+	pthread_mutex_lock(&cache_mu);
+	for (c = cache[b]; c && strcmp(c->id, id) != 0; c = c->next)
+		;
+	if (!c && cache_statements + policy_statements(p) <= AUTHZ_CACHE_STATEMENTS) {
+		c = xcalloc(1, sizeof(*c));
+		snprintf(c->id, sizeof(c->id), "%s", id);
+		c->p = p;
+		c->next = cache[b];
+		cache[b] = c;
+		cache_statements += policy_statements(p);
+		p = NULL;
+	}
+	pthread_mutex_unlock(&cache_mu);
+	*ret = c ? c->p : p;
+	*ret_owned = !c;
+	if (c)
+		policy_free(p); /* another thread cached it first */
+	return 0;
+}
 
 void authz_attr(struct authz_target *t, const char *name, const char *value)
 {
@@ -31,6 +93,7 @@ void authz_attr(struct authz_target *t, const char *name, const char *value)
 
 struct docs {
 	struct policy *v[AUTHZ_MAX_DOCS];
+	bool owned[AUTHZ_MAX_DOCS];
 	size_t n;
 	bool admin;
 };
@@ -38,7 +101,8 @@ struct docs {
 static void docs_free(struct docs *s)
 {
 	for (size_t i = 0; i < s->n; i++)
-		policy_free(s->v[i]);
+		if (s->owned[i])
+			policy_free(s->v[i]);
 	s->n = 0;
 }
 
@@ -65,7 +129,7 @@ static int docs_load(struct db *d, const char *id, const char *tenant, struct do
 		const char *doc = db_val(r, i, 2);
 		if (!doc)
 			continue;
-		if (policy_parse(doc, strlen(doc), &s->v[s->n], NULL, NULL, 0) < 0)
+		if (cache_get(db_val(r, i, 1), doc, &s->v[s->n], &s->owned[s->n]) < 0)
 			log_warn("policy %s: stored document does not parse, skipped", db_val(r, i, 1));
 		else
 			s->n++;
