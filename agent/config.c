@@ -40,6 +40,7 @@ static const struct cfg_key keys[] = {
 	S(join_token, NULL, "join token, used once while state_dir holds no certificate"),
 	S(state_dir, "/var/lib/bcd", "certificates, spec.pb, runtime state"),
 	S(runtime, "fake", "fake or libvirt"),
+	S(network, "none", "nftables (bridge, taps, tap guards and policies) or none"),
 	S(hostname, NULL, "default: gethostname()"),
 	S(address, "127.0.0.1", "where the controller reaches this agent"),
 	S(labels, "", "node labels k=v,k=v"),
@@ -308,6 +309,8 @@ int cfg_finish(struct agent_config *c, char *err, size_t errlen)
 		return fail(err, errlen, "%s is required", "state_dir");
 	if (log_level_parse(c->log_level, &c->log_lvl) < 0)
 		return fail(err, errlen, "log_level '%.32s': debug, info, warn or error", c->log_level);
+	if (strcmp(c->network, "nftables") != 0 && strcmp(c->network, "none") != 0)
+		return fail(err, errlen, "network '%.32s': nftables or none", c->network);
 	if (!c->hostname || !*c->hostname) {
 		if (gethostname(host, sizeof(host)) < 0)
 			snprintf(host, sizeof(host), "localhost");

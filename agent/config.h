@@ -25,6 +25,7 @@ struct agent_config {
 	char *join_token;
 	char *state_dir;
 	char *runtime;
+	char *network;                  /* nftables | none */
 	char *hostname;                 /* default: gethostname() */
 	char *address;
 	char *labels;                   /* "k=v,k=v", parsed into label_list */

@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "net.h"
 #include "util.h"
 
 /* An entry reported until a report that carried it was delivered. */
@@ -46,6 +47,7 @@ struct idset {
 
 struct conv {
 	struct rt *rt;
+	struct net *net;           /* instance networking; NULL: none */
 	/* converge thread only */
 	Bc__Node__V1__NodeSpec *spec;
 	struct idset adopted;      /* sorted: instances this process owns */
@@ -72,6 +74,8 @@ struct pass {
 	struct conv_item *gone;
 	size_t n_gone, cap_gone;
 	struct idset owned;
+	struct conv_item *netfail; /* refused by the network step (state unused) */
+	size_t n_netfail, cap_netfail;
 };
 
 /* ------------------------------------------------------------- helpers */
@@ -191,6 +195,11 @@ struct conv *conv_new(struct rt *rt)
 	pthread_cond_init(&c->changed, &ca);
 	pthread_condattr_destroy(&ca);
 	return c;
+}
+
+void conv_set_net(struct conv *c, struct net *net)
+{
+	c->net = net;
 }
 
 void conv_free(struct conv *c)
@@ -333,6 +342,39 @@ static void converge_deleted(struct conv *c, struct pass *p, const char *id,
 	add_item(p, id, "deleted", NULL);
 }
 
+static void on_net_fail(const char *id, const char *reason, void *data)
+{
+	struct pass *p = data;
+	struct conv_item *it;
+
+	for (size_t i = 0; i < p->n_netfail; i++)
+		if (strcmp(p->netfail[i].id, id) == 0)
+			return;
+	p->netfail = grow(p->netfail, &p->cap_netfail, p->n_netfail, sizeof(*p->netfail));
+	it = &p->netfail[p->n_netfail++];
+	*it = (struct conv_item){0};
+	snprintf(it->id, sizeof(it->id), "%s", id);
+	snprintf(it->reason, sizeof(it->reason), "%s", reason);
+}
+
+/* Fail closed: an instance the network step refused is never created or
+ * started, and is stopped if it runs; reported error with the reason. */
+static bool net_refused(struct conv *c, struct pass *p, const Bc__Node__V1__InstanceSpec *s,
+			const struct rt_instance *a)
+{
+	const char *reason = NULL;
+
+	for (size_t i = 0; i < p->n_netfail && !reason; i++)
+		if (strcmp(p->netfail[i].id, s->id) == 0)
+			reason = p->netfail[i].reason;
+	if (!reason)
+		return false;
+	if (a && a->state != RT_STATE_STOPPED && c->rt->ops->stop(c->rt, s->id) == 0)
+		log_warn("instance %s: stopped: its network rules are not in force", s->id);
+	record_state(c, p, s->id, RT_STATE_ERROR, reason);
+	return true;
+}
+
 static void converge_new(struct conv *c, struct pass *p, const Bc__Node__V1__InstanceSpec *s)
 {
 	char reason[RT_REASON_MAX] = "";
@@ -344,6 +386,8 @@ static void converge_new(struct conv *c, struct pass *p, const Bc__Node__V1__Ins
 		record_state(c, p, s->id, RT_STATE_ERROR, reason);
 		return;
 	}
+	if (net_refused(c, p, s, NULL))
+		return;
 	e = c->rt->ops->create(c->rt, s, reason);
 	if (e == -ENOSPC) {
 		record_state(c, p, s->id, RT_STATE_STOPPED, reason);
@@ -369,6 +413,8 @@ static void converge_existing(struct conv *c, struct pass *p, const Bc__Node__V1
 	enum rt_state st;
 	int e;
 
+	if (net_refused(c, p, s, a))
+		return;
 	if (!idset_has(&c->adopted, s->id)) {
 		e = c->rt->ops->adopt(c->rt, s);
 		if (e < 0) {
@@ -548,6 +594,7 @@ static void pass_clear(struct pass *p)
 {
 	free(p->items);
 	free(p->gone);
+	free(p->netfail);
 	idset_clear(&p->owned);
 }
 
@@ -606,6 +653,9 @@ int conv_pass(struct conv *c)
 	if (c->spec)
 		mark_named(c, actual, n_actual, matched);
 	converge_unnamed(c, &p, actual, n_actual, matched);
+	/* bridge, ruleset and taps before any instance is created or started */
+	if (c->spec && c->net)
+		net_converge(c->net, c->spec, on_net_fail, &p);
 	if (c->spec)
 		converge_desired(c, &p, actual, n_actual);
 	if (c->rt->ops->storage && c->rt->ops->storage(c->rt, c->spec, &stg) == 0)

@@ -54,6 +54,12 @@ struct conv;
 struct conv *conv_new(struct rt *rt);
 
 /* Free; the converge thread must have ended. NULL-safe. */
+/* Instance networking for the passes (net.c); before the converge thread
+ * starts. Each pass then runs net_converge after destroying unnamed
+ * instances and before creating or starting any. */
+struct net;
+void conv_set_net(struct conv *c, struct net *net);
+
 void conv_free(struct conv *c);
 
 /* Hand a spec to the converge thread; takes ownership. A spec still

@@ -29,6 +29,7 @@
 #include "agent/config.h"
 #include "agent/converge.h"
 #include "agent/join.h"
+#include "agent/net.h"
 #include "agent/report.h"
 #include "agent/runtime.h"
 #include "agent/state.h"
@@ -48,6 +49,8 @@ struct agent {
 	rpc_client *client;
 	struct rt *rt;
 	struct conv *conv;
+	struct net *net;
+	struct rt_traits traits;        /* advertised (runtime's, net's) */
 	struct state_cmds *cmds;
 	struct backoff_stop stop;
 	struct watch watch;
@@ -200,13 +203,23 @@ static int start_up(struct agent *a)
 		return EXIT_CONFIG;
 	}
 	a->conv = conv_new(a->rt);
+	if (net_open(a->cfg.network, &a->net) < 0) {
+		log_error("network %s: nftables or none", a->cfg.network);
+		return EXIT_CONFIG;
+	}
+	conv_set_net(a->conv, a->net);
 	backoff_stop_init(&a->stop);
 	a->watch = (struct watch){.client = a->client, .conv = a->conv,
 				  .state_dir = a->cfg.state_dir, .node_id = a->creds.node_id,
 				  .cmds = a->cmds, .stop = &a->stop};
 	atomic_store(&a->watch.applied, load_spec(a));
 	a->report = (struct report){.client = a->client, .conv = a->conv, .watch = &a->watch};
-	report_init(&a->report, &a->cfg, &a->rt->ops->traits);
+	/* the fake runtime advertises the policy capabilities as the spec's
+	 * FakeDaemon does; a real runtime only when this bcd enforces them */
+	a->traits = a->rt->ops->traits;
+	if (a->rt->ops != &rt_fake_ops)
+		a->traits.network_policy = a->traits.ssh_host_only = net_enforces(a->net);
+	report_init(&a->report, &a->cfg, &a->traits);
 	return 0;
 }
 
@@ -244,6 +257,8 @@ static void run(struct agent *a)
 	for (size_t i = 0; i < ARRAY_SIZE(bodies); i++)
 		if (pthread_create(&th[i], NULL, bodies[i], a) != 0)
 			fatal("cannot start a thread");
+	if (net_guard_start(a->net, NET_GUARD_INTERVAL_MS) < 0)
+		fatal("cannot start the guard-check thread");
 	log_info("bcd %s running: node %s, runtime %s, controller %s", BCD_VERSION,
 		 a->creds.node_id, a->cfg.runtime, a->cfg.controller);
 	while (sigwait(&set, &sig) == 0 && sig == SIGHUP)
@@ -262,6 +277,7 @@ static void tear_down(struct agent *a)
 		backoff_stop_destroy(&a->stop);
 	}
 	conv_free(a->conv);
+	net_close(a->net);
 	state_cmds_free(a->cmds);
 	rt_close(a->rt);
 	rpc_client_free(a->client);

@@ -110,6 +110,10 @@ int nft_build(const struct nft_net *n, uint32_t seq, bool text, struct nft_batch
 
 void nft_batch_free(struct nft_batch *b);
 
+/* Tests: append a rule for a chain that does not exist, so that the kernel
+ * refuses the whole transaction. */
+void nft_batch_break(struct nft_batch *b);
+
 /* --- nft.c: the applier (needs CAP_NET_ADMIN in the current netns) --- */
 
 /* Send b in one transaction. 0: committed. Otherwise a negative errno and

@@ -484,6 +484,21 @@ int nft_build(const struct nft_net *n, uint32_t seq, bool text, struct nft_batch
 	return 0;
 }
 
+void nft_batch_break(struct nft_batch *b)
+{
+	struct nft_out o = { b, NULL, b->seq_last + 1, 0 };
+	struct nft_rule r;
+	struct nlmsghdr *nlh;
+
+	b->len -= NLMSG_ALIGN(sizeof(struct nlmsghdr) + sizeof(struct nfgenmsg));
+	r = nft_rule_new(BR, TB, "no-such-chain");
+	nft_drop(&o, &r);
+	nlh = nft_msg_begin(&o);
+	nftnl_batch_end((char *)nlh, o.seq);
+	b->len += NLMSG_ALIGN(nlh->nlmsg_len);
+	b->rules_bridge--;
+}
+
 void nft_batch_free(struct nft_batch *b)
 {
 	if (!b)

@@ -11,6 +11,13 @@
  *   netdrv counts                   the kernel's rule/chain counts
  *   netdrv links SPEC.json          bridge (with ipam_gateway) and every tap
  *   netdrv remove                   delete both tables
+ *   netdrv converge [--break] SPEC.json...
+ *                                   agent/net.c's converge step (bridge,
+ *                                   ruleset, taps) for each spec in turn, in
+ *                                   one process; --break: the next load is
+ *                                   sent broken, so the kernel refuses it
+ *   netdrv guard SPEC.json SECONDS  converge, then run the guard-check
+ *                                   thread for SECONDS; prints the reloads
  *
  * Host addresses are read from the spec's bridge when it exists. */
 #include <errno.h>
@@ -19,8 +26,12 @@
 #include <string.h>
 #include <time.h>
 
+#include <unistd.h>
+
+#include "agent/net.h"
 #include "agent/netlink.h"
 #include "agent/nft.h"
+#include "log.h"
 #include "pbjson.h"
 #include "util.h"
 
@@ -95,12 +106,44 @@ static int links(const char *path)
 	return e;
 }
 
+/* converge [--break] SPEC... | guard SPEC SECONDS: one net (as bcd has) for
+ * every spec in turn. */
+static int converge(int argc, char **argv)
+{
+	bool guard = strcmp(argv[1], "guard") == 0;
+	struct net *n;
+	int e = 0;
+
+	net_open("nftables", &n);
+	for (int i = 2; i < (guard ? 3 : argc); i++) {
+		Bc__Node__V1__NodeSpec *spec;
+
+		if (strcmp(argv[i], "--break") == 0) {
+			net_test_break_next_load(n);
+			continue;
+		}
+		spec = load(argv[i]);
+		e = net_converge(n, spec, print_fail, NULL);
+		printf("converge %s: load %s\n", argv[i], e < 0 ? "refused" : "ok");
+		protobuf_c_message_free_unpacked(&spec->base, NULL);
+	}
+	if (guard) {
+		net_guard_start(n, NET_GUARD_INTERVAL_MS);
+		sleep((unsigned)atoi(argv[3]));
+		printf("reloads %llu trusted %d\n", (unsigned long long)net_reloads(n),
+		       net_trusted(n));
+	}
+	net_close(n);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct nft_batch a, b;
 	struct nft_counts c;
 	int e = 0;
 
+	log_init("netdrv", LOG_LVL_INFO);
 	if (argc < 2)
 		goto usage;
 	if (strcmp(argv[1], "apply") == 0 && argc == 3) {
@@ -136,6 +179,10 @@ int main(int argc, char **argv)
 			       c.rules_inet, c.chains_bridge);
 	} else if (strcmp(argv[1], "links") == 0 && argc == 3) {
 		e = links(argv[2]);
+	} else if ((strcmp(argv[1], "converge") == 0 && argc >= 3) ||
+		   (strcmp(argv[1], "guard") == 0 && argc == 4)) {
+		setvbuf(stdout, NULL, _IOLBF, 0);
+		e = converge(argc, argv);
 	} else if (strcmp(argv[1], "remove") == 0) {
 		e = nft_remove();
 	} else {
