@@ -11,6 +11,8 @@
 #   Instances.Create          creates/s and latency         vs a bare PostgreSQL
 #                                                              INSERT transaction
 #   spec push                 create -> agent reports running vs NOTIFY -> LISTEN
+#   nftables full load        10..5,000 instances            vs nft -f of the same text
+#   per-packet cost           ping -f, 5,000 guarded taps    vs 10 (bench/net.sh; root)
 #   policy decision           10 and 1,000 statements        vs the Instances.Create
 #                             (bench/bench_policy.c)            it guards (p50, conc 1)
 #
@@ -177,6 +179,11 @@ for n in 10 1000; do
 done
 
 push_row loaded
+
+log "nftables: full ruleset loads and per-packet cost (bench/net.sh)"
+while IFS=$'\t' read -r n m v pn pv; do
+	row "$n" "$m" "$v" "$pn" "$pv"
+done < <(bash "$BC_SRC/bench/net.sh" 2>>"$STACK_DIR/bench-client.log")
 
 printf '%-40s %-12s %12s  %-24s %12s %8s\n' benchmark metric bc peer "peer value" "bc/peer"
 printf '%s\n' "${rows[@]}"
