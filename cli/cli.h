@@ -198,6 +198,8 @@ int cli_tenant_get(struct cli_ctx *ctx, int argc, char **argv);
 int cli_tenant_list(struct cli_ctx *ctx, int argc, char **argv);
 int cli_tenant_set_state(struct cli_ctx *ctx, int argc, char **argv);
 int cli_tenant_quota(struct cli_ctx *ctx, int argc, char **argv);
+int cli_tenant_offer(struct cli_ctx *ctx, int argc, char **argv);
+int cli_pool_budget_check(struct cli_ctx *ctx, int argc, char **argv);
 
 int cli_identity_create(struct cli_ctx *ctx, int argc, char **argv);
 int cli_identity_get(struct cli_ctx *ctx, int argc, char **argv);

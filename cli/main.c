@@ -22,6 +22,8 @@ static const struct cli_verb verbs[] = {
 	{"pool", "list", cli_pool_list, "[--limit N] [--cursor C]", "List pools."},
 	{"pool", "get", cli_pool_get, "ID", "Show one pool."},
 	{"pool", "delete", cli_pool_delete, "ID", "Delete a pool."},
+	{"pool", "budget-check", cli_pool_budget_check, "ID none|meter",
+	 "Whether new work in the pool is refused on a spent budget (Offers.SetPoolBudgetCheck)."},
 	{"flavor", "create", cli_flavor_create,
 	 "--name N --vcpus N --memory-mib N --disk-gib N [--gpus N] [--huge-pages 2M|1G] "
 	 "[--numa-node N] [--pin-vcpus]",
@@ -57,6 +59,9 @@ static const struct cli_verb verbs[] = {
 	{"tenant", "quota", cli_tenant_quota,
 	 "ID [--vcpus N] [--memory-gib N] [--disk-gib N] [--gpus N] [--instances N]",
 	 "Show a tenant's quota, or set it (limits not given become unlimited)."},
+	{"tenant", "offer", cli_tenant_offer,
+	 "ID [--spend-limit-cents N] [--on-budget-exceeded none|stop-new|drain]",
+	 "Show a tenant's offer (budget and spend), or set it."},
 	{"identity", "create", cli_identity_create,
 	 "--tenant T --kind user|service|agent --name N [--admin]", "Create an identity."},
 	{"identity", "list", cli_identity_list, "[--tenant T] [--limit N] [--cursor C]",

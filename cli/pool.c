@@ -4,6 +4,7 @@
 #include "cli.h"
 
 #include "bc/admin/v1/admin.pb-c.h"
+#include "bc/admin/v1/iam.pb-c.h"
 #include "util.h"
 
 #define SVC (&bc__admin__v1__pools__descriptor)
@@ -145,4 +146,20 @@ int cli_pool_delete(struct cli_ctx *ctx, int argc, char **argv)
 	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
 
 	return r != 0 ? r : cli_run(ctx, SVC, "Delete", &req.base, show_deleted, 0);
+}
+
+int cli_pool_budget_check(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Admin__V1__SetPoolBudgetCheckRequest req =
+		BC__ADMIN__V1__SET_POOL_BUDGET_CHECK_REQUEST__INIT;
+	const struct cli_flag flags[] = {
+		{.name = "ID", .type = CLI_ARG, .dst = &req.pool_id, .required = true,
+		 .help = "pool id"},
+		{.name = "CHECK", .type = CLI_ARG, .dst = &req.budget_check, .required = true,
+		 .help = "none | meter (refuse new work on a spent budget)"},
+	};
+	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+
+	return r != 0 ? r : cli_run(ctx, &bc__admin__v1__offers__descriptor, "SetPoolBudgetCheck",
+				    &req.base, NULL, 0);
 }

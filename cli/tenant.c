@@ -112,3 +112,34 @@ int cli_tenant_quota(struct cli_ctx *ctx, int argc, char **argv)
 	req.instances = (uint32_t)(inst < 0 ? 0 : inst);
 	return cli_run(ctx, &bc__admin__v1__quotas__descriptor, "Set", &req.base, NULL, 0);
 }
+
+int cli_tenant_offer(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Admin__V1__Offer req = BC__ADMIN__V1__OFFER__INIT;
+	Bc__Admin__V1__GetOfferRequest get = BC__ADMIN__V1__GET_OFFER_REQUEST__INIT;
+	static const char *const modes[] = {"none", "stop-new", "drain", NULL};
+	int64_t limit = -1;
+	int mode = 0;
+	bool mode_seen = false;
+	const struct cli_flag flags[] = {
+		{.name = "ID", .type = CLI_ARG, .dst = &req.tenant_id, .required = true,
+		 .help = "tenant id"},
+		{.name = "spend-limit-cents", .type = CLI_INT, .dst = &limit, .meta = "N", .min = 0,
+		 .max = INT64_MAX, .help = "the budget (default: none)"},
+		{.name = "on-budget-exceeded", .type = CLI_CHOICE, .dst = &mode, .meta = "M",
+		 .choices = modes, .seen = &mode_seen,
+		 .help = "none (only pools that check budgets refuse) | stop-new | drain"},
+	};
+	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+
+	if (r != 0)
+		return r;
+	if (limit < 0 && !mode_seen) {
+		get.tenant_id = req.tenant_id;
+		return cli_run(ctx, &bc__admin__v1__offers__descriptor, "Get", &get.base, NULL, 0);
+	}
+	req.has_spend_limit_cents = limit >= 0;
+	req.spend_limit_cents = limit < 0 ? 0 : limit;
+	req.on_budget_exceeded = (char *)modes[mode];
+	return cli_run(ctx, &bc__admin__v1__offers__descriptor, "Set", &req.base, NULL, 0);
+}

@@ -19,4 +19,7 @@ struct iam_write {
 };
 int iam_write_run(rpc_call *c, struct iam_write *w, PGresult **ret, bc_error *err);
 
+/* iam_offers.c, registered by iam_policies_register */
+int iam_offers_register(rpc_server *s);
+
 #endif

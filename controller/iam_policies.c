@@ -348,6 +348,8 @@ int iam_policies_register(rpc_server *s)
 	int r = rpc_server_add_service(s, &bc__admin__v1__policies__descriptor, pol,
 				       ARRAY_SIZE(pol));
 
-	return r < 0 ? r : rpc_server_add_service(s, &bc__admin__v1__quotas__descriptor, quota,
-						  ARRAY_SIZE(quota));
+	if (r == 0)
+		r = rpc_server_add_service(s, &bc__admin__v1__quotas__descriptor, quota,
+					   ARRAY_SIZE(quota));
+	return r < 0 ? r : iam_offers_register(s);
 }

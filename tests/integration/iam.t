@@ -5,9 +5,12 @@
 # statement adapted to the attributes instances have, another tenant's id
 # NOT_FOUND); the agent limited to what it created and cut off when its
 # delegation is revoked; a refused create leaving no row in any table;
-# malformed policies refused naming the field; quotas and budgets.
+# malformed policies refused naming the field; quotas and budgets; the
+# refusals' codes and details through gRPC (bcctl) and JSON/HTTP alike.
 . "$(dirname "$0")/../lib/stack.sh"
 
+HTTP_PORT=$(free_tcp_port) || bail_out "no free port"
+export BC_CTL_EXTRA_CONF="http_listen = 127.0.0.1:$HTTP_PORT"
 stack_up --controllers 1 --agents 1 --agent-capacity 16,32768,200 || bail_out "stack_up failed"
 img=$(stack_image_create iam-img) || bail_out "no image"
 
@@ -41,6 +44,22 @@ policy() { # NAME JSON: create a policy in acme, print its id
 token_for() { # ID: mint a token, print it
 	json_get "$(bcctl --format json token create --identity "$1")" token
 }
+# http_create TOKEN POOL FLAVOR: POST /api/compute/instances/create; prints
+# the body, then the HTTP status on a line of its own
+http_create() {
+	curl -sS --cacert "$BC_CA_FILE" -H "Authorization: Bearer $1" \
+		-H 'Content-Type: application/json' -w '\n%{http_code}' \
+		--data-binary "{\"poolId\":\"$2\",\"flavor\":\"$3\",\"imageId\":\"$img\"}" \
+		"https://127.0.0.1:$HTTP_PORT/api/compute/instances/create"
+}
+# http_refused TOKEN POOL FLAVOR STATUS CODE DETAIL VALUE MSG
+http_refused() {
+	local out
+	out=$(http_create "$1" "$2" "$3")
+	is "$(printf '%s\n' "$out" | tail -n 1)" "$4" "$8 over JSON/HTTP: status $4"
+	is "$(printf '%s\n' "$out" | sed '$d' | jq -r ".error.code + \" \" + .error.details.$6")" \
+		"$5 $7" "$8 over JSON/HTTP: $5 with $6 $7"
+}
 create_as() { # TOKEN POOL FLAVOR: create, print the id
 	jid "$(as "$1" --format json instance create --pool "$2" --flavor "$3" --image "$img")"
 }
@@ -65,6 +84,7 @@ gpu=$(jid "$(bcctl --format json flavor create --name gpu --vcpus 1 --memory-mib
 before=$(all_rows)
 refused_as "$A" 5 'reason: no-allow' 'no policy: default deny' -- instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img"
 refused_as "$A" 5 'action: compute:instances:create' 'the refusal names the action' -- instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img" --key k1
+http_refused "$A" "$POOL_ID" "$FLAVOR_NAME" 403 ACCESS_DENIED reason no-allow 'default deny'
 is "$(all_rows)" "$before" 'a refused create leaves no row in any table'
 
 # -- malformed policies are refused naming the field
@@ -159,21 +179,27 @@ bcctl tenant quota acme --instances "$live" --vcpus 100 >/dev/null
 before=$(all_rows)
 refused_as "$A" 9 'resource: instances' 'quota: one instance too many' -- instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img"
 like "$(cat "$STACK_DIR/err")" 'remaining: 0' 'QUOTA_EXCEEDED says what is left'
+http_refused "$A" "$POOL_ID" "$FLAVOR_NAME" 429 QUOTA_EXCEEDED remaining 0 'quota'
 is "$(all_rows)" "$before" 'a quota refusal leaves no row'
 bcctl tenant quota acme --vcpus "$live" >/dev/null
 refused_as "$B" 9 'requested: 2' 'quota: vCPUs asked past the limit' -- instance create --pool "$POOL_ID" --flavor big --image "$img"
 bcctl tenant quota acme >/dev/null
 bcctl tenant quota acme --vcpus 1000 >/dev/null
 
-# -- budgets: a spent budget stops new work
-q "INSERT INTO offers (tenant_id, spend_limit_cents, on_budget_exceeded) VALUES ('acme', 100, 'none');
-   INSERT INTO usage (tenant_id, meter, quantity, cost_cents) VALUES ('acme', 'vcpu.hours', 3, 150)"
+# -- budgets: a spent budget stops new work (spend as metering would record it)
+bcctl tenant offer acme --spend-limit-cents 100 >/dev/null
+q "INSERT INTO usage (tenant_id, meter, quantity, cost_cents) VALUES ('acme', 'vcpu.hours', 3, 150)"
+is "$(json_get "$(bcctl --format json tenant offer acme)" spent_cents)" 150 'the offer shows the spend'
 like "$(create_as "$A" "$POOL_ID" "$FLAVOR_NAME")" '^inst_' "budget none and a pool that does not check: allowed"
-q "UPDATE pools SET budget_check = 'meter' WHERE id = '$POOL_ID'"
+bcctl pool budget-check "$POOL_ID" meter >/dev/null
 refused_as "$A" 11 'budget-spent' 'a metering pool refuses new work on a spent budget' -- instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img"
-q "UPDATE pools SET budget_check = 'none' WHERE id = '$POOL_ID'; UPDATE offers SET on_budget_exceeded = 'stop-new'"
+http_refused "$A" "$POOL_ID" "$FLAVOR_NAME" 402 SPEND_LIMIT_REACHED reason budget-spent 'budget'
+bcctl pool budget-check "$POOL_ID" none >/dev/null
+bcctl tenant offer acme --spend-limit-cents 100 --on-budget-exceeded stop-new >/dev/null
 refused_as "$A" 11 'budget-spent' 'an offer with stop-new refuses new work anywhere' -- instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img"
-q "DELETE FROM offers"
+bcctl tenant offer acme --on-budget-exceeded none >/dev/null
+like "$(create_as "$A" "$POOL_ID" "$FLAVOR_NAME")" '^inst_' 'no spend limit: allowed again'
+refused_as "$BC_TOKEN" 3 '' "an unknown tenant's offer" -- tenant offer nobody --spend-limit-cents 1
 
 # -- tokens and states
 tok_id=$(q "SELECT id FROM api_tokens WHERE token_hash = encode(sha256('$B'), 'hex')")
@@ -189,7 +215,7 @@ ok "as '$A' instance list >/dev/null" 'reactivated'
 # -- every change published its event
 for ev in tenant.created identity.created token.created token.revoked policy.created \
 	policy.attached policy.detached delegation.created delegation.revoked quota.set \
-	identity.state-changed tenant.state-changed; do
+	identity.state-changed tenant.state-changed offer.set pool.budget-check-set; do
 	ok "[ \"\$(q \"SELECT count(*) FROM events WHERE type = '$ev'\")\" -ge 1 ]" "$ev published"
 done
 

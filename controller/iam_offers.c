@@ -1,0 +1,134 @@
+/* iam_offers.c: the operator's Offers service: a tenant's spend limit and
+ * what a spent budget stops (quota.c: quota_budget decides it at create),
+ * and which pools check budgets. Each change and its event commit
+ * together. Metering into usage is not built yet: spend is what usage
+ * holds. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bc/admin/v1/iam.pb-c.h"
+#include "iam.h"
+#include "log.h"
+#include "rowmsg.h"
+#include "util.h"
+
+#define OFFER_COLS                                                                    \
+	"t.id, o.spend_limit_cents, coalesce(o.on_budget_exceeded, 'none'), (SELECT "      \
+	"coalesce(sum(cost_cents), 0) FROM usage u WHERE u.tenant_id = t.id)"
+
+static Bc__Admin__V1__Offer *offer_row(rpc_call *c, const PGresult *r)
+{
+	Bc__Admin__V1__Offer *x = rpc_new(c, &bc__admin__v1__offer__descriptor);
+
+	x->tenant_id = row_str(c, r, 0, 0);
+	x->has_spend_limit_cents = db_val(r, 0, 1) != NULL;
+	x->spend_limit_cents = db_i64(r, 0, 1);
+	x->on_budget_exceeded = row_str(c, r, 0, 2);
+	x->spent_cents = db_i64(r, 0, 3);
+	return x;
+}
+
+static int offer_get(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		     bc_error *err)
+{
+	const Bc__Admin__V1__GetOfferRequest *q = (const void *)m;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, q->tenant_id);
+	if ((rc = db_exec(ctl_db(c), &r, "SELECT " OFFER_COLS " FROM tenants t LEFT JOIN offers o "
+			  "ON o.tenant_id = t.id WHERE t.id = $1", &p)) < 0)
+		return db_fail(err, rc);
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return bc_error_set(err, BC_NOT_FOUND, "tenant %s not found", q->tenant_id);
+	}
+	*ret = &offer_row(c, r)->base;
+	PQclear(r);
+	return 0;
+}
+
+static int offer_set(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		     bc_error *err)
+{
+	const Bc__Admin__V1__Offer *q = (const void *)m;
+	const char *mode = *q->on_budget_exceeded ? q->on_budget_exceeded : "none";
+	struct iam_write w = {
+		.sql = "WITH o AS (INSERT INTO offers (tenant_id, spend_limit_cents, "
+		       "on_budget_exceeded) SELECT id, $2::bigint, $3 FROM tenants WHERE id = $1 ON "
+		       "CONFLICT (tenant_id) DO UPDATE SET spend_limit_cents = $2::bigint, "
+		       "on_budget_exceeded = $3, updated_at = now() RETURNING *) SELECT " OFFER_COLS
+		       " FROM o JOIN tenants t ON t.id = o.tenant_id",
+		.conflict_reason = "", .ev_type = "offer.set", .subject_kind = "tenant"};
+	PGresult *r = NULL;
+	char msg[128];
+	int rc;
+
+	if (!str_is_slug(q->tenant_id, 63))
+		return invalid(err, "tenantId", "tenantId must be a tenant id");
+	if (strcmp(mode, "none") && strcmp(mode, "stop-new") && strcmp(mode, "drain"))
+		return invalid(err, "onBudgetExceeded", "onBudgetExceeded must be none, stop-new or "
+			       "drain");
+	if (q->has_spend_limit_cents && q->spend_limit_cents < 0)
+		return invalid(err, "spendLimitCents", "spendLimitCents must not be negative");
+	snprintf(msg, sizeof(msg), "tenant %s not found", q->tenant_id);
+	w.notfound_msg = msg;
+	dbp_str(&w.p, q->tenant_id);
+	if (q->has_spend_limit_cents)
+		dbp_i64(&w.p, q->spend_limit_cents);
+	else
+		dbp_nstr(&w.p, NULL);
+	dbp_str(&w.p, mode);
+	if ((rc = iam_write_run(c, &w, &r, err)) < 0)
+		return rc;
+	*ret = &offer_row(c, r)->base;
+	PQclear(r);
+	log_info("tenant %s: offer set (on budget exceeded: %s)", q->tenant_id, mode);
+	return 0;
+}
+
+static int offer_pool_check(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+			    bc_error *err)
+{
+	const Bc__Admin__V1__SetPoolBudgetCheckRequest *q = (const void *)m;
+	Bc__Admin__V1__SetPoolBudgetCheckResponse *resp;
+	struct iam_write w = {
+		.sql = "UPDATE pools SET budget_check = $2 WHERE id = $1 AND deleted_at IS NULL "
+		       "RETURNING id, budget_check, NULL::text",
+		.conflict_reason = "", .ev_type = "pool.budget-check-set", .subject_kind = "pool",
+		.tenant_col = 2};
+	PGresult *r = NULL;
+	char msg[128];
+	int rc;
+
+	if ((rc = check_id(err, "poolId", "pool", q->pool_id)) < 0)
+		return rc;
+	if (strcmp(q->budget_check, "none") && strcmp(q->budget_check, "meter"))
+		return invalid(err, "budgetCheck", "budgetCheck must be none or meter");
+	snprintf(msg, sizeof(msg), "pool %s not found", q->pool_id);
+	w.notfound_msg = msg;
+	dbp_str(&w.p, q->pool_id);
+	dbp_str(&w.p, q->budget_check);
+	if ((rc = iam_write_run(c, &w, &r, err)) < 0)
+		return rc;
+	resp = rpc_new(c, &bc__admin__v1__set_pool_budget_check_response__descriptor);
+	resp->pool_id = row_str(c, r, 0, 0);
+	resp->budget_check = row_str(c, r, 0, 1);
+	PQclear(r);
+	*ret = &resp->base;
+	log_info("pool %s: budget check %s", q->pool_id, q->budget_check);
+	return 0;
+}
+
+int iam_offers_register(rpc_server *s)
+{
+	static const struct rpc_handler h[] = {
+		{"Set", RPC_UNARY, {.unary = offer_set}},
+		{"Get", RPC_UNARY, {.unary = offer_get}},
+		{"SetPoolBudgetCheck", RPC_UNARY, {.unary = offer_pool_check}},
+	};
+
+	return rpc_server_add_service(s, &bc__admin__v1__offers__descriptor, h, ARRAY_SIZE(h));
+}
