@@ -265,6 +265,8 @@ int authz_decide_staged(rpc_call *c, struct db *d, const char *action, const cha
 	PGresult *r = NULL;
 	int rc;
 
+	if (auth_is_operator(ctl_principal(c)))
+		return 0; /* allowed everything: no need to read the row */
 	dbp_str(&q, type);
 	dbp_str(&q, id);
 	rc = db_exec(d, &r, "SELECT a.tenant_id, a.parent, coalesce(a.agent_id, ''), e.key, e.value "

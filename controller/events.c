@@ -11,16 +11,14 @@ int event_publish(struct db *d, const char *type, const char *subject, const cha
 		  const char *data_json)
 {
 	struct dbp p = {0};
-	int r;
 
 	dbp_str(&p, type);
 	dbp_str(&p, subject);
 	dbp_nstr(&p, tenant_id);
 	dbp_str(&p, data_json ? data_json : "{}");
-	if ((r = db_exec(d, NULL, "SELECT pg_advisory_xact_lock(" EVENTS_LOCK ")", NULL)) < 0)
-		return r;
-	return db_exec(d, NULL, "INSERT INTO events (type, subject, tenant_id, data) "
-		       "VALUES ($1, $2, $3, $4::jsonb)", &p);
+	/* the lock is taken before the row's id is drawn, in one round trip */
+	return db_exec(d, NULL, "INSERT INTO events (type, subject, tenant_id, data) SELECT $1, $2, "
+		       "$3, $4::jsonb FROM (SELECT pg_advisory_xact_lock(" EVENTS_LOCK ")) l", &p);
 }
 
 int spec_bump(struct db *d, const char *node_id)

@@ -1,9 +1,11 @@
 /* Unit tests of the policy engine (controller/policy.c): parsing and its
  * refusals naming the field, wildcards, the resource hierarchy, every
  * condition operator, explicit deny over allow and the default deny. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "controller/json.h"
 #include "controller/policy.h"
 #include "tap.h"
 
@@ -80,6 +82,44 @@ static void test_refusals(void)
 		       "\"resources\": [\"b\"]}]}"), "", "statements object accepted");
 	is_str(refused("[{\"effect\": \"allow\", \"actions\": \"a\\u0000b\", \"resources\": \"*\"}]"),
 	       "document", "NUL in a string refused");
+}
+
+static bool json_ok(const char *text)
+{
+	struct json *j = NULL;
+	int r = json_parse(text, strlen(text), &j, NULL);
+
+	json_free(j);
+	return r == 0;
+}
+
+static void test_json(void)
+{
+	const char *mixed = "{\"a\": [1, -2.5e1, true, null, \"x\\u00e9\\ud83d\\ude00\"]}";
+	struct json *j = NULL;
+	char deep[64];
+
+	ok(json_parse(mixed, strlen(mixed), &j, NULL) == 0, "a mixed document parses");
+	ok(j && json_get(j, "a") && json_get(j, "a")->n == 5, "five items");
+	if (j && json_get(j, "a") && json_get(j, "a")->n == 5) {
+		is_int((long long)json_get(j, "a")->kids[1]->num, -25, "-2.5e1 is -25");
+		is_str(json_get(j, "a")->kids[4]->str, "x\xc3\xa9\xf0\x9f\x98\x80",
+		       "\\u escapes and a surrogate pair become UTF-8");
+	}
+	json_free(j);
+	ok(!json_ok("{\"a\": 1,}"), "trailing comma refused");
+	ok(!json_ok("[1] x"), "trailing garbage refused");
+	ok(!json_ok("\"\\ud83d\""), "a lone surrogate refused");
+	ok(!json_ok("\"a\tb\""), "a raw control character refused");
+	ok(!json_ok("nul"), "a cut keyword refused");
+	memset(deep, '[', 20);
+	memset(deep + 20, ']', 20);
+	deep[40] = '\0';
+	ok(!json_ok(deep), "nesting past %d refused", JSON_MAX_DEPTH);
+	memset(deep, '[', JSON_MAX_DEPTH);
+	memset(deep + JSON_MAX_DEPTH, ']', JSON_MAX_DEPTH);
+	deep[2 * JSON_MAX_DEPTH] = '\0';
+	ok(json_ok(deep), "nesting of %d accepted", JSON_MAX_DEPTH);
 }
 
 static void test_glob(void)
@@ -172,6 +212,7 @@ static void test_decide(void)
 
 int main(void)
 {
+	test_json();
 	test_refusals();
 	test_glob();
 	test_decide();
