@@ -184,6 +184,7 @@ static int attach_tx(struct db *d, void *arg, bc_error *err)
 	dbp_str(&p, kind);
 	dbp_str(&p, a->q->tenant ? db_val(r, 0, 0) : a->q->identity_id);
 	if (a->delete) {
+		p.n = 1; /* only the policy id */
 		rc = db_exec(d, NULL, "DELETE FROM policy_attachments WHERE policy_id = $1", &p);
 		if (rc == 0)
 			rc = db_exec(d, NULL, "UPDATE policies SET deleted_at = now() WHERE id = $1", &p);

@@ -116,6 +116,7 @@ bcctl policy attach "$wild" --identity "$bob" >/dev/null
 ib=$(create_as "$B" "$POOL_ID" "$FLAVOR_NAME")
 like "$ib" '^inst_' 'wildcards: bob creates'
 ok "as '$B' instance delete '$ib' >/dev/null" 'wildcards: bob deletes'
+B2=$(token_for "$bob")
 
 # -- a pool grant reaches the instances in the pool, and only that pool
 pg=$(policy PoolTwo "[{\"effect\": \"allow\", \"actions\": \"compute:instances:*\", \"resources\": \"compute-pool/$pool2\"}]")
@@ -200,6 +201,32 @@ refused_as "$A" 11 'budget-spent' 'an offer with stop-new refuses new work anywh
 bcctl tenant offer acme --on-budget-exceeded none >/dev/null
 like "$(create_as "$A" "$POOL_ID" "$FLAVOR_NAME")" '^inst_' 'no spend limit: allowed again'
 refused_as "$BC_TOKEN" 3 '' "an unknown tenant's offer" -- tenant offer nobody --spend-limit-cents 1
+
+# -- a tenant administrator: everything in its tenant, nothing outside
+adm=$(jid "$(bcctl --format json identity create --tenant acme --kind user --name boss --admin)")
+D=$(token_for "$adm")
+ok "as '$D' instance get '$ig' >/dev/null" "a tenant admin reads another user's instance (implicit allow)"
+is "$(json_items "$(as "$D" --format json instance list --scope all)" | wc -l)" \
+	"$(q "SELECT count(*) FROM instances WHERE tenant_id = 'acme' AND state <> 'deleted'")" \
+	'a tenant admin lists the whole tenant'
+refused_as "$D" 3 '' "a tenant admin does not see another tenant's instance" -- instance get "$root_inst"
+refused_as "$D" 5 'operator credential' 'a tenant admin is no operator' -- tenant list
+
+# -- a deleted policy stops applying at once (parsed documents are cached)
+ok "bcctl policy delete '$wild' >/dev/null" 'policy delete'
+refused_as "$B2" 5 'no-allow' "bob's wildcard policy is gone: refused at once" -- instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img"
+is "$(q "SELECT count(*) FROM policy_attachments WHERE policy_id = '$wild'")" 0 'its attachments went with it'
+W=$(token_for "$(jid "$(bcctl --format json identity create --tenant acme --kind user --name walt)")")
+ok "[ -z \"\$(as '$W' --format json instance list --scope all | jq -r '.items[]?.id')\" ]" \
+	'and a list shows nothing it may not read'
+is "$(json_get "$(bcctl --format json policy get "$sc")" statements)" 1 'policy get counts statements'
+refused_as "$BC_TOKEN" 3 '' 'a deleted policy is gone' -- policy get "$wild"
+
+# -- an expiring token
+E=$(json_get "$(bcctl --format json token create --identity "$alice" --ttl 2s)" token)
+ok "as '$E' instance list >/dev/null" 'a 2-second token works at once'
+sleep 3
+refused_as "$E" 14 '' 'and is UNAUTHENTICATED once expired' -- instance list
 
 # -- tokens and states
 tok_id=$(q "SELECT id FROM api_tokens WHERE token_hash = encode(sha256('$B'), 'hex')")
