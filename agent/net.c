@@ -22,9 +22,10 @@ struct net {
 	bool broken;                /* the first load failed: no capability */
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
-	struct nft_batch loaded;    /* what the kernel accepted last (len 0: none) */
-	struct nft_tap *taps;       /* the taps of loaded */
-	size_t n_taps;
+	struct nft_batch loaded;    /* body (half a) of the last load the kernel
+				     * accepted (len 0: none): compared, counted */
+	struct nft_net net;         /* what it was built from, for reloads */
+	unsigned parity;            /* the half the kernel uses */
 	bool trusted;
 	uint64_t reloads;
 	bool stopping, guard_running;
@@ -62,7 +63,7 @@ void net_close(struct net *n)
 	if (n->guard_running)
 		pthread_join(n->guard, NULL);
 	nft_batch_free(&n->loaded);
-	free(n->taps);
+	nft_net_clear(&n->net);
 	free(n->made);
 	pthread_mutex_destroy(&n->lock);
 	pthread_cond_destroy(&n->wake);
@@ -77,9 +78,9 @@ bool net_enforces(const struct net *n)
 /* The loaded tap called name, or NULL. */
 static const struct nft_tap *loaded_tap(const struct net *n, const char *name)
 {
-	for (size_t i = 0; i < n->n_taps; i++)
-		if (strcmp(n->taps[i].name, name) == 0)
-			return &n->taps[i];
+	for (size_t i = 0; i < n->net.n_taps; i++)
+		if (strcmp(n->net.taps[i].name, name) == 0)
+			return &n->net.taps[i];
 	return NULL;
 }
 
@@ -119,7 +120,8 @@ static int bridge(const Bc__Node__V1__NodeSpec *spec, char (*host)[NL_ADDR_MAX],
 	return nl_addrs(spec->bridge, host, max, ret_n);
 }
 
-/* Load b unless the kernel already got these exact bytes. Under lock. */
+/* Load want unless the kernel already got it (b: its body in half a,
+ * compared byte for byte). Under lock. */
 static int load(struct net *n, struct nft_net *want, struct nft_batch *b, char *err, size_t len)
 {
 	int e;
@@ -128,24 +130,19 @@ static int load(struct net *n, struct nft_net *want, struct nft_batch *b, char *
 		nft_batch_free(b);
 		return 0;
 	}
-	if (n->break_next) {
-		n->break_next = false;
-		nft_batch_break(b);
-	}
-	e = nft_apply(b, err, len);
+	e = nft_apply(want, n->break_next ? NFT_APPLY_BREAK : 0, &n->parity, err, len);
+	n->break_next = false;
 	if (e < 0) {
 		nft_batch_free(b);
 		return e;
 	}
 	nft_batch_free(&n->loaded);
 	n->loaded = *b;
-	free(n->taps);
-	n->taps = want->taps;
-	n->n_taps = want->n_taps;
-	want->taps = NULL;
-	want->n_taps = want->cap_taps = 0;
+	nft_net_clear(&n->net);
+	n->net = *want;
+	memset(want, 0, sizeof(*want));
 	n->trusted = true;
-	log_info("nftables: ruleset loaded (%zu taps, %zu rules)", n->n_taps,
+	log_info("nftables: ruleset loaded (%zu taps, %zu rules)", n->net.n_taps,
 		 n->loaded.rules_bridge + n->loaded.rules_inet);
 	return 0;
 }
@@ -256,7 +253,7 @@ int net_converge(struct net *n, const Bc__Node__V1__NodeSpec *spec, nft_fail_fn 
 		free(f.ids);
 		return e;
 	}
-	nft_build(&want, 1, false, &b);
+	nft_build(&want, 0, 1, false, &b);
 	pthread_mutex_lock(&n->lock);
 	e = load(n, &want, &b, err, sizeof(err));
 	if (e < 0) {
@@ -283,7 +280,7 @@ int net_guard_check(struct net *n)
 		pthread_mutex_unlock(&n->lock);
 		return 0;
 	}
-	e = nft_counts(&c);
+	e = nft_counts(n->parity, &c);
 	if (e == 0 && nft_matches(&n->loaded, &c)) {
 		pthread_mutex_unlock(&n->lock);
 		return 0;
@@ -296,7 +293,7 @@ int net_guard_check(struct net *n)
 			 n->loaded.chains_bridge, c.rules_inet, n->loaded.rules_inet);
 	else
 		log_warn("nftables: cannot read the tables (%s): reloading", strerror(-e));
-	e = nft_apply(&n->loaded, err, sizeof(err));
+	e = nft_apply(&n->net, 0, &n->parity, err, sizeof(err));
 	if (e == 0) {
 		n->trusted = true;
 		n->reloads++;

@@ -1,5 +1,7 @@
 /* nft.c: the thin applier of nft_build's batches, and the kernel-side
- * counts the guard check compares against what was loaded.
+ * counts the guard check compares against what was loaded. A load reads
+ * the tables' chains and sets, picks the idle half (nft_build.c), frames
+ * the prologue and the body between batch begin and end.
  *
  * One batch, one sendto: nfnetlink processes a batch synchronously inside
  * the send, so when sendto returns every error (and the one ACK the builder
@@ -9,15 +11,18 @@
 #include "nft.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 
 #include <libmnl/libmnl.h>
 #include <libnftnl/chain.h>
 #include <libnftnl/common.h>
 #include <libnftnl/rule.h>
+#include <libnftnl/set.h>
 #include <libnftnl/table.h>
 #include <linux/netfilter.h>
 #include <linux/netfilter/nf_tables.h>
@@ -50,6 +55,8 @@ static void describe(const struct nft_batch *b, uint32_t seq, int e, char *err, 
 		[NFT_MSG_NEWTABLE] = "add table", [NFT_MSG_DELTABLE] = "delete table",
 		[NFT_MSG_NEWCHAIN] = "add chain", [NFT_MSG_NEWRULE] = "add rule",
 		[NFT_MSG_NEWSET] = "add set", [NFT_MSG_NEWSETELEM] = "add element",
+		[NFT_MSG_DELRULE] = "flush chain", [NFT_MSG_DELCHAIN] = "delete chain",
+		[NFT_MSG_DELSET] = "delete set", [NFT_MSG_DELSETELEM] = "flush set",
 	};
 	const struct nlmsghdr *nlh = (const struct nlmsghdr *)b->buf;
 	size_t left = b->len;
@@ -70,33 +77,39 @@ static void describe(const struct nft_batch *b, uint32_t seq, int e, char *err, 
 			 seq - b->seq_first, strerror(-e));
 }
 
-int nft_apply(const struct nft_batch *b, char *err, size_t errlen)
+static int existing(struct mnl_socket *nl, struct nft_obj **ret, size_t *ret_n);
+
+/* begin + prologue + body + end in one buffer (*ret, len in ret->len). */
+static void frame(const struct nft_batch *pro, const struct nft_batch *body, struct nft_batch *ret)
 {
-	char buf[16384];
-	struct mnl_socket *nl;
+	struct nft_batch f = *body;
+	size_t hdr = NLMSG_ALIGN(sizeof(struct nlmsghdr) + sizeof(struct nfgenmsg));
+
+	f.text = NULL;
+	f.cap = pro->len + body->len + 2 * hdr;
+	f.buf = calloc(1, f.cap);
+	if (!f.buf)
+		abort();
+	nftnl_batch_begin(f.buf, pro->seq_first - 1);
+	memcpy(f.buf + hdr, pro->buf, pro->len);
+	memcpy(f.buf + hdr + pro->len, body->buf, body->len);
+	nftnl_batch_end(f.buf + hdr + pro->len + body->len, pro->seq_last + 1);
+	f.len = pro->len + body->len + 2 * hdr;
+	*ret = f;
+}
+
+/* Read the replies of a sent batch: the first error, and whether the
+ * reply to the body's last message (its ACK or its error) came. */
+static int replies(struct mnl_socket *nl, const struct nft_batch *f, uint32_t last, char *err,
+		   size_t errlen)
+{
+	struct timeval tv = { .tv_sec = 5 };
+	int fd = mnl_socket_get_fd(nl), first = 0;
 	bool acked = false, lost = false;
-	int first = 0, fd;
+	char buf[16384];
 
-	if (err && errlen)
-		*err = '\0';
-	nl = nl_open(b->len + 65536);
-	if (!nl) {
-		int e = -errno;
-
-		if (err)
-			snprintf(err, errlen, "netlink: %s", strerror(errno));
-		return e;
-	}
-	fd = mnl_socket_get_fd(nl);
-	if (mnl_socket_sendto(nl, b->buf, b->len) < 0) {
-		int e = -errno;
-
-		if (err)
-			snprintf(err, errlen, "sendto: %s", strerror(errno));
-		mnl_socket_close(nl);
-		return e;
-	}
-	for (int waits = 0; !acked || waits == 0;) {
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	for (;;) {
 		ssize_t n = recv(fd, buf, sizeof(buf), acked ? MSG_DONTWAIT : 0);
 		const struct nlmsghdr *nlh = (const struct nlmsghdr *)buf;
 		int left = (int)n;
@@ -105,12 +118,10 @@ int nft_apply(const struct nft_batch *b, char *err, size_t errlen)
 			lost = true;     /* replies dropped: the ACK may be among them */
 			continue;
 		}
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			break;
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
-			break;
+			break;   /* drained (EAGAIN), or no reply within 5 s */
 		for (; mnl_nlmsg_ok(nlh, left); nlh = mnl_nlmsg_next(nlh, &left)) {
 			const struct nlmsgerr *me = mnl_nlmsg_get_payload(nlh);
 
@@ -118,14 +129,12 @@ int nft_apply(const struct nft_batch *b, char *err, size_t errlen)
 				continue;
 			if (me->error && !first) {
 				first = me->error;
-				describe(b, nlh->nlmsg_seq, me->error, err, errlen);
+				describe(f, nlh->nlmsg_seq, me->error, err, errlen);
 			}
-			if (nlh->nlmsg_seq == b->seq_last)
+			if (nlh->nlmsg_seq == last)
 				acked = true;
 		}
-		waits = 1;
 	}
-	mnl_socket_close(nl);
 	if (first)
 		return first;
 	if (!acked) {
@@ -137,59 +146,221 @@ int nft_apply(const struct nft_batch *b, char *err, size_t errlen)
 	return 0;
 }
 
-/* ------------------------------------------------------------- counts */
-
-static int count_cb(const struct nlmsghdr *nlh, void *data)
+/* The half the base chains use now, from the marker chain; -1 if none. */
+static int in_use(const struct nft_obj *old, size_t n_old)
 {
-	(*(long *)data)++;
+	int half = -1;
+
+	for (size_t i = 0; i < n_old; i++)
+		if (old[i].family == NFPROTO_BRIDGE && !old[i].set) {
+			if (strcmp(old[i].name, "half_a") == 0)
+				half = half == -1 ? 0 : -2;
+			else if (strcmp(old[i].name, "half_b") == 0)
+				half = half == -1 ? 1 : -2;
+		}
+	return half < 0 ? -1 : half;
+}
+
+int nft_apply(const struct nft_net *n, unsigned flags, unsigned *ret_parity, char *err,
+	      size_t errlen)
+{
+	struct nft_batch body, pro, f;
+	struct nft_obj *old = NULL;
+	struct mnl_socket *nl;
+	unsigned parity;
+	size_t n_old = 0;
+	int e;
+
+	if (err && errlen)
+		*err = '\0';
+	nl = nl_open(0);
+	if (!nl) {
+		e = -errno;
+		if (err)
+			snprintf(err, errlen, "netlink: %s", strerror(errno));
+		return e;
+	}
+	e = existing(nl, &old, &n_old);
+	if (e < 0) {
+		if (err)
+			snprintf(err, errlen, "reading the tables: %s", strerror(-e));
+		mnl_socket_close(nl);
+		return e;
+	}
+	parity = in_use(old, n_old) == 0 ? 1 : 0;
+	nft_build(n, parity, 1, false, &body);
+	if (flags & NFT_APPLY_BREAK)
+		nft_batch_break(&body);
+	nft_build_prologue(old, n_old, parity, body.seq_last + 2, false, &pro);
+	free(old);
+	frame(&pro, &body, &f);
+	{
+		int snd = (int)f.len + 65536;
+
+		setsockopt(mnl_socket_get_fd(nl), SOL_SOCKET, SO_SNDBUFFORCE, &snd, sizeof(snd));
+	}
+	if (mnl_socket_sendto(nl, f.buf, f.len) < 0) {
+		e = -errno;
+		if (err)
+			snprintf(err, errlen, "sendto: %s", strerror(errno));
+	} else {
+		e = replies(nl, &f, body.seq_last, err, errlen);
+	}
+	free(f.buf);
+	nft_batch_free(&pro);
+	nft_batch_free(&body);
+	mnl_socket_close(nl);
+	if (e == 0 && ret_parity)
+		*ret_parity = parity;
+	return e;
+}
+
+/* ------------------------------------------------------------- dumps */
+
+struct dump {
+	const char *table;      /* objects of this table only */
+	int parity;             /* counting: base chains, the marker, this half */
+	int family;
+	int type;               /* NFT_MSG_GETRULE, GETCHAIN, GETSET */
+	long count;
+	struct nft_obj *objs;   /* chains and sets, when collecting */
+	size_t n_objs;
+	bool collect;
+};
+
+static void collect(struct dump *d, const char *name, bool set)
+{
+	struct nft_obj *o;
+
+	d->objs = realloc(d->objs, (d->n_objs + 1) * sizeof(*d->objs));
+	if (!d->objs)
+		abort();
+	o = &d->objs[d->n_objs++];
+	o->family = d->family;
+	o->set = set;
+	snprintf(o->name, sizeof(o->name), "%s", name);
+}
+
+static int dump_cb(const struct nlmsghdr *nlh, void *data)
+{
+	struct dump *d = data;
+	const char *table = NULL, *name = NULL;
+
+	if (d->type == NFT_MSG_GETRULE) {
+		struct nftnl_rule *r = nftnl_rule_alloc();
+
+		if (nftnl_rule_nlmsg_parse(nlh, r) == 0) {
+			name = nftnl_rule_get_str(r, NFTNL_RULE_CHAIN);
+			if (name && (nft_is_base_chain(d->family, name) ||
+				     nft_obj_parity(name) == d->parity))
+				d->count++;
+		}
+		nftnl_rule_free(r);
+	} else if (d->type == NFT_MSG_GETCHAIN) {
+		struct nftnl_chain *c = nftnl_chain_alloc();
+
+		if (nftnl_chain_nlmsg_parse(nlh, c) == 0) {
+			table = nftnl_chain_get_str(c, NFTNL_CHAIN_TABLE);
+			name = nftnl_chain_get_str(c, NFTNL_CHAIN_NAME);
+			if (table && name && strcmp(table, d->table) == 0) {
+				if (nft_is_base_chain(d->family, name) ||
+				    nft_obj_parity(name) == d->parity ||
+				    strcmp(name, d->parity ? "half_b" : "half_a") == 0)
+					d->count++;
+				if (d->collect)
+					collect(d, name, false);
+			}
+		}
+		nftnl_chain_free(c);
+	} else if (d->type == NFT_MSG_GETSET) {
+		struct nftnl_set *st = nftnl_set_alloc();
+
+		if (nftnl_set_nlmsg_parse(nlh, st) == 0) {
+			table = nftnl_set_get_str(st, NFTNL_SET_TABLE);
+			name = nftnl_set_get_str(st, NFTNL_SET_NAME);
+			if (table && name && strcmp(table, d->table) == 0) {
+				d->count++;
+				if (d->collect)
+					collect(d, name, true);
+			}
+		}
+		nftnl_set_free(st);
+	}
 	return MNL_CB_OK;
 }
 
-/* Dump (GETRULE or GETCHAIN) of one table: how many objects, -1 if the
- * table does not exist. */
-static int dump_count(struct mnl_socket *nl, int type, int family, const char *table, long *ret)
+/* Dump one kind of object of one table; d->count -1 if the table does
+ * not exist. */
+static int dump(struct mnl_socket *nl, struct dump *d)
 {
 	char buf[MNL_SOCKET_BUFFER_SIZE];
 	static uint32_t seq;
 	uint32_t portid = mnl_socket_get_portid(nl), s = (uint32_t)time(NULL) + ++seq * 7;
 	struct nlmsghdr *nlh;
-	long count = 0;
 	int r;
 
-	nlh = nftnl_nlmsg_build_hdr(buf, (uint16_t)type, (uint16_t)family, NLM_F_DUMP, s);
-	if (type == NFT_MSG_GETRULE) {
+	nlh = nftnl_nlmsg_build_hdr(buf, (uint16_t)d->type, (uint16_t)d->family, NLM_F_DUMP, s);
+	if (d->type == NFT_MSG_GETRULE) {
 		struct nftnl_rule *rl = nftnl_rule_alloc();
 
-		nftnl_rule_set_str(rl, NFTNL_RULE_TABLE, table);
+		nftnl_rule_set_str(rl, NFTNL_RULE_TABLE, d->table);
 		nftnl_rule_nlmsg_build_payload(nlh, rl);
 		nftnl_rule_free(rl);
-	} else {
-		struct nftnl_chain *c = nftnl_chain_alloc();
+	} else if (d->type == NFT_MSG_GETSET) {
+		struct nftnl_set *st = nftnl_set_alloc();
 
-		nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, table);
-		nftnl_chain_nlmsg_build_payload(nlh, c);
-		nftnl_chain_free(c);
+		nftnl_set_set_str(st, NFTNL_SET_TABLE, d->table);
+		nftnl_set_nlmsg_build_payload(nlh, st);
+		nftnl_set_free(st);
 	}
 	if (mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0)
 		return -errno;
+	d->count = 0;
 	while ((r = (int)mnl_socket_recvfrom(nl, buf, sizeof(buf))) > 0) {
-		r = mnl_cb_run(buf, (size_t)r, s, portid, count_cb, &count);
+		r = mnl_cb_run(buf, (size_t)r, s, portid, dump_cb, d);
 		if (r <= 0)
 			break;
 	}
 	if (r < 0 && errno == ENOENT) {
-		*ret = -1;
+		d->count = -1;
 		return 0;
 	}
-	if (r < 0)
-		return -errno;
-	/* chain dumps are not filtered by table on every kernel: counted
-	 * objects of other tables would only make the check stricter */
-	*ret = count;
+	return r < 0 ? -errno : 0;
+}
+
+/* The chains and sets both tables hold now. *ret malloc'd. */
+static int existing(struct mnl_socket *nl, struct nft_obj **ret, size_t *ret_n)
+{
+	struct dump d = { .collect = true };
+	int e = 0;
+
+	for (int t = 0; t < 2 && !e; t++)
+		for (int k = 0; k < 2 && !e; k++) {
+			d.table = t ? NFT_TABLE_INET : NFT_TABLE_BRIDGE;
+			d.family = t ? NFPROTO_INET : NFPROTO_BRIDGE;
+			d.type = k ? NFT_MSG_GETSET : NFT_MSG_GETCHAIN;
+			e = dump(nl, &d);
+		}
+	if (e) {
+		free(d.objs);
+		return e;
+	}
+	*ret = d.objs;
+	*ret_n = d.n_objs;
 	return 0;
 }
 
-int nft_counts(struct nft_counts *ret)
+static long count_of(struct mnl_socket *nl, int type, int family, const char *table,
+		     unsigned parity, int *e)
+{
+	struct dump d = { .table = table, .family = family, .type = type, .parity = (int)parity };
+
+	if (!*e)
+		*e = dump(nl, &d);
+	return d.count;
+}
+
+int nft_counts(unsigned parity, struct nft_counts *ret)
 {
 	struct mnl_socket *nl = nl_open(0);
 	struct nft_counts c;
@@ -197,12 +368,11 @@ int nft_counts(struct nft_counts *ret)
 
 	if (!nl)
 		return -errno;
-	e = dump_count(nl, NFT_MSG_GETRULE, NFPROTO_BRIDGE, NFT_TABLE_BRIDGE, &c.rules_bridge);
-	if (!e)
-		e = dump_count(nl, NFT_MSG_GETRULE, NFPROTO_INET, NFT_TABLE_INET, &c.rules_inet);
-	if (!e)
-		e = dump_count(nl, NFT_MSG_GETCHAIN, NFPROTO_BRIDGE, NFT_TABLE_BRIDGE,
-			       &c.chains_bridge);
+	e = 0;
+	c.rules_bridge = count_of(nl, NFT_MSG_GETRULE, NFPROTO_BRIDGE, NFT_TABLE_BRIDGE, parity, &e);
+	c.rules_inet = count_of(nl, NFT_MSG_GETRULE, NFPROTO_INET, NFT_TABLE_INET, parity, &e);
+	c.chains_bridge = count_of(nl, NFT_MSG_GETCHAIN, NFPROTO_BRIDGE, NFT_TABLE_BRIDGE, parity,
+				   &e);
 	mnl_socket_close(nl);
 	if (e)
 		return e;

@@ -62,8 +62,10 @@ struct nft_net {
 	size_t n_host6;
 };
 
-/* A built batch: netlink messages ready for one sendto, and optionally the
- * text form (libnftnl's rendering of every object, for golden files). */
+/* A built batch body: the netlink messages making every set, regular
+ * chain, element and rule, and optionally their text form (libnftnl's
+ * rendering of every object, for golden files). nft_apply frames it with
+ * batch begin/end and the prologue. */
 struct nft_batch {
 	char *buf;
 	size_t len, cap;
@@ -71,7 +73,8 @@ struct nft_batch {
 	char *text;             /* NULL unless asked for */
 	size_t rules_bridge;    /* rules in bcd_instances */
 	size_t rules_inet;      /* rules in bcd_taps */
-	size_t chains_bridge;
+	size_t chains_bridge;   /* base, marker and this half's chains */
+	unsigned parity;        /* the half: 0 "a_", 1 "b_" */
 };
 
 /* Parse the pool's IPAM subnets ("10.0.0.0/24", "fd00::/64"; empty = none)
@@ -103,10 +106,30 @@ void nft_net_clear(struct nft_net *n);
 /* "egress" (or ""), "private", "none"; -EINVAL otherwise. */
 int nft_policy_parse(const char *s, enum nft_policy *ret);
 
-/* Build the batch replacing both tables for n. Messages get sequence
- * numbers from seq on. With text, ret->text holds the rendering. Pure: no
- * I/O. *ret is released with nft_batch_free. */
-int nft_build(const struct nft_net *n, uint32_t seq, bool text, struct nft_batch *ret);
+/* Build the body replacing both tables' contents for n. Messages get
+ * sequence numbers from seq on. With text, ret->text holds the rendering.
+ * Pure: no I/O. *ret is released with nft_batch_free. */
+int nft_build(const struct nft_net *n, unsigned parity, uint32_t seq, bool text,
+	      struct nft_batch *ret);
+
+/* A chain or set the kernel holds in one of the two tables. */
+struct nft_obj {
+	int family;             /* NFPROTO_BRIDGE or NFPROTO_INET */
+	bool set;
+	char name[256];
+};
+
+/* The prologue that goes before a body: both tables and their base chains
+ * made if absent (never deleted: see nft_build.c), every rule flushed,
+ * every other chain and set in old deleted. Pure. */
+int nft_build_prologue(const struct nft_obj *old, size_t n_old, unsigned parity, uint32_t seq,
+		       bool text, struct nft_batch *ret);
+
+/* The half an object name belongs to: 0 ("a_..."), 1 ("b_..."), -1 none. */
+int nft_obj_parity(const char *name);
+
+/* True for the base chains the prologue keeps. */
+bool nft_is_base_chain(int family, const char *name);
 
 void nft_batch_free(struct nft_batch *b);
 
@@ -116,18 +139,23 @@ void nft_batch_break(struct nft_batch *b);
 
 /* --- nft.c: the applier (needs CAP_NET_ADMIN in the current netns) --- */
 
-/* Send b in one transaction. 0: committed. Otherwise a negative errno and
- * the kernel's previous ruleset is untouched; err (errlen) says which
- * message failed. */
-int nft_apply(const struct nft_batch *b, char *err, size_t errlen);
+#define NFT_APPLY_BREAK 1   /* tests: send the batch broken (nft_batch_break) */
+
+/* Load n in one transaction: read what the kernel holds, build the body in
+ * the half not in use and the prologue, send. 0: committed, *ret_parity
+ * the half now in use. Otherwise a negative errno and the kernel's
+ * previous ruleset is untouched; err (errlen) says which message failed. */
+int nft_apply(const struct nft_net *n, unsigned flags, unsigned *ret_parity, char *err,
+	      size_t errlen);
 
 /* What the kernel holds now. A missing table counts -1. */
 struct nft_counts {
 	long rules_bridge, rules_inet, chains_bridge;
 };
-int nft_counts(struct nft_counts *ret);
+int nft_counts(unsigned parity, struct nft_counts *ret);
 
-/* True if the kernel's tables match what b loaded (rule and chain counts). */
+/* True if the kernel's tables match what b loaded (rule and chain counts
+ * of the base chains, the marker and b's half). */
 bool nft_matches(const struct nft_batch *b, const struct nft_counts *c);
 
 /* Remove both tables (tests, shutdown of the networking). 0 if absent. */

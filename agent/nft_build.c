@@ -23,6 +23,18 @@
  *
  * inet bcd_taps: iifname/oifname @taps drop in input, forward, output.
  *
+ * Two halves, "a_" and "b_" (parity): every set and regular chain carries
+ * its half's prefix; a load fills the half the base chains do not use,
+ * then flushes and refills the base chains (never deleted) to use it, in
+ * one transaction (the prologue, built from what the kernel holds, clears
+ * the half being filled). The half in use is left whole: the kernel picks
+ * a chain's rules by the generation at base-chain entry but set elements
+ * by the generation at lookup, so a packet crossing the commit would meet
+ * deleted elements if the sets in use were replaced (tests/net/replace.t
+ * saw ~1 spoofed frame in 8,000 slip through that way). Deleting and
+ * re-creating base chains has a like gap: a new hook runs before the old
+ * one at the same priority.
+ *
  * Every rule is a conjunction ending in drop; nothing accepts, so the order
  * of the ssh rules ahead of any accept holds trivially. */
 #include "nft.h"
@@ -52,7 +64,10 @@
 
 /* Set ids, unique within the batch. */
 enum { SID_TAPS = 1, SID_GUARDED, SID_SSH, SID_HOST4, SID_HOST6, SID_BOUND4, SID_BOUND6,
-       SID_FROM, SID_TO, SID_ITAPS };
+       SID_FROM, SID_TO, SID_ITAPS, SID_TAPGUARD };
+
+/* The name of a set (or of the tapguard chain) in this load's half */
+#define SETN(id) (o->names[id])
 
 /* ---------------------------------------------------------- the tables */
 
@@ -81,60 +96,60 @@ static void chain_tapguard(struct nft_out *o)
 	uint16_t t_ip = htons(ETH_P_IP), t_arp = htons(ETH_P_ARP), t_ip6 = htons(ETH_P_IPV6);
 	struct nft_rule r;
 
-	r = nft_rule_new(BR, TB, "tapguard");
+	r = nft_rule_new(BR, TB, SETN(SID_TAPGUARD));
 	nft_x_payload(&r, L2, 12, 2);
 	nft_x_cmp(&r, NFT_CMP_NEQ, &t_ip, 2);
 	nft_x_cmp(&r, NFT_CMP_NEQ, &t_arp, 2);
 	nft_x_cmp(&r, NFT_CMP_NEQ, &t_ip6, 2);
 	nft_drop(o, &r);
-	r = nft_rule_new(BR, TB, "tapguard");
+	r = nft_rule_new(BR, TB, SETN(SID_TAPGUARD));
 	nft_m_ethertype(&r, ETH_P_ARP);
 	nft_x_payload(&r, L3, 0, 6);
 	nft_x_cmp(&r, NFT_CMP_NEQ, arp_eth_ip4, 6);
 	nft_drop(o, &r);
-	r = nft_rule_new(BR, TB, "tapguard");
+	r = nft_rule_new(BR, TB, SETN(SID_TAPGUARD));
 	nft_m_ethertype(&r, ETH_P_IP);
 	nft_m_l4(&r, IPPROTO_UDP);
 	nft_m_port(&r, 0, 67);
 	nft_drop(o, &r);
-	r = nft_rule_new(BR, TB, "tapguard");
+	r = nft_rule_new(BR, TB, SETN(SID_TAPGUARD));
 	nft_m_ethertype(&r, ETH_P_IPV6);
 	nft_m_l4(&r, IPPROTO_UDP);
 	nft_m_port(&r, 0, 547);
 	nft_drop(o, &r);
-	r = nft_rule_new(BR, TB, "tapguard");
+	r = nft_rule_new(BR, TB, SETN(SID_TAPGUARD));
 	nft_m_ethertype(&r, ETH_P_IP);
 	nft_m_l4(&r, IPPROTO_ICMP);
 	nft_m_u8(&r, L4, 0, 5);             /* redirect */
 	nft_drop(o, &r);
 	for (int type = 134; type <= 137; type += 3) {  /* router advert, redirect */
-		r = nft_rule_new(BR, TB, "tapguard");
+		r = nft_rule_new(BR, TB, SETN(SID_TAPGUARD));
 		nft_m_ethertype(&r, ETH_P_IPV6);
 		nft_m_l4(&r, IPPROTO_ICMPV6);
 		nft_m_u8(&r, L4, 0, (uint8_t)type);
 		nft_drop(o, &r);
 	}
-	r = nft_rule_new(BR, TB, "tapguard");
+	r = nft_rule_new(BR, TB, SETN(SID_TAPGUARD));
 	nft_m_ethertype(&r, ETH_P_IP);
 	nft_x_payload(&r, L3, 12, 4);
-	nft_x_lookup(&r, "host4", SID_HOST4, false, false);
+	nft_x_lookup(&r, SETN(SID_HOST4), SID_HOST4, false, false);
 	nft_drop(o, &r);
-	r = nft_rule_new(BR, TB, "tapguard");
+	r = nft_rule_new(BR, TB, SETN(SID_TAPGUARD));
 	nft_m_ethertype(&r, ETH_P_ARP);
 	nft_x_payload(&r, L3, 14, 4);
-	nft_x_lookup(&r, "host4", SID_HOST4, false, false);
+	nft_x_lookup(&r, SETN(SID_HOST4), SID_HOST4, false, false);
 	nft_drop(o, &r);
-	r = nft_rule_new(BR, TB, "tapguard");
+	r = nft_rule_new(BR, TB, SETN(SID_TAPGUARD));
 	nft_m_ethertype(&r, ETH_P_IPV6);
 	nft_x_payload(&r, L3, 8, 16);
-	nft_x_lookup(&r, "host6", SID_HOST6, false, false);
+	nft_x_lookup(&r, SETN(SID_HOST6), SID_HOST6, false, false);
 	nft_drop(o, &r);
-	r = nft_rule_new(BR, TB, "tapguard");
+	r = nft_rule_new(BR, TB, SETN(SID_TAPGUARD));
 	nft_m_ethertype(&r, ETH_P_IPV6);
 	nft_m_l4(&r, IPPROTO_ICMPV6);
 	nft_m_u8(&r, L4, 0, 136);
 	nft_x_payload(&r, L4, 8, 16);
-	nft_x_lookup(&r, "host6", SID_HOST6, false, false);
+	nft_x_lookup(&r, SETN(SID_HOST6), SID_HOST6, false, false);
 	nft_drop(o, &r);
 }
 
@@ -200,7 +215,7 @@ static void tap_policy(struct nft_out *o, const struct nft_net *n, const struct 
 			nft_m_not_prefix(&r, L3, off4, 4, &n->subnet4, n->plen4);
 	} else {
 		nft_x_payload(&r, L3, off4, 4);
-		nft_x_lookup(&r, "host4", SID_HOST4, true, false);
+		nft_x_lookup(&r, SETN(SID_HOST4), SID_HOST4, true, false);
 	}
 	nft_x_payload(&r, L3, off4, 4);
 	nft_x_cmp(&r, NFT_CMP_NEQ, from ? BCAST4 : ZERO16, 4);
@@ -213,7 +228,7 @@ static void tap_policy(struct nft_out *o, const struct nft_net *n, const struct 
 		m6_not(&r, off6, LL6_MASK, LL6_NET);
 	} else {
 		nft_x_payload(&r, L3, off6, 16);
-		nft_x_lookup(&r, "host6", SID_HOST6, true, false);
+		nft_x_lookup(&r, SETN(SID_HOST6), SID_HOST6, true, false);
 	}
 	if (from) {
 		m6_not(&r, off6, MCAST6_MASK, MCAST6_NET);
@@ -231,30 +246,30 @@ static void binding(struct nft_out *o, const char *chain)
 	struct nft_rule r;
 
 	r = nft_rule_new(BR, TB, chain);
-	nft_m_ifset(&r, NFT_META_IIFNAME, "guarded", SID_GUARDED, true);
+	nft_m_ifset(&r, NFT_META_IIFNAME, SETN(SID_GUARDED), SID_GUARDED, true);
 	nft_m_ethertype(&r, ETH_P_IP);
 	nft_x_payload(&r, L3, 12, 4);
-	nft_x_lookup(&r, "bound4", SID_BOUND4, false, false);
+	nft_x_lookup(&r, SETN(SID_BOUND4), SID_BOUND4, false, false);
 	nft_drop(o, &r);
 	r = nft_rule_new(BR, TB, chain);
-	nft_m_ifset(&r, NFT_META_IIFNAME, "guarded", SID_GUARDED, true);
+	nft_m_ifset(&r, NFT_META_IIFNAME, SETN(SID_GUARDED), SID_GUARDED, true);
 	nft_m_ethertype(&r, ETH_P_ARP);
 	nft_x_payload(&r, L3, 14, 4);
-	nft_x_lookup(&r, "bound4", SID_BOUND4, false, false);
+	nft_x_lookup(&r, SETN(SID_BOUND4), SID_BOUND4, false, false);
 	nft_drop(o, &r);
 	r = nft_rule_new(BR, TB, chain);
-	nft_m_ifset(&r, NFT_META_IIFNAME, "guarded", SID_GUARDED, true);
+	nft_m_ifset(&r, NFT_META_IIFNAME, SETN(SID_GUARDED), SID_GUARDED, true);
 	nft_m_ethertype(&r, ETH_P_IPV6);
 	nft_x_payload(&r, L3, 8, 16);
-	nft_x_lookup(&r, "bound6", SID_BOUND6, false, false);
+	nft_x_lookup(&r, SETN(SID_BOUND6), SID_BOUND6, false, false);
 	nft_drop(o, &r);
 	r = nft_rule_new(BR, TB, chain);
-	nft_m_ifset(&r, NFT_META_IIFNAME, "guarded", SID_GUARDED, true);
+	nft_m_ifset(&r, NFT_META_IIFNAME, SETN(SID_GUARDED), SID_GUARDED, true);
 	nft_m_ethertype(&r, ETH_P_IPV6);
 	nft_m_l4(&r, IPPROTO_ICMPV6);
 	nft_m_u8(&r, L4, 0, 136);
 	nft_x_payload(&r, L4, 8, 16);
-	nft_x_lookup(&r, "bound6", SID_BOUND6, false, false);
+	nft_x_lookup(&r, SETN(SID_BOUND6), SID_BOUND6, false, false);
 	nft_drop(o, &r);
 }
 
@@ -274,23 +289,23 @@ static void base_chains(struct nft_out *o)
 
 	for (int i = 0; i < 2; i++) {
 		r = nft_rule_new(BR, TB, in_chains[i]);
-		nft_m_ifset(&r, NFT_META_IIFNAME, "taps", SID_TAPS, false);
-		nft_x_verdict(&r, NFT_JUMP, "tapguard");
+		nft_m_ifset(&r, NFT_META_IIFNAME, SETN(SID_TAPS), SID_TAPS, false);
+		nft_x_verdict(&r, NFT_JUMP, SETN(SID_TAPGUARD));
 		nft_rule_emit(o, &r);
-		dispatch(o, in_chains[i], NFT_META_IIFNAME, "from", SID_FROM);
+		dispatch(o, in_chains[i], NFT_META_IIFNAME, SETN(SID_FROM), SID_FROM);
 		binding(o, in_chains[i]);
 	}
 	/* ssh: from another bridge port never; both ahead of any accept */
 	r = nft_rule_new(BR, TB, "forward");
-	nft_m_ifset(&r, NFT_META_OIFNAME, "ssh_only", SID_SSH, false);
+	nft_m_ifset(&r, NFT_META_OIFNAME, SETN(SID_SSH), SID_SSH, false);
 	nft_m_l4(&r, IPPROTO_TCP);
 	nft_m_port(&r, 2, 22);
 	nft_drop(o, &r);
-	dispatch(o, "forward", NFT_META_OIFNAME, "to", SID_TO);
+	dispatch(o, "forward", NFT_META_OIFNAME, SETN(SID_TO), SID_TO);
 	/* ssh from the host: only from its own bridge addresses */
 	for (int v6 = 0; v6 < 2; v6++) {
 		r = nft_rule_new(BR, TB, "output");
-		nft_m_ifset(&r, NFT_META_OIFNAME, "ssh_only", SID_SSH, false);
+		nft_m_ifset(&r, NFT_META_OIFNAME, SETN(SID_SSH), SID_SSH, false);
 		nft_m_ethertype(&r, v6 ? ETH_P_IPV6 : ETH_P_IP);
 		nft_m_l4(&r, IPPROTO_TCP);
 		nft_m_port(&r, 2, 22);
@@ -298,7 +313,7 @@ static void base_chains(struct nft_out *o)
 		nft_x_lookup(&r, v6 ? "host6" : "host4", v6 ? SID_HOST6 : SID_HOST4, true, false);
 		nft_drop(o, &r);
 	}
-	dispatch(o, "output", NFT_META_OIFNAME, "to", SID_TO);
+	dispatch(o, "output", NFT_META_OIFNAME, SETN(SID_TO), SID_TO);
 }
 
 /* Key arrays for the sets. */
@@ -342,16 +357,16 @@ static void bridge_table(struct nft_out *o, const struct nft_net *n)
 	struct in6_addr *b6 = xcalloc(2 * nt + 1, sizeof(*b6));
 	char name[32];
 
-	nft_emit_set(o, BR, TB, "taps", SID_TAPS, DT_IFNAME, IFNAMSIZ, false);
-	nft_emit_set(o, BR, TB, "guarded", SID_GUARDED, DT_IFNAME, IFNAMSIZ, false);
-	nft_emit_set(o, BR, TB, "ssh_only", SID_SSH, DT_IFNAME, IFNAMSIZ, false);
-	nft_emit_set(o, BR, TB, "host4", SID_HOST4, DT_IPADDR, 4, false);
-	nft_emit_set(o, BR, TB, "host6", SID_HOST6, DT_IP6ADDR, 16, false);
-	nft_emit_set(o, BR, TB, "bound4", SID_BOUND4, DT_IPADDR, 4, false);
-	nft_emit_set(o, BR, TB, "bound6", SID_BOUND6, DT_IP6ADDR, 16, false);
-	nft_emit_set(o, BR, TB, "from", SID_FROM, DT_IFNAME, IFNAMSIZ, true);
-	nft_emit_set(o, BR, TB, "to", SID_TO, DT_IFNAME, IFNAMSIZ, true);
-	nft_emit_chain(o, BR, TB, "tapguard", -1);
+	nft_emit_set(o, BR, TB, SETN(SID_TAPS), SID_TAPS, DT_IFNAME, IFNAMSIZ, false);
+	nft_emit_set(o, BR, TB, SETN(SID_GUARDED), SID_GUARDED, DT_IFNAME, IFNAMSIZ, false);
+	nft_emit_set(o, BR, TB, SETN(SID_SSH), SID_SSH, DT_IFNAME, IFNAMSIZ, false);
+	nft_emit_set(o, BR, TB, SETN(SID_HOST4), SID_HOST4, DT_IPADDR, 4, false);
+	nft_emit_set(o, BR, TB, SETN(SID_HOST6), SID_HOST6, DT_IP6ADDR, 16, false);
+	nft_emit_set(o, BR, TB, SETN(SID_BOUND4), SID_BOUND4, DT_IPADDR, 4, false);
+	nft_emit_set(o, BR, TB, SETN(SID_BOUND6), SID_BOUND6, DT_IP6ADDR, 16, false);
+	nft_emit_set(o, BR, TB, SETN(SID_FROM), SID_FROM, DT_IFNAME, IFNAMSIZ, true);
+	nft_emit_set(o, BR, TB, SETN(SID_TO), SID_TO, DT_IFNAME, IFNAMSIZ, true);
+	nft_emit_chain(o, BR, TB, SETN(SID_TAPGUARD), -1);
 	keys_init(&taps, nt, false);
 	keys_init(&guarded, nt, false);
 	keys_init(&ssh, nt, false);
@@ -372,39 +387,37 @@ static void bridge_table(struct nft_out *o, const struct nft_net *n)
 			b6[n6++] = t->ll6;
 		}
 		if (has_from_chain(t)) {
-			snprintf(name, sizeof(name), "f-%s", t->name);
+			snprintf(name, sizeof(name), "%c_f-%s", 'a' + o->parity, t->name);
 			nft_emit_chain(o, BR, TB, name, -1);
 			keys_add(&from, t->name, name);
 		}
 		if (t->policy != NFT_POLICY_EGRESS) {
-			snprintf(name, sizeof(name), "t-%s", t->name);
+			snprintf(name, sizeof(name), "%c_t-%s", 'a' + o->parity, t->name);
 			nft_emit_chain(o, BR, TB, name, -1);
 			keys_add(&to, t->name, name);
 		}
 	}
-	nft_emit_chain(o, BR, TB, "forward", NF_BR_FORWARD);
-	nft_emit_chain(o, BR, TB, "input", NF_BR_LOCAL_IN);
-	nft_emit_chain(o, BR, TB, "output", NF_BR_LOCAL_OUT);
-	nft_emit_elems(o, BR, TB, "taps", SID_TAPS, taps.ifs, IFNAMSIZ, taps.n, NULL);
-	nft_emit_elems(o, BR, TB, "guarded", SID_GUARDED, guarded.ifs, IFNAMSIZ, guarded.n, NULL);
-	nft_emit_elems(o, BR, TB, "ssh_only", SID_SSH, ssh.ifs, IFNAMSIZ, ssh.n, NULL);
-	nft_emit_elems(o, BR, TB, "host4", SID_HOST4, n->host4, 4, n->n_host4, NULL);
-	nft_emit_elems(o, BR, TB, "host6", SID_HOST6, n->host6, 16, n->n_host6, NULL);
-	nft_emit_elems(o, BR, TB, "bound4", SID_BOUND4, b4, 4, n4, NULL);
-	nft_emit_elems(o, BR, TB, "bound6", SID_BOUND6, b6, 16, n6, NULL);
-	nft_emit_elems(o, BR, TB, "from", SID_FROM, from.ifs, IFNAMSIZ, from.n, from.chains);
-	nft_emit_elems(o, BR, TB, "to", SID_TO, to.ifs, IFNAMSIZ, to.n, to.chains);
+	o->b->chains_bridge += 3;   /* the base chains, made by the prologue */
+	nft_emit_elems(o, BR, TB, SETN(SID_TAPS), SID_TAPS, taps.ifs, IFNAMSIZ, taps.n, NULL);
+	nft_emit_elems(o, BR, TB, SETN(SID_GUARDED), SID_GUARDED, guarded.ifs, IFNAMSIZ, guarded.n, NULL);
+	nft_emit_elems(o, BR, TB, SETN(SID_SSH), SID_SSH, ssh.ifs, IFNAMSIZ, ssh.n, NULL);
+	nft_emit_elems(o, BR, TB, SETN(SID_HOST4), SID_HOST4, n->host4, 4, n->n_host4, NULL);
+	nft_emit_elems(o, BR, TB, SETN(SID_HOST6), SID_HOST6, n->host6, 16, n->n_host6, NULL);
+	nft_emit_elems(o, BR, TB, SETN(SID_BOUND4), SID_BOUND4, b4, 4, n4, NULL);
+	nft_emit_elems(o, BR, TB, SETN(SID_BOUND6), SID_BOUND6, b6, 16, n6, NULL);
+	nft_emit_elems(o, BR, TB, SETN(SID_FROM), SID_FROM, from.ifs, IFNAMSIZ, from.n, from.chains);
+	nft_emit_elems(o, BR, TB, SETN(SID_TO), SID_TO, to.ifs, IFNAMSIZ, to.n, to.chains);
 	chain_tapguard(o);
 	for (size_t i = 0; i < nt; i++) {
 		const struct nft_tap *t = &n->taps[i];
 
-		snprintf(name, sizeof(name), "f-%s", t->name);
+		snprintf(name, sizeof(name), "%c_f-%s", 'a' + o->parity, t->name);
 		if (t->guarded)
 			tap_guards(o, t, name);
 		if (t->policy == NFT_POLICY_EGRESS)
 			continue;
 		tap_policy(o, n, t, name, true);
-		snprintf(name, sizeof(name), "t-%s", t->name);
+		snprintf(name, sizeof(name), "%c_t-%s", 'a' + o->parity, t->name);
 		tap_policy(o, n, t, name, false);
 	}
 	base_chains(o);
@@ -429,45 +442,44 @@ static void inet_table(struct nft_out *o, const struct nft_net *n)
 	};
 	struct keys taps;
 
-	nft_emit_set(o, NFPROTO_INET, NFT_TABLE_INET, "taps", SID_ITAPS, DT_IFNAME, IFNAMSIZ, false);
-	nft_emit_chain(o, NFPROTO_INET, NFT_TABLE_INET, "input", NF_INET_LOCAL_IN);
-	nft_emit_chain(o, NFPROTO_INET, NFT_TABLE_INET, "forward", NF_INET_FORWARD);
-	nft_emit_chain(o, NFPROTO_INET, NFT_TABLE_INET, "output", NF_INET_LOCAL_OUT);
+	nft_emit_set(o, NFPROTO_INET, NFT_TABLE_INET, SETN(SID_ITAPS), SID_ITAPS, DT_IFNAME, IFNAMSIZ, false);
 	keys_init(&taps, n->n_taps, false);
 	for (size_t i = 0; i < n->n_taps; i++)
 		keys_add(&taps, n->taps[i].name, NULL);
-	nft_emit_elems(o, NFPROTO_INET, NFT_TABLE_INET, "taps", SID_ITAPS, taps.ifs, IFNAMSIZ, taps.n,
+	nft_emit_elems(o, NFPROTO_INET, NFT_TABLE_INET, SETN(SID_ITAPS), SID_ITAPS, taps.ifs, IFNAMSIZ, taps.n,
 		   NULL);
 	keys_free(&taps);
 	for (size_t i = 0; i < sizeof(r4) / sizeof(r4[0]); i++) {
 		struct nft_rule r = nft_rule_new(NFPROTO_INET, NFT_TABLE_INET, r4[i].chain);
 
-		nft_m_ifset(&r, r4[i].meta, "taps", SID_ITAPS, false);
+		nft_m_ifset(&r, r4[i].meta, SETN(SID_ITAPS), SID_ITAPS, false);
 		nft_drop(o, &r);
 	}
 }
 
-int nft_build(const struct nft_net *n, uint32_t seq, bool text, struct nft_batch *ret)
+int nft_build(const struct nft_net *n, unsigned parity, uint32_t seq, bool text,
+	      struct nft_batch *ret)
 {
+	static const char *const base[] = {
+		[SID_TAPS] = "taps", [SID_GUARDED] = "guarded", [SID_SSH] = "ssh_only",
+		[SID_HOST4] = "host4", [SID_HOST6] = "host6", [SID_BOUND4] = "bound4",
+		[SID_BOUND6] = "bound6", [SID_FROM] = "from", [SID_TO] = "to",
+		[SID_ITAPS] = "taps", [SID_TAPGUARD] = "tapguard",
+	};
 	struct nft_batch b = { 0 };
-	struct nft_out o = { &b, NULL, seq, 0 };
+	struct nft_out o = { &b, NULL, seq, 0, parity & 1, { { 0 } } };
 	struct nlmsghdr *last;
 	size_t text_len = 0;
-	struct nlmsghdr *nlh;
 
 	if (text)
 		o.text = open_memstream(&b.text, &text_len);
 	b.seq_first = seq;
-	nlh = nft_msg_begin(&o);
-	nftnl_batch_begin((char *)nlh, o.seq++);
-	b.len += NLMSG_ALIGN(nlh->nlmsg_len);
-	/* add-then-delete: deleting an absent table would fail the batch */
-	nft_emit_table(&o, BR, TB, NFT_MSG_NEWTABLE);
-	nft_emit_table(&o, BR, TB, NFT_MSG_DELTABLE);
-	nft_emit_table(&o, BR, TB, NFT_MSG_NEWTABLE);
-	nft_emit_table(&o, NFPROTO_INET, NFT_TABLE_INET, NFT_MSG_NEWTABLE);
-	nft_emit_table(&o, NFPROTO_INET, NFT_TABLE_INET, NFT_MSG_DELTABLE);
-	nft_emit_table(&o, NFPROTO_INET, NFT_TABLE_INET, NFT_MSG_NEWTABLE);
+	b.parity = parity & 1;
+	for (size_t i = 1; i < sizeof(base) / sizeof(base[0]); i++)
+		snprintf(o.names[i], sizeof(o.names[i]), "%c_%s", 'a' + o.parity, base[i]);
+	/* the marker saying which half the base chains use (no half's prefix,
+	 * so the next prologue deletes it) */
+	nft_emit_chain(&o, BR, TB, o.parity ? "half_b" : "half_a", -1);
 	bridge_table(&o, n);
 	inet_table(&o, n);
 	/* errors are always reported; one ACK, of the last inner message,
@@ -475,11 +487,85 @@ int nft_build(const struct nft_net *n, uint32_t seq, bool text, struct nft_batch
 	 * batch begin/end, and one ACK per message can overflow the socket) */
 	last = (struct nlmsghdr *)(b.buf + o.last);
 	last->nlmsg_flags |= NLM_F_ACK;
-	nlh = nft_msg_begin(&o);
-	nftnl_batch_end((char *)nlh, o.seq);
-	b.len += NLMSG_ALIGN(nlh->nlmsg_len);
 	if (o.text)
 		fclose(o.text);
+	*ret = b;
+	return 0;
+}
+
+/* The base chains of both tables: made once, never deleted by a load. */
+static const struct {
+	int family;
+	const char *table, *name;
+	int hook;
+} BASE[] = {
+	{ NFPROTO_BRIDGE, NFT_TABLE_BRIDGE, "forward", NF_BR_FORWARD },
+	{ NFPROTO_BRIDGE, NFT_TABLE_BRIDGE, "input", NF_BR_LOCAL_IN },
+	{ NFPROTO_BRIDGE, NFT_TABLE_BRIDGE, "output", NF_BR_LOCAL_OUT },
+	{ NFPROTO_INET, NFT_TABLE_INET, "input", NF_INET_LOCAL_IN },
+	{ NFPROTO_INET, NFT_TABLE_INET, "forward", NF_INET_FORWARD },
+	{ NFPROTO_INET, NFT_TABLE_INET, "output", NF_INET_LOCAL_OUT },
+};
+
+bool nft_is_base_chain(int family, const char *name)
+{
+	for (size_t i = 0; i < sizeof(BASE) / sizeof(BASE[0]); i++)
+		if (BASE[i].family == family && strcmp(BASE[i].name, name) == 0)
+			return true;
+	return false;
+}
+
+int nft_obj_parity(const char *name)
+{
+	if ((name[0] == 'a' || name[0] == 'b') && name[1] == '_')
+		return name[0] - 'a';
+	return -1;
+}
+
+int nft_build_prologue(const struct nft_obj *old, size_t n_old, unsigned parity, uint32_t seq,
+		       bool text, struct nft_batch *ret)
+{
+	struct nft_batch b = { 0 };
+	struct nft_out o = { &b, NULL, seq, 0, parity & 1, { { 0 } } };
+	size_t text_len = 0;
+
+	if (text)
+		o.text = open_memstream(&b.text, &text_len);
+	b.seq_first = seq;
+	for (int t = 0; t < 2; t++) {
+		int family = t ? NFPROTO_INET : BR;
+		const char *table = t ? NFT_TABLE_INET : TB;
+
+		nft_emit_table(&o, family, table, NFT_MSG_NEWTABLE);
+		for (size_t i = 0; i < sizeof(BASE) / sizeof(BASE[0]); i++) {
+			bool there = false;
+
+			if (BASE[i].family != family)
+				continue;
+			for (size_t k = 0; k < n_old && !there; k++)
+				there = old[k].family == family && !old[k].set &&
+					strcmp(old[k].name, BASE[i].name) == 0;
+			/* made only if absent: an update of a live base chain
+			 * is refused (EBUSY) */
+			if (!there)
+				nft_emit_chain(&o, family, table, BASE[i].name, BASE[i].hook);
+			nft_emit_flush(&o, family, table, BASE[i].name);
+		}
+		/* the other half stays whole: a packet that entered a base
+		 * chain before the commit finishes in it */
+		/* elements first (a map's jumps hold its chains), then the
+		 * chains (their rules hold the sets), then the sets */
+		for (int step = 0; step < 3; step++)
+			for (size_t i = 0; i < n_old; i++)
+				if (old[i].family == family && old[i].set == (step != 1) &&
+				    !(step == 1 && nft_is_base_chain(family, old[i].name)) &&
+				    nft_obj_parity(old[i].name) != 1 - (int)o.parity)
+					nft_emit_delete(&o, family, table, old[i].name,
+							step == 0 ? 2 : step == 2);
+	}
+	if (o.text)
+		fclose(o.text);
+	b.chains_bridge = 0;
 	*ret = b;
 	return 0;
 }
@@ -487,15 +573,9 @@ int nft_build(const struct nft_net *n, uint32_t seq, bool text, struct nft_batch
 void nft_batch_break(struct nft_batch *b)
 {
 	struct nft_out o = { b, NULL, b->seq_last + 1, 0 };
-	struct nft_rule r;
-	struct nlmsghdr *nlh;
+	struct nft_rule r = nft_rule_new(BR, TB, "no-such-chain");
 
-	b->len -= NLMSG_ALIGN(sizeof(struct nlmsghdr) + sizeof(struct nfgenmsg));
-	r = nft_rule_new(BR, TB, "no-such-chain");
 	nft_drop(&o, &r);
-	nlh = nft_msg_begin(&o);
-	nftnl_batch_end((char *)nlh, o.seq);
-	b->len += NLMSG_ALIGN(nlh->nlmsg_len);
 	b->rules_bridge--;
 }
 

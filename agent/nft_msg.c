@@ -356,3 +356,52 @@ void nft_m_not_prefix(struct nft_rule *r, uint32_t base, uint32_t off, uint32_t 
 }
 
 
+
+void nft_emit_flush(struct nft_out *o, int family, const char *table, const char *chain)
+{
+	struct nftnl_rule *r = nftnl_rule_alloc();
+	struct nlmsghdr *nlh;
+
+	nftnl_rule_set_u32(r, NFTNL_RULE_FAMILY, (uint32_t)family);
+	nftnl_rule_set_str(r, NFTNL_RULE_TABLE, table);
+	nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, chain);
+	nlh = hdr(o, NFT_MSG_DELRULE, family, 0);
+	nftnl_rule_nlmsg_build_payload(nlh, r);
+	msg_end(o, nlh);
+	if (o->text)
+		fprintf(o->text, "flush chain %s %s %s\n",
+			family == NFPROTO_BRIDGE ? "bridge" : "inet", table, chain);
+	nftnl_rule_free(r);
+}
+
+void nft_emit_delete(struct nft_out *o, int family, const char *table, const char *name, int what)
+{
+	static const char *const word[] = { "chain", "set", "elements of" };
+	struct nlmsghdr *nlh;
+
+	if (what) {
+		struct nftnl_set *s = set_new(family, table, name, 0);
+
+		nftnl_set_unset(s, NFTNL_SET_ID);
+		if (what == 2) {
+			nlh = hdr(o, NFT_MSG_DELSETELEM, family, 0);
+			nftnl_set_elems_nlmsg_build_payload(nlh, s);
+		} else {
+			nlh = hdr(o, NFT_MSG_DELSET, family, 0);
+			nftnl_set_nlmsg_build_payload(nlh, s);
+		}
+		nftnl_set_free(s);
+	} else {
+		struct nftnl_chain *c = nftnl_chain_alloc();
+
+		nftnl_chain_set_u32(c, NFTNL_CHAIN_FAMILY, (uint32_t)family);
+		nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, table);
+		nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, name);
+		nlh = hdr(o, NFT_MSG_DELCHAIN, family, 0);
+		nftnl_chain_nlmsg_build_payload(nlh, c);
+		nftnl_chain_free(c);
+	}
+	msg_end(o, nlh);
+	if (o->text)
+		fprintf(o->text, "delete %s %s %s\n", word[what], table, name);
+}

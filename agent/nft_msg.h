@@ -27,6 +27,8 @@ struct nft_out {
 	FILE *text;         /* the text form, or NULL */
 	uint32_t seq;       /* the next message's */
 	size_t last;        /* offset of the last inner message */
+	unsigned parity;    /* the half being built: names "a_..." or "b_..." */
+	char names[16][24]; /* set (and tapguard) names of that half, by id */
 };
 
 /* A rule being built (nft_rule_new, matches, then nft_rule_emit/nft_drop). */
@@ -46,6 +48,11 @@ void nft_emit_set(struct nft_out *o, int family, const char *table, const char *
 /* n keys of len bytes; chains (maps only): each key's jump target. */
 void nft_emit_elems(struct nft_out *o, int family, const char *table, const char *name,
 		    uint32_t id, const void *keys, size_t len, size_t n, char (*chains)[32]);
+
+/* Every rule of one chain (nft's "flush chain"). */
+void nft_emit_flush(struct nft_out *o, int family, const char *table, const char *chain);
+/* Delete the chain (what 0), the set (1) or every element of the set (2). */
+void nft_emit_delete(struct nft_out *o, int family, const char *table, const char *name, int what);
 
 struct nft_rule nft_rule_new(int family, const char *table, const char *chain);
 void nft_rule_emit(struct nft_out *o, struct nft_rule *r);

@@ -4,9 +4,10 @@
 # nothing (and says why on stderr) otherwise.
 #
 #   full ruleset load, 10/100/1,000/5,000 guarded instances: agent code
-#     (tests/net/netdrv apply: parse the spec, build, one transaction) next
-#     to `nft -f` loading the same ruleset's text (saved with `nft list
-#     ruleset` after the load, both tables replaced whole)
+#     (tests/net/netdrv apply: parse the spec, read the tables, build, one
+#     transaction filling the idle half and switching to it) next to `nft -f`
+#     loading the same ruleset's text (one half, saved with `nft list
+#     ruleset` after a load from empty; both tables replaced whole)
 #   per-packet cost: ping -f round trips between two guarded guests with
 #     10 and with 5,000 guarded taps in the ruleset
 #
@@ -70,7 +71,9 @@ ip -n "$ns" addr add 10.64.255.1/16 dev bcbr0
 ip -n "$ns" link set bcbr0 up
 for n in $BENCH_NET_SIZES; do
 	spec "$n" "$tmp/spec$n.json"
-	bc=$(timed ip netns exec "$ns" "$NETDRV" apply "$tmp/spec$n.json")
+	# one half only in the text: a load from empty
+	ip netns exec "$ns" nft flush ruleset
+	ip netns exec "$ns" "$NETDRV" apply "$tmp/spec$n.json" >/dev/null 2>&1
 	# the same ruleset as text; nft cannot parse its own rendering of a
 	# raw-payload set lookup (the neighbour-advert target), so those three
 	# rules are loaded as the same-sized ip6 saddr lookup
@@ -79,6 +82,7 @@ for n in $BENCH_NET_SIZES; do
 		printf 'table inet bcd_taps\ndelete table inet bcd_taps\n'
 		ip netns exec "$ns" nft list ruleset | sed 's/@th,64,128 @/ip6 saddr @/'
 	} >"$tmp/rules$n.nft"
+	bc=$(timed ip netns exec "$ns" "$NETDRV" apply "$tmp/spec$n.json")
 	peer=$(timed ip netns exec "$ns" nft -f "$tmp/rules$n.nft")
 	rules=$(grep -c 'drop$\|vmap\|jump' "$tmp/rules$n.nft")
 	printf 'nftables full load, %s inst\tms\t%s\tnft -f same text\t%s\n' "$n" "$bc" "$peer"

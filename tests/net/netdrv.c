@@ -16,6 +16,10 @@
  *                                   ruleset, taps) for each spec in turn, in
  *                                   one process; --break: the next load is
  *                                   sent broken, so the kernel refuses it
+ *   netdrv pass DIR [--break] SPEC.json...
+ *                                   converge passes (agent/converge.c) with
+ *                                   the fake runtime in DIR and networking;
+ *                                   prints "<id> <state> <reason>" after each
  *   netdrv guard SPEC.json SECONDS  converge, then run the guard-check
  *                                   thread for SECONDS; prints the reloads
  *
@@ -28,6 +32,7 @@
 
 #include <unistd.h>
 
+#include "agent/converge.h"
 #include "agent/net.h"
 #include "agent/netlink.h"
 #include "agent/nft.h"
@@ -59,28 +64,35 @@ static void print_fail(const char *id, const char *reason, void *data)
 	printf("error %s %s\n", id, reason);
 }
 
-static void build(const char *path, bool text, struct nft_batch *b)
+/* The spec's nft_net, with the host addresses of its bridge if it exists. */
+static void net_of(const char *path, struct nft_net *n)
 {
 	Bc__Node__V1__NodeSpec *spec = load(path);
 	char host[NFT_HOST_MAX * 2][NL_ADDR_MAX];
 	size_t n_host = 0;
-	struct nft_net n;
 
 	if (*spec->bridge && nl_link_exists(spec->bridge))
 		nl_addrs(spec->bridge, host, NFT_HOST_MAX * 2, &n_host);
-	if (nft_net_from_spec(spec, (const char(*)[64])host, n_host, &n, print_fail, NULL) < 0) {
+	if (nft_net_from_spec(spec, (const char(*)[64])host, n_host, n, print_fail, NULL) < 0) {
 		fprintf(stderr, "netdrv: bad pool subnet\n");
 		exit(2);
 	}
-	nft_build(&n, 1, text, b);
-	nft_net_clear(&n);
 	protobuf_c_message_free_unpacked(&spec->base, NULL);
 }
 
-static int apply(const struct nft_batch *b)
+static void build(const char *path, bool text, struct nft_batch *b)
+{
+	struct nft_net n;
+
+	net_of(path, &n);
+	nft_build(&n, 0, 1, text, b);
+	nft_net_clear(&n);
+}
+
+static int apply(const struct nft_net *n)
 {
 	char err[256];
-	int e = nft_apply(b, err, sizeof(err));
+	int e = nft_apply(n, 0, NULL, err, sizeof(err));
 
 	if (e < 0)
 		fprintf(stderr, "netdrv: load failed: %s\n", err);
@@ -137,9 +149,46 @@ static int converge(int argc, char **argv)
 	return 0;
 }
 
+/* pass DIR [--break] SPEC...: the converge pass with networking, as bcd
+ * runs it, over the fake runtime. */
+static int pass(int argc, char **argv)
+{
+	struct rt_config rc = { .state_dir = argv[2], .capacity_vcpus = 64,
+				.capacity_memory_mib = 1 << 20, .capacity_disk_gib = 1 << 10 };
+	struct conv_status st;
+	struct rt *rt;
+	struct net *n;
+	struct conv *c;
+	int e = rt_open("fake", &rc, &rt);
+
+	if (e < 0)
+		return e;
+	net_open("nftables", &n);
+	c = conv_new(rt);
+	conv_set_net(c, n);
+	for (int i = 3; i < argc; i++) {
+		if (strcmp(argv[i], "--break") == 0) {
+			net_test_break_next_load(n);
+			continue;
+		}
+		conv_submit(c, load(argv[i]));
+		conv_pass(c);
+		conv_snapshot(c, &st);
+		printf("pass %s\n", argv[i]);
+		for (size_t k = 0; k < st.n_items; k++)
+			printf("%s %s %s\n", st.items[k].id, st.items[k].state, st.items[k].reason);
+		conv_status_clear(&st);
+	}
+	conv_free(c);
+	net_close(n);
+	rt_close(rt);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	struct nft_batch a, b;
+	struct nft_batch a;
+	struct nft_net na, nb;
 	struct nft_counts c;
 	int e = 0;
 
@@ -147,9 +196,9 @@ int main(int argc, char **argv)
 	if (argc < 2)
 		goto usage;
 	if (strcmp(argv[1], "apply") == 0 && argc == 3) {
-		build(argv[2], false, &a);
-		e = apply(&a);
-		nft_batch_free(&a);
+		net_of(argv[2], &na);
+		e = apply(&na);
+		nft_net_clear(&na);
 	} else if (strcmp(argv[1], "text") == 0 && argc == 3) {
 		build(argv[2], true, &a);
 		fputs(a.text, stdout);
@@ -157,25 +206,29 @@ int main(int argc, char **argv)
 	} else if (strcmp(argv[1], "loop") == 0 && argc == 5) {
 		long n = atol(argv[2]), failed = 0;
 
-		build(argv[3], false, &a);
-		build(argv[4], false, &b);
+		net_of(argv[3], &na);
+		net_of(argv[4], &nb);
 		for (long i = 0; i < n; i++)
-			if (apply(i % 2 ? &b : &a) < 0)
+			if (apply(i % 2 ? &nb : &na) < 0)
 				failed++;
 		printf("loads %ld failed %ld\n", n, failed);
 		e = failed ? -EIO : 0;
-		nft_batch_free(&a);
-		nft_batch_free(&b);
+		nft_net_clear(&na);
+		nft_net_clear(&nb);
 	} else if (strcmp(argv[1], "check") == 0 && argc == 3) {
+		/* whichever half the kernel uses */
 		build(argv[2], false, &a);
-		e = nft_counts(&c);
-		if (!e && !nft_matches(&a, &c))
-			e = -ESTALE;
+		e = nft_counts(0, &c);
+		if (!e && !nft_matches(&a, &c)) {
+			e = nft_counts(1, &c);
+			if (!e && !nft_matches(&a, &c))
+				e = -ESTALE;
+		}
 		nft_batch_free(&a);
 	} else if (strcmp(argv[1], "counts") == 0) {
-		e = nft_counts(&c);
+		e = nft_counts(0, &c);
 		if (!e)
-			printf("rules_bridge %ld rules_inet %ld chains_bridge %ld\n", c.rules_bridge,
+			printf("half a: rules_bridge %ld rules_inet %ld chains_bridge %ld\n", c.rules_bridge,
 			       c.rules_inet, c.chains_bridge);
 	} else if (strcmp(argv[1], "links") == 0 && argc == 3) {
 		e = links(argv[2]);
@@ -183,6 +236,9 @@ int main(int argc, char **argv)
 		   (strcmp(argv[1], "guard") == 0 && argc == 4)) {
 		setvbuf(stdout, NULL, _IOLBF, 0);
 		e = converge(argc, argv);
+	} else if (strcmp(argv[1], "pass") == 0 && argc >= 4) {
+		setvbuf(stdout, NULL, _IOLBF, 0);
+		e = pass(argc, argv);
 	} else if (strcmp(argv[1], "remove") == 0) {
 		e = nft_remove();
 	} else {

@@ -27,7 +27,9 @@ grep -q 'ruleset reloaded (tamper reloads: 1)' "$NET_TMP/log"
 ok $? 'the reload is logged and counted'
 is "$(arrives a e eth0 "$SPOOF")" 0 'the guards hold again'
 
-in_h nft flush chain bridge bcd_instances f-bca0
+half=$(in_h nft list table bridge bcd_instances | sed -n 's/.*chain half_\([ab]\) .*/\1/p')
+in_h nft flush chain bridge bcd_instances "${half}_f-bca0"
+ok $? "flushed chain ${half}_f-bca0 (the half in use)"
 eventually 5 checks
 ok $? 'a flushed chain is restored within 5 s'
 grep -q 'ruleset reloaded (tamper reloads: 2)' "$NET_TMP/log"

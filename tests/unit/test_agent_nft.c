@@ -87,10 +87,10 @@ static void test_golden(void)
 	is_str(failed[0],
 	       "inst_d NetworkPolicy: private needs IPAM addresses and a valid MAC on bcd0",
 	       "inst_d: private without addresses, with the reason");
-	nft_build(&n, 1, true, &b);
+	nft_build(&n, 0, 1, true, &b);
 	golden("nft_policies.txt", b.text);
 	is_int(b.rules_inet, 4, "backstop: 4 rules");
-	is_int(b.chains_bridge, 9, "bridge chains: tapguard, base x3, f- x3, t- x2");
+	is_int(b.chains_bridge, 10, "bridge chains: marker, tapguard, base x3, f- x3, t- x2");
 	nft_batch_free(&b);
 	nft_net_clear(&n);
 	protobuf_c_message_free_unpacked(&spec->base, NULL);
@@ -98,12 +98,21 @@ static void test_golden(void)
 
 static void test_empty(void)
 {
+	static const struct nft_obj old[] = {
+		{ 7, false, "forward" }, { 7, false, "half_a" }, { 7, false, "a_f-x" },
+		{ 7, true, "a_taps" }, { 7, false, "b_f-x" }, { 7, true, "b_taps" },
+		{ 7, false, "stray" }, { 1, true, "b_taps" }, { 1, false, "input" },
+	};
 	struct nft_net n = { 0 };
-	struct nft_batch b;
+	struct nft_batch b, p;
 
-	nft_build(&n, 1, true, &b);
+	nft_build(&n, 1, 1, true, &b);
 	golden("nft_empty.txt", b.text);
-	is_int(b.chains_bridge, 4, "empty: tapguard and the 3 base chains");
+	/* half a in use: the prologue keeps it, clears half b and strays */
+	nft_build_prologue(old, sizeof(old) / sizeof(old[0]), 1, 100, true, &p);
+	golden("nft_prologue.txt", p.text);
+	nft_batch_free(&p);
+	is_int(b.chains_bridge, 5, "empty: marker, tapguard and the 3 base chains");
 	nft_batch_free(&b);
 }
 
@@ -204,8 +213,8 @@ static void test_large(void)
 		free(json);
 	}
 	is_int(n.n_taps, 5000, "5,000 taps");
-	nft_build(&n, 7, false, &a);
-	nft_build(&n, 7, false, &b);
+	nft_build(&n, 1, 7, false, &a);
+	nft_build(&n, 1, 7, false, &b);
 	ok(a.len == b.len && memcmp(a.buf, b.buf, a.len) == 0, "the builder is deterministic");
 	left = a.len;
 	for (nlh = (const struct nlmsghdr *)a.buf; NLMSG_OK(nlh, left); nlh = NLMSG_NEXT(nlh, left))
