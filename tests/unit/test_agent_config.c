@@ -38,6 +38,7 @@ static void test_defaults(void)
 	cfg_init(&c);
 	is_str(c.state_dir, "/var/lib/bcd", "default state_dir");
 	is_str(c.runtime, "fake", "default runtime");
+	is_str(c.network, "none", "default network: none (the host is not touched)");
 	is_str(c.address, "127.0.0.1", "default address");
 	is_int(c.report_interval_seconds, 10, "default report interval");
 	ok(c.controller == NULL, "controller has no default");
@@ -115,6 +116,13 @@ static void test_refusals(void)
 	cfg_free(&c);
 	from_args(&c, &cli, err, 5, "--controller", "x:1", "--log-level", "loud");
 	is_int(cfg_finish(&c, err, sizeof(err)), -EINVAL, "bad log level refused");
+	cfg_free(&c);
+	from_args(&c, &cli, err, 5, "--controller", "x:1", "--network", "iptables");
+	is_int(cfg_finish(&c, err, sizeof(err)), -EINVAL, "unknown network refused");
+	is_str(err, "network 'iptables': nftables or none", "with the choices");
+	cfg_free(&c);
+	from_args(&c, &cli, err, 5, "--controller", "x:1", "--network", "nftables");
+	is_int(cfg_finish(&c, err, sizeof(err)), 0, "network nftables accepted");
 	cfg_free(&c);
 	is_int(from_args(&c, &cli, err, 2, "--version"), 0, "--version");
 	ok(cli.version, "version asked");
