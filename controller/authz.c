@@ -141,9 +141,12 @@ static int docs_load(struct db *d, const char *id, const char *tenant, struct do
 static int refuse(bc_error *err, const char *action, const char *resource,
 		  enum policy_effect e, const char *sid)
 {
-	bc_error_set(err, BC_ACCESS_DENIED, "%s on %s is not allowed%s%s", action, resource,
-		     e == POLICY_DENY_EXPLICIT ? " (denied by " : "",
-		     e == POLICY_DENY_EXPLICIT ? (sid && *sid ? sid : "a statement") : "");
+	if (e == POLICY_DENY_EXPLICIT)
+		bc_error_set(err, BC_ACCESS_DENIED, "%s on %s is denied by %s", action, resource,
+			     sid && *sid ? sid : "a statement");
+	else
+		bc_error_set(err, BC_ACCESS_DENIED, "%s on %s is not allowed by any policy", action,
+			     resource);
 	bc_error_detail(err, "action", "%s", action);
 	bc_error_detail(err, "resource", "%s", resource);
 	if (e == POLICY_DENY_EXPLICIT && sid && *sid)
@@ -227,6 +230,23 @@ int authz_decide(rpc_call *c, struct db *d, const char *action, const struct aut
 	return rc;
 }
 
+/* Append s to buf at used as a JSON string; buf has room for twice s plus
+ * the quotes. Control characters (never in our attributes) are dropped. */
+static size_t json_quote(char *buf, size_t used, const char *s)
+{
+	buf[used++] = '"';
+	for (; *s; s++) {
+		if ((unsigned char)*s < 0x20)
+			continue;
+		if (*s == '"' || *s == '\\')
+			buf[used++] = '\\';
+		buf[used++] = *s;
+	}
+	buf[used++] = '"';
+	buf[used] = '\0';
+	return used;
+}
+
 int authz_stage(rpc_call *c, struct db *d, const struct authz_target *t, bc_error *err)
 {
 	const struct principal *p = ctl_principal(c);
@@ -236,13 +256,15 @@ int authz_stage(rpc_call *c, struct db *d, const struct authz_target *t, bc_erro
 	int rc;
 
 	for (size_t i = 0; i < t->n_attrs; i++)
-		len += strlen(t->names[i]) + strlen(t->values[i]) + 8;
+		len += 2 * (strlen(t->names[i]) + strlen(t->values[i])) + 8;
 	json = xcalloc(1, len);
 	used = (size_t)snprintf(json, len, "{");
-	/* names and values are ours (slugs, ids, numbers): no escaping needed */
-	for (size_t i = 0; i < t->n_attrs; i++)
-		used += (size_t)snprintf(json + used, len - used, "%s\"%s\": \"%s\"", i ? ", " : "",
-					 t->names[i], t->values[i]);
+	for (size_t i = 0; i < t->n_attrs; i++) {
+		used += (size_t)snprintf(json + used, len - used, "%s", i ? ", " : "");
+		used = json_quote(json, used, t->names[i]);
+		used += (size_t)snprintf(json + used, len - used, ": ");
+		used = json_quote(json, used, t->values[i]);
+	}
 	snprintf(json + used, len - used, "}");
 	dbp_str(&q, t->type);
 	dbp_str(&q, t->id);

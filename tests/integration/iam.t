@@ -239,6 +239,24 @@ refused_as "$A" 5 'tenant-inactive' 'a suspended tenant is refused' -- instance 
 bcctl tenant set-state acme active >/dev/null
 ok "as '$A' instance list >/dev/null" 'reactivated'
 
+# -- the admin and events services over JSON/HTTP
+post() { # TOKEN PATH BODY: prints the body, then the status on its own line
+	curl -sS --cacert "$BC_CA_FILE" -H "Authorization: Bearer $1" -H 'Content-Type: application/json' \
+		-w '\n%{http_code}' --data-binary "$3" "https://127.0.0.1:$HTTP_PORT$2"
+}
+out=$(post "$BC_TOKEN" /api/admin/apitokens/create "{\"identityId\":\"$alice\"}")
+is "$(printf '%s\n' "$out" | tail -n 1)" 200 'POST /api/admin/apitokens/create is 200'
+H=$(printf '%s\n' "$out" | sed '$d' | jq -r .token)
+like "$H" '^bct_' '... and shows the token'
+out=$(post "$H" /api/compute/events/list '{"limit": 5}')
+is "$(printf '%s\n' "$out" | tail -n 1)" 403 "alice's new token works, but no policy of hers grants compute:events:read"
+out=$(post "$D" /api/compute/events/list '{"limit": 5}')
+is "$(printf '%s\n' "$out" | tail -n 1)" 200 'POST /api/compute/events/list is 200 for the tenant admin'
+is "$(printf '%s\n' "$out" | sed '$d' | jq '[.items[] | select(.tenantId == "acme")] | length')" 5 \
+	'... five events, all of acme'
+out=$(post "$H" /api/compute/events/watch '{}')
+is "$(printf '%s\n' "$out" | tail -n 1)" 501 'Events.Watch over JSON/HTTP is 501 (a server stream)'
+
 # -- every change published its event
 for ev in tenant.created identity.created token.created token.revoked policy.created \
 	policy.attached policy.detached delegation.created delegation.revoked quota.set \
