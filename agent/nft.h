@@ -31,6 +31,7 @@ enum nft_policy {
 	NFT_POLICY_EGRESS,      /* anything (the default) */
 	NFT_POLICY_PRIVATE,     /* only the pool's IPAM subnet */
 	NFT_POLICY_NONE,        /* only the host's own bridge addresses */
+	NFT_POLICY_BLOCKED,     /* internal: a refused instance's tap, all dropped */
 };
 
 /* One tap (NIC) of one instance. */
@@ -90,7 +91,9 @@ int nft_net_host_addr(struct nft_net *n, const char *addr);
  * says why; the caller reports the instance in error. */
 int nft_net_add_instance(struct nft_net *n, const Bc__Node__V1__InstanceSpec *s, char *reason);
 
-/* Called for each instance that fails closed, with its reason. */
+/* Called for each instance that fails closed, with its reason. Its taps
+ * stay in the ruleset, every frame from or to them dropped, until the
+ * runtime has stopped it. */
 typedef void (*nft_fail_fn)(const char *instance_id, const char *reason, void *data);
 
 /* n (zeroed first) from spec and the host's bridge addresses (n_host

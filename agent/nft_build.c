@@ -344,6 +344,14 @@ static void keys_free(struct keys *k)
 	free(k->chains);
 }
 
+/* A refused instance's tap: nothing in, nothing out. */
+static void blocked(struct nft_out *o, const char *chain)
+{
+	struct nft_rule r = nft_rule_new(BR, TB, chain);
+
+	nft_drop(o, &r);
+}
+
 static bool has_from_chain(const struct nft_tap *t)
 {
 	return t->guarded || t->policy != NFT_POLICY_EGRESS;
@@ -412,6 +420,12 @@ static void bridge_table(struct nft_out *o, const struct nft_net *n)
 		const struct nft_tap *t = &n->taps[i];
 
 		snprintf(name, sizeof(name), "%c_f-%s", 'a' + o->parity, t->name);
+		if (t->policy == NFT_POLICY_BLOCKED) {
+			blocked(o, name);
+			snprintf(name, sizeof(name), "%c_t-%s", 'a' + o->parity, t->name);
+			blocked(o, name);
+			continue;
+		}
 		if (t->guarded)
 			tap_guards(o, t, name);
 		if (t->policy == NFT_POLICY_EGRESS)

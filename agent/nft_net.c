@@ -198,6 +198,35 @@ void nft_net_clear(struct nft_net *n)
 }
 
 
+/* The taps of a refused instance, blocked (those with usable names that
+ * no other instance holds). */
+static void block(struct nft_net *n, const Bc__Node__V1__InstanceSpec *s)
+{
+	for (size_t i = 0; i < s->n_nics; i++) {
+		const char *tap = s->nics[i]->tap;
+		struct nft_tap *t;
+		bool taken = false;
+
+		if (!tap || !*tap || strlen(tap) >= IFNAMSIZ || strchr(tap, '/'))
+			continue;
+		for (size_t j = 0; j < n->n_taps && !taken; j++)
+			taken = strcmp(n->taps[j].name, tap) == 0;
+		if (taken)
+			continue;
+		if (n->n_taps == n->cap_taps) {
+			n->cap_taps = n->cap_taps ? n->cap_taps * 2 : 16;
+			n->taps = realloc(n->taps, n->cap_taps * sizeof(*n->taps));
+			if (!n->taps)
+				abort();
+		}
+		t = &n->taps[n->n_taps++];
+		memset(t, 0, sizeof(*t));
+		strcpy(t->name, tap);
+		snprintf(t->instance_id, sizeof(t->instance_id), "%s", s->id);
+		t->policy = NFT_POLICY_BLOCKED;
+	}
+}
+
 int nft_net_from_spec(const Bc__Node__V1__NodeSpec *spec, const char (*host)[64], size_t n_host,
 		      struct nft_net *n, nft_fail_fn fail, void *data)
 {
@@ -217,8 +246,11 @@ int nft_net_from_spec(const Bc__Node__V1__NodeSpec *spec, const char (*host)[64]
 		const Bc__Node__V1__InstanceSpec *s = spec->instances[i];
 
 		reason[0] = '\0';
-		if (nft_net_add_instance(n, s, reason) < 0 && fail)
-			fail(s->id, reason, data);
+		if (nft_net_add_instance(n, s, reason) < 0) {
+			block(n, s);
+			if (fail)
+				fail(s->id, reason, data);
+		}
 	}
 	return 0;
 }

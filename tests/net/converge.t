@@ -47,4 +47,11 @@ ok "! grep -q 'op=stop id=inst_b ' '$sd/fake/ledger.log'" 'pass 3: and was never
 in_h "$NETDRV" check "$NET_TMP/three.json" >/dev/null 2>&1
 ok $? 'pass 3: the previous ruleset is still in force'
 
+# a refused instance's tap is blocked, not left unguarded, while it stops
+U="UDP(sport=4000,dport=4001)/Raw(b'converge')"
+is "$(arrives a e eth0 "Ether(src='52:54:00:00:00:0a',dst='ff:ff:ff:ff:ff:ff')/IP(src='10.77.0.10',dst='10.77.0.255')/$U")" 0 \
+	"the refused instance's tap (a) sends nothing"
+isnt "$(arrives d e eth0 "Ether(src='52:54:00:00:00:0d',dst='ff:ff:ff:ff:ff:ff')/IP(src='10.77.0.13',dst='10.77.0.255')/$U")" 0 \
+	'a running instance (d) still does'
+
 done_testing

@@ -16,9 +16,9 @@ ok $? 'ruleset loaded'
 SPOOF="Ether(src='52:54:00:00:00:0a',dst='ff:ff:ff:ff:ff:ff')/IP(src='10.77.0.99',dst='10.77.0.255')/UDP(sport=4000,dport=4001)/Raw(b'gap?')"
 
 # --- atomic replace under load
-in_g a ping -i 0.005 -c 4000 -q 10.77.0.13 >"$NET_TMP/ping.out" 2>&1 &
+in_g a ping -i 0.005 -c 5000 -q 10.77.0.13 >"$NET_TMP/ping.out" 2>&1 &
 ping_pid=$!
-$PKT flood "${P}e" eth0 "${P}a" eth0 17 "$SPOOF" >"$NET_TMP/flood.out" 2>&1 &
+$PKT flood "${P}e" eth0 "${P}a" eth0 21 "$SPOOF" >"$NET_TMP/flood.out" 2>&1 &
 flood_pid=$!
 sleep 1
 start=$EPOCHREALTIME
@@ -30,7 +30,7 @@ ok $? 'the flow was still running when the replacements ended'
 wait "$ping_pid"
 stats=$(grep 'packets transmitted' "$NET_TMP/ping.out")
 diag "flow a -> d: $stats"
-like "$stats" '4000 packets transmitted, 4000 received' 'steady flow between two guests lost nothing'
+like "$stats" '5000 packets transmitted, 5000 received' 'steady flow between two guests lost nothing'
 wait "$flood_pid"
 flood=$(cat "$NET_TMP/flood.out")
 diag "spoofed frames during the replacements: $flood"
