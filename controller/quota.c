@@ -44,12 +44,23 @@ int quota_check(struct db *d, const char *tenant, int vcpus, int64_t memory_mib,
 	int rc;
 
 	dbp_str(&p, tenant);
+	/* Lock first, count in a statement of its own: under READ COMMITTED a
+	 * statement that waited for the lock would still count from the
+	 * snapshot it started with, missing the create that held the lock. */
+	rc = db_exec(d, &r, "SELECT 1 FROM quotas WHERE tenant_id = $1 FOR UPDATE", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	rc = PQntuples(r);
+	PQclear(r);
+	r = NULL;
+	if (rc == 0)
+		return 0; /* no quota: unlimited */
 	rc = db_exec(d, &r, "SELECT q.vcpus, q.memory_gib * 1024, q.disk_gib, q.gpus, q.instances, "
 		     "u.vcpus, u.mem, u.disk, u.gpus, u.n FROM quotas q, LATERAL (SELECT "
 		     "coalesce(sum(vcpus), 0) vcpus, coalesce(sum(memory_mib), 0) mem, "
 		     "coalesce(sum(disk_gib), 0) disk, coalesce(sum(gpus), 0) gpus, count(*) n FROM "
 		     "instances WHERE tenant_id = q.tenant_id AND state <> 'deleted') u WHERE "
-		     "q.tenant_id = $1 FOR UPDATE OF q", &p);
+		     "q.tenant_id = $1", &p);
 	if (rc < 0)
 		return db_fail(err, rc);
 	for (size_t i = 0; PQntuples(r) == 1 && i < ARRAY_SIZE(ch); i++) {

@@ -1,7 +1,8 @@
 # idem.t: two controller replicas racing one idempotency key 100 times
 # create exactly one instance (one authorization row, one event, one key),
 # decided once; the same key with another request is CONFLICT; keys are
-# scoped to the caller, so another identity's same key is its own.
+# scoped to the caller, so another identity's same key is its own. A quota
+# holds under 30 creates racing through both replicas.
 . "$(dirname "$0")/../lib/stack.sh"
 
 stack_up --controllers 2 --agents 1 --agent-capacity 16,32768,200 || bail_out "stack_up failed"
@@ -44,5 +45,20 @@ like "$(cat "$STACK_DIR/err")" 'idempotency-key-reused' 'reason idempotency-key-
 other=$(BC_TOKEN=$T2 bcctl --format json instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" \
 	--image "$img" --key k1 | jq -r .id)
 ok "[ '$other' != '$id' ] && [ -n '$other' ]" "another caller's key k1 is its own ($other)"
+
+# -- a quota under racing creates: exactly what it allows, never more
+live=$(q "SELECT count(*) FROM instances WHERE tenant_id = 'race' AND state <> 'deleted'")
+bcctl tenant quota race --instances $((live + 5)) >/dev/null
+quota_one() { # N: create through replica (N % 2) + 1; print the exit code
+	BC_TOKEN=$T1 bcctl_n $(($1 % 2 + 1)) instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" \
+		--image "$img" >/dev/null 2>&1
+	echo $?
+}
+export -f quota_one
+seq 1 30 | xargs -P 15 -I{} bash -c 'quota_one {}' >"$STACK_DIR/codes"
+is "$(grep -c '^0$' "$STACK_DIR/codes")" 5 '30 racing creates: 5 allowed by the quota'
+is "$(grep -c '^9$' "$STACK_DIR/codes")" 25 '... and 25 QUOTA_EXCEEDED'
+is "$(q "SELECT count(*) FROM instances WHERE tenant_id = 'race' AND state <> 'deleted'")" \
+	$((live + 5)) 'the tenant holds exactly its quota'
 
 done_testing
