@@ -174,8 +174,9 @@ static bool is_failed(const struct failed *f, const char *id)
 }
 
 /* Taps of the instances allowed to run, enslaved; taps this process made
- * that the spec no longer names, removed (their guards went with the
- * load above, after the runtime destroyed their domains). */
+ * that the spec no longer names, removed: the pass destroyed their domains
+ * before this step, and their guards went with the load above. A desired-
+ * DELETED instance keeps its tap and guards while the spec names it. */
 static void taps(struct net *n, const Bc__Node__V1__NodeSpec *spec, struct failed *f)
 {
 	char reason[RT_REASON_MAX];
@@ -211,9 +212,7 @@ static void taps(struct net *n, const Bc__Node__V1__NodeSpec *spec, struct faile
 			named = strcmp(n->made[i], n->made[j]) == 0;
 		for (size_t j = 0; j < spec->n_instances && !named; j++)
 			for (size_t k = 0; k < spec->instances[j]->n_nics && !named; k++)
-				named = strcmp(spec->instances[j]->nics[k]->tap, n->made[i]) == 0 &&
-					spec->instances[j]->desired_state !=
-						BC__NODE__V1__DESIRED_STATE__DESIRED_DELETED;
+				named = strcmp(spec->instances[j]->nics[k]->tap, n->made[i]) == 0;
 		if (!named) {
 			if (nl_link_delete(n->made[i]) == 0)
 				log_info("tap %s removed", n->made[i]);
