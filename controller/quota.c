@@ -36,7 +36,8 @@ int quota_check(struct db *d, const char *tenant, int vcpus, int64_t memory_mib,
 		int64_t disk_gib, int gpus, bc_error *err)
 {
 	const struct charge ch[] = {
-		{"vcpus", 0, vcpus, 1}, {"memoryGiB", 1, memory_mib, 1024},
+		/* memory is limited in GiB but told in MiB, so half a GiB is not 0 */
+		{"vcpus", 0, vcpus, 1}, {"memoryMib", 1, memory_mib, 1},
 		{"diskGiB", 2, disk_gib, 1}, {"gpus", 3, gpus, 1}, {"instances", 4, 1, 1},
 	};
 	struct dbp p = {0};

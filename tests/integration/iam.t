@@ -184,6 +184,12 @@ http_refused "$A" "$POOL_ID" "$FLAVOR_NAME" 429 QUOTA_EXCEEDED remaining 0 'quot
 is "$(all_rows)" "$before" 'a quota refusal leaves no row'
 bcctl tenant quota acme --vcpus "$live" >/dev/null
 refused_as "$B" 9 'requested: 2' 'quota: vCPUs asked past the limit' -- instance create --pool "$POOL_ID" --flavor big --image "$img"
+bcctl tenant quota acme --gpus 0 >/dev/null
+refused_as "$B" 9 'resource: gpus' 'quota: no GPUs left' -- instance create --pool "$POOL_ID" --flavor gpu --image "$img"
+used=$(q "SELECT sum(memory_mib) FROM instances WHERE tenant_id = 'acme' AND state <> 'deleted'")
+bcctl tenant quota acme --memory-gib $((used / 1024)) >/dev/null
+refused_as "$B" 9 'resource: memoryMib' "quota: memory ($used MiB used, $((used / 1024)) GiB allowed)" -- instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img"
+like "$(cat "$STACK_DIR/err")" 'requested: 512' 'memory is told in MiB: 512 asked'
 bcctl tenant quota acme >/dev/null
 bcctl tenant quota acme --vcpus 1000 >/dev/null
 
