@@ -41,6 +41,7 @@ static const struct cfg_key keys[] = {
 	S(state_dir, "/var/lib/bcd", "certificates, spec.pb, runtime state"),
 	S(runtime, "fake", "fake or libvirt"),
 	S(network, "none", "nftables (bridge, taps, tap guards and policies) or none"),
+	S(metrics_listen, "", "Prometheus /metrics address, e.g. 127.0.0.1:9464 (empty: off)"),
 	S(hostname, NULL, "default: gethostname()"),
 	S(address, "127.0.0.1", "where the controller reaches this agent"),
 	S(labels, "", "node labels k=v,k=v"),

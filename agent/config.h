@@ -26,6 +26,7 @@ struct agent_config {
 	char *state_dir;
 	char *runtime;
 	char *network;                  /* nftables | none */
+	char *metrics_listen;           /* GET /metrics address; "" = off */
 	char *hostname;                 /* default: gethostname() */
 	char *address;
 	char *labels;                   /* "k=v,k=v", parsed into label_list */

@@ -34,7 +34,9 @@
 #include "agent/runtime.h"
 #include "agent/state.h"
 #include "agent/watch.h"
+#include "agent/agent_metrics.h"
 #include "log.h"
+#include "metrics.h"
 #include "rpc.h"
 #include "util.h"
 
@@ -55,6 +57,8 @@ struct agent {
 	struct backoff_stop stop;
 	struct watch watch;
 	struct report report;
+	struct agent_metrics metrics;
+	metrics_srv *metrics_srv;
 	int lock_fd;
 };
 
@@ -259,11 +263,22 @@ static void run(struct agent *a)
 			fatal("cannot start a thread");
 	if (net_guard_start(a->net, NET_GUARD_INTERVAL_MS) < 0)
 		fatal("cannot start the guard-check thread");
+	if (a->cfg.metrics_listen && *a->cfg.metrics_listen) {
+		int port = 0, err = 0;
+		a->metrics = (struct agent_metrics){.conv = a->conv, .net = a->net};
+		a->metrics_srv = metrics_serve(a->cfg.metrics_listen, agent_metrics_render,
+					       &a->metrics, &port, &err);
+		if (!a->metrics_srv)
+			fatal("cannot serve metrics on %s: %s", a->cfg.metrics_listen, strerror(err));
+		log_info("metrics on %s (port %d)", a->cfg.metrics_listen, port);
+	}
 	log_info("bcd %s running: node %s, runtime %s, controller %s", BCD_VERSION,
 		 a->creds.node_id, a->cfg.runtime, a->cfg.controller);
 	while (sigwait(&set, &sig) == 0 && sig == SIGHUP)
 		log_info("SIGHUP ignored: restart bcd to change its configuration");
 	log_info("signal %d: stopping (instances keep running)", sig);
+	metrics_stop(a->metrics_srv);
+	a->metrics_srv = NULL;
 	backoff_stop_request(&a->stop);
 	conv_stop(a->conv);
 	for (size_t i = 0; i < ARRAY_SIZE(bodies); i++)

@@ -21,7 +21,9 @@
  *                                   the fake runtime in DIR and networking;
  *                                   prints "<id> <state> <reason>" after each
  *   netdrv guard SPEC.json SECONDS  converge, then run the guard-check
- *                                   thread for SECONDS; prints the reloads
+ *                                   thread for SECONDS; prints the reloads;
+ *                                   with NETDRV_METRICS=ADDR also serves
+ *                                   bcd's /metrics there meanwhile
  *
  * Host addresses are read from the spec's bridge when it exists. */
 #include <errno.h>
@@ -32,11 +34,13 @@
 
 #include <unistd.h>
 
+#include "agent/agent_metrics.h"
 #include "agent/converge.h"
 #include "agent/net.h"
 #include "agent/netlink.h"
 #include "agent/nft.h"
 #include "log.h"
+#include "metrics.h"
 #include "pbjson.h"
 #include "util.h"
 
@@ -140,8 +144,15 @@ static int converge(int argc, char **argv)
 		protobuf_c_message_free_unpacked(&spec->base, NULL);
 	}
 	if (guard) {
+		/* NETDRV_METRICS=ADDR: bcd's /metrics, so a test scrapes the counter */
+		const char *maddr = getenv("NETDRV_METRICS");
+		struct agent_metrics am = {.net = n};
+		metrics_srv *ms = maddr ? metrics_serve(maddr, agent_metrics_render, &am, NULL, NULL)
+					: NULL;
+
 		net_guard_start(n, NET_GUARD_INTERVAL_MS);
 		sleep((unsigned)atoi(argv[3]));
+		metrics_stop(ms);
 		printf("reloads %llu trusted %d\n", (unsigned long long)net_reloads(n),
 		       net_trusted(n));
 	}

@@ -1,0 +1,63 @@
+/* agent_metrics.c: bcd's Prometheus figures: the spec it converged, its
+ * instances by state, and the firewall's health (tamper reloads, whether
+ * addresses are trusted). Read on every scrape from the converge pass's
+ * snapshot and the net module; nothing is kept here. */
+#include "agent_metrics.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "converge.h"
+#include "metrics.h"
+#include "net.h"
+
+static const char *const states[] = {"provisioning", "starting", "running", "paused",
+				     "stopped",      "error",    "deleted"};
+
+static void render_instances(FILE *out, struct conv *c)
+{
+	struct conv_status st = {0};
+	size_t counts[sizeof(states) / sizeof(states[0])] = {0};
+
+	conv_snapshot(c, &st);
+	for (size_t i = 0; i < st.n_items; i++)
+		for (size_t k = 0; k < sizeof(states) / sizeof(states[0]); k++)
+			if (strcmp(st.items[i].state, states[k]) == 0)
+				counts[k]++;
+	metrics_head(out, "bcd_spec_applied_generation", "gauge",
+		     "NodeSpec generation the last converge pass applied");
+	metrics_line(out, "bcd_spec_applied_generation", NULL, (double)st.applied_generation);
+	metrics_head(out, "bcd_instances", "gauge", "instances the runtime holds, by state");
+	for (size_t k = 0; k < sizeof(states) / sizeof(states[0]); k++) {
+		char label[48];
+		snprintf(label, sizeof(label), "state=\"%s\"", states[k]);
+		metrics_line(out, "bcd_instances", label, (double)counts[k]);
+	}
+	conv_status_clear(&st);
+}
+
+static void render_net(FILE *out, struct net *n)
+{
+	metrics_head(out, "bcd_net_enforced", "gauge", "1 when bcd enforces tap guards (network = nftables)");
+	metrics_line(out, "bcd_net_enforced", NULL, net_enforces(n) ? 1 : 0);
+	if (!net_enforces(n))
+		return;
+	metrics_head(out, "bcd_nft_tamper_reloads_total", "counter",
+		     "rulesets reloaded because the kernel's tables differed from what was loaded");
+	metrics_line(out, "bcd_nft_tamper_reloads_total", NULL, (double)net_reloads(n));
+	metrics_head(out, "bcd_nft_addresses_trusted", "gauge",
+		     "0 while the loaded rules may not be in force (addresses untrusted)");
+	metrics_line(out, "bcd_nft_addresses_trusted", NULL, net_trusted(n) ? 1 : 0);
+}
+
+void agent_metrics_render(FILE *out, void *arg)
+{
+	const struct agent_metrics *m = arg;
+
+	metrics_head(out, "bcd_up", "gauge", "1 while bcd runs");
+	metrics_line(out, "bcd_up", NULL, 1);
+	if (m->conv)
+		render_instances(out, m->conv);
+	if (m->net)
+		render_net(out, m->net);
+}

@@ -1,0 +1,18 @@
+/* agent_metrics.h: what bcd shows on GET /metrics (metrics_listen). */
+#ifndef BC_AGENT_METRICS_H
+#define BC_AGENT_METRICS_H
+
+#include <stdio.h>
+
+struct conv;
+struct net;
+
+struct agent_metrics {
+	struct conv *conv;   /* may be NULL */
+	struct net *net;     /* may be NULL */
+};
+
+/* metrics_render_fn for common/metrics.c: arg is a struct agent_metrics. */
+void agent_metrics_render(FILE *out, void *arg);
+
+#endif
