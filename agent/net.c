@@ -5,12 +5,14 @@
  * the two threads never interleave transactions. */
 #include "net.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "log.h"
@@ -35,6 +37,7 @@ struct net {
 	/* converge thread only: taps this process ensured */
 	char (*made)[IFNAMSIZ];
 	size_t n_made;
+	bool adopted;               /* taps an earlier bcd left were taken over */
 };
 
 int net_open(const char *mode, struct net **ret)
@@ -173,8 +176,44 @@ static bool is_failed(const struct failed *f, const char *id)
 	return false;
 }
 
+static void made_add(struct net *n, const char *tap)
+{
+	n->made = realloc(n->made, (n->n_made + 1) * sizeof(*n->made));
+	if (!n->made)
+		abort();
+	snprintf(n->made[n->n_made++], IFNAMSIZ, "%s", tap);
+}
+
+/* Once per process: every tap (a tun device) enslaved to the bridge is
+ * taken as made, so that one an earlier bcd left for an instance that is
+ * gone since is removed like any other. Uplinks and other ports are not
+ * taps and stay untouched. */
+static void adopt_taps(struct net *n, const char *bridge)
+{
+	char dir[128];
+	struct dirent *e;
+	DIR *d;
+
+	if (n->adopted || !bridge || !*bridge || strchr(bridge, '/'))
+		return;
+	n->adopted = true;
+	snprintf(dir, sizeof(dir), "/sys/class/net/%s/brif", bridge);
+	if (!(d = opendir(dir)))
+		return;
+	while ((e = readdir(d))) {
+		char tun[IFNAMSIZ + 48];
+		if (e->d_name[0] == '.' || strlen(e->d_name) >= IFNAMSIZ)
+			continue;
+		snprintf(tun, sizeof(tun), "/sys/class/net/%s/tun_flags", e->d_name);
+		if (access(tun, F_OK) == 0)
+			made_add(n, e->d_name);
+	}
+	closedir(d);
+}
+
 /* Taps of the instances allowed to run, enslaved; taps this process made
- * that the spec no longer names, removed: the pass destroyed their domains
+ * (or found on the bridge at its first pass) that the spec no longer names,
+ * removed: the pass destroyed their domains
  * before this step, and their guards went with the load above. A desired-
  * DELETED instance keeps its tap and guards while the spec names it. */
 static void taps(struct net *n, const Bc__Node__V1__NodeSpec *spec, struct failed *f)
@@ -182,6 +221,7 @@ static void taps(struct net *n, const Bc__Node__V1__NodeSpec *spec, struct faile
 	char reason[RT_REASON_MAX];
 	size_t keep = 0;
 
+	adopt_taps(n, spec->bridge);
 	for (size_t i = 0; i < spec->n_instances; i++) {
 		const Bc__Node__V1__InstanceSpec *s = spec->instances[i];
 
@@ -197,10 +237,7 @@ static void taps(struct net *n, const Bc__Node__V1__NodeSpec *spec, struct faile
 				note_fail(s->id, reason, f);
 				break;
 			}
-			n->made = realloc(n->made, (n->n_made + 1) * sizeof(*n->made));
-			if (!n->made)
-				abort();
-			snprintf(n->made[n->n_made++], IFNAMSIZ, "%s", tap);
+			made_add(n, tap);
 		}
 	}
 	/* the entries just added are the live ones: older duplicates and

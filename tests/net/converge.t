@@ -54,4 +54,15 @@ is "$(arrives a e eth0 "Ether(src='52:54:00:00:00:0a',dst='ff:ff:ff:ff:ff:ff')/I
 isnt "$(arrives d e eth0 "Ether(src='52:54:00:00:00:0d',dst='ff:ff:ff:ff:ff:ff')/IP(src='10.77.0.13',dst='10.77.0.255')/$U")" 0 \
 	'a running instance (d) still does'
 
+# a tap an earlier bcd left on the bridge for an instance that is gone
+# since: the next bcd process removes it at its first pass; the guests'
+# ports (veths, not taps) stay
+in_h ip tuntap add dev bcz9 mode tap && in_h ip link set bcz9 master bcbr0
+ok $? 'a leftover tap bcz9 on the bridge'
+in_h "$NETDRV" pass "$sd" "$NET_TMP/one.json" >/dev/null 2>"$NET_TMP/log2"
+ok "! in_h ip link show bcz9 >/dev/null 2>&1" 'a new process removes the tap no spec names'
+ok "in_h ip link show bca0 >/dev/null 2>&1" 'the named taps stay'
+is "$(in_h ls /sys/class/net/bcbr0/brif | grep -c '^bc[a-e]0$')" "$(echo $GUESTS | wc -w)" \
+	"the guests' own ports (veths, not taps) stay on the bridge"
+
 done_testing
