@@ -155,13 +155,35 @@ static int tenants_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage
 	return 0;
 }
 
+/* A tenant becomes deleted only once it has no live instance: INVALID_STATE
+ * (reason tenant-not-empty, instances) before; set it deleting first and
+ * delete them. The update checks again, for a create racing this call. */
+static int check_empty(rpc_call *c, const char *tenant, bc_error *err)
+{
+	_cleanup_free_ char *n = NULL;
+	struct dbp p = {0};
+	int rc;
+
+	dbp_str(&p, tenant);
+	rc = db_scalar(ctl_db(c), "SELECT count(*) FROM instances WHERE tenant_id = $1 AND state "
+		       "<> 'deleted'", &p, &n);
+	if (rc < 0)
+		return db_fail(err, rc);
+	if (strcmp(n, "0") == 0)
+		return 0;
+	bc_error_set(err, BC_INVALID_STATE, "tenant %s still has %s live instances", tenant, n);
+	bc_error_detail(err, "instances", "%s", n);
+	return bc_error_detail(err, "reason", "tenant-not-empty");
+}
+
 static int tenants_set_state(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
 			     bc_error *err)
 {
 	const Bc__Admin__V1__SetTenantStateRequest *q = (const void *)m;
 	struct iam_write w = {
 		.sql = "UPDATE tenants SET state = $2, updated_at = now() WHERE id = $1 AND "
-		       "state <> 'deleted' RETURNING " TENANT_COLS,
+		       "state <> 'deleted' AND ($2 <> 'deleted' OR NOT EXISTS (SELECT 1 FROM "
+		       "instances WHERE tenant_id = $1 AND state <> 'deleted')) RETURNING " TENANT_COLS,
 		.ev_type = "tenant.state-changed", .subject_kind = "tenant", .conflict_reason = ""};
 	PGresult *r = NULL;
 	char msg[128];
@@ -176,7 +198,9 @@ static int tenants_set_state(rpc_call *c, const ProtobufCMessage *m, ProtobufCMe
 		bc_error_set(err, BC_INVALID_STATE, "the operator's own tenant stays active");
 		return bc_error_detail(err, "reason", "root-tenant");
 	}
-	snprintf(msg, sizeof(msg), "tenant %s not found", q->tenant_id);
+	if (strcmp(q->state, "deleted") == 0 && (rc = check_empty(c, q->tenant_id, err)) < 0)
+		return rc;
+	snprintf(msg, sizeof(msg), "tenant %s not found (or it still has instances)", q->tenant_id);
 	w.notfound_msg = msg;
 	dbp_str(&w.p, q->tenant_id);
 	dbp_str(&w.p, q->state);

@@ -244,6 +244,11 @@ bcctl tenant set-state acme suspended >/dev/null
 refused_as "$A" 5 'tenant-inactive' 'a suspended tenant is refused' -- instance list
 bcctl tenant set-state acme active >/dev/null
 ok "as '$A' instance list >/dev/null" 'reactivated'
+refused_as "$BC_TOKEN" 6 'reason: tenant-not-empty' 'a tenant with live instances cannot become deleted' -- tenant set-state acme deleted
+bcctl tenant create empty >/dev/null
+is "$(json_get "$(bcctl --format json tenant set-state empty deleted)" state)" deleted 'an empty tenant can'
+refused_as "$BC_TOKEN" 3 '' 'a deleted tenant stays deleted' -- tenant set-state empty active
+refused_as "$BC_TOKEN" 6 'root-tenant' "the operator's own tenant stays active" -- tenant set-state root suspended
 
 # -- the admin and events services over JSON/HTTP
 post() { # TOKEN PATH BODY: prints the body, then the status on its own line
