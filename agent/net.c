@@ -201,7 +201,7 @@ static void adopt_taps(struct net *n, const char *bridge)
 	if (!(d = opendir(dir)))
 		return;
 	while ((e = readdir(d))) {
-		char tun[IFNAMSIZ + 48];
+		char tun[sizeof(e->d_name) + 32];
 		if (e->d_name[0] == '.' || strlen(e->d_name) >= IFNAMSIZ)
 			continue;
 		snprintf(tun, sizeof(tun), "/sys/class/net/%s/tun_flags", e->d_name);
