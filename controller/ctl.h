@@ -46,6 +46,7 @@ struct ctl_app {
 	char *api_ca_pem, *node_ca_pem, *node_ca_key_pem;
 	volatile bool stopping;
 	pthread_t listen_thread, reconcile_thread;
+	int waiting;                 /* calls holding a worker in a create's wait */
 };
 
 /* The caller of an API call, set by the pre-call hook. */

@@ -366,20 +366,32 @@ static int create_tx(struct db *d, void *arg, bc_error *err)
 }
 
 /* Re-read until the instance leaves provisioning/starting or time is up;
- * the last read is the answer either way. */
+ * the last read is the answer either way. A wait holds a worker thread and
+ * its database connection, so at most half the workers wait at once: past
+ * that a create answers with its first read, as if its time had run out,
+ * and the API stays responsive under many waiting creates. */
 static int wait_settled(rpc_call *c, const char *tenant, const char *id, int timeout_ms,
 			Bc__Compute__V1__Instance **inst, bc_error *err)
 {
+	struct ctl_app *app = ctl_app(c);
 	int64_t end = mono_ms() + timeout_ms;
 	const struct timespec tick = {0, 50 * 1000000L};
 	int r = 0;
 
+	int cap = app->cfg.workers > 1 ? app->cfg.workers / 2 : 1;
+
+	if (__atomic_add_fetch(&app->waiting, 1, __ATOMIC_SEQ_CST) > cap) {
+		__atomic_sub_fetch(&app->waiting, 1, __ATOMIC_SEQ_CST);
+		log_debug("instance %s: answering at once, %d creates already wait", id, cap);
+		return 0;
+	}
 	while (mono_ms() < end && (strcmp((*inst)->state, "provisioning") == 0 ||
 				   strcmp((*inst)->state, "starting") == 0)) {
 		nanosleep(&tick, NULL);
 		if ((r = inst_fetch(c, tenant, id, inst, NULL, err)) < 0)
 			break;
 	}
+	__atomic_sub_fetch(&app->waiting, 1, __ATOMIC_SEQ_CST);
 	return r;
 }
 
