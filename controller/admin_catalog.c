@@ -221,14 +221,10 @@ static int pool_fetch(rpc_call *c, const char *id, Bc__Admin__V1__Pool **ret, bc
 	if ((rc = check_id(err, "poolId", "pool", id)) < 0)
 		return rc;
 	dbp_str(&p, id);
-	rc = db_exec(ctl_db(c), &r, "SELECT " POOL_COLS " FROM pools WHERE id = $1 AND "
-		     "deleted_at IS NULL", &p);
-	if (rc < 0)
-		return db_fail(err, rc);
-	if (PQntuples(r) == 0) {
-		PQclear(r);
-		return bc_error_set(err, BC_NOT_FOUND, "pool %s not found", id);
-	}
+	if ((rc = db_one(ctl_db(c), &r, "SELECT " POOL_COLS " FROM pools WHERE id = $1 AND "
+		     "deleted_at IS NULL", &p, err,
+			  "pool %s not found", id)) < 0)
+		return rc;
 	*ret = pool_from_row(c, r, 0);
 	PQclear(r);
 	return 0;
@@ -550,12 +546,9 @@ static int catalog_fetch(rpc_call *c, const struct catalog *k, const char *key,
 	if (!key || !*key || !str_is_printable(key, 64))
 		return invalid(err, k->kind, "%s must be a %s id or name", k->kind, k->kind);
 	dbp_str(&p, key);
-	if ((rc = db_exec(ctl_db(c), &r, k->sql_get, &p)) < 0)
-		return db_fail(err, rc);
-	if (PQntuples(r) == 0) {
-		PQclear(r);
-		return bc_error_set(err, BC_NOT_FOUND, "%s %s not found", k->kind, key);
-	}
+	if ((rc = db_one(ctl_db(c), &r, k->sql_get, &p, err,
+			  "%s %s not found", k->kind, key)) < 0)
+		return rc;
 	*ret = k->from_row(c, r, 0);
 	PQclear(r);
 	return 0;

@@ -93,12 +93,9 @@ static int node_fetch(rpc_call *c, struct db *d, const char *id, Bc__Admin__V1__
 	if ((rc = check_id(err, "nodeId", "node", id)) < 0)
 		return rc;
 	dbp_str(&p, id);
-	if ((rc = db_exec(d, &r, "SELECT " NODE_COLS NODE_FROM "WHERE n.id = $1", &p)) < 0)
-		return db_fail(err, rc);
-	if (PQntuples(r) == 0) {
-		PQclear(r);
-		return bc_error_set(err, BC_NOT_FOUND, "node %s not found", id);
-	}
+	if ((rc = db_one(d, &r, "SELECT " NODE_COLS NODE_FROM "WHERE n.id = $1", &p, err,
+			  "node %s not found", id)) < 0)
+		return rc;
 	*ret = node_from_row(c, r, 0);
 	PQclear(r);
 	return 0;
@@ -175,15 +172,11 @@ static int nodes_join_token(rpc_call *c, const ProtobufCMessage *m, ProtobufCMes
 	dbp_str(&p, hash);
 	dbp_i64(&p, ttl);
 	dbp_str(&p, ctl_principal(c)->id);
-	rc = db_exec(ctl_db(c), &r, "INSERT INTO join_tokens (id, pool_id, secret_hash, expires_at, "
+	if ((rc = db_one(ctl_db(c), &r, "INSERT INTO join_tokens (id, pool_id, secret_hash, expires_at, "
 		     "created_by) SELECT $1, id, $3, now() + make_interval(secs => $4), $5 FROM pools "
-		     "WHERE id = $2 AND deleted_at IS NULL RETURNING " MS("expires_at"), &p);
-	if (rc < 0)
-		return db_fail(err, rc);
-	if (PQntuples(r) == 0) {
-		PQclear(r);
-		return bc_error_set(err, BC_NOT_FOUND, "pool %s not found", q->pool_id);
-	}
+		     "WHERE id = $2 AND deleted_at IS NULL RETURNING " MS("expires_at"), &p, err,
+			  "pool %s not found", q->pool_id)) < 0)
+		return rc;
 	t = rpc_new(c, &bc__admin__v1__join_token__descriptor);
 	t->id = rpc_strdup(c, id);
 	t->pool_id = rpc_strdup(c, q->pool_id);

@@ -126,6 +126,11 @@ int invalid(bc_error *err, const char *field, const char *fmt, ...)
 int check_id(bc_error *err, const char *field, const char *prefix, const char *value);
 /* Map a database failure to the caller: UNAVAILABLE/INTERNAL. */
 int db_fail(bc_error *err, int rc);
+/* Run a statement that must return a row: 0 with *ret (PQclear it), or
+ * NOT_FOUND with the printf-style message when it returns none, or the
+ * database failure as db_fail maps it. */
+int db_one(struct db *d, PGresult **ret, const char *sql, const struct dbp *p, bc_error *err,
+	   const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 /* ipam.c: pure address helpers (IPv4 subnets, IPv6 /64s, MACs). */
 int ipam_parse_ip4(const char *s, uint32_t *ret);

@@ -38,13 +38,10 @@ static int offer_get(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 	int rc;
 
 	dbp_str(&p, q->tenant_id);
-	if ((rc = db_exec(ctl_db(c), &r, "SELECT " OFFER_COLS " FROM tenants t LEFT JOIN offers o "
-			  "ON o.tenant_id = t.id WHERE t.id = $1", &p)) < 0)
-		return db_fail(err, rc);
-	if (PQntuples(r) == 0) {
-		PQclear(r);
-		return bc_error_set(err, BC_NOT_FOUND, "tenant %s not found", q->tenant_id);
-	}
+	if ((rc = db_one(ctl_db(c), &r, "SELECT " OFFER_COLS " FROM tenants t LEFT JOIN offers o "
+			  "ON o.tenant_id = t.id WHERE t.id = $1", &p, err,
+			  "tenant %s not found", q->tenant_id)) < 0)
+		return rc;
 	*ret = &offer_row(c, r)->base;
 	PQclear(r);
 	return 0;

@@ -47,13 +47,10 @@ static int pol_fetch(rpc_call *c, const char *id, Bc__Admin__V1__Policy **ret, b
 	if ((rc = check_id(err, "policyId", "pol", id)) < 0)
 		return rc;
 	dbp_str(&p, id);
-	if ((rc = db_exec(ctl_db(c), &r, "SELECT " POL_COLS " FROM policies p WHERE p.id = $1 AND "
-			  "p.deleted_at IS NULL", &p)) < 0)
-		return db_fail(err, rc);
-	if (PQntuples(r) == 0) {
-		PQclear(r);
-		return bc_error_set(err, BC_NOT_FOUND, "policy %s not found", id);
-	}
+	if ((rc = db_one(ctl_db(c), &r, "SELECT " POL_COLS " FROM policies p WHERE p.id = $1 AND "
+			  "p.deleted_at IS NULL", &p, err,
+			  "policy %s not found", id)) < 0)
+		return rc;
 	*ret = pol_row(c, r, 0);
 	PQclear(r);
 	return 0;
@@ -282,13 +279,10 @@ static int quota_get(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 	int rc;
 
 	dbp_str(&p, q->tenant_id);
-	if ((rc = db_exec(ctl_db(c), &r, "SELECT " QUOTA_COLS " FROM tenants t LEFT JOIN quotas q "
-			  "ON q.tenant_id = t.id WHERE t.id = $1", &p)) < 0)
-		return db_fail(err, rc);
-	if (PQntuples(r) == 0) {
-		PQclear(r);
-		return bc_error_set(err, BC_NOT_FOUND, "tenant %s not found", q->tenant_id);
-	}
+	if ((rc = db_one(ctl_db(c), &r, "SELECT " QUOTA_COLS " FROM tenants t LEFT JOIN quotas q "
+			  "ON q.tenant_id = t.id WHERE t.id = $1", &p, err,
+			  "tenant %s not found", q->tenant_id)) < 0)
+		return rc;
 	*ret = &quota_row(c, r)->base;
 	PQclear(r);
 	return 0;

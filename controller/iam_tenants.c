@@ -117,12 +117,9 @@ static int tenants_get(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage 
 	if ((rc = check_tenant_id(err, "tenantId", q->tenant_id)) < 0)
 		return rc;
 	dbp_str(&p, q->tenant_id);
-	if ((rc = db_exec(ctl_db(c), &r, "SELECT " TENANT_COLS " FROM tenants WHERE id = $1", &p)) < 0)
-		return db_fail(err, rc);
-	if (PQntuples(r) == 0) {
-		PQclear(r);
-		return bc_error_set(err, BC_NOT_FOUND, "tenant %s not found", q->tenant_id);
-	}
+	if ((rc = db_one(ctl_db(c), &r, "SELECT " TENANT_COLS " FROM tenants WHERE id = $1", &p, err,
+			  "tenant %s not found", q->tenant_id)) < 0)
+		return rc;
 	*ret = &tenant_row(c, r, 0)->base;
 	PQclear(r);
 	return 0;
@@ -278,12 +275,9 @@ static int idn_get(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **re
 	if ((rc = check_id(err, "identityId", "idn", q->identity_id)) < 0)
 		return rc;
 	dbp_str(&p, q->identity_id);
-	if ((rc = db_exec(ctl_db(c), &r, "SELECT " IDN_COLS " FROM identities WHERE id = $1", &p)) < 0)
-		return db_fail(err, rc);
-	if (PQntuples(r) == 0) {
-		PQclear(r);
-		return bc_error_set(err, BC_NOT_FOUND, "identity %s not found", q->identity_id);
-	}
+	if ((rc = db_one(ctl_db(c), &r, "SELECT " IDN_COLS " FROM identities WHERE id = $1", &p, err,
+			  "identity %s not found", q->identity_id)) < 0)
+		return rc;
 	*ret = &idn_row(c, r, 0)->base;
 	PQclear(r);
 	return 0;

@@ -138,14 +138,10 @@ static int inst_fetch(rpc_call *c, const char *tenant, const char *id,
 
 	dbp_str(&p, id);
 	dbp_str(&p, tenant);
-	rc = db_exec(ctl_db(c), &r, "SELECT " INST_COLS " FROM instances i WHERE i.id = $1 AND "
-		     "i.tenant_id = $2" INST_NOT_DRAFT, &p);
-	if (rc < 0)
-		return db_fail(err, rc);
-	if (PQntuples(r) == 0) {
-		PQclear(r);
-		return bc_error_set(err, BC_NOT_FOUND, "instance %s not found", id);
-	}
+	if ((rc = db_one(ctl_db(c), &r, "SELECT " INST_COLS " FROM instances i WHERE i.id = $1 AND "
+		     "i.tenant_id = $2" INST_NOT_DRAFT, &p, err,
+			  "instance %s not found", id)) < 0)
+		return rc;
 	*ret = inst_from_row(c, r, 0);
 	if (ret_agent)
 		snprintf(ret_agent, 64, "%s", db_val(r, 0, 24) ? db_val(r, 0, 24) : "");
@@ -522,14 +518,10 @@ static int delete_tx(struct db *d, void *arg, bc_error *err)
 
 	dbp_str(&p, a->id);
 	dbp_str(&p, a->tenant);
-	rc = db_exec(d, &r, "SELECT node_id, state, desired_state, sandbox_id, warm_template_id "
-		     "FROM instances WHERE id = $1 AND tenant_id = $2 FOR UPDATE", &p);
-	if (rc < 0)
-		return db_fail(err, rc);
-	if (PQntuples(r) == 0) {
-		PQclear(r);
-		return bc_error_set(err, BC_NOT_FOUND, "instance %s not found", a->id);
-	}
+	if ((rc = db_one(d, &r, "SELECT node_id, state, desired_state, sandbox_id, warm_template_id "
+		     "FROM instances WHERE id = $1 AND tenant_id = $2 FOR UPDATE", &p, err,
+			  "instance %s not found", a->id)) < 0)
+		return rc;
 	if (db_val(r, 0, 3) || db_val(r, 0, 4)) {
 		if (db_val(r, 0, 3))
 			bc_error_set(err, BC_INVALID_STATE, "instance %s is managed by sandbox %s",

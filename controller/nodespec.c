@@ -111,15 +111,11 @@ static int build_tx(struct db *d, void *arg, bc_error *err)
 		b->spec = NULL;
 	}
 	dbp_str(&p, b->node_id);
-	rc = db_exec(d, &r, "SELECT n.spec_generation, n.pool_id, p.bridge, coalesce(p.ipam_subnet::"
+	if ((rc = db_one(d, &r, "SELECT n.spec_generation, n.pool_id, p.bridge, coalesce(p.ipam_subnet::"
 		     "text, ''), coalesce(host(p.ipam_gateway), ''), coalesce(p.ipam_subnet6::text, "
-		     "'') FROM nodes n JOIN pools p ON p.id = n.pool_id WHERE n.id = $1", &p);
-	if (rc < 0)
-		return db_fail(err, rc);
-	if (PQntuples(r) == 0) {
-		PQclear(r);
-		return bc_error_set(err, BC_NOT_FOUND, "node %s not found", b->node_id);
-	}
+		     "'') FROM nodes n JOIN pools p ON p.id = n.pool_id WHERE n.id = $1", &p, err,
+			  "node %s not found", b->node_id)) < 0)
+		return rc;
 	s = xmalloc(sizeof(*s));
 	bc__node__v1__node_spec__init(s);
 	s->generation = (uint64_t)db_i64(r, 0, 0);

@@ -36,3 +36,24 @@ int db_fail(bc_error *err, int rc)
 	return bc_error_set(err, rc == -EIO ? BC_UNAVAILABLE : BC_INTERNAL,
 			    "database error, try again");
 }
+
+int db_one(struct db *d, PGresult **ret, const char *sql, const struct dbp *p, bc_error *err,
+	   const char *fmt, ...)
+{
+	PGresult *r = NULL;
+	char msg[400];
+	va_list ap;
+	int rc = db_exec(d, &r, sql, p);
+
+	if (rc < 0)
+		return db_fail(err, rc);
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		va_start(ap, fmt);
+		vsnprintf(msg, sizeof(msg), fmt, ap);
+		va_end(ap);
+		return bc_error_set(err, BC_NOT_FOUND, "%s", msg);
+	}
+	*ret = r;
+	return 0;
+}
