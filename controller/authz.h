@@ -46,6 +46,30 @@ int quota_check(struct db *d, const char *tenant, int vcpus, int64_t memory_mib,
  * stop-new or drain, and metered spend reached the offer's limit. */
 int quota_budget(struct db *d, const char *tenant, const char *pool, bc_error *err);
 
+/* Pending values (issue 5; implemented in authz.c). A change that needs a
+ * decision (sandbox extend, resize) stages ONE pending attribute set on the
+ * resource's projection row, which authz_decide_staged merges over the row's
+ * attributes. The hold is a server-minted nonce naming who staged it.
+ *
+ * authz_pending_stage: in the caller's transaction, set pending = attrs
+ * (a JSON object text, e.g. {"ttlSeconds":"7200"}) with hold, when the row
+ * has no pending value, or its pending value is older than takeover_seconds
+ * (measured by the database clock). Otherwise CONFLICT with details
+ * reason (e.g. "extend-in-flight", passed in) and retryAfterSeconds.
+ * NOT_FOUND when there is no row. */
+int authz_pending_stage(struct db *d, const char *type, const char *id, const char *attrs_json,
+			const char *hold, int takeover_seconds, const char *conflict_reason,
+			bc_error *err);
+/* Clear the pending value only if it is still held by hold (0 either way;
+ * an error only for a database failure). Runs in its own transaction when
+ * d is not inside one. */
+int authz_pending_clear(struct db *d, const char *type, const char *id, const char *hold,
+			bc_error *err);
+/* True (1) if the pending value of (type, id) is still held by hold, 0 if
+ * not, negative on error. Use it before applying a decided change. */
+int authz_pending_owned(struct db *d, const char *type, const char *id, const char *hold,
+			bc_error *err);
+
 /* Add an attribute to t (copied; past AUTHZ_MAX_ATTRS dropped). */
 void authz_attr(struct authz_target *t, const char *name, const char *value);
 

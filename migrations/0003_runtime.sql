@@ -1,0 +1,2 @@
+-- 0003_runtime: issue 4 (libvirt runtime, boot data, host admission)
+SELECT 1;
