@@ -85,10 +85,13 @@ struct rpc_server_opts {
 	/* The JSON/HTTP transport (docs/http.md): "127.0.0.1:8443",
 	 * "[::]:8443"; NULL or "": none. HTTP/1.1 over TLS with the same
 	 * certificate (no client certificate: node calls are not served), or
-	 * plain HTTP when tls is NULL. Unary methods of services in packages
-	 * bc.compute.* and bc.admin.* at POST /api/<group>/<service>/<method>,
-	 * run by `workers` threads of its own (thread_init/thread_fini too)
-	 * through the same pre_call and handlers, with the same call API. */
+	 * plain HTTP when tls is NULL. Unary and server-streaming methods of
+	 * services in packages bc.compute.* and bc.admin.* at POST
+	 * /api/<group>/<service>/<method>, through the same pre_call and
+	 * handlers, with the same call API: unary calls run on `workers`
+	 * threads of its own, a server stream on its connection's thread
+	 * (thread_init/thread_fini on both; at most max_streams streams) and
+	 * answers a chunked body of newline-delimited JSON messages. */
 	const char *http_listen;
 };
 
@@ -152,8 +155,9 @@ int rpc_call_send(rpc_call *call, const ProtobufCMessage *msg);
  * timeout_ms < 0: no limit; 0: poll. After -ETIMEDOUT the call stays usable. */
 int rpc_call_recv(rpc_call *call, ProtobufCMessage **ret, int timeout_ms);
 /* Server stream idle check: true if the client cancelled or the server
- * stops. Waits up to timeout_ms for that to happen (0: poll; < 0: no limit).
- * A JSON/HTTP call has no stream to watch: true at once. */
+ * stops (on the JSON/HTTP transport also: the client closed the
+ * connection, or the call's deadline passed). Waits up to timeout_ms for
+ * that to happen (0: poll; < 0: no limit). A unary call: true at once. */
 bool rpc_call_wait_cancelled(rpc_call *call, int timeout_ms);
 
 /* ---------------------------------------------------------- client */

@@ -411,8 +411,12 @@ int rpc_call_send(rpc_call *call, const ProtobufCMessage *msg)
 	size_t n = 0;
 	int r;
 
-	if (!call->call || !call->method || call->method->h.kind == RPC_UNARY || !msg ||
+	if (!call->method || call->method->h.kind == RPC_UNARY || !msg ||
 	    msg->descriptor != call->method->md->output)
+		return -EINVAL;
+	if (call->transport == RPC_TRANSPORT_HTTP)
+		return call->http_conn ? rpc_http_stream_send(call, msg) : -EINVAL;
+	if (!call->call)
 		return -EINVAL;
 	if (rpc_server_stopping(call->srv))
 		return -ECANCELED;
@@ -475,6 +479,8 @@ bool rpc_call_wait_cancelled(rpc_call *call, int timeout_ms)
 {
 	grpc_event ev;
 
+	if (call->transport == RPC_TRANSPORT_HTTP && call->http_conn)
+		return rpc_http_stream_wait_cancelled(call, timeout_ms);
 	if (rpc_server_stopping(call->srv) || !call->call)
 		return true;
 	rpc_call_watch_close(call);

@@ -102,6 +102,7 @@ struct rpc_http {
 	struct http_job *jobs, **jobs_tail;
 	struct http_conn *conns;
 	int n_conns;
+	int n_streams;               /* server streams being served */
 	bool workers_stop;
 };
 
@@ -471,21 +472,22 @@ static int respond_error(struct http_conn *c, int status, const char *extra, boo
 
 /* --------------------------------------------------------- the call */
 
-/* The request body as a message of d: an empty body is an empty message. */
-static int body_parse(const struct http_job *j, size_t max, ProtobufCMessage **ret,
-		      bc_error *err)
+/* The request body as a message of m's input: an empty body is an empty
+ * message. */
+static int body_parse(const struct rpc_method *m, const char *body, size_t body_len,
+		      size_t max, ProtobufCMessage **ret, bc_error *err)
 {
-	const ProtobufCMessageDescriptor *d = j->m->md->input;
+	const ProtobufCMessageDescriptor *d = m->md->input;
 	size_t skip = 0;
 	int r;
 
-	while (skip < j->body_len && strchr(" \t\r\n", j->body[skip]) && j->body[skip])
+	while (skip < body_len && strchr(" \t\r\n", body[skip]) && body[skip])
 		skip++;
-	if (skip == j->body_len) {
+	if (skip == body_len) {
 		*ret = protobuf_c_message_unpack(d, NULL, 0, (const uint8_t *)"");
 		return *ret ? 0 : bc_error_set(err, BC_INTERNAL, "internal error");
 	}
-	r = pbjson_read(d, j->body, j->body_len, max, ret, err);
+	r = pbjson_read(d, body, body_len, max, ret, err);
 	if (r < 0 && r != -BC_EDOMAIN)
 		return bc_error_set(err, BC_INVALID_INPUT, "malformed JSON request");
 	return r;
@@ -521,7 +523,7 @@ static void job_run(struct rpc_http *h, struct http_job *j, void *thread_state)
 	bc_error_clear(&err);
 	r = rpc_call_pre(c, &err);
 	if (r >= 0)
-		r = body_parse(j, s->opts.max_message_bytes, &req, &err);
+		r = body_parse(j->m, j->body, j->body_len, s->opts.max_message_bytes, &req, &err);
 	if (r >= 0)
 		r = rpc_call_invoke_unary(c, req, &resp, &err);
 	if (r >= 0 && mono_ms() > j->deadline_ms)
@@ -581,6 +583,185 @@ static void job_submit(struct rpc_http *h, struct http_job *j)
 	pthread_mutex_unlock(&h->lock);
 }
 
+/* ------------------------------------------------------ server streams */
+
+#define STREAM_HEAD "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n" \
+	"Cache-Control: no-store\r\nConnection: close\r\n"
+
+/* Write one line of the stream body (a chunk on HTTP/1.1). */
+static int stream_write(struct http_conn *c, bool chunked, const char *line)
+{
+	int64_t deadline = mono_ms() + HTTP_IO_TIMEOUT_MS;
+	size_t n = strlen(line);
+	char size[32];
+	int r = 0;
+
+	if (chunked) {
+		snprintf(size, sizeof(size), "%zx\r\n", n + 1);
+		r = conn_write(c, size, strlen(size), deadline);
+	}
+	if (r == 0)
+		r = conn_write(c, line, n, deadline);
+	if (r == 0)
+		r = conn_write(c, chunked ? "\n\r\n" : "\n", chunked ? 3 : 1, deadline);
+	return r;
+}
+
+static int stream_head(rpc_call *call)
+{
+	struct http_conn *c = call->http_conn;
+	const char *head = call->http_chunked ? STREAM_HEAD "Transfer-Encoding: chunked\r\n\r\n"
+					      : STREAM_HEAD "\r\n";
+
+	if (call->http_head_sent)
+		return 0;
+	call->http_head_sent = true;
+	if (conn_write(c, head, strlen(head), mono_ms() + HTTP_IO_TIMEOUT_MS) < 0) {
+		call->http_gone = true;
+		return -ECANCELED;
+	}
+	return 0;
+}
+
+/* True when the stream must end: the client went away, the deadline
+ * passed, or the server stops. */
+static bool stream_over(rpc_call *call)
+{
+	struct http_conn *c = call->http_conn;
+
+	if (!call->http_deadline_hit && mono_ms() >= call->deadline_ms)
+		call->http_deadline_hit = true;
+	return call->http_gone || call->http_deadline_hit || atomic_load(&c->h->stopping) ||
+	       rpc_server_stopping(call->srv);
+}
+
+/* See rpc_internal.h. */
+int rpc_http_stream_send(rpc_call *call, const ProtobufCMessage *msg)
+{
+	_cleanup_free_ char *json = NULL;
+
+	if (stream_over(call) || stream_head(call) < 0)
+		return -ECANCELED;
+	if (pbjson_write(msg, PBJSON_EMIT_DEFAULTS, &json) < 0)
+		return -EIO;
+	if (stream_write(call->http_conn, call->http_chunked, json) < 0) {
+		call->http_gone = true;
+		return -ECANCELED;
+	}
+	return 0;
+}
+
+/* See rpc_internal.h. The client sends nothing while it reads a stream:
+ * anything readable on the socket (its close, a reset, a TLS alert) means
+ * it is gone. */
+bool rpc_http_stream_wait_cancelled(rpc_call *call, int timeout_ms)
+{
+	struct http_conn *c = call->http_conn;
+	int64_t end = timeout_ms < 0 ? INT64_MAX : mono_ms() + timeout_ms;
+
+	if (stream_over(call) || stream_head(call) < 0)
+		return true;
+	for (;;) {
+		struct pollfd p = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
+		int64_t now = mono_ms(), left = end < call->deadline_ms ? end : call->deadline_ms;
+		int wait = left - now < HTTP_TICK_MS ? (int)(left - now) : HTTP_TICK_MS;
+
+		if (poll(&p, 1, wait < 0 ? 0 : wait) > 0 && p.revents) {
+			call->http_gone = true;
+			return true;
+		}
+		if (stream_over(call))
+			return true;
+		if (mono_ms() >= end)
+			return false;
+	}
+}
+
+/* Take a stream slot (at most max_streams at once). */
+static bool stream_slot(struct rpc_http *h, int delta)
+{
+	bool ok = true;
+
+	pthread_mutex_lock(&h->lock);
+	if (delta > 0 && h->n_streams >= h->srv->opts.max_streams)
+		ok = false;
+	else
+		h->n_streams += delta;
+	pthread_mutex_unlock(&h->lock);
+	return ok;
+}
+
+/* End a stream: an error before the head is an ordinary error response;
+ * after it, a last line {"error": {...}}; then the body's end. */
+static int stream_end(struct http_conn *c, rpc_call *call, int r, bc_error *err, bool ka)
+{
+	_cleanup_free_ char *json = NULL;
+
+	if (r < 0 && err->code == BC_OK)
+		bc_error_set(err, BC_INTERNAL, "internal error");
+	if (r < 0 && !call->http_head_sent) {
+		json = rpc_http_error_json(err);
+		return respond(c, bc_code_http_status(err->code), "", json, ka) < 0 ? -1 : 1;
+	}
+	if (call->http_gone || stream_head(call) < 0)
+		return -1;
+	if (r < 0) {
+		json = rpc_http_error_json(err);
+		if (stream_write(c, call->http_chunked, json) < 0)
+			return -1;
+	}
+	if (call->http_chunked)
+		conn_write(c, "0\r\n\r\n", 5, mono_ms() + HTTP_IO_TIMEOUT_MS);
+	return -1; /* Connection: close */
+}
+
+/* Run a server-streaming method on this connection's thread, with its own
+ * thread state (a database connection) for as long as the stream lasts.
+ * deadline_ms: INT64_MAX without x-timeout-ms. */
+static int serve_stream(struct http_conn *c, const struct rpc_method *m,
+			const struct rpc_http_request *req, const char *body, int64_t deadline_ms)
+{
+	struct rpc_http *h = c->h;
+	rpc_server *s = h->srv;
+	const struct rpc_server_opts *o = &s->opts;
+	ProtobufCMessage *msg = NULL;
+	rpc_call *call;
+	void *ts;
+	bc_error err;
+	int r;
+
+	if (!stream_slot(h, 1))
+		return respond_error(c, 503, "", req->keep_alive, BC_UNAVAILABLE, NULL,
+				     "too many streams") < 0 ? -1 : 1;
+	ts = o->thread_init ? o->thread_init(o->user) : NULL;
+	call = rpc_call_alloc(s, RPC_TRANSPORT_HTTP, ts);
+	call->method = m;
+	call->path = m->path;
+	call->peer = rpc_strdup(call, c->peer);
+	call->deadline_ms = deadline_ms;
+	call->http_conn = c;
+	call->http_chunked = req->minor >= 1;
+	job_metadata(call, req);
+	bc_error_clear(&err);
+	r = rpc_call_pre(call, &err);
+	if (r >= 0)
+		r = body_parse(m, body, req->content_length, o->max_message_bytes, &msg, &err);
+	if (r >= 0)
+		r = m->h.fn.sstream(call, msg, &err) < 0 ? -BC_EDOMAIN : 0;
+	if (r >= 0 && call->http_deadline_hit)
+		r = bc_error_set(&err, BC_DEADLINE_EXCEEDED, "deadline exceeded");
+	log_debug("rpc: http stream %s from %s ended: %s", call->path, call->peer,
+		  r < 0 ? bc_code_name(err.code) : "OK");
+	r = stream_end(c, call, r, &err, req->keep_alive && !atomic_load(&h->stopping));
+	if (msg)
+		protobuf_c_message_free_unpacked(msg, NULL);
+	rpc_call_release(call);
+	if (o->thread_fini)
+		o->thread_fini(o->user, ts);
+	stream_slot(h, -1);
+	return r;
+}
+
 /* ------------------------------------------------------- requests */
 
 /* x-timeout-ms: 1..HTTP_MAX_TIMEOUT_MS; absent: the default. */
@@ -635,9 +816,9 @@ static int serve_request(struct http_conn *c, const struct rpc_http_request *req
 				     "method %s not allowed: use POST", req->method);
 	if (!m->has_handler)
 		return respond_error(c, 501, "", ka, BC_UNSUPPORTED, NULL, "method not implemented");
-	if (m->h.kind != RPC_UNARY)
+	if (m->h.kind == RPC_BIDI)
 		return respond_error(c, 501, "", ka, BC_UNSUPPORTED, NULL,
-				     "streaming methods are not served over JSON/HTTP: use gRPC");
+				     "bidirectional streams are not served over JSON/HTTP: use gRPC");
 	if (req->content_length && !rpc_http_is_json(rpc_http_header(req, "content-type")))
 		return respond_error(c, 415, "", ka, BC_INVALID_INPUT, "Content-Type",
 				     "Content-Type must be application/json");
@@ -645,6 +826,9 @@ static int serve_request(struct http_conn *c, const struct rpc_http_request *req
 		return respond_error(c, 400, "", ka, BC_INVALID_INPUT, "x-timeout-ms",
 				     "x-timeout-ms must be an integer in [1, %d]",
 				     HTTP_MAX_TIMEOUT_MS);
+	if (m->h.kind == RPC_SERVER_STREAM)
+		return serve_stream(c, m, req, body, rpc_http_header(req, "x-timeout-ms") ?
+				    mono_ms() + timeout_ms : INT64_MAX);
 	j.m = m;
 	j.req = req;
 	j.peer = c->peer;

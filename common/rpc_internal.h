@@ -152,6 +152,9 @@ struct rpc_call {
 	bool recv_pending, recv_eof;
 	grpc_byte_buffer *recv_bb;
 	int tag_op, tag_recv, tag_close; /* their addresses are the tags */
+	/* JSON/HTTP server stream: its connection (struct http_conn) and state */
+	void *http_conn;
+	bool http_head_sent, http_chunked, http_gone, http_deadline_hit;
 };
 
 /* A new, empty call of server s on the current thread (transport-neutral:
@@ -207,6 +210,16 @@ int rpc_http_port(const struct rpc_http *h);
 void rpc_http_stop(struct rpc_http *h);
 /* Stop (if not yet), join every thread, close everything. NULL-safe. */
 void rpc_http_free(struct rpc_http *h);
+
+/* A server-streaming call on the JSON/HTTP transport (rpc_call_send and
+ * rpc_call_wait_cancelled land here): send one message as one line of
+ * newline-delimited JSON, flushed; 0 or -ECANCELED (client gone, deadline
+ * passed, server stopping). */
+int rpc_http_stream_send(rpc_call *c, const ProtobufCMessage *msg);
+/* True once the client went away, the deadline passed or the server
+ * stops; waits up to timeout_ms (< 0: no limit) for that. Sends the
+ * response head first, so a client sees 200 as soon as a handler waits. */
+bool rpc_http_stream_wait_cancelled(rpc_call *c, int timeout_ms);
 
 /* rpc_http_parse.c: pure helpers, exposed for tests and fuzzing. */
 

@@ -4,7 +4,9 @@
 #   object bcctl get shows over gRPC; list and delete work too;
 # - no token is 401, a malformed body 400 naming the field, an unknown
 #   flavor 400, an oversized body 413 with maxBytes, the node API 404;
-# - the admin API answers the admin token at /api/admin/pools/list.
+# - the admin API answers the admin token at /api/admin/pools/list;
+# - Events.Watch streams newline-delimited JSON (backlog, then live events,
+#   resumable, ended by its deadline with an error line).
 . "$(dirname "$0")/../lib/stack.sh"
 
 command -v curl >/dev/null || skip_all "curl is not installed"
@@ -103,11 +105,62 @@ is "$(status_of "$out")" 200 'POST /api/admin/pools/list with the admin token is
 is "$(body_of "$out" | jq --arg p "$POOL_ID" '[.items[] | select(.id == $p)] | length')" 1 \
 	'... lists pool p1'
 
+# -- Events.Watch: a chunked body of newline-delimited JSON, one event a line
+# (curl --no-buffer prints each as it arrives)
+W=$STACK_DIR/watch
+watch() { # OUT BODY [CURL ARGS...]: the stream into OUT, its head into OUT.head
+	local out=$1 body=$2
+	shift 2
+	curl -sS -N --cacert "$BC_CA_FILE" -H "Authorization: Bearer $BC_TOKEN" \
+		-H 'Content-Type: application/json' --data-binary "$body" -D "$out.head" "$@" \
+		"$BASE/api/compute/events/watch" >"$out" 2>"$out.err"
+}
+watch "$W.live" '{"typePrefix": "instance."}' &
+wpid=$!
+eventually 30 grep -q '"type":"instance.created"' "$W.live"
+ok $? 'Events.Watch over HTTP streams the backlog at once'
+grep -qi '^content-type: application/x-ndjson' "$W.live.head"
+ok $? '... as application/x-ndjson'
+grep -qi '^transfer-encoding: chunked' "$W.live.head"
+ok $? '... chunked'
+created_ev=$(jq -r "select(.subject == \"instance/$id\" and .type == \"instance.created\") | .id" "$W.live")
+like "$created_ev" '^[0-9]+$' '... with the instance.created of our instance'
+
 # -- delete over HTTP
 out=$(api /api/compute/instances/delete "{\"instanceId\":\"$id\"}")
 is "$(status_of "$out")" 200 'POST /api/compute/instances/delete is 200'
 eventually 30 instance_state_is "$id" deleted
 ok $? '... and the instance ends deleted (seen over gRPC)'
+
+eventually 30 grep -q "\"type\":\"instance.deleted\",\"subject\":\"instance/$id\"" "$W.live"
+ok $? 'the open stream delivers the deletion events as they commit'
+kill -0 "$wpid" 2>/dev/null
+ok $? '... while it stays open'
+ok "jq -e . '$W.live' >/dev/null" 'every line is a JSON object'
+is "$(jq -r .id "$W.live" | sort -n -c 2>&1 && jq -r .id "$W.live" | uniq -d | wc -l)" 0 \
+	'... ids in order, none twice'
+kill "$wpid" 2>/dev/null
+wait "$wpid" 2>/dev/null
+
+# resume after an id; the deadline (x-timeout-ms) ends the stream with an error line
+watch "$W.resume" "{\"afterId\": $created_ev, \"typePrefix\": \"instance.\"}" -H 'x-timeout-ms: 3000'
+is "$?" 0 'a stream with x-timeout-ms ends by itself'
+is "$(head -n 1 "$W.resume" | jq -r '.id > '"$created_ev")" true 'resumed after the id given'
+is "$(jq -r "select(.subject == \"instance/$id\") | .type" "$W.resume" | grep -c -x -e instance.deleting -e instance.deleted)" 2 \
+	'... with the deleting and deleted events'
+is "$(jq -r "select(.subject == \"instance/$id\") | .type" "$W.resume" | grep -c -x instance.created)" 0 \
+	'... and not the creation before it'
+is "$(tail -n 1 "$W.resume" | jq -r .error.code)" DEADLINE_EXCEEDED \
+	'... and a last line carrying the error'
+out=$(curl -sS --cacert "$BC_CA_FILE" -H 'Content-Type: application/json' --data '{}' \
+	-w '\n%{http_code}' "$BASE/api/compute/events/watch")
+is "$(status_of "$out")" 401 'Events.Watch without a token: 401, before any stream'
+out=$(api /api/compute/events/watch '{"tenantId": "nobody"}')
+is "$(status_of "$out")" 404 "... another tenant's events: 404"
+is "$(body_of "$out" | jq -r .error.code)" NOT_FOUND '... NOT_FOUND'
+out=$(api /api/compute/events/watch '{"typePrefix": 7}')
+is "$(status_of "$out")" 400 '... a malformed request: 400'
+is "$(body_of "$out" | jq -r .error.details.field)" typePrefix '... naming the field'
 
 # -- keep-alive: curl reuses one connection for two URLs
 n=$(curl -sS -v --cacert "$BC_CA_FILE" -H "Authorization: Bearer $BC_TOKEN" \

@@ -266,7 +266,9 @@ is "$(printf '%s\n' "$out" | tail -n 1)" 200 'POST /api/compute/events/list is 2
 is "$(printf '%s\n' "$out" | sed '$d' | jq '[.items[] | select(.tenantId == "acme")] | length')" 5 \
 	'... five events, all of acme'
 out=$(post "$H" /api/compute/events/watch '{}')
-is "$(printf '%s\n' "$out" | tail -n 1)" 501 'Events.Watch over JSON/HTTP is 501 (a server stream)'
+is "$(printf '%s\n' "$out" | tail -n 1)" 403 'Events.Watch over JSON/HTTP is decided before it streams: 403'
+is "$(printf '%s\n' "$out" | sed '$d' | jq -r .error.details.action)" compute:events:read \
+	'... naming the action'
 
 # -- every change published its event
 for ev in tenant.created identity.created token.created token.revoked policy.created \

@@ -118,8 +118,22 @@ static int h_whoami(rpc_call *call, const ProtobufCMessage *req, ProtobufCMessag
 	return 0;
 }
 
+/* A server stream: code messages, then per message: "fail" ends with an
+ * error, "wait" waits until the call is over (deadline, client gone). */
 static int h_count(rpc_call *call, const ProtobufCMessage *req, bc_error *err)
 {
+	const Msg *in = (const Msg *)req;
+
+	for (int i = 1; i <= in->code; i++)
+		if (rpc_call_send(call, &msg_new(call, i, "tick")->base) < 0)
+			return 0;
+	if (strcmp(in->message, "fail") == 0) {
+		bc_error_set(err, BC_CONFLICT, "late failure");
+		return bc_error_detail(err, "reason", "late");
+	}
+	if (strcmp(in->message, "wait") == 0)
+		while (!rpc_call_wait_cancelled(call, 100))
+			;
 	return 0;
 }
 
@@ -478,9 +492,65 @@ static void test_errors(void)
 	req1("POST", "/api/compute/things/unhandled", NULL, "{}", &r);
 	is_int(r.status, 501, "method without handler: 501");
 	ok(has(r.body, "UNSUPPORTED"), "... UNSUPPORTED");
-	req1("POST", "/api/compute/things/count", NULL, "{}", &r);
-	is_int(r.status, 501, "streaming method: 501");
-	ok(has(r.body, "streaming"), "... says why");
+}
+
+/* A stream's whole body: read to EOF after the head. */
+static int stream1(const char *extra, const char *body, bool http10, struct resp *r)
+{
+	struct cli *c = cli_open();
+	char *all;
+	int e;
+
+	if (!c)
+		return -ECONNREFUSED;
+	all = xasprintf("POST /api/compute/things/count HTTP/1.%d\r\nHost: x\r\n%sContent-Type: "
+			"application/json\r\nContent-Length: %zu\r\n\r\n%s", http10 ? 0 : 1,
+			extra ? extra : "", strlen(body), body);
+	e = cli_send(c, all, strlen(all));
+	free(all);
+	if (e == 0)
+		e = cli_response(c, r);
+	while (e == 0 && !has(r->head, "Content-Length:") && cli_read(c, 10000) > 0)
+		;
+	if (e == 0 && !has(r->head, "Content-Length:"))
+		snprintf(r->body, sizeof(r->body), "%.*s", (int)(sizeof(r->body) - 1), c->buf);
+	cli_close(c);
+	return e;
+}
+
+static void test_stream(void)
+{
+	struct resp r;
+
+	stream1(NULL, "{\"code\":3}", false, &r);
+	is_int(r.status, 200, "server stream: 200");
+	ok(has(r.head, "Content-Type: application/x-ndjson"), "... newline-delimited JSON");
+	ok(has(r.head, "Transfer-Encoding: chunked"), "... chunked");
+	is_str(r.body, "29\r\n{\"code\":1,\"message\":\"tick\",\"details\":[]}\n\r\n"
+		       "29\r\n{\"code\":2,\"message\":\"tick\",\"details\":[]}\n\r\n"
+		       "29\r\n{\"code\":3,\"message\":\"tick\",\"details\":[]}\n\r\n0\r\n\r\n",
+	       "... one message a chunk and a line, then the end");
+	stream1(NULL, "{\"code\":1,\"message\":\"fail\"}", false, &r);
+	is_int(r.status, 200, "an error after a message: the stream had begun (200)");
+	ok(has(r.body, "{\"error\":{\"code\":\"CONFLICT\",\"message\":\"late failure\","
+		       "\"details\":{\"reason\":\"late\"}}}\n\r\n0\r\n\r\n"),
+	   "... ends with a line carrying the error: %s", r.body);
+	stream1(NULL, "{\"message\":\"fail\"}", false, &r);
+	is_int(r.status, 409, "an error before any message: an ordinary error response");
+	ok(has(r.head, "Content-Length:") && has(r.body, "\"reason\":\"late\""),
+	   "... with its JSON body");
+	stream1("X-Timeout-Ms: 300\r\n", "{\"code\":1,\"message\":\"wait\"}", false, &r);
+	is_int(r.status, 200, "a waiting stream with x-timeout-ms: 200");
+	ok(has(r.body, "\"code\":\"DEADLINE_EXCEEDED\""), "... ended by its deadline: %s",
+	   r.body);
+	stream1(NULL, "{\"code\":2}", true, &r);
+	is_int(r.status, 200, "HTTP/1.0 stream: 200");
+	ok(!has(r.head, "chunked"), "... not chunked");
+	is_str(r.body, "{\"code\":1,\"message\":\"tick\",\"details\":[]}\n"
+		       "{\"code\":2,\"message\":\"tick\",\"details\":[]}\n",
+	       "... bare lines until the connection closes");
+	stream1(NULL, "{\"code\":\"x\"}", false, &r);
+	is_int(r.status, 400, "a malformed stream request: 400");
 }
 
 static void test_bad_json(void)
@@ -824,6 +894,7 @@ int main(void)
 	if (s) {
 		test_routing();
 		test_errors();
+		test_stream();
 		test_bad_json();
 		test_auth();
 		test_limits();
