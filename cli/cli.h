@@ -188,6 +188,17 @@ int cli_node_list(struct cli_ctx *ctx, int argc, char **argv);
 int cli_node_get(struct cli_ctx *ctx, int argc, char **argv);
 int cli_node_retire(struct cli_ctx *ctx, int argc, char **argv);
 
+/* sandbox.c */
+int cli_template_create(struct cli_ctx *ctx, int argc, char **argv);
+int cli_template_update(struct cli_ctx *ctx, int argc, char **argv);
+int cli_template_get(struct cli_ctx *ctx, int argc, char **argv);
+int cli_template_delete(struct cli_ctx *ctx, int argc, char **argv);
+int cli_sandbox_templates(struct cli_ctx *ctx, int argc, char **argv);
+int cli_sandbox_create(struct cli_ctx *ctx, int argc, char **argv);
+int cli_sandbox_list(struct cli_ctx *ctx, int argc, char **argv);
+int cli_sandbox_get(struct cli_ctx *ctx, int argc, char **argv);
+int cli_sandbox_extend(struct cli_ctx *ctx, int argc, char **argv);
+int cli_sandbox_delete(struct cli_ctx *ctx, int argc, char **argv);
 int cli_instance_create(struct cli_ctx *ctx, int argc, char **argv);
 int cli_instance_list(struct cli_ctx *ctx, int argc, char **argv);
 int cli_instance_get(struct cli_ctx *ctx, int argc, char **argv);

@@ -325,3 +325,90 @@ int authz_commit(struct db *d, const char *type, const char *id, bc_error *err)
 		     &q);
 	return rc < 0 ? db_fail(err, rc) : 0;
 }
+
+/* ------------------------------------------------------- pending values */
+
+/* Why staging failed: NOT_FOUND without a row, else CONFLICT with how long
+ * until the other hold may be taken over (at least 1 s). */
+static int pending_refused(struct db *d, const char *type, const char *id, int takeover_seconds,
+			   const char *reason, bc_error *err)
+{
+	_cleanup_free_ char *left = NULL;
+	struct dbp q = {0};
+	int rc;
+
+	dbp_str(&q, type);
+	dbp_str(&q, id);
+	dbp_i64(&q, takeover_seconds);
+	rc = db_scalar(d, "SELECT greatest(1, ceil(extract(epoch FROM coalesce(pending_at, now()) + "
+		       "make_interval(secs => $3) - now())))::bigint FROM authz_resources WHERE "
+		       "type = $1 AND id = $2", &q, &left);
+	if (rc == -ENOENT)
+		return bc_error_set(err, BC_NOT_FOUND, "%s/%s not found", type, id);
+	if (rc < 0)
+		return db_fail(err, rc);
+	bc_error_set(err, BC_CONFLICT, "another change of %s/%s is being decided; retry in %s s",
+		     type, id, left ? left : "1");
+	bc_error_detail(err, "reason", "%s", reason);
+	return bc_error_detail(err, "retryAfterSeconds", "%s", left ? left : "1");
+}
+
+int authz_pending_stage(struct db *d, const char *type, const char *id, const char *attrs_json,
+			const char *hold, int takeover_seconds, const char *conflict_reason,
+			bc_error *err)
+{
+	PGresult *r = NULL;
+	struct dbp q = {0};
+	int rc, staged;
+
+	dbp_str(&q, type);
+	dbp_str(&q, id);
+	dbp_str(&q, attrs_json);
+	dbp_str(&q, hold);
+	dbp_i64(&q, takeover_seconds);
+	/* a concurrent stage waits for our row lock, then sees our hold */
+	rc = db_exec(d, &r, "UPDATE authz_resources SET pending = $3::jsonb, pending_hold = $4, "
+		     "pending_at = now() WHERE type = $1 AND id = $2 AND (pending IS NULL OR "
+		     "coalesce(pending_at, '-infinity') < now() - make_interval(secs => $5)) "
+		     "RETURNING 1", &q);
+	if (rc < 0)
+		return db_fail(err, rc);
+	staged = PQntuples(r);
+	PQclear(r);
+	if (staged)
+		return 0;
+	return pending_refused(d, type, id, takeover_seconds, conflict_reason, err);
+}
+
+int authz_pending_clear(struct db *d, const char *type, const char *id, const char *hold,
+			bc_error *err)
+{
+	struct dbp q = {0};
+	int rc;
+
+	dbp_str(&q, type);
+	dbp_str(&q, id);
+	dbp_str(&q, hold);
+	rc = db_exec(d, NULL, "UPDATE authz_resources SET pending = NULL, pending_hold = NULL, "
+		     "pending_at = NULL WHERE type = $1 AND id = $2 AND pending_hold = $3", &q);
+	return rc < 0 ? db_fail(err, rc) : 0;
+}
+
+int authz_pending_owned(struct db *d, const char *type, const char *id, const char *hold,
+			bc_error *err)
+{
+	_cleanup_free_ char *v = NULL;
+	struct dbp q = {0};
+	int rc;
+
+	dbp_str(&q, type);
+	dbp_str(&q, id);
+	dbp_str(&q, hold);
+	rc = db_scalar(d, "SELECT coalesce(pending_hold = $3, false) FROM authz_resources WHERE "
+		       "type = $1 AND id = $2", &q, &v);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc < 0)
+		return db_fail(err, rc);
+	return v && v[0] == 't';
+}

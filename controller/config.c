@@ -29,6 +29,7 @@ static const struct ckey keys[] = {
 	S(database, NULL),
 	S(listen, "127.0.0.1:7443"),
 	S(http_listen, ""),
+	S(metrics_listen, ""),
 	S(pki_dir, "/var/lib/bc/pki"),
 	S(api_san, ""),
 	S(migrations_dir, NULL),
@@ -39,6 +40,7 @@ static const struct ckey keys[] = {
 	I(node_lost_seconds, "60", 2, 86400),
 	I(spec_resync_seconds, "30", 1, 3600),
 	I(max_message_bytes, "1048576", 4096, 64 << 20),
+	I(sandbox_reconcile_seconds, "15", 1, 3600),
 };
 
 static const struct ckey *key_find(const char *name)

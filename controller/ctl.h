@@ -20,6 +20,7 @@ struct ctl_config {
 	char *database;
 	char *listen;
 	char *http_listen;   /* "" = no JSON/HTTP transport */
+	char *metrics_listen; /* "" = no /metrics endpoint */
 	char *pki_dir;
 	char *api_san;
 	char *migrations_dir;
@@ -30,6 +31,7 @@ struct ctl_config {
 	int node_lost_seconds;
 	int spec_resync_seconds;
 	int max_message_bytes;
+	int sandbox_reconcile_seconds;
 };
 
 /* Load defaults, then the file at path (if not NULL), then argv flags
@@ -45,7 +47,8 @@ struct ctl_app {
 	struct watch_registry *watches;
 	char *api_ca_pem, *node_ca_pem, *node_ca_key_pem;
 	volatile bool stopping;
-	pthread_t listen_thread, reconcile_thread;
+	pthread_t listen_thread, reconcile_thread, sbx_thread;
+	struct metrics_srv *metrics;
 	int waiting;                 /* calls holding a worker in a create's wait */
 };
 

@@ -13,6 +13,7 @@
 #include "bc/compute/v1/instances.pb-c.h"
 #include "ctl.h"
 #include "idem.h"
+#include "instances.h"
 #include "log.h"
 #include "nodes.h"
 #include "rowmsg.h"
@@ -21,7 +22,6 @@
 #define WAIT_MAX_MS 30000
 #define USER_DATA_MAX (64 * 1024)
 #define SSH_KEYS_MAX 16
-#define CAP_NETWORK_POLICY "bc.dev/cap.instance.network-policy"
 
 #define INST_COLS                                                                          \
 	"i.id, i.tenant_id, i.pool_id, coalesce(i.node_id, ''), i.flavor_name, i.image_id, "  \
@@ -194,22 +194,22 @@ static int check_create(const Bc__Compute__V1__CreateInstanceRequest *q, bc_erro
 struct create {
 	rpc_call *call;
 	const Bc__Compute__V1__CreateInstanceRequest *q;
-	const char *tenant, *policy;
+	const char *tenant;
 	struct idem k;
-	char id[64];
-	char mac[18];
+	struct inst_new n;
 	bool reused;
 };
 
 /* Pool visible to the tenant, its IPAM if the policy needs it. */
-static int resolve_pool(struct db *d, struct create *a, char **ret_runtime, bc_error *err)
+static int resolve_pool(struct db *d, const struct inst_new *n, char **ret_runtime,
+			bc_error *err)
 {
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	int rc;
 
-	dbp_str(&p, a->q->pool_id);
-	dbp_str(&p, a->tenant);
+	dbp_str(&p, n->pool_id);
+	dbp_str(&p, n->tenant);
 	rc = db_exec(d, &r, "SELECT runtime, ipam_subnet IS NOT NULL FROM pools WHERE id = $1 AND "
 		     "deleted_at IS NULL AND (cardinality(tenant_ids) = 0 OR $2 = ANY (tenant_ids))",
 		     &p);
@@ -217,12 +217,12 @@ static int resolve_pool(struct db *d, struct create *a, char **ret_runtime, bc_e
 		return db_fail(err, rc);
 	if (PQntuples(r) == 0) {
 		PQclear(r);
-		return bc_error_set(err, BC_NOT_FOUND, "pool %s not found", a->q->pool_id);
+		return bc_error_set(err, BC_NOT_FOUND, "pool %s not found", n->pool_id);
 	}
-	if (strcmp(a->policy, "egress") != 0 && !db_bool(r, 0, 1)) {
+	if (strcmp(n->policy, "egress") != 0 && !db_bool(r, 0, 1)) {
 		PQclear(r);
 		bc_error_set(err, BC_INVALID_STATE, "network policy %s needs the pool's IP range, and "
-			     "pool %s has none", a->policy, a->q->pool_id);
+			     "pool %s has none", n->policy, n->pool_id);
 		return bc_error_detail(err, "reason", "pool-without-ip-range");
 	}
 	*ret_runtime = xstrdup(db_val(r, 0, 0));
@@ -230,40 +230,43 @@ static int resolve_pool(struct db *d, struct create *a, char **ret_runtime, bc_e
 	return 0;
 }
 
-static int insert_instance(struct db *d, struct create *a, PGresult **ret_shape, bc_error *err)
+static int insert_instance(struct db *d, rpc_call *c, struct inst_new *n, PGresult **ret_shape,
+			   bc_error *err)
 {
-	const Bc__Compute__V1__CreateInstanceRequest *q = a->q;
 	_cleanup_free_ char *keys = NULL;
 	struct dbp p = {0};
 	size_t len = 1;
 	int rc;
 
-	for (size_t i = 0; i < q->n_ssh_keys; i++)
-		len += strlen(q->ssh_keys[i]) + 1;
+	for (size_t i = 0; i < n->n_ssh_keys; i++)
+		len += strlen(n->ssh_keys[i]) + 1;
 	keys = xcalloc(1, len);
-	for (size_t i = 0; i < q->n_ssh_keys; i++)
-		strcat(strcat(keys, i ? "\n" : ""), q->ssh_keys[i]);
-	id_new("inst", a->id, sizeof(a->id));
-	ipam_random_mac(a->mac);
-	dbp_str(&p, a->id);
-	dbp_str(&p, a->tenant);
-	dbp_str(&p, q->pool_id);
-	dbp_str(&p, q->flavor);
-	dbp_str(&p, q->image_id);
-	dbp_str(&p, a->policy);
+	for (size_t i = 0; i < n->n_ssh_keys; i++)
+		strcat(strcat(keys, i ? "\n" : ""), n->ssh_keys[i]);
+	id_new("inst", n->id, sizeof(n->id));
+	ipam_random_mac(n->mac);
+	dbp_str(&p, n->id);
+	dbp_str(&p, n->tenant);
+	dbp_str(&p, n->pool_id);
+	dbp_str(&p, n->flavor);
+	dbp_str(&p, n->image_id);
+	dbp_str(&p, n->policy);
 	dbp_str(&p, keys);
-	dbp_str(&p, q->user_data);
-	dbp_str(&p, ctl_principal(a->call)->id);
-	dbp_str(&p, a->mac);
+	dbp_str(&p, n->user_data ? n->user_data : "");
+	dbp_str(&p, ctl_principal(c)->id);
+	dbp_str(&p, n->mac);
+	dbp_nstr(&p, n->sandbox_id);
+	dbp_bool(&p, n->ssh_from_host_only);
 	rc = db_exec(d, ret_shape,
 		     "INSERT INTO instances (id, tenant_id, pool_id, flavor_id, flavor_name, image_id, "
 		     "vcpus, memory_mib, disk_gib, gpus, huge_pages, numa_node, pin_vcpus, "
-		     "network_policy, ssh_keys, user_data, created_by, mac) SELECT $1, $2, $3, f.id, "
+		     "network_policy, ssh_keys, user_data, created_by, mac, sandbox_id, "
+		     "ssh_from_host_only) SELECT $1, $2, $3, f.id, "
 		     "f.name, im.id, f.vcpus, f.memory_mib, f.disk_gib, f.gpus, f.huge_pages, "
 		     "f.numa_node, f.pin_vcpus, $6, coalesce(string_to_array(nullif($7, ''), E'\\n'), '{}'), $8, $9, "
-		     "$10::macaddr FROM flavors f, images im WHERE (f.id = $4 OR f.name = $4) AND f.deleted_at IS "
+		     "$10::macaddr, $11, $12 FROM flavors f, images im WHERE (f.id = $4 OR f.name = $4) AND f.deleted_at IS "
 		     "NULL AND (im.id = $5 OR im.name = $5) AND im.deleted_at IS NULL "
-		     "RETURNING vcpus, memory_mib, disk_gib, gpus", &p);
+		     "RETURNING vcpus, memory_mib, disk_gib, gpus, flavor_name, image_id", &p);
 	if (rc < 0)
 		return db_fail(err, rc);
 	if (PQntuples(*ret_shape) == 1)
@@ -272,7 +275,7 @@ static int insert_instance(struct db *d, struct create *a, PGresult **ret_shape,
 	*ret_shape = NULL;
 	/* say which of the two is unknown */
 	p.n = 0;
-	dbp_str(&p, q->flavor);
+	dbp_str(&p, n->flavor);
 	rc = db_exec(d, ret_shape, "SELECT 1 FROM flavors WHERE (id = $1 OR name = $1) AND "
 		     "deleted_at IS NULL", &p);
 	if (rc < 0)
@@ -281,84 +284,106 @@ static int insert_instance(struct db *d, struct create *a, PGresult **ret_shape,
 	PQclear(*ret_shape);
 	*ret_shape = NULL;
 	if (rc == 0)
-		return invalid(err, "flavor", "unknown flavor %s", q->flavor);
-	return invalid(err, "imageId", "unknown image %s", q->image_id);
+		return invalid(err, "flavor", "unknown flavor %s", n->flavor);
+	return invalid(err, "imageId", "unknown image %s", n->image_id);
 }
 
 /* Draft, then decide: stage the instance's authorization row with the
- * requested shape, decide compute:instances:create on it, then charge the
- * quota and check the budget. Any refusal rolls the whole create back. */
-static int admit(struct db *d, struct create *a, const PGresult *shape, bc_error *err)
+ * requested shape, decide on it (unless the caller decided on its own
+ * resource), then charge the quota and check the budget. Any refusal rolls
+ * the whole create back. */
+static int admit(struct db *d, rpc_call *c, const struct inst_new *n, const PGresult *shape,
+		 bc_error *err)
 {
-	struct authz_target t = {.type = "compute-instance", .id = a->id, .tenant_id = a->tenant};
+	struct authz_target t = {.type = "compute-instance", .id = n->id, .tenant_id = n->tenant};
 	char parent[128];
 	int rc;
 
-	snprintf(parent, sizeof(parent), "compute-pool/%s", a->q->pool_id);
+	snprintf(parent, sizeof(parent), "compute-pool/%s", n->pool_id);
 	t.parent = parent;
-	authz_attr(&t, "poolId", a->q->pool_id);
-	authz_attr(&t, "flavor", a->q->flavor);
-	authz_attr(&t, "imageId", a->q->image_id);
-	authz_attr(&t, "networkPolicy", a->policy);
-	authz_attr(&t, "createdBy", ctl_principal(a->call)->id);
+	authz_attr(&t, "poolId", n->pool_id);
+	authz_attr(&t, "flavor", n->flavor);
+	authz_attr(&t, "imageId", n->image_id);
+	authz_attr(&t, "networkPolicy", n->policy);
+	authz_attr(&t, "createdBy", ctl_principal(c)->id);
 	authz_attr(&t, "vcpus", db_val(shape, 0, 0));
 	authz_attr(&t, "memoryMib", db_val(shape, 0, 1));
 	authz_attr(&t, "diskGiB", db_val(shape, 0, 2));
 	authz_attr(&t, "gpus", db_val(shape, 0, 3));
-	if ((rc = authz_stage(a->call, d, &t, err)) < 0 ||
-	    (rc = authz_decide_staged(a->call, d, "compute:instances:create", t.type, t.id,
-				      err)) < 0)
+	if (n->sandbox_id)
+		authz_attr(&t, "sandboxId", n->sandbox_id);
+	if ((rc = authz_stage(c, d, &t, err)) < 0)
 		return rc;
-	if ((rc = quota_check(d, a->tenant, (int)db_i64(shape, 0, 0), db_i64(shape, 0, 1),
+	if (n->decide_action &&
+	    (rc = authz_decide_staged(c, d, n->decide_action, t.type, t.id, err)) < 0)
+		return rc;
+	if ((rc = quota_check(d, n->tenant, (int)db_i64(shape, 0, 0), db_i64(shape, 0, 1),
 			      db_i64(shape, 0, 2), (int)db_i64(shape, 0, 3), err)) < 0)
 		return rc;
-	return quota_budget(d, a->tenant, a->q->pool_id, err);
+	return quota_budget(d, n->tenant, n->pool_id, err);
+}
+
+int instance_create_tx(rpc_call *c, struct db *d, struct inst_new *n, bc_error *err)
+{
+	_cleanup_free_ char *runtime = NULL, *data = NULL;
+	const char *labels[3] = {NULL, NULL, NULL};
+	PGresult *shape = NULL;
+	struct place_req pr;
+	char subject[96];
+	size_t nl = 0;
+	int rc;
+
+	n->node = NULL;
+	if ((rc = resolve_pool(d, n, &runtime, err)) < 0 ||
+	    (rc = insert_instance(d, c, n, &shape, err)) < 0)
+		return rc;
+	if ((rc = admit(d, c, n, shape, err)) < 0) {
+		PQclear(shape);
+		return rc;
+	}
+	pr = (struct place_req){.instance_id = n->id, .tenant_id = n->tenant,
+				.pool_id = n->pool_id, .vcpus = (int)db_i64(shape, 0, 0),
+				.memory_mib = db_i64(shape, 0, 1), .disk_gib = db_i64(shape, 0, 2),
+				.gpus = (int)db_i64(shape, 0, 3), .labels = labels};
+	PQclear(shape);
+	if (strcmp(n->policy, "egress") != 0)
+		labels[nl++] = CAP_NETWORK_POLICY;
+	if (n->ssh_from_host_only)
+		labels[nl++] = CAP_SSH_HOST_ONLY;
+	if ((rc = lease_nic(d, n->pool_id, n->id, n->mac, err)) < 0 ||
+	    (rc = authz_commit(d, "compute-instance", n->id, err)) < 0)
+		return rc;
+	/* placement last: the node's row lock is held only until commit */
+	if ((rc = place_instance(d, &pr, &n->node, err)) < 0)
+		return rc;
+	snprintf(subject, sizeof(subject), "instance/%s", n->id);
+	data = xasprintf("{\"poolId\": \"%s\", \"nodeId\": %s%s%s%s%s%s}", n->pool_id,
+			 n->node ? "\"" : "", n->node ? n->node : "null", n->node ? "\"" : "",
+			 n->sandbox_id ? ", \"sandboxId\": \"" : "",
+			 n->sandbox_id ? n->sandbox_id : "", n->sandbox_id ? "\"" : "");
+	rc = event_publish(d, "instance.created", subject, n->tenant, data);
+	return rc < 0 ? db_fail(err, rc) : 0;
 }
 
 static int create_tx(struct db *d, void *arg, bc_error *err)
 {
 	struct create *a = arg;
-	_cleanup_free_ char *existing = NULL, *runtime = NULL, *node = NULL, *data = NULL;
-	const char *labels[2] = {NULL, NULL};
-	PGresult *shape = NULL;
-	struct place_req pr;
-	char subject[96];
+	_cleanup_free_ char *existing = NULL;
 	int rc;
 
 	a->reused = false;
+	free(a->n.node);
+	a->n.node = NULL;
 	if ((rc = idem_lookup(d, &a->k, &existing, err)) < 0)
 		return rc;
 	if (existing) {
-		snprintf(a->id, sizeof(a->id), "%s", existing);
+		snprintf(a->n.id, sizeof(a->n.id), "%s", existing);
 		a->reused = true;
 		return 0;
 	}
-	if ((rc = resolve_pool(d, a, &runtime, err)) < 0 ||
-	    (rc = insert_instance(d, a, &shape, err)) < 0)
+	if ((rc = instance_create_tx(a->call, d, &a->n, err)) < 0)
 		return rc;
-	if ((rc = admit(d, a, shape, err)) < 0) {
-		PQclear(shape);
-		return rc;
-	}
-	pr = (struct place_req){.instance_id = a->id, .tenant_id = a->tenant,
-				.pool_id = a->q->pool_id, .vcpus = (int)db_i64(shape, 0, 0),
-				.memory_mib = db_i64(shape, 0, 1), .disk_gib = db_i64(shape, 0, 2),
-				.gpus = (int)db_i64(shape, 0, 3), .labels = labels};
-	PQclear(shape);
-	if (strcmp(a->policy, "egress") != 0)
-		labels[0] = CAP_NETWORK_POLICY;
-	if ((rc = lease_nic(d, a->q->pool_id, a->id, a->mac, err)) < 0 ||
-	    (rc = idem_record(d, &a->k, a->id, err)) < 0 ||
-	    (rc = authz_commit(d, "compute-instance", a->id, err)) < 0)
-		return rc;
-	/* placement last: the node's row lock is held only until commit */
-	if ((rc = place_instance(d, &pr, &node, err)) < 0)
-		return rc;
-	snprintf(subject, sizeof(subject), "instance/%s", a->id);
-	data = xasprintf("{\"poolId\": \"%s\", \"nodeId\": %s%s%s}", a->q->pool_id,
-			 node ? "\"" : "", node ? node : "null", node ? "\"" : "");
-	rc = event_publish(d, "instance.created", subject, a->tenant, data);
-	return rc < 0 ? db_fail(err, rc) : 0;
+	return idem_record(d, &a->k, a->n.id, err);
 }
 
 /* Re-read until the instance leaves provisioning/starting or time is up;
@@ -402,22 +427,27 @@ static int inst_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage 
 
 	if ((r = auth_tenant(c, q->tenant_id, &a.tenant, err)) < 0 || (r = check_create(q, err)) < 0)
 		return r;
-	a.policy = *q->network_policy ? q->network_policy : "egress";
+	a.n = (struct inst_new){.tenant = a.tenant, .pool_id = q->pool_id, .flavor = q->flavor,
+				.image_id = q->image_id, .user_data = q->user_data,
+				.policy = *q->network_policy ? q->network_policy : "egress",
+				.ssh_keys = (const char *const *)q->ssh_keys,
+				.n_ssh_keys = q->n_ssh_keys,
+				.decide_action = "compute:instances:create"};
 	h.idempotency_key = (char *)"";
 	h.wait = NULL;
 	h.tenant_id = (char *)a.tenant;
 	a.k = (struct idem){.tenant_id = a.tenant, .caller_id = ctl_principal(c)->id,
 			    .scope = "instances.create", .key = q->idempotency_key};
 	idem_hash(&h.base, a.k.request_hash);
-	if ((r = db_tx(ctl_db(c), "READ COMMITTED", create_tx, &a, err)) < 0)
-		return r;
-	if ((r = inst_fetch(c, a.tenant, a.id, &inst, NULL, err)) < 0)
+	r = db_tx(ctl_db(c), "READ COMMITTED", create_tx, &a, err);
+	free(a.n.node);
+	if (r < 0 || (r = inst_fetch(c, a.tenant, a.n.id, &inst, NULL, err)) < 0)
 		return r;
 	if (!a.reused)
-		log_info("instance %s: created for tenant %s on %s", a.id, a.tenant,
+		log_info("instance %s: created for tenant %s on %s", a.n.id, a.tenant,
 			 *inst->node_id ? inst->node_id : "(unplaced)");
 	if (q->wait && q->wait->timeout_ms > 0 &&
-	    (r = wait_settled(c, a.tenant, a.id, q->wait->timeout_ms, &inst, err)) < 0)
+	    (r = wait_settled(c, a.tenant, a.n.id, q->wait->timeout_ms, &inst, err)) < 0)
 		return r;
 	*ret = &inst->base;
 	return 0;

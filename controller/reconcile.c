@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "instances.h"
 #include "log.h"
 #include "nodes.h"
 #include "util.h"
@@ -57,7 +58,7 @@ static int place_tx(struct db *d, void *arg, bc_error *err)
 {
 	struct unplaced *a = arg;
 	_cleanup_free_ char *node = NULL;
-	const char *labels[2] = {NULL, NULL};
+	const char *labels[3] = {NULL, NULL, NULL};
 	struct place_req q;
 	struct dbp p = {0};
 	PGresult *r = NULL;
@@ -65,7 +66,7 @@ static int place_tx(struct db *d, void *arg, bc_error *err)
 
 	dbp_str(&p, a->id);
 	rc = db_exec(d, &r, "SELECT tenant_id, pool_id, vcpus, memory_mib, disk_gib, gpus, "
-		     "network_policy FROM instances WHERE id = $1 AND node_id IS NULL AND "
+		     "network_policy, ssh_from_host_only FROM instances WHERE id = $1 AND node_id IS NULL AND "
 		     "desired_state <> 'deleted' AND state = 'provisioning' FOR UPDATE SKIP LOCKED",
 		     &p);
 	if (rc < 0)
@@ -75,7 +76,9 @@ static int place_tx(struct db *d, void *arg, bc_error *err)
 		return 0;
 	}
 	if (strcmp(db_val(r, 0, 6), "egress") != 0)
-		labels[0] = "bc.dev/cap.instance.network-policy";
+		labels[0] = CAP_NETWORK_POLICY;
+	if (db_bool(r, 0, 7))
+		labels[labels[0] ? 1 : 0] = CAP_SSH_HOST_ONLY;
 	q = (struct place_req){.instance_id = a->id, .tenant_id = db_val(r, 0, 0),
 			       .pool_id = db_val(r, 0, 1), .vcpus = (int)db_i64(r, 0, 2),
 			       .memory_mib = db_i64(r, 0, 3), .disk_gib = db_i64(r, 0, 4),

@@ -9,6 +9,8 @@
 
 #include "ctl.h"
 #include "log.h"
+#include "metrics.h"
+#include "sandboxes.h"
 #include "util.h"
 
 struct ctl_app *ctl_app(const rpc_call *call)
@@ -42,6 +44,36 @@ static void *thread_db_open(void *user)
 static void thread_db_close(void *user, void *state)
 {
 	db_close(state);
+}
+
+/* GET /metrics: the sandbox figures, read from the database on the
+ * metrics thread's own connection. */
+static void metrics_render(FILE *out, void *arg)
+{
+	static struct db *d;
+	struct ctl_app *app = arg;
+
+	if (!d)
+		d = db_open(app->cfg.database);
+	if (d && db_ensure(d) == 0)
+		sbx_metrics_render(out, d);
+}
+
+static int metrics_start(struct ctl_app *app)
+{
+	int port = 0, e = 0;
+
+	if (!app->cfg.metrics_listen || !*app->cfg.metrics_listen)
+		return 0;
+	app->metrics = metrics_serve(app->cfg.metrics_listen, metrics_render, app, &port, &e);
+	if (!app->metrics) {
+		log_error("serve: cannot serve /metrics on %s: %s", app->cfg.metrics_listen,
+			  strerror(e));
+		return -e;
+	}
+	log_info("serve: replica %s serving /metrics on %s (port %d)", app->cfg.replica,
+		 app->cfg.metrics_listen, port);
+	return 0;
 }
 
 int server_start(struct ctl_app *app)
@@ -84,10 +116,14 @@ int server_start(struct ctl_app *app)
 	    (r = nodeapi_register(app->server)) < 0 ||
 	    (r = iam_tenants_register(app->server)) < 0 ||
 	    (r = iam_policies_register(app->server)) < 0 ||
-	    (r = events_register(app->server)) < 0) {
+	    (r = events_register(app->server)) < 0 ||
+	    (r = templates_register(app->server)) < 0 ||
+	    (r = sandboxes_register(app->server)) < 0) {
 		log_error("serve: service registration failed: %s", strerror(-r));
 		goto out;
 	}
+	if ((r = metrics_start(app)) < 0)
+		goto out;
 	if ((r = rpc_server_start(app->server, &port)) < 0) {
 		log_error("serve: cannot listen on %s%s%s: %s", app->cfg.listen,
 			  http ? " or " : "", http ? app->cfg.http_listen : "", strerror(-r));
@@ -95,6 +131,7 @@ int server_start(struct ctl_app *app)
 	}
 	pthread_create(&app->listen_thread, NULL, watch_listen_thread, app);
 	pthread_create(&app->reconcile_thread, NULL, reconcile_thread, app);
+	pthread_create(&app->sbx_thread, NULL, sbx_reconcile_thread, app);
 	log_info("serve: replica %s listening on %s (port %d)", app->cfg.replica, app->cfg.listen,
 		 port);
 	if (http)
@@ -106,6 +143,8 @@ out:
 	if (r < 0) {
 		rpc_server_free(app->server, 0);
 		app->server = NULL;
+		metrics_stop(app->metrics);
+		app->metrics = NULL;
 		watch_registry_free(app->watches);
 		app->watches = NULL;
 	}
@@ -118,5 +157,7 @@ void server_stop(struct ctl_app *app)
 	rpc_server_free(app->server, 5000);
 	pthread_join(app->listen_thread, NULL);
 	pthread_join(app->reconcile_thread, NULL);
+	pthread_join(app->sbx_thread, NULL);
+	metrics_stop(app->metrics);
 	watch_registry_free(app->watches);
 }

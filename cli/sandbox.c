@@ -1,0 +1,403 @@
+/* sandbox.c: "bcctl sandbox-template ..." over bc.compute.v1.SandboxTemplates
+ * and "bcctl sandbox ..." over bc.compute.v1.Sandboxes. Lifetimes are
+ * given as durations (--ttl 15m, --max-ttl 4h) and sent in seconds;
+ * extend sends --by as typed (the server parses 30m, 8h, 7d or
+ * milliseconds) and --until as epoch milliseconds, from an RFC 3339 UTC
+ * time (2026-10-01T12:00:00Z) or "+DURATION" from now. */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bc/compute/v1/sandboxes.pb-c.h"
+#include "util.h"
+
+#define TSVC (&bc__compute__v1__sandbox_templates__descriptor)
+#define SSVC (&bc__compute__v1__sandboxes__descriptor)
+#define TTL_FLAG_MAX (86400LL * 1000)
+
+static const char *const networks[] = {"egress", "private", "none", NULL};
+
+static void show_templates(const ProtobufCMessage *resp, FILE *out)
+{
+	static const char *const hdr[] = {"ID", "NAME", "POOL", "RUNTIME", "FLAVOR", "NETWORK",
+					  "TTL", "MAX TTL", "WARM", "VERSION"};
+	const Bc__Compute__V1__ListSandboxTemplatesResponse *l = (const void *)resp;
+	struct cli_table *t = cli_table_new(hdr, ARRAY_SIZE(hdr));
+
+	for (size_t i = 0; i < l->n_items; i++) {
+		const Bc__Compute__V1__SandboxTemplate *x = l->items[i];
+		cli_table_cell(t, "%s", x->id);
+		cli_table_cell(t, "%s", x->name);
+		cli_table_cell(t, "%s", x->pool_id);
+		cli_table_cell(t, "%s", x->runtime);
+		cli_table_cell(t, "%s", x->flavor);
+		cli_table_cell(t, "%s", x->network);
+		cli_table_cell(t, "%llds", (long long)x->default_ttl_seconds);
+		cli_table_cell(t, "%llds", (long long)x->max_ttl_seconds);
+		cli_table_cell(t, "%u..%u", x->warm ? x->warm->min : 0, x->warm ? x->warm->max : 0);
+		cli_table_cell(t, "%lld", (long long)x->version);
+	}
+	cli_table_print(t, out);
+	cli_table_free(t);
+}
+
+static void show_sandboxes(const ProtobufCMessage *resp, FILE *out)
+{
+	static const char *const hdr[] = {"ID", "STATE", "TEMPLATE", "INSTANCE", "NODE",
+					  "EXPIRES", "CREATED"};
+	const Bc__Compute__V1__ListSandboxesResponse *l = (const void *)resp;
+	struct cli_table *t = cli_table_new(hdr, ARRAY_SIZE(hdr));
+	char a[32], b[32];
+
+	for (size_t i = 0; i < l->n_items; i++) {
+		const Bc__Compute__V1__Sandbox *x = l->items[i];
+		cli_table_cell(t, "%s", x->id);
+		cli_table_cell(t, "%s", x->state);
+		cli_table_cell(t, "%s", x->template_id);
+		cli_table_cell(t, "%s", x->instance_id);
+		cli_table_cell(t, "%s", x->node_id);
+		cli_table_cell(t, "%s", cli_fmt_time(x->expires_at, a, sizeof(a)));
+		cli_table_cell(t, "%s", cli_fmt_time(x->created_at, b, sizeof(b)));
+	}
+	cli_table_print(t, out);
+	cli_table_free(t);
+	cli_print_more(l->cursor);
+}
+
+/* Milliseconds given on the command line, as whole seconds (rounded up). */
+static int64_t secs(int64_t ms)
+{
+	return (ms + 999) / 1000;
+}
+
+/* -------------------------------------------------------------- templates */
+
+int cli_template_create(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Compute__V1__CreateSandboxTemplateRequest req =
+		BC__COMPUTE__V1__CREATE_SANDBOX_TEMPLATE_REQUEST__INIT;
+	Bc__Compute__V1__WarmPool warm = BC__COMPUTE__V1__WARM_POOL__INIT;
+	char *tenant = NULL, *name = NULL, *pool = NULL, *flavor = NULL, *image = NULL;
+	_cleanup_free_ char *user_data = NULL;
+	int64_t ttl = 0, max_ttl = 0, wmin = 0, wmax = 0;
+	bool warm_min_seen = false, warm_max_seen = false;
+	int network = 0;
+	const struct cli_flag flags[] = {
+		{.name = "name", .type = CLI_STR, .dst = &name, .meta = "N", .required = true,
+		 .help = "template name, unique among the tenant's live templates"},
+		{.name = "pool", .type = CLI_STR, .dst = &pool, .meta = "ID", .required = true,
+		 .help = "hosted pool the sandboxes run in"},
+		{.name = "flavor", .type = CLI_STR, .dst = &flavor, .meta = "F", .required = true,
+		 .help = "flavor id or name"},
+		{.name = "image", .type = CLI_STR, .dst = &image, .meta = "I", .required = true,
+		 .help = "image id or name"},
+		{.name = "user-data-file", .type = CLI_FILE, .dst = &user_data, .meta = "F",
+		 .max = CLI_USER_DATA_MAX, .help = "cloud-init user data (at most 64 KiB)"},
+		{.name = "network", .type = CLI_CHOICE, .dst = &network, .choices = networks,
+		 .meta = "egress|private|none", .help = "network policy (default egress)"},
+		{.name = "default-ttl", .type = CLI_DUR, .dst = &ttl, .meta = "D", .min = 1000,
+		 .max = TTL_FLAG_MAX, .help = "default lifetime of a sandbox (default 1h)"},
+		{.name = "max-ttl", .type = CLI_DUR, .dst = &max_ttl, .meta = "D", .min = 1000,
+		 .max = TTL_FLAG_MAX, .help = "longest lifetime, extensions included (default 24h)"},
+		{.name = "warm-min", .type = CLI_INT, .dst = &wmin, .meta = "N", .min = 0, .max = 64,
+		 .seen = &warm_min_seen, .help = "warm instances kept booted"},
+		{.name = "warm-max", .type = CLI_INT, .dst = &wmax, .meta = "N", .min = 0, .max = 64,
+		 .seen = &warm_max_seen, .help = "at most this many warm instances"},
+		{.name = "tenant", .type = CLI_STR, .dst = &tenant, .meta = "T",
+		 .help = "tenant (default: the caller's)"},
+	};
+	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+
+	if (r != 0)
+		return r;
+	if (warm_max_seen && !warm_min_seen)
+		return cli_usage_error(ctx, "--warm-max needs --warm-min");
+	req.tenant_id = tenant ? tenant : (char *)"";
+	req.name = name;
+	req.pool_id = pool;
+	req.flavor = flavor;
+	req.image_id = image;
+	if (user_data)
+		req.user_data = user_data;
+	req.network = (char *)networks[network];
+	req.default_ttl_seconds = secs(ttl);
+	req.max_ttl_seconds = secs(max_ttl);
+	if (warm_min_seen) {
+		warm.min = (uint32_t)wmin;
+		warm.max = (uint32_t)(warm_max_seen ? wmax : wmin);
+		req.warm = &warm;
+	}
+	return cli_run(ctx, TSVC, "Create", &req.base, NULL, 0);
+}
+
+int cli_template_update(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Compute__V1__UpdateSandboxTemplateRequest req =
+		BC__COMPUTE__V1__UPDATE_SANDBOX_TEMPLATE_REQUEST__INIT;
+	Bc__Compute__V1__WarmPool warm = BC__COMPUTE__V1__WARM_POOL__INIT;
+	char *tenant = NULL, *id = NULL, *flavor = NULL, *image = NULL;
+	_cleanup_free_ char *user_data = NULL;
+	int64_t ttl = 0, max_ttl = 0, wmin = 0, wmax = 0;
+	bool ttl_seen = false, max_seen = false, net_seen = false, no_ud = false;
+	bool warm_min_seen = false, warm_max_seen = false;
+	int network = 0;
+	const struct cli_flag flags[] = {
+		{.name = "ID", .type = CLI_ARG, .dst = &id, .required = true, .help = "template id"},
+		{.name = "flavor", .type = CLI_STR, .dst = &flavor, .meta = "F",
+		 .help = "new flavor id or name"},
+		{.name = "image", .type = CLI_STR, .dst = &image, .meta = "I",
+		 .help = "new image id or name"},
+		{.name = "user-data-file", .type = CLI_FILE, .dst = &user_data, .meta = "F",
+		 .max = CLI_USER_DATA_MAX, .help = "new cloud-init user data"},
+		{.name = "no-user-data", .type = CLI_BOOL, .dst = &no_ud,
+		 .help = "clear the user data"},
+		{.name = "network", .type = CLI_CHOICE, .dst = &network, .choices = networks,
+		 .meta = "egress|private|none", .seen = &net_seen, .help = "new network policy"},
+		{.name = "default-ttl", .type = CLI_DUR, .dst = &ttl, .meta = "D", .min = 1000,
+		 .max = TTL_FLAG_MAX, .seen = &ttl_seen, .help = "new default lifetime"},
+		{.name = "max-ttl", .type = CLI_DUR, .dst = &max_ttl, .meta = "D", .min = 1000,
+		 .max = TTL_FLAG_MAX, .seen = &max_seen, .help = "new longest lifetime"},
+		{.name = "warm-min", .type = CLI_INT, .dst = &wmin, .meta = "N", .min = 0, .max = 64,
+		 .seen = &warm_min_seen, .help = "warm instances kept booted"},
+		{.name = "warm-max", .type = CLI_INT, .dst = &wmax, .meta = "N", .min = 0, .max = 64,
+		 .seen = &warm_max_seen, .help = "at most this many warm instances"},
+		{.name = "tenant", .type = CLI_STR, .dst = &tenant, .meta = "T",
+		 .help = "tenant (default: the caller's)"},
+	};
+	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+
+	if (r != 0)
+		return r;
+	if (user_data && no_ud)
+		return cli_usage_error(ctx, "--user-data-file and --no-user-data exclude each other");
+	if (warm_max_seen && !warm_min_seen)
+		return cli_usage_error(ctx, "--warm-max needs --warm-min");
+	req.tenant_id = tenant ? tenant : (char *)"";
+	req.template_id = id;
+	if (flavor) {
+		req.flavor_set_case = BC__COMPUTE__V1__UPDATE_SANDBOX_TEMPLATE_REQUEST__FLAVOR_SET_FLAVOR;
+		req.flavor = flavor;
+	}
+	if (image) {
+		req.image_id_set_case =
+			BC__COMPUTE__V1__UPDATE_SANDBOX_TEMPLATE_REQUEST__IMAGE_ID_SET_IMAGE_ID;
+		req.image_id = image;
+	}
+	if (user_data || no_ud) {
+		req.user_data_set_case =
+			BC__COMPUTE__V1__UPDATE_SANDBOX_TEMPLATE_REQUEST__USER_DATA_SET_USER_DATA;
+		req.user_data = user_data ? user_data : (char *)"";
+	}
+	if (net_seen) {
+		req.network_set_case =
+			BC__COMPUTE__V1__UPDATE_SANDBOX_TEMPLATE_REQUEST__NETWORK_SET_NETWORK;
+		req.network = (char *)networks[network];
+	}
+	if (ttl_seen) {
+		req.default_ttl_seconds_set_case =
+			BC__COMPUTE__V1__UPDATE_SANDBOX_TEMPLATE_REQUEST__DEFAULT_TTL_SECONDS_SET_DEFAULT_TTL_SECONDS;
+		req.default_ttl_seconds = secs(ttl);
+	}
+	if (max_seen) {
+		req.max_ttl_seconds_set_case =
+			BC__COMPUTE__V1__UPDATE_SANDBOX_TEMPLATE_REQUEST__MAX_TTL_SECONDS_SET_MAX_TTL_SECONDS;
+		req.max_ttl_seconds = secs(max_ttl);
+	}
+	if (warm_min_seen) {
+		warm.min = (uint32_t)wmin;
+		warm.max = (uint32_t)(warm_max_seen ? wmax : wmin);
+		req.warm = &warm;
+	}
+	return cli_run(ctx, TSVC, "Update", &req.base, NULL, 0);
+}
+
+/* Get and Delete of templates, and of sandboxes, take (tenant, id). */
+static int by_id(struct cli_ctx *ctx, int argc, char **argv, const char *what,
+		 char **ret_tenant, char **ret_id)
+{
+	const struct cli_flag flags[] = {
+		{.name = "ID", .type = CLI_ARG, .dst = ret_id, .required = true, .help = what},
+		{.name = "tenant", .type = CLI_STR, .dst = ret_tenant, .meta = "T",
+		 .help = "tenant (default: the caller's)"},
+	};
+
+	return cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+}
+
+int cli_template_delete(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Compute__V1__DeleteSandboxTemplateRequest req =
+		BC__COMPUTE__V1__DELETE_SANDBOX_TEMPLATE_REQUEST__INIT;
+	int r = by_id(ctx, argc, argv, "template id", &req.tenant_id, &req.template_id);
+
+	return r != 0 ? r : cli_run(ctx, TSVC, "Delete", &req.base, NULL, 0);
+}
+
+int cli_template_get(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Compute__V1__GetSandboxTemplateRequest req =
+		BC__COMPUTE__V1__GET_SANDBOX_TEMPLATE_REQUEST__INIT;
+	int r = by_id(ctx, argc, argv, "template id", &req.tenant_id, &req.template_id);
+
+	return r != 0 ? r : cli_run(ctx, TSVC, "Get", &req.base, NULL, 0);
+}
+
+int cli_sandbox_templates(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Compute__V1__ListSandboxTemplatesRequest req =
+		BC__COMPUTE__V1__LIST_SANDBOX_TEMPLATES_REQUEST__INIT;
+	char *tenant = NULL;
+	const struct cli_flag flags[] = {
+		{.name = "tenant", .type = CLI_STR, .dst = &tenant, .meta = "T",
+		 .help = "tenant (default: the caller's)"},
+	};
+	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+
+	if (r != 0)
+		return r;
+	req.tenant_id = tenant ? tenant : (char *)"";
+	return cli_run(ctx, TSVC, "List", &req.base, show_templates, 0);
+}
+
+/* -------------------------------------------------------------- sandboxes */
+
+int cli_sandbox_create(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Compute__V1__CreateSandboxRequest req = BC__COMPUTE__V1__CREATE_SANDBOX_REQUEST__INIT;
+	Bc__Compute__V1__Wait wait = BC__COMPUTE__V1__WAIT__INIT;
+	char *tenant = NULL, *tmpl = NULL, *key = NULL, *snap = NULL;
+	int64_t ttl = 0, wait_ms = 0;
+	bool waiting = false;
+	const struct cli_flag flags[] = {
+		{.name = "template", .type = CLI_STR, .dst = &tmpl, .meta = "ID", .required = true,
+		 .help = "sandbox template id"},
+		{.name = "ttl", .type = CLI_DUR, .dst = &ttl, .meta = "D", .min = 1000,
+		 .max = TTL_FLAG_MAX, .help = "lifetime (default: the template's)"},
+		{.name = "key", .type = CLI_STR, .dst = &key, .meta = "IDEMPOTENCY",
+		 .help = "idempotency key: a retry with the same key returns the same sandbox"},
+		{.name = "wait", .type = CLI_DUR, .dst = &wait_ms, .meta = "D", .min = 0,
+		 .max = 30000, .seen = &waiting,
+		 .help = "let the server wait up to this long for readiness (max 30s)"},
+		{.name = "from-snapshot", .type = CLI_STR, .dst = &snap, .meta = "ID",
+		 .help = "restore a snapshot (not supported yet)"},
+		{.name = "tenant", .type = CLI_STR, .dst = &tenant, .meta = "T",
+		 .help = "tenant (default: the caller's)"},
+	};
+	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+
+	if (r != 0)
+		return r;
+	req.tenant_id = tenant ? tenant : (char *)"";
+	req.template_id = tmpl;
+	req.ttl_seconds = secs(ttl);
+	if (key)
+		req.idempotency_key = key;
+	if (snap)
+		req.from_snapshot = snap;
+	if (waiting) {
+		wait.timeout_ms = (int32_t)wait_ms;
+		req.wait = &wait;
+	}
+	return cli_run(ctx, SSVC, "Create", &req.base, NULL, wait_ms);
+}
+
+int cli_sandbox_get(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Compute__V1__GetSandboxRequest req = BC__COMPUTE__V1__GET_SANDBOX_REQUEST__INIT;
+	int r = by_id(ctx, argc, argv, "sandbox id", &req.tenant_id, &req.sandbox_id);
+
+	return r != 0 ? r : cli_run(ctx, SSVC, "Get", &req.base, NULL, 0);
+}
+
+int cli_sandbox_delete(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Compute__V1__DeleteSandboxRequest req = BC__COMPUTE__V1__DELETE_SANDBOX_REQUEST__INIT;
+	int r = by_id(ctx, argc, argv, "sandbox id", &req.tenant_id, &req.sandbox_id);
+
+	return r != 0 ? r : cli_run(ctx, SSVC, "Delete", &req.base, NULL, 0);
+}
+
+int cli_sandbox_list(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Compute__V1__ListSandboxesRequest req = BC__COMPUTE__V1__LIST_SANDBOXES_REQUEST__INIT;
+	char *tenant = NULL, *tmpl = NULL, *cursor = NULL;
+	bool all = false, deleted = false;
+	int64_t limit = 0;
+	const struct cli_flag flags[] = {
+		{.name = "all", .type = CLI_BOOL, .dst = &all,
+		 .help = "the tenant's sandboxes you may read (default: yours)"},
+		{.name = "deleted", .type = CLI_BOOL, .dst = &deleted,
+		 .help = "include deleted sandboxes"},
+		{.name = "template", .type = CLI_STR, .dst = &tmpl, .meta = "ID",
+		 .help = "only sandboxes of this template"},
+		{.name = "limit", .type = CLI_INT, .dst = &limit, .meta = "N", .min = 1, .max = 200,
+		 .help = "page size, 1..200 (default 50)"},
+		{.name = "cursor", .type = CLI_STR, .dst = &cursor, .meta = "C",
+		 .help = "continue after this cursor"},
+		{.name = "tenant", .type = CLI_STR, .dst = &tenant, .meta = "T",
+		 .help = "tenant (default: the caller's)"},
+	};
+	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+
+	if (r != 0)
+		return r;
+	req.tenant_id = tenant ? tenant : (char *)"";
+	req.scope = (char *)(all ? "all" : "mine");
+	req.deleted = deleted;
+	req.template_id = tmpl ? tmpl : (char *)"";
+	req.limit = (int32_t)limit;
+	req.cursor = cursor ? cursor : (char *)"";
+	return cli_run(ctx, SSVC, "List", &req.base, show_sandboxes, 0);
+}
+
+/* --until: "2026-10-01T12:00:00Z" (UTC) or "+2h" from now, as epoch ms. */
+static int parse_until(const char *s, int64_t *ret)
+{
+	struct tm tm = {0};
+	const char *end;
+	int64_t ms;
+
+	if (*s == '+') {
+		if (duration_parse_ms(s + 1, &ms) < 0 || ms <= 0)
+			return -EINVAL;
+		*ret = now_ms() + ms;
+		return 0;
+	}
+	end = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (!end || strcmp(end, "Z") != 0)
+		return -EINVAL;
+	*ret = (int64_t)timegm(&tm) * 1000;
+	return 0;
+}
+
+int cli_sandbox_extend(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Compute__V1__ExtendSandboxRequest req = BC__COMPUTE__V1__EXTEND_SANDBOX_REQUEST__INIT;
+	char *tenant = NULL, *id = NULL, *by = NULL, *until = NULL;
+	const struct cli_flag flags[] = {
+		{.name = "ID", .type = CLI_ARG, .dst = &id, .required = true, .help = "sandbox id"},
+		{.name = "by", .type = CLI_STR, .dst = &by, .meta = "D",
+		 .help = "add to the current expiry: 30m, 8h, 7d or milliseconds (at most 30 days)"},
+		{.name = "until", .type = CLI_STR, .dst = &until, .meta = "TIME",
+		 .help = "new expiry: 2026-10-01T12:00:00Z, or +2h from now"},
+		{.name = "tenant", .type = CLI_STR, .dst = &tenant, .meta = "T",
+		 .help = "tenant (default: the caller's)"},
+	};
+	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+
+	if (r != 0)
+		return r;
+	if (!by == !until)
+		return cli_usage_error(ctx, "give exactly one of --by and --until");
+	if (until && parse_until(until, &req.until) < 0)
+		return cli_usage_error(ctx, "--until: not YYYY-MM-DDTHH:MM:SSZ or +DURATION");
+	req.tenant_id = tenant ? tenant : (char *)"";
+	req.sandbox_id = id;
+	if (by)
+		req.by = by;
+	return cli_run(ctx, SSVC, "Extend", &req.base, NULL, 0);
+}

@@ -1,0 +1,39 @@
+/* instances.h: the instance create path shared by Instances.Create and
+ * Sandboxes.Create (see instances.c). */
+#ifndef BC_CTL_INSTANCES_H
+#define BC_CTL_INSTANCES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ctl.h"
+
+#define CAP_NETWORK_POLICY "bc.dev/cap.instance.network-policy"
+#define CAP_SSH_HOST_ONLY "bc.dev/cap.instance.ssh-host-only"
+
+/* One instance to create, already validated by the caller. */
+struct inst_new {
+	const char *tenant, *pool_id, *flavor, *image_id;
+	const char *policy;              /* egress | private | none */
+	const char *user_data;
+	const char *const *ssh_keys;
+	size_t n_ssh_keys;
+	const char *sandbox_id;          /* the sandbox it drives, or NULL */
+	bool ssh_from_host_only;         /* placed only on nodes that enforce it */
+	/* the action decided on the staged instance (compute:instances:create),
+	 * or NULL when the caller decided on its own resource (a sandbox) */
+	const char *decide_action;
+	char id[64];                     /* out: the new instance */
+	char mac[18];
+	char *node;                      /* out: malloc'd node id, or NULL when unplaced */
+};
+
+/* Inside the caller's READ COMMITTED transaction: check the pool (visible
+ * to the tenant; IPAM for private/none: INVALID_STATE), insert the instance,
+ * stage its authorization row (and decide decide_action on it), charge the
+ * quota and check the budget, lease its NIC, commit the projection row,
+ * place it (or leave it Unschedulable) and publish instance.created. Any
+ * refusal is returned with the spec's code; the caller rolls back. */
+int instance_create_tx(rpc_call *c, struct db *d, struct inst_new *n, bc_error *err);
+
+#endif

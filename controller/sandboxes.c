@@ -1,0 +1,768 @@
+/* sandboxes.c: the Sandboxes API (Create, Get, List, Extend, Delete). A
+ * sandbox is one instance made from a template, with a lifetime. Create is
+ * draft-then-decide like an instance: in one transaction the sandbox's
+ * authorization row is staged with the requested shape and lifetime,
+ * compute:sandboxes:create is decided on it, and the instance goes through
+ * the same create path as Instances.Create (quota, budget, lease,
+ * placement; ssh_from_host_only set, so it lands only on nodes that
+ * enforce it). Readiness comes from the instance's own transaction (a
+ * trigger of migrations/0005_sandboxes.sql), expiry and deleted marking
+ * from the sandbox reconciler (sandbox_reconcile.c).
+ *
+ * Extend decides compute:sandboxes:update with a pending ttlSeconds equal
+ * to the whole lifetime after the change; one extend at a time holds the
+ * pending value (a server-minted hold), and only the absolute expiry that
+ * was decided is applied. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "authz.h"
+#include "bc/compute/v1/sandboxes.pb-c.h"
+#include "ctl.h"
+#include "idem.h"
+#include "instances.h"
+#include "log.h"
+#include "nodes.h"
+#include "rowmsg.h"
+#include "sandboxes.h"
+#include "util.h"
+
+#define WAIT_MAX_MS 30000
+
+#define SBX_COLS                                                                           \
+	"s.id, s.tenant_id, s.template_id, s.pool_id, s.instance_id, s.state, s.warm, "       \
+	"s.ttl_seconds, " MS("s.expires_at") ", " MS("s.created_at") ", " MS("s.updated_at")  \
+	", coalesce(" MS("s.ready_at") ", 0), coalesce(" MS("s.expired_at") ", 0), coalesce(" \
+	MS("s.deleted_at") ", 0), s.created_by, s.owner_id, coalesce(i.node_id, ''), "       \
+	"i.state, i.reason, coalesce(s.agent_id, ''), i.flavor_name, i.image_id, "            \
+	"i.network_policy, i.vcpus, i.memory_mib, i.disk_gib, i.gpus, coalesce(i.mac::text, " \
+	"''), coalesce((SELECT host(l.address) FROM ip_leases l WHERE l.instance_id = i.id "  \
+	"LIMIT 1), '')"
+#define SBX_FROM " FROM sandboxes s JOIN instances i ON i.id = s.instance_id "
+
+/* The columns a decision reads, by index in SBX_COLS. */
+enum { C_AGENT = 19, C_FLAVOR, C_IMAGE, C_NET, C_VCPUS, C_MEM, C_DISK, C_GPUS, C_MAC, C_IPV4 };
+
+struct sbx_row {
+	Bc__Compute__V1__Sandbox *x;
+	char agent[64];
+	char flavor[64], image[64], network[16];
+	int64_t vcpus, memory_mib, disk_gib, gpus;
+};
+
+static void sbx_from_row(rpc_call *c, const PGresult *r, int i, struct sbx_row *o)
+{
+	Bc__Compute__V1__Sandbox *x = rpc_new(c, &bc__compute__v1__sandbox__descriptor);
+
+	x->id = row_str(c, r, i, 0);
+	x->tenant_id = row_str(c, r, i, 1);
+	x->template_id = row_str(c, r, i, 2);
+	x->pool_id = row_str(c, r, i, 3);
+	x->instance_id = row_str(c, r, i, 4);
+	x->state = row_str(c, r, i, 5);
+	x->warm = db_bool(r, i, 6);
+	x->ttl_seconds = db_i64(r, i, 7);
+	x->expires_at = db_i64(r, i, 8);
+	x->created_at = db_i64(r, i, 9);
+	x->updated_at = db_i64(r, i, 10);
+	x->ready_at = db_i64(r, i, 11);
+	x->expired_at = db_i64(r, i, 12);
+	x->deleted_at = db_i64(r, i, 13);
+	x->created_by = row_str(c, r, i, 14);
+	x->owner_id = row_str(c, r, i, 15);
+	x->node_id = row_str(c, r, i, 16);
+	x->instance_state = row_str(c, r, i, 17);
+	x->reason = row_str(c, r, i, 18);
+	if (*db_val(r, i, C_MAC) || *db_val(r, i, C_IPV4)) {
+		Bc__Compute__V1__Nic *n = rpc_new(c, &bc__compute__v1__nic__descriptor);
+		char tap[16];
+		ipam_tap_name(x->instance_id, 0, tap);
+		n->name = rpc_strdup(c, tap);
+		n->mac = row_str(c, r, i, C_MAC);
+		n->ipv4 = row_str(c, r, i, C_IPV4);
+		x->nics = rpc_alloc(c, sizeof(*x->nics));
+		x->nics[0] = n;
+		x->n_nics = 1;
+	}
+	o->x = x;
+	snprintf(o->agent, sizeof(o->agent), "%s", db_val(r, i, C_AGENT));
+	snprintf(o->flavor, sizeof(o->flavor), "%s", db_val(r, i, C_FLAVOR));
+	snprintf(o->image, sizeof(o->image), "%s", db_val(r, i, C_IMAGE));
+	snprintf(o->network, sizeof(o->network), "%s", db_val(r, i, C_NET));
+	o->vcpus = db_i64(r, i, C_VCPUS);
+	o->memory_mib = db_i64(r, i, C_MEM);
+	o->disk_gib = db_i64(r, i, C_DISK);
+	o->gpus = db_i64(r, i, C_GPUS);
+}
+
+static void attr_i64(struct authz_target *t, const char *name, int64_t v)
+{
+	char num[32];
+
+	snprintf(num, sizeof(num), "%" PRId64, v);
+	authz_attr(t, name, num);
+}
+
+/* What a decision sees of a sandbox: the shape of its instance (not of its
+ * template's current flavor, which may have changed or gone), its
+ * template, pool, lifetime and creator. */
+struct sbx_shape {
+	const char *id, *tenant, *pool, *template_id, *flavor, *image, *network, *created_by;
+	const char *agent;
+	int64_t ttl, vcpus, memory_mib, disk_gib, gpus;
+};
+
+static void sbx_target(const struct sbx_shape *s, struct authz_target *t, char parent[128])
+{
+	*t = (struct authz_target){.type = "compute-sandbox", .id = s->id, .tenant_id = s->tenant,
+				   .parent = parent,
+				   .agent_id = s->agent && *s->agent ? s->agent : NULL};
+	snprintf(parent, 128, "compute-pool/%s", s->pool);
+	authz_attr(t, "poolId", s->pool);
+	authz_attr(t, "templateId", s->template_id);
+	authz_attr(t, "flavor", s->flavor);
+	authz_attr(t, "imageId", s->image);
+	authz_attr(t, "network", s->network);
+	authz_attr(t, "createdBy", s->created_by);
+	attr_i64(t, "ttlSeconds", s->ttl);
+	attr_i64(t, "vcpus", s->vcpus);
+	attr_i64(t, "memoryMib", s->memory_mib);
+	attr_i64(t, "diskGiB", s->disk_gib);
+	attr_i64(t, "gpus", s->gpus);
+}
+
+static int sbx_decide(rpc_call *c, const char *action, const struct sbx_row *o, bc_error *err)
+{
+	const Bc__Compute__V1__Sandbox *x = o->x;
+	struct sbx_shape s = {.id = x->id, .tenant = x->tenant_id, .pool = x->pool_id,
+			      .template_id = x->template_id, .flavor = o->flavor,
+			      .image = o->image, .network = o->network,
+			      .created_by = x->created_by, .agent = o->agent,
+			      .ttl = x->ttl_seconds, .vcpus = o->vcpus,
+			      .memory_mib = o->memory_mib, .disk_gib = o->disk_gib, .gpus = o->gpus};
+	struct authz_target t;
+	char parent[128];
+
+	sbx_target(&s, &t, parent);
+	return authz_decide(c, ctl_db(c), action, &t, err);
+}
+
+/* Read one sandbox of tenant, deleted ones included. */
+static int sbx_fetch(rpc_call *c, const char *tenant, const char *id, struct sbx_row *o,
+		     bc_error *err)
+{
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, id);
+	dbp_str(&p, tenant);
+	if ((rc = db_one(ctl_db(c), &r, "SELECT " SBX_COLS SBX_FROM "WHERE s.id = $1 AND "
+			 "s.tenant_id = $2", &p, err, "sandbox %s not found", id)) < 0)
+		return rc;
+	sbx_from_row(c, r, 0, o);
+	PQclear(r);
+	return 0;
+}
+
+static void *sbx_answer(struct sbx_row *o)
+{
+	o->x->snapshots = NULL; /* the snapshots issue: none yet */
+	o->x->n_snapshots = 0;
+	return &o->x->base;
+}
+
+/* ----------------------------------------------------------------- create */
+
+struct screate {
+	rpc_call *call;
+	const Bc__Compute__V1__CreateSandboxRequest *q;
+	const char *tenant;
+	struct idem k;
+	char id[64];
+	char instance[64];
+	bool reused;
+};
+
+static int check_create(const Bc__Compute__V1__CreateSandboxRequest *q, bc_error *err)
+{
+	int r;
+
+	if (q->base.n_unknown_fields)
+		return invalid(err, "request", "the request has unknown fields");
+	if ((r = check_id(err, "templateId", "sbxt", q->template_id)) < 0)
+		return r;
+	if (q->ttl_seconds < 0 || q->ttl_seconds > SBX_TTL_MAX)
+		return invalid(err, "ttlSeconds", "ttlSeconds must be between 1 and %d",
+			       SBX_TTL_MAX);
+	if (q->wait && (q->wait->timeout_ms < 0 || q->wait->timeout_ms > WAIT_MAX_MS))
+		return invalid(err, "wait.timeoutMs", "wait.timeoutMs must be between 0 and %d",
+			       WAIT_MAX_MS);
+	if (*q->from_snapshot) {
+		bc_error_set(err, BC_UNSUPPORTED, "restoring from a snapshot is not supported yet");
+		return bc_error_detail(err, "field", "fromSnapshot");
+	}
+	return idem_check_key(q->idempotency_key, err);
+}
+
+/* The template a create uses, read FOR SHARE so it cannot change under us. */
+static int load_template(struct db *d, struct screate *a, PGresult **ret, bc_error *err)
+{
+	struct dbp p = {0};
+
+	dbp_str(&p, a->q->template_id);
+	dbp_str(&p, a->tenant);
+	return db_one(d, ret, "SELECT t.pool_id, f.name, t.image_id, t.network, "
+		      "t.default_ttl_seconds, t.max_ttl_seconds, t.user_data, f.vcpus, "
+		      "f.memory_mib, f.disk_gib, f.gpus FROM sandbox_templates t JOIN flavors f ON "
+		      "f.id = t.flavor_id WHERE t.id = $1 AND t.tenant_id = $2 AND t.deleted_at IS "
+		      "NULL FOR SHARE OF t", &p, err, "sandbox template %s not found",
+		      a->q->template_id);
+}
+
+static int ttl_too_long(bc_error *err, int64_t ttl, int64_t max)
+{
+	invalid(err, "ttlSeconds", "a lifetime of %" PRId64 " s is above the template's "
+		"maxTtlSeconds (%" PRId64 ")", ttl, max);
+	return bc_error_detail(err, "maxTtlSeconds", "%" PRId64, max);
+}
+
+/* Stage the sandbox's authorization row and decide compute:sandboxes:create. */
+static int sbx_admit(struct db *d, struct screate *a, const PGresult *t, int64_t ttl,
+		     bc_error *err)
+{
+	const struct principal *p = ctl_principal(a->call);
+	struct sbx_shape s = {.id = a->id, .tenant = a->tenant, .pool = db_val(t, 0, 0),
+			      .template_id = a->q->template_id, .flavor = db_val(t, 0, 1),
+			      .image = db_val(t, 0, 2), .network = db_val(t, 0, 3),
+			      .created_by = p->id, .ttl = ttl, .vcpus = db_i64(t, 0, 7),
+			      .memory_mib = db_i64(t, 0, 8), .disk_gib = db_i64(t, 0, 9),
+			      .gpus = db_i64(t, 0, 10)};
+	struct authz_target at;
+	char parent[128];
+	int rc;
+
+	sbx_target(&s, &at, parent);
+	if ((rc = authz_stage(a->call, d, &at, err)) < 0)
+		return rc;
+	return authz_decide_staged(a->call, d, "compute:sandboxes:create", at.type, at.id, err);
+}
+
+static int insert_sandbox(struct db *d, struct screate *a, const char *pool, int64_t ttl,
+			  bc_error *err)
+{
+	const struct principal *pr = ctl_principal(a->call);
+	struct dbp p = {0};
+	int rc;
+
+	dbp_str(&p, a->id);
+	dbp_str(&p, a->tenant);
+	dbp_str(&p, a->q->template_id);
+	dbp_str(&p, pool);
+	dbp_str(&p, a->instance);
+	dbp_i64(&p, ttl);
+	dbp_str(&p, pr->id);
+	dbp_str(&p, *pr->user_id ? pr->user_id : pr->id);
+	dbp_nstr(&p, *pr->user_id ? pr->id : NULL);
+	rc = db_exec(d, NULL, "INSERT INTO sandboxes (id, tenant_id, template_id, pool_id, "
+		     "instance_id, ttl_seconds, expires_at, created_by, owner_id, agent_id) VALUES "
+		     "($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $6), $7, $8, $9)", &p);
+	return rc < 0 ? db_fail(err, rc) : 0;
+}
+
+static int publish(struct db *d, const char *type, const char *id, const char *tenant,
+		   const char *template_id, const char *instance, const char *pool,
+		   const char *extra)
+{
+	_cleanup_free_ char *data = NULL;
+	char subject[96];
+
+	snprintf(subject, sizeof(subject), "sandbox/%s", id);
+	data = xasprintf("{\"templateId\": \"%s\", \"instanceId\": \"%s\", \"poolId\": \"%s\"%s%s}",
+			 template_id, instance, pool, extra ? ", " : "", extra ? extra : "");
+	return event_publish(d, type, subject, tenant, data);
+}
+
+static int screate_tx(struct db *d, void *arg, bc_error *err)
+{
+	struct screate *a = arg;
+	_cleanup_free_ char *existing = NULL;
+	struct inst_new n = {0};
+	PGresult *t = NULL;
+	int64_t ttl;
+	int rc;
+
+	a->reused = false;
+	if ((rc = idem_lookup(d, &a->k, &existing, err)) < 0)
+		return rc;
+	if (existing) {
+		snprintf(a->id, sizeof(a->id), "%s", existing);
+		a->reused = true;
+		return 0;
+	}
+	if ((rc = load_template(d, a, &t, err)) < 0)
+		return rc;
+	ttl = a->q->ttl_seconds ? a->q->ttl_seconds : db_i64(t, 0, 4);
+	if (ttl > db_i64(t, 0, 5)) {
+		rc = ttl_too_long(err, ttl, db_i64(t, 0, 5));
+		goto out;
+	}
+	id_new("sbx", a->id, sizeof(a->id));
+	if ((rc = sbx_admit(d, a, t, ttl, err)) < 0)
+		goto out;
+	n = (struct inst_new){.tenant = a->tenant, .pool_id = db_val(t, 0, 0),
+			      .flavor = db_val(t, 0, 1), .image_id = db_val(t, 0, 2),
+			      .policy = db_val(t, 0, 3), .user_data = db_val(t, 0, 6),
+			      .sandbox_id = a->id, .ssh_from_host_only = true};
+	if ((rc = instance_create_tx(a->call, d, &n, err)) < 0)
+		goto out;
+	snprintf(a->instance, sizeof(a->instance), "%s", n.id);
+	if ((rc = insert_sandbox(d, a, n.pool_id, ttl, err)) < 0 ||
+	    (rc = authz_commit(d, "compute-sandbox", a->id, err)) < 0 ||
+	    (rc = idem_record(d, &a->k, a->id, err)) < 0)
+		goto out;
+	rc = publish(d, "sandbox.created", a->id, a->tenant, a->q->template_id, n.id, n.pool_id,
+		     "\"warm\": false");
+	rc = rc < 0 ? db_fail(err, rc) : 0;
+out:
+	free(n.node);
+	PQclear(t);
+	return rc;
+}
+
+/* Re-read until the sandbox leaves starting or time is up; the last read
+ * is the answer either way. At most half the workers wait at once (as for
+ * instances): past that a create answers with its first read. */
+static int wait_settled(rpc_call *c, const char *tenant, const char *id, int timeout_ms,
+			struct sbx_row *o, bc_error *err)
+{
+	struct ctl_app *app = ctl_app(c);
+	const struct timespec tick = {0, 50 * 1000000L};
+	int64_t end = mono_ms() + timeout_ms;
+	int cap = app->cfg.workers > 1 ? app->cfg.workers / 2 : 1, r = 0;
+
+	if (__atomic_add_fetch(&app->waiting, 1, __ATOMIC_SEQ_CST) > cap) {
+		__atomic_sub_fetch(&app->waiting, 1, __ATOMIC_SEQ_CST);
+		return 0;
+	}
+	while (mono_ms() < end && strcmp(o->x->state, "starting") == 0) {
+		nanosleep(&tick, NULL);
+		if ((r = sbx_fetch(c, tenant, id, o, err)) < 0)
+			break;
+	}
+	__atomic_sub_fetch(&app->waiting, 1, __ATOMIC_SEQ_CST);
+	return r;
+}
+
+static int sbx_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		      bc_error *err)
+{
+	const Bc__Compute__V1__CreateSandboxRequest *q = (const void *)m;
+	Bc__Compute__V1__CreateSandboxRequest h = *q;
+	struct screate a = {.call = c, .q = q};
+	struct sbx_row o;
+	int r;
+
+	if ((r = auth_tenant(c, q->tenant_id, &a.tenant, err)) < 0 || (r = check_create(q, err)) < 0)
+		return r;
+	h.idempotency_key = (char *)"";
+	h.wait = NULL;
+	h.tenant_id = (char *)a.tenant;
+	a.k = (struct idem){.tenant_id = a.tenant, .caller_id = ctl_principal(c)->id,
+			    .scope = "sandboxes.create", .key = q->idempotency_key};
+	idem_hash(&h.base, a.k.request_hash);
+	if ((r = db_tx(ctl_db(c), "READ COMMITTED", screate_tx, &a, err)) < 0 ||
+	    (r = sbx_fetch(c, a.tenant, a.id, &o, err)) < 0)
+		return r;
+	if (!a.reused)
+		log_info("sandbox %s: created from %s for tenant %s (instance %s)", a.id,
+			 q->template_id, a.tenant, a.instance);
+	if (q->wait && q->wait->timeout_ms > 0 &&
+	    (r = wait_settled(c, a.tenant, a.id, q->wait->timeout_ms, &o, err)) < 0)
+		return r;
+	*ret = sbx_answer(&o);
+	return 0;
+}
+
+/* -------------------------------------------------------------- get, list */
+
+static int sbx_get(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		   bc_error *err)
+{
+	const Bc__Compute__V1__GetSandboxRequest *q = (const void *)m;
+	const char *tenant;
+	struct sbx_row o;
+	int r;
+
+	if ((r = auth_tenant(c, q->tenant_id, &tenant, err)) < 0 ||
+	    (r = check_id(err, "sandboxId", "sbx", q->sandbox_id)) < 0 ||
+	    (r = sbx_fetch(c, tenant, q->sandbox_id, &o, err)) < 0 ||
+	    (r = sbx_decide(c, "compute:sandboxes:read", &o, err)) < 0)
+		return r;
+	*ret = sbx_answer(&o);
+	return 0;
+}
+
+static int check_list(const Bc__Compute__V1__ListSandboxesRequest *q, bool *ret_all,
+		      bc_error *err)
+{
+	int r;
+
+	if (q->limit < 0 || q->limit > 200)
+		return invalid(err, "limit", "limit must be between 1 and 200");
+	if (*q->template_id && (r = check_id(err, "templateId", "sbxt", q->template_id)) < 0)
+		return r;
+	if (*q->cursor && (r = check_id(err, "cursor", "sbx", q->cursor)) < 0)
+		return r;
+	*ret_all = strcmp(q->scope, "all") == 0;
+	if (*q->scope && !*ret_all && strcmp(q->scope, "mine") != 0)
+		return invalid(err, "scope", "scope must be mine or all");
+	return 0;
+}
+
+static int sbx_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		    bc_error *err)
+{
+	const Bc__Compute__V1__ListSandboxesRequest *q = (const void *)m;
+	Bc__Compute__V1__ListSandboxesResponse *resp;
+	int limit = q->limit ? q->limit : 50, rc;
+	const char *tenant;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	bool all = false;
+
+	if ((rc = auth_tenant(c, q->tenant_id, &tenant, err)) < 0 ||
+	    (rc = check_list(q, &all, err)) < 0)
+		return rc;
+	dbp_str(&p, tenant);
+	dbp_str(&p, q->template_id);
+	dbp_str(&p, q->cursor);
+	dbp_bool(&p, q->deleted);
+	dbp_i64(&p, limit);
+	dbp_bool(&p, all);
+	dbp_str(&p, ctl_principal(c)->id);
+	/* mine: what the caller created, or (a user) what its agents created */
+	rc = db_exec(ctl_db(c), &r, "SELECT " SBX_COLS SBX_FROM "WHERE s.tenant_id = $1 AND ($2 = "
+		     "'' OR s.template_id = $2) AND ($3 = '' OR s.id < $3) AND ($4 OR s.state <> "
+		     "'deleted') AND ($6 OR s.created_by = $7 OR s.owner_id = $7) ORDER BY s.id DESC "
+		     "LIMIT $5", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	resp = rpc_new(c, &bc__compute__v1__list_sandboxes_response__descriptor);
+	resp->items = rpc_alloc(c, ((size_t)PQntuples(r) + 1) * sizeof(*resp->items));
+	for (int i = 0; i < PQntuples(r); i++) {
+		struct sbx_row o;
+		bc_error skip = {0};
+		sbx_from_row(c, r, i, &o);
+		if (sbx_decide(c, "compute:sandboxes:read", &o, &skip) < 0) {
+			if (skip.code == BC_UNAVAILABLE || skip.code == BC_INTERNAL) {
+				PQclear(r);
+				*err = skip;
+				return -BC_EDOMAIN;
+			}
+			continue; /* one the caller may not read is left out */
+		}
+		resp->items[resp->n_items++] = sbx_answer(&o);
+	}
+	if (PQntuples(r) == limit)
+		resp->cursor = row_str(c, r, limit - 1, 0);
+	PQclear(r);
+	*ret = &resp->base;
+	return 0;
+}
+
+/* ----------------------------------------------------------------- delete */
+
+static int wake(struct db *d, const char *id)
+{
+	struct dbp p = {0};
+
+	dbp_str(&p, id);
+	return db_exec(d, NULL, "SELECT pg_notify('" SBX_WAKE_CHANNEL "', $1)", &p);
+}
+
+int sbx_delete_locked(struct db *d, const char *id, bool expired)
+{
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	char subject[96];
+	int rc;
+
+	dbp_str(&p, id);
+	rc = db_exec(d, &r, "WITH s AS (UPDATE sandboxes SET state = 'deleting', deleting_at = now(), "
+		     "updated_at = now() WHERE id = $1 AND deleting_at IS NULL RETURNING "
+		     "instance_id, tenant_id, template_id, pool_id) UPDATE instances i SET "
+		     "desired_state = 'deleted', state = CASE WHEN i.state = 'deleted' THEN "
+		     "'deleted' ELSE 'deleting' END, updated_at = now() FROM s WHERE i.id = "
+		     "s.instance_id RETURNING i.id, i.node_id, s.tenant_id, s.template_id, s.pool_id", &p);
+	if (rc < 0)
+		return rc;
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return 0; /* already deleting */
+	}
+	snprintf(subject, sizeof(subject), "instance/%s", db_val(r, 0, 0));
+	{
+		_cleanup_free_ char *data = xasprintf("{\"sandboxId\": \"%s\"%s}", id,
+						      expired ? ", \"reason\": \"expired\"" : "");
+		rc = event_publish(d, "instance.deleting", subject, db_val(r, 0, 2), data);
+	}
+	if (rc == 0)
+		rc = publish(d, "sandbox.deleting", id, db_val(r, 0, 2), db_val(r, 0, 3),
+			     db_val(r, 0, 0), db_val(r, 0, 4),
+			     expired ? "\"expired\": true" : "\"expired\": false");
+	if (rc == 0 && !db_val(r, 0, 1))
+		rc = finish_deletions(d, NULL, db_val(r, 0, 0)) < 0 ? -EIO : 0;
+	else if (rc == 0)
+		rc = spec_bump(d, db_val(r, 0, 1));
+	PQclear(r);
+	return rc < 0 ? rc : wake(d, id);
+}
+
+struct sdel {
+	const char *tenant, *id;
+};
+
+static int sdelete_tx(struct db *d, void *arg, bc_error *err)
+{
+	struct sdel *a = arg;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, a->id);
+	dbp_str(&p, a->tenant);
+	if ((rc = db_one(d, &r, "SELECT deleting_at IS NOT NULL FROM sandboxes WHERE id = $1 AND "
+			 "tenant_id = $2 FOR UPDATE", &p, err, "sandbox %s not found", a->id)) < 0)
+		return rc;
+	rc = db_bool(r, 0, 0) ? 0 : 1;
+	PQclear(r);
+	if (rc == 0)
+		return 0; /* idempotent */
+	rc = sbx_delete_locked(d, a->id, false);
+	return rc < 0 ? db_fail(err, rc) : 0;
+}
+
+static int sbx_delete(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		      bc_error *err)
+{
+	const Bc__Compute__V1__DeleteSandboxRequest *q = (const void *)m;
+	struct sdel a = {.id = q->sandbox_id};
+	struct sbx_row o;
+	int r;
+
+	if ((r = auth_tenant(c, q->tenant_id, &a.tenant, err)) < 0 ||
+	    (r = check_id(err, "sandboxId", "sbx", q->sandbox_id)) < 0 ||
+	    (r = sbx_fetch(c, a.tenant, q->sandbox_id, &o, err)) < 0 ||
+	    (r = sbx_decide(c, "compute:sandboxes:delete", &o, err)) < 0 ||
+	    (r = db_tx(ctl_db(c), "READ COMMITTED", sdelete_tx, &a, err)) < 0 ||
+	    (r = sbx_fetch(c, a.tenant, q->sandbox_id, &o, err)) < 0)
+		return r;
+	log_info("sandbox %s: delete requested", q->sandbox_id);
+	*ret = sbx_answer(&o);
+	return 0;
+}
+
+/* ----------------------------------------------------------------- extend */
+
+struct sext {
+	const Bc__Compute__V1__ExtendSandboxRequest *q;
+	const char *tenant;
+	int64_t by_ms;
+	char hold[64];
+	int64_t new_ms;          /* the absolute expiry decided on (epoch ms) */
+	int64_t lifetime;        /* seconds from created_at */
+	bool unchanged;
+};
+
+static int check_extend(const Bc__Compute__V1__ExtendSandboxRequest *q, int64_t *ret_by,
+			bc_error *err)
+{
+	int r;
+
+	if ((r = check_id(err, "sandboxId", "sbx", q->sandbox_id)) < 0)
+		return r;
+	if ((q->until != 0) == (*q->by != '\0'))
+		return invalid(err, "until", "give exactly one of until and by");
+	if (q->until < 0)
+		return invalid(err, "until", "until must be an epoch time in milliseconds");
+	if (*q->by && (duration_parse_ms(q->by, ret_by) < 0 || *ret_by <= 0 ||
+		       *ret_by > SBX_EXTEND_BY_MAX_MS || strchr(q->by, 's')))
+		return invalid(err, "by", "by must be like 30m, 8h, 7d or milliseconds, at most 30 "
+			       "days");
+	return 0;
+}
+
+static int deleting_refused(bc_error *err, const char *id, const char *state)
+{
+	bc_error_set(err, BC_INVALID_STATE, "sandbox %s is %s", id, state);
+	return bc_error_detail(err, "state", "%s", state);
+}
+
+/* The sandbox (locked), its expiry, creation and template bound. */
+static int extend_read(struct db *d, struct sext *a, PGresult **ret, bc_error *err)
+{
+	struct dbp p = {0};
+
+	dbp_str(&p, a->q->sandbox_id);
+	dbp_str(&p, a->tenant);
+	/* the template's bound holds even for a template deleted since */
+	return db_one(d, ret, "SELECT s.state, " MS("s.expires_at") ", " MS("s.created_at") ", "
+		      "t.max_ttl_seconds, s.deleting_at IS NOT NULL FROM sandboxes s JOIN "
+		      "sandbox_templates t ON t.id = s.template_id WHERE s.id = $1 AND "
+		      "s.tenant_id = $2 FOR UPDATE OF s", &p, err, "sandbox %s not found",
+		      a->q->sandbox_id);
+}
+
+/* Transaction 1: compute the new expiry from the current one, refuse a
+ * lifetime above the template's bound before anything is staged, then
+ * stage the pending lifetime under our hold. */
+static int stage_tx(struct db *d, void *arg, bc_error *err)
+{
+	struct sext *a = arg;
+	_cleanup_free_ char *json = NULL;
+	PGresult *r = NULL;
+	int64_t cur, created, max;
+	int rc;
+
+	if ((rc = extend_read(d, a, &r, err)) < 0)
+		return rc;
+	cur = db_i64(r, 0, 1);
+	created = db_i64(r, 0, 2);
+	max = db_i64(r, 0, 3);
+	if (db_bool(r, 0, 4) || strcmp(db_val(r, 0, 0), "deleted") == 0) {
+		rc = deleting_refused(err, a->q->sandbox_id, db_val(r, 0, 0));
+		PQclear(r);
+		return rc;
+	}
+	PQclear(r);
+	a->unchanged = a->q->until && a->q->until <= cur;
+	if (a->unchanged)
+		return 0;
+	a->new_ms = a->q->until ? a->q->until : cur + a->by_ms;
+	a->lifetime = (a->new_ms - created + 999) / 1000;
+	if (a->lifetime > max)
+		return ttl_too_long(err, a->lifetime, max);
+	json = xasprintf("{\"ttlSeconds\": \"%" PRId64 "\"}", a->lifetime);
+	return authz_pending_stage(d, "compute-sandbox", a->q->sandbox_id, json, a->hold,
+				   SBX_HOLD_TAKEOVER_SECONDS, "extend-in-flight", err);
+}
+
+/* Transaction 2: apply the decided absolute expiry, only while our hold
+ * still owns the pending value, and only within the template's bound. */
+static int apply_tx(struct db *d, void *arg, bc_error *err)
+{
+	struct sext *a = arg;
+	_cleanup_free_ char *extra = NULL;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	if ((rc = extend_read(d, a, &r, err)) < 0)
+		return rc;
+	if (db_bool(r, 0, 4))
+		rc = deleting_refused(err, a->q->sandbox_id, db_val(r, 0, 0));
+	else if (a->lifetime > db_i64(r, 0, 3))
+		rc = ttl_too_long(err, a->lifetime, db_i64(r, 0, 3));
+	PQclear(r);
+	if (rc < 0)
+		return rc;
+	if ((rc = authz_pending_owned(d, "compute-sandbox", a->q->sandbox_id, a->hold, err)) < 0)
+		return rc;
+	if (rc == 0) {
+		bc_error_set(err, BC_CONFLICT, "another extend of sandbox %s took over",
+			     a->q->sandbox_id);
+		bc_error_detail(err, "reason", "extend-in-flight");
+		return bc_error_detail(err, "retryAfterSeconds", "1");
+	}
+	dbp_str(&p, a->q->sandbox_id);
+	dbp_i64(&p, a->new_ms);
+	dbp_i64(&p, a->lifetime);
+	rc = db_exec(d, &r, "WITH s AS (UPDATE sandboxes SET expires_at = to_timestamp($2::bigint / "
+		     "1000.0), ttl_seconds = $3, expiring_at = NULL, updated_at = now() WHERE id = "
+		     "$1 RETURNING tenant_id, template_id, instance_id, pool_id), z AS (UPDATE "
+		     "authz_resources SET attrs = attrs || jsonb_build_object('ttlSeconds', "
+		     "$3::text), pending = NULL, pending_hold = NULL, pending_at = NULL WHERE type = "
+		     "'compute-sandbox' AND id = $1) SELECT * FROM s", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	extra = xasprintf("\"expiresAt\": %" PRId64 ", \"ttlSeconds\": %" PRId64, a->new_ms,
+			  a->lifetime);
+	rc = publish(d, "sandbox.extended", a->q->sandbox_id, db_val(r, 0, 0), db_val(r, 0, 1),
+		     db_val(r, 0, 2), db_val(r, 0, 3), extra);
+	PQclear(r);
+	return rc < 0 ? db_fail(err, rc) : 0;
+}
+
+/* Clear our own pending value after a refusal (never another's). */
+static void release_hold(struct db *d, struct sext *a)
+{
+	bc_error e = {0};
+
+	if (authz_pending_clear(d, "compute-sandbox", a->q->sandbox_id, a->hold, &e) < 0)
+		log_warn("sandbox %s: pending lifetime not cleared: %s", a->q->sandbox_id,
+			 e.message);
+}
+
+static int extend_decided(rpc_call *c, struct sext *a, const char *pool, bc_error *err)
+{
+	struct db *d = ctl_db(c);
+	int r;
+
+	if ((r = authz_decide_staged(c, d, "compute:sandboxes:update", "compute-sandbox",
+				     a->q->sandbox_id, err)) < 0 ||
+	    (r = quota_budget(d, a->tenant, pool, err)) < 0 ||
+	    (r = db_tx(d, "READ COMMITTED", apply_tx, a, err)) < 0) {
+		log_info("sandbox %s: extend refused: %s", a->q->sandbox_id, err->message);
+		release_hold(d, a);
+		return r;
+	}
+	return 0;
+}
+
+static int sbx_extend(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		      bc_error *err)
+{
+	const Bc__Compute__V1__ExtendSandboxRequest *q = (const void *)m;
+	struct sext a = {.q = q};
+	struct sbx_row o;
+	int r;
+
+	if ((r = auth_tenant(c, q->tenant_id, &a.tenant, err)) < 0 ||
+	    (r = check_extend(q, &a.by_ms, err)) < 0 ||
+	    (r = sbx_fetch(c, a.tenant, q->sandbox_id, &o, err)) < 0)
+		return r;
+	/* NOT_FOUND for what the caller may not see, before anything is staged */
+	if ((r = sbx_decide(c, "compute:sandboxes:read", &o, err)) < 0 && err->code == BC_NOT_FOUND)
+		return r;
+	bc_error_clear(err);
+	id_new("hold", a.hold, sizeof(a.hold)); /* server-minted: callers cannot share one */
+	if ((r = db_tx(ctl_db(c), "READ COMMITTED", stage_tx, &a, err)) < 0)
+		return r;
+	if (!a.unchanged && (r = extend_decided(c, &a, o.x->pool_id, err)) < 0)
+		return r;
+	if ((r = sbx_fetch(c, a.tenant, q->sandbox_id, &o, err)) < 0)
+		return r;
+	if (!a.unchanged)
+		log_info("sandbox %s: extended to a lifetime of %" PRId64 " s", q->sandbox_id,
+			 a.lifetime);
+	*ret = sbx_answer(&o);
+	return 0;
+}
+
+int sandboxes_register(rpc_server *s)
+{
+	static const struct rpc_handler h[] = {
+		{"Create", RPC_UNARY, {.unary = sbx_create}},
+		{"Get", RPC_UNARY, {.unary = sbx_get}},
+		{"List", RPC_UNARY, {.unary = sbx_list}},
+		{"Extend", RPC_UNARY, {.unary = sbx_extend}},
+		{"Delete", RPC_UNARY, {.unary = sbx_delete}},
+	};
+
+	return rpc_server_add_service(s, &bc__compute__v1__sandboxes__descriptor, h,
+				      ARRAY_SIZE(h));
+}

@@ -1,0 +1,34 @@
+/* sandboxes.h: sandbox templates (templates.c), sandboxes (sandboxes.c)
+ * and the sandbox reconciler (sandbox_reconcile.c). */
+#ifndef BC_CTL_SANDBOXES_H
+#define BC_CTL_SANDBOXES_H
+
+#include <stdio.h>
+
+#include "ctl.h"
+
+#define SBX_TTL_DEFAULT 3600            /* a template's default lifetime */
+#define SBX_TTL_MAX 86400               /* and the bound of its maxTtlSeconds */
+#define SBX_EXTEND_BY_MAX_MS (30LL * 86400 * 1000)
+#define SBX_HOLD_TAKEOVER_SECONDS 60    /* an extend's hold older than this is taken over */
+#define SBX_WAKE_CHANNEL "bc_sandboxes"
+
+int templates_register(rpc_server *s);
+int sandboxes_register(rpc_server *s);
+
+/* Inside the caller's transaction, with the sandbox row locked: the sandbox
+ * becomes deleting, its instance desired deleted (instance.deleting with
+ * sandboxId, the node's spec bumped, or finished at once when unplaced),
+ * sandbox.deleting is published and the sandbox reconciler woken. expired
+ * says whether expiry ended it. */
+int sbx_delete_locked(struct db *d, const char *id, bool expired);
+
+/* The sandbox reconciler: one worker across replicas (advisory lock),
+ * every period_seconds and on NOTIFY bc_sandboxes. */
+void *sbx_reconcile_thread(void *app);
+
+/* Prometheus text for the controller's /metrics: the sandbox histograms,
+ * read from the database (the same on every replica). */
+void sbx_metrics_render(FILE *out, struct db *d);
+
+#endif
