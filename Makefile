@@ -13,7 +13,7 @@ BUILD   ?= build
 GEN     := build/gen
 CC      ?= cc
 
-PKGS := grpc libprotobuf-c libpq openssl libcurl libmnl libnftnl
+PKGS := grpc libprotobuf-c libpq openssl libcurl libmnl libnftnl libvirt
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -167,6 +167,7 @@ check-unit:
 # current code; review the diff before committing it.
 update-golden: unit-bins
 	$(Q)BC_UPDATE_GOLDEN=1 $(BUILD)/tests/unit/test_agent_nft >/dev/null
+	$(Q)BC_UPDATE_GOLDEN=1 $(BUILD)/tests/unit/test_agent_domxml >/dev/null
 
 # The RPC layer also runs under valgrind (uninstrumented build): gRPC's own
 # one-time allocations are suppressed in tests/unit/valgrind.supp, ours never.

@@ -12,6 +12,7 @@ PKGS=(
   nftables iproute2
   python3-scapy iputils-ping
   clang libclang-rt-14-dev valgrind
+  libvirt-daemon-system libvirt-dev qemu-system-x86 qemu-utils ovmf genisoimage
   nodejs npm
 )
 
