@@ -269,7 +269,7 @@ static int insert_sandbox(struct db *d, struct screate *a, const char *pool, int
 	dbp_nstr(&p, *pr->user_id ? pr->id : NULL);
 	rc = db_exec(d, NULL, "INSERT INTO sandboxes (id, tenant_id, template_id, pool_id, "
 		     "instance_id, ttl_seconds, expires_at, created_by, owner_id, agent_id) VALUES "
-		     "($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $6), $7, $8, $9)", &p);
+		     "($1, $2, $3, $4, $5, $6::int, now() + make_interval(secs => $6::int), $7, $8, $9)", &p);
 	return rc < 0 ? db_fail(err, rc) : 0;
 }
 
