@@ -221,6 +221,8 @@ int cli_delegation_list(struct cli_ctx *ctx, int argc, char **argv);
 int cli_delegation_revoke(struct cli_ctx *ctx, int argc, char **argv);
 
 int cli_events_list(struct cli_ctx *ctx, int argc, char **argv);
+/* usage.c */
+int cli_usage_list(struct cli_ctx *ctx, int argc, char **argv);
 int cli_events_watch(struct cli_ctx *ctx, int argc, char **argv);
 
 int cli_token_create(struct cli_ctx *ctx, int argc, char **argv);

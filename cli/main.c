@@ -85,8 +85,9 @@ static const struct cli_verb verbs[] = {
 	 "ID [--vcpus N] [--memory-gib N] [--disk-gib N] [--gpus N] [--instances N]",
 	 "Show a tenant's quota, or set it (limits not given become unlimited)."},
 	{"tenant", "offer", cli_tenant_offer,
-	 "ID [--spend-limit-cents N] [--on-budget-exceeded none|stop-new|drain]",
-	 "Show a tenant's offer (budget and spend), or set it."},
+	 "ID [--spend-limit-cents N] [--on-budget-exceeded none|stop-new|drain] "
+	 "[--price METER=CENTS]...",
+	 "Show a tenant's offer (prices, budget and spend), or set it (replaces it whole)."},
 	{"identity", "create", cli_identity_create,
 	 "--tenant T --kind user|service|agent --name N [--admin]", "Create an identity."},
 	{"identity", "list", cli_identity_list, "[--tenant T] [--limit N] [--cursor C]",
@@ -115,6 +116,9 @@ static const struct cli_verb verbs[] = {
 	 "List events, oldest first (Events.List)."},
 	{"events", "watch", cli_events_watch, "[--tenant T] [--after ID] [--type PREFIX] [--count N]",
 	 "Print events as they commit, after ID (Events.Watch); resume with the last id seen."},
+	{"usage", "list", cli_usage_list,
+	 "[--tenant T] [--meter M] [--identity ID] [--from MS] [--to MS] [--limit N] [--cursor C]",
+	 "List metered usage per hourly window, with totals (Usage.List)."},
 	{"version", NULL, cli_version, "", "Print bcctl's version."},
 	{"help", NULL, cli_help, "", "Print this help."},
 };

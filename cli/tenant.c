@@ -1,5 +1,9 @@
 /* tenant.c: "bcctl tenant ..." verbs over bc.admin.v1.Tenants and Quotas
  * (operator only). Validation stays with the server. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cli.h"
 
 #include "bc/admin/v1/iam.pb-c.h"
@@ -118,6 +122,8 @@ int cli_tenant_offer(struct cli_ctx *ctx, int argc, char **argv)
 	Bc__Admin__V1__Offer req = BC__ADMIN__V1__OFFER__INIT;
 	Bc__Admin__V1__GetOfferRequest get = BC__ADMIN__V1__GET_OFFER_REQUEST__INIT;
 	static const char *const modes[] = {"none", "stop-new", "drain", NULL};
+	Bc__Admin__V1__Offer__PricesEntry prices[CLI_MAX_REPEAT], *pp[CLI_MAX_REPEAT];
+	struct cli_strv price = {0};
 	int64_t limit = -1;
 	int mode = 0;
 	bool mode_seen = false;
@@ -129,12 +135,31 @@ int cli_tenant_offer(struct cli_ctx *ctx, int argc, char **argv)
 		{.name = "on-budget-exceeded", .type = CLI_CHOICE, .dst = &mode, .meta = "M",
 		 .choices = modes, .seen = &mode_seen,
 		 .help = "none (only pools that check budgets refuse) | stop-new | drain"},
+		{.name = "price", .type = CLI_STRS, .dst = &price, .meta = "METER=CENTS",
+		 .help = "cents per unit of a meter, e.g. vps.vcpu.hours=2.5 (repeatable)"},
 	};
 	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
 
 	if (r != 0)
 		return r;
-	if (limit < 0 && !mode_seen) {
+	for (size_t i = 0; i < price.n; i++) {
+		char *eq = strchr(price.v[i], '='), *end = NULL;
+
+		if (eq) {
+			*eq = '\0';
+			errno = 0;
+			prices[i] = (Bc__Admin__V1__Offer__PricesEntry)
+				BC__ADMIN__V1__OFFER__PRICES_ENTRY__INIT;
+			prices[i].value = strtod(eq + 1, &end);
+		}
+		if (!eq || eq == price.v[i] || !*(eq + 1) || *end || errno)
+			return cli_usage_error(ctx, "--price %s: want METER=CENTS", price.v[i]);
+		prices[i].key = price.v[i];
+		pp[i] = &prices[i];
+	}
+	req.n_prices = price.n;
+	req.prices = pp;
+	if (limit < 0 && !mode_seen && !price.n) {
 		get.tenant_id = req.tenant_id;
 		return cli_run(ctx, &bc__admin__v1__offers__descriptor, "Get", &get.base, NULL, 0);
 	}

@@ -46,6 +46,17 @@ int quota_check(struct db *d, const char *tenant, int vcpus, int64_t memory_mib,
  * stop-new or drain, and metered spend reached the offer's limit. */
 int quota_budget(struct db *d, const char *tenant, const char *pool, bc_error *err);
 
+/* The tenant's budget as periodic work sees it (the spec's billingCheck,
+ * asked with no caller): OK (no limit, or not spent), SPENT (spent, offer
+ * none: only pools with budget_check meter refuse new work), STOP_NEW
+ * (spent: no new work anywhere), DRAIN (spent: no new work anywhere, and
+ * warm pools drain to 0; running instances and sandboxes run on). The warm
+ * pool reconciler asks it before a refill or a drain. 0, or -errno. */
+enum quota_budget_state {
+	QUOTA_BUDGET_OK, QUOTA_BUDGET_SPENT, QUOTA_BUDGET_STOP_NEW, QUOTA_BUDGET_DRAIN
+};
+int quota_billing_check(struct db *d, const char *tenant, enum quota_budget_state *ret);
+
 /* Pending values (issue 5; implemented in authz.c). A change that needs a
  * decision (sandbox extend, resize) stages ONE pending attribute set on the
  * resource's projection row, which authz_decide_staged merges over the row's

@@ -41,6 +41,7 @@ static const struct ckey keys[] = {
 	I(spec_resync_seconds, "30", 1, 3600),
 	I(max_message_bytes, "1048576", 4096, 64 << 20),
 	I(sandbox_reconcile_seconds, "15", 1, 3600),
+	I(metering_interval_seconds, "60", 1, 3600),
 };
 
 static const struct ckey *key_find(const char *name)

@@ -32,6 +32,7 @@ struct ctl_config {
 	int spec_resync_seconds;
 	int max_message_bytes;
 	int sandbox_reconcile_seconds;
+	int metering_interval_seconds;
 };
 
 /* Load defaults, then the file at path (if not NULL), then argv flags
@@ -116,6 +117,14 @@ void *watch_listen_thread(void *app);
 
 /* reconcile.c: node loss and unplaced instances (one leader). */
 void *reconcile_thread(void *app);
+
+/* meter.c: one metering pass (usage lines of every open hourly window,
+ * recomputed from the bookings; idempotent), in a transaction of its own;
+ * *ret_lines (may be NULL) the lines it changed. meter_tick runs a pass
+ * when interval_seconds have passed since the last (reconciler only). */
+int meter_pass(struct db *d, int64_t *ret_lines, bc_error *err);
+void meter_tick(struct db *d, int interval_seconds);
+int usage_register(rpc_server *s);
 
 /* server.c */
 int server_start(struct ctl_app *app);

@@ -1,10 +1,11 @@
 /* iam_offers.c: the operator's Offers service: a tenant's spend limit and
  * what a spent budget stops (quota.c: quota_budget decides it at create),
  * and which pools check budgets. Each change and its event commit
- * together. Metering into usage is not built yet: spend is what usage
- * holds. */
+ * together. Spend is the usage the metering pass (meter.c) priced at the
+ * offer's prices. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bc/admin/v1/iam.pb-c.h"
@@ -15,7 +16,71 @@
 
 #define OFFER_COLS                                                                    \
 	"t.id, o.spend_limit_cents, coalesce(o.on_budget_exceeded, 'none'), (SELECT "      \
-	"coalesce(sum(cost_cents), 0) FROM usage u WHERE u.tenant_id = t.id)"
+	"floor(coalesce(sum(cost_cents), 0))::bigint FROM usage u WHERE u.tenant_id = t.id), " \
+	"(SELECT string_agg(key || '=' || value, E'\\n' ORDER BY key) FROM "              \
+	"jsonb_each_text(o.prices))"
+#define PRICES_MAX 32
+#define PRICE_MAX 1e12
+
+/* "meter=cents" lines (as offers.prices reads back) into x->prices. */
+static void offer_prices(rpc_call *c, Bc__Admin__V1__Offer *x, const char *lines)
+{
+	size_t n = 0;
+	char *all, *line, *save = NULL;
+
+	for (const char *p = lines; p && *p; p++)
+		n += *p == '\n';
+	if (!lines || !*lines)
+		return;
+	x->prices = rpc_alloc(c, (n + 1) * sizeof(*x->prices));
+	all = rpc_strdup(c, lines);
+	for (line = strtok_r(all, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		Bc__Admin__V1__Offer__PricesEntry *e;
+		char *eq = strrchr(line, '=');
+
+		if (!eq)
+			continue;
+		*eq = '\0';
+		e = rpc_new(c, &bc__admin__v1__offer__prices_entry__descriptor);
+		e->key = line;
+		e->value = strtod(eq + 1, NULL);
+		x->prices[x->n_prices++] = e;
+	}
+}
+
+/* The prices as a JSON object for offers.prices: meters are
+ * [a-z0-9._-]{1,64}, each once; prices finite, 0 to PRICE_MAX cents. */
+static int prices_json(const Bc__Admin__V1__Offer *q, char **ret, bc_error *err)
+{
+	size_t len = 3 + q->n_prices * 96, used;
+	char *json;
+
+	if (q->n_prices > PRICES_MAX)
+		return invalid(err, "prices", "at most %d prices", PRICES_MAX);
+	for (size_t i = 0; i < q->n_prices; i++) {
+		const char *k = q->prices[i]->key;
+		double v = q->prices[i]->value;
+
+		if (!*k || strlen(k) > 64 || strspn(k, "abcdefghijklmnopqrstuvwxyz0123456789._-") !=
+		    strlen(k))
+			return invalid(err, "prices", "prices: meter %.64s must be 1 to 64 of "
+				       "[a-z0-9._-]", k);
+		if (!(v >= 0 && v <= PRICE_MAX))
+			return invalid(err, "prices", "prices.%s must be between 0 and %.0f cents",
+				       k, PRICE_MAX);
+		for (size_t j = 0; j < i; j++)
+			if (strcmp(q->prices[j]->key, k) == 0)
+				return invalid(err, "prices", "prices: meter %s given twice", k);
+	}
+	json = xcalloc(1, len);
+	used = (size_t)snprintf(json, len, "{");
+	for (size_t i = 0; i < q->n_prices; i++)
+		used += (size_t)snprintf(json + used, len - used, "%s\"%s\": %.17g", i ? ", " : "",
+					 q->prices[i]->key, q->prices[i]->value);
+	snprintf(json + used, len - used, "}");
+	*ret = json;
+	return 0;
+}
 
 static Bc__Admin__V1__Offer *offer_row(rpc_call *c, const PGresult *r)
 {
@@ -26,6 +91,7 @@ static Bc__Admin__V1__Offer *offer_row(rpc_call *c, const PGresult *r)
 	x->spend_limit_cents = db_i64(r, 0, 1);
 	x->on_budget_exceeded = row_str(c, r, 0, 2);
 	x->spent_cents = db_i64(r, 0, 3);
+	offer_prices(c, x, db_val(r, 0, 4));
 	return x;
 }
 
@@ -54,11 +120,12 @@ static int offer_set(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 	const char *mode = *q->on_budget_exceeded ? q->on_budget_exceeded : "none";
 	struct iam_write w = {
 		.sql = "WITH o AS (INSERT INTO offers (tenant_id, spend_limit_cents, "
-		       "on_budget_exceeded) SELECT id, $2::bigint, $3 FROM tenants WHERE id = $1 ON "
-		       "CONFLICT (tenant_id) DO UPDATE SET spend_limit_cents = $2::bigint, "
-		       "on_budget_exceeded = $3, updated_at = now() RETURNING *) SELECT " OFFER_COLS
-		       " FROM o JOIN tenants t ON t.id = o.tenant_id",
+		       "on_budget_exceeded, prices) SELECT id, $2::bigint, $3, $4::jsonb FROM tenants "
+		       "WHERE id = $1 ON CONFLICT (tenant_id) DO UPDATE SET spend_limit_cents = "
+		       "$2::bigint, on_budget_exceeded = $3, prices = $4::jsonb, updated_at = now() "
+		       "RETURNING *) SELECT " OFFER_COLS " FROM o JOIN tenants t ON t.id = o.tenant_id",
 		.conflict_reason = "", .ev_type = "offer.set", .subject_kind = "tenant"};
+	_cleanup_free_ char *prices = NULL;
 	PGresult *r = NULL;
 	char msg[128];
 	int rc;
@@ -70,6 +137,8 @@ static int offer_set(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 			       "drain");
 	if (q->has_spend_limit_cents && q->spend_limit_cents < 0)
 		return invalid(err, "spendLimitCents", "spendLimitCents must not be negative");
+	if ((rc = prices_json(q, &prices, err)) < 0)
+		return rc;
 	snprintf(msg, sizeof(msg), "tenant %s not found", q->tenant_id);
 	w.notfound_msg = msg;
 	dbp_str(&w.p, q->tenant_id);
@@ -78,6 +147,7 @@ static int offer_set(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 	else
 		dbp_nstr(&w.p, NULL);
 	dbp_str(&w.p, mode);
+	dbp_str(&w.p, prices);
 	if ((rc = iam_write_run(c, &w, &r, err)) < 0)
 		return rc;
 	*ret = &offer_row(c, r)->base;

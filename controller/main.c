@@ -1,4 +1,4 @@
-/* main.c: bc-controller. Subcommands init, migrate, serve, version.
+/* main.c: bc-controller. Subcommands init, migrate, serve, meter, version.
  *
  * serve's threads: the gRPC workers and one thread per open stream (each
  * with its own PostgreSQL connection, see server.c), the LISTEN thread
@@ -28,6 +28,7 @@ static void usage(void)
 		"  init [--new-admin-token]  create PKI, migrate, mint the first admin token\n"
 		"  migrate                   apply migrations\n"
 		"  serve                     serve the API and the node API\n"
+		"  meter                     run one metering pass (usage of open windows)\n"
 		"  version                   print the version\n");
 }
 
@@ -93,6 +94,27 @@ static int cmd_migrate(struct ctl_app *app)
 	return r;
 }
 
+static int cmd_meter(struct ctl_app *app)
+{
+	struct db *d = db_open(app->cfg.database);
+	int64_t lines = 0;
+	bc_error err;
+	int r;
+
+	if (!d) {
+		log_error("meter: cannot connect to the database");
+		return -EIO;
+	}
+	bc_error_clear(&err);
+	r = check_schema(app);
+	if (r == 0 && (r = meter_pass(d, &lines, &err)) < 0)
+		log_error("meter: pass failed: %s", err.message);
+	db_close(d);
+	if (r == 0)
+		printf("usage lines written: %lld\n", (long long)lines);
+	return r;
+}
+
 int main(int argc, char **argv)
 {
 	struct ctl_app app;
@@ -139,6 +161,8 @@ int main(int argc, char **argv)
 		r = cmd_migrate(&app);
 	else if (strcmp(cmd, "serve") == 0)
 		r = cmd_serve(&app);
+	else if (strcmp(cmd, "meter") == 0)
+		r = cmd_meter(&app);
 	else {
 		usage();
 		r = -EINVAL;

@@ -13,6 +13,10 @@
 #include "authz.h"
 #include "util.h"
 
+/* the tenant o.tenant_id's metered spend in whole cents */
+#define QUOTA_SPENT_SQL "(SELECT floor(coalesce(sum(cost_cents), 0))::bigint FROM usage WHERE " \
+	"tenant_id = o.tenant_id)"
+
 struct charge {
 	const char *name;
 	int col;         /* of the limit and of the usage in the query */
@@ -87,8 +91,8 @@ int quota_budget(struct db *d, const char *tenant, const char *pool, bc_error *e
 
 	dbp_str(&p, tenant);
 	dbp_str(&p, pool);
-	rc = db_exec(d, &r, "SELECT o.spend_limit_cents, (SELECT coalesce(sum(cost_cents), 0) FROM "
-		     "usage WHERE tenant_id = o.tenant_id), o.on_budget_exceeded FROM offers o WHERE "
+	rc = db_exec(d, &r, "SELECT o.spend_limit_cents, " QUOTA_SPENT_SQL ", o.on_budget_exceeded "
+		     "FROM offers o WHERE "
 		     "o.tenant_id = $1 AND o.spend_limit_cents IS NOT NULL AND (o.on_budget_exceeded "
 		     "<> 'none' OR EXISTS (SELECT 1 FROM pools WHERE id = $2 AND budget_check = "
 		     "'meter'))", &p);
@@ -102,6 +106,26 @@ int quota_budget(struct db *d, const char *tenant, const char *pool, bc_error *e
 		PQclear(r);
 		return bc_error_detail(err, "reason", "budget-spent");
 	}
+	PQclear(r);
+	return 0;
+}
+
+int quota_billing_check(struct db *d, const char *tenant, enum quota_budget_state *ret)
+{
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, tenant);
+	rc = db_exec(d, &r, "SELECT o.on_budget_exceeded FROM offers o WHERE o.tenant_id = $1 AND "
+		     "o.spend_limit_cents IS NOT NULL AND " QUOTA_SPENT_SQL " >= o.spend_limit_cents",
+		     &p);
+	if (rc < 0)
+		return rc;
+	*ret = PQntuples(r) == 0 ? QUOTA_BUDGET_OK :
+	       strcmp(db_val(r, 0, 0), "drain") == 0 ? QUOTA_BUDGET_DRAIN :
+	       strcmp(db_val(r, 0, 0), "stop-new") == 0 ? QUOTA_BUDGET_STOP_NEW :
+							   QUOTA_BUDGET_SPENT;
 	PQclear(r);
 	return 0;
 }

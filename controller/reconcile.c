@@ -146,6 +146,7 @@ void *reconcile_thread(void *arg)
 		if (db_tx(d, "READ COMMITTED", lost_tx, &l, &err) < 0)
 			log_warn("reconcile: node loss pass failed: %s", err.message);
 		place_unplaced(d);
+		meter_tick(d, app->cfg.metering_interval_seconds);
 	}
 	db_close(d);
 	return NULL;

@@ -118,7 +118,8 @@ int server_start(struct ctl_app *app)
 	    (r = iam_policies_register(app->server)) < 0 ||
 	    (r = events_register(app->server)) < 0 ||
 	    (r = templates_register(app->server)) < 0 ||
-	    (r = sandboxes_register(app->server)) < 0) {
+	    (r = sandboxes_register(app->server)) < 0 ||
+	    (r = usage_register(app->server)) < 0) {
 		log_error("serve: service registration failed: %s", strerror(-r));
 		goto out;
 	}

@@ -1,0 +1,134 @@
+# usage.t: metering and budgets from real bookings (docs/iam.md).
+# - an instance running on a fake agent accrues vps.vcpu.hours and
+#   vps.memory.gib.hours lines for its tenant and owner, priced at the
+#   offer, readable with Usage.List (bcctl usage list) and its totals;
+# - the spend metered that way reaches the offer's limit and the next
+#   create is SPEND_LIMIT_REACHED (stop-new) with spentCents and limitCents;
+# - after the instance is gone its lines equal the booking's length (read
+#   from allocations) and stay so across passes of the leader, two
+#   concurrent `bc-controller meter` runs and two replicas: never twice;
+# - a booking over several hours is split into hourly windows; a closed
+#   window keeps its price when the offer changes, an open one follows it;
+# - refusals: Usage.List's limit, to, identityId, another tenant,
+#   no compute:usage:read; the offer's prices.
+. "$(dirname "$0")/../lib/stack.sh"
+
+export BC_CTL_EXTRA_CONF="metering_interval_seconds = 1"
+stack_up --controllers 2 --agents 1 || bail_out "stack_up failed"
+img=$(stack_image_create usage-img) || bail_out "no image"
+
+q() { psql -d bc -XAtq -c "$1"; }
+jid() { json_get "$1" id; }
+as() { local tok=$1; shift; BC_TOKEN=$tok bcctl "$@"; }
+refused() { # TOKEN EXIT DETAIL MSG -- ARGS
+	local tok=$1 want=$2 detail=$3 msg=$4 rc
+	shift 5
+	as "$tok" "$@" >/dev/null 2>"$STACK_DIR/err"
+	rc=$?
+	is "$rc" "$want" "$msg: exit $want"
+	[ -z "$detail" ] || like "$(cat "$STACK_DIR/err")" "$detail" "$msg: names $detail"
+}
+meter() { "$BC_BIN/bc-controller" meter --config "$STACK_DIR/ctl-1.conf" 2>>"$STACK_DIR/meter.log"; }
+
+bcctl tenant create acme >/dev/null || bail_out "tenant"
+TENANT_ARGS=(--tenant acme)
+owner=$(jid "$(bcctl --format json identity create --tenant acme --kind user --name owner --admin)")
+reader=$(jid "$(bcctl --format json identity create --tenant acme --kind user --name reader)")
+O=$(json_get "$(bcctl --format json token create --identity "$owner")" token)
+R=$(json_get "$(bcctl --format json token create --identity "$reader")" token)
+like "$O" '^bct_' 'a tenant administrator and a plain user with tokens'
+
+# 1,000 cents a second per vCPU: a running instance spends 3,000 in seconds
+out=$(bcctl --format json tenant offer acme --spend-limit-cents 3000 --on-budget-exceeded stop-new \
+	--price vps.vcpu.hours=3600000 --price vps.memory.gib.hours=0.5)
+is "$(printf '%s' "$out" | jq -r '.prices["vps.vcpu.hours"]')" 3600000 'the offer holds its prices'
+is "$(printf '%s' "$out" | jq -r '.prices["vps.memory.gib.hours"]')" 0.5 '... fractional cents too'
+
+id=$(jid "$(as "$O" --format json instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img")")
+like "$id" '^inst_' 'the owner creates an instance'
+eventually 30 instance_state_is "$id" running
+ok $? '... it runs on the fake agent'
+
+lines() { as "$O" --format json usage list "$@"; }
+vcpu_line() { lines --meter vps.vcpu.hours | jq -r ".items[] | select(.resource == \"instance/$id\") | $1"; }
+has_vcpu_line() { [ -n "$(vcpu_line .id)" ]; }
+eventually 30 has_vcpu_line
+ok $? 'the metering pass writes a vps.vcpu.hours line for the instance'
+is "$(vcpu_line .identityId)" "$owner" '... attributed to its owner'
+is "$(vcpu_line .tenantId)" acme '... and its tenant'
+ws=$(vcpu_line .windowStart)
+is "$((ws % 3600000))" 0 '... in an hourly window'
+is "$(lines --meter vps.memory.gib.hours | jq "[.items[] | select(.resource == \"instance/$id\")] | length")" 1 \
+	'... beside one vps.memory.gib.hours line'
+
+spent() { json_get "$(bcctl --format json tenant offer acme)" spent_cents; }
+spend_reached() { [ "$(q "SELECT floor(sum(cost_cents)) >= 3000 FROM usage WHERE tenant_id = 'acme'")" = t ]; }
+eventually 30 spend_reached
+ok $? 'the metered spend reaches the limit while the instance runs'
+refused "$O" 11 'reason: budget-spent' 'a create past the metered budget is SPEND_LIMIT_REACHED' -- \
+	instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img"
+like "$(cat "$STACK_DIR/err")" 'limitCents: 3000' '... with limitCents'
+s=$(sed -n 's/.*spentCents: \([0-9]*\).*/\1/p' "$STACK_DIR/err")
+ok "[ '${s:-0}' -ge 3000 ]" "... and spentCents ($s)"
+ok "[ '$(spent)' -ge 3000 ]" "the offer shows the spend ($(spent) cents)"
+
+# -- the instance ends; its lines equal its booking, whatever runs the pass
+as "$O" instance delete "$id" >/dev/null
+eventually 30 instance_state_is "$id" deleted
+ok $? 'the instance is deleted'
+booked() { q "SELECT sum(extract(epoch FROM released_at - created_at) / 3600 * vcpus) FROM allocations WHERE owner_id = '$id'"; }
+metered() { q "SELECT sum(quantity) FROM usage WHERE resource_id = '$id' AND meter = 'vps.vcpu.hours'"; }
+close_to() { q "SELECT abs(($1)::float8 - ($2)::float8) < 1e-9"; }
+is "$(meter | sed 's/[0-9]*$//')" 'usage lines written: ' 'bc-controller meter runs a pass'
+is "$(close_to "$(metered)" "$(booked)")" t 'vCPU hours metered = the booking, to the nanohour'
+before=$(metered)
+meter >/dev/null & m1=$!
+meter >/dev/null & m2=$!
+wait "$m1"; r1=$?; wait "$m2"; r2=$?
+is "$r1$r2" 00 'two passes at once both succeed'
+sleep 2 # the replicas' own passes (every second) run too
+is "$(metered)" "$before" '... and nothing is counted twice'
+is "$(q "SELECT count(*) FROM usage WHERE resource_id = '$id' GROUP BY meter, window_start HAVING count(*) > 1")" '' \
+	'one line per meter and window'
+mem=$(q "SELECT sum(quantity) FROM usage WHERE resource_id = '$id' AND meter = 'vps.memory.gib.hours'")
+is "$(close_to "$mem" "$(q "SELECT sum(extract(epoch FROM released_at - created_at) / 3600 * memory_mib / 1024.0) FROM allocations WHERE owner_id = '$id'")")" t \
+	'memory GiB hours likewise'
+
+# -- a booking across hours, metered from the start (the watermark reset)
+node=$(q "SELECT id FROM nodes LIMIT 1")
+q "INSERT INTO allocations (node_id, owner_kind, owner_id, tenant_id, vcpus, memory_mib, disk_gib, created_at, released_at) VALUES ('$node', 'instance', 'inst_0000000000000000000000hist', 'acme', 2, 1024, 1, now() - interval '150 minutes', now() - interval '20 minutes')" >/dev/null
+q "UPDATE metering SET closed_before = NULL" >/dev/null
+meter >/dev/null
+hist() { q "SELECT $1 FROM usage WHERE resource_id = 'inst_0000000000000000000000hist' AND meter = 'vps.vcpu.hours'"; }
+n=$(hist 'count(*)')
+ok "[ '$n' -ge 3 ] && [ '$n' -le 4 ]" "130 minutes of booking fall into 3 or 4 hourly windows ($n)"
+is "$(close_to "$(hist 'sum(quantity)')" "130.0 / 60 * 2")" t '... summing to 2 vCPUs x 130 minutes'
+is "$(close_to "$(hist 'max(quantity)')" 2)" t '... a whole hour inside is 2 vCPU hours'
+is "$(close_to "$(metered)" "$before")" t 'the earlier instance is recomputed to the same numbers'
+closed="window_start < (SELECT closed_before FROM metering)"
+old_cost=$(q "SELECT sum(cost_cents) FROM usage WHERE resource_id = 'inst_0000000000000000000000hist' AND $closed")
+ok "[ -n '$old_cost' ]" 'the old booking has closed windows'
+bcctl tenant offer acme --spend-limit-cents 3000 --on-budget-exceeded stop-new --price vps.vcpu.hours=1 >/dev/null
+meter >/dev/null
+is "$(q "SELECT sum(cost_cents) FROM usage WHERE resource_id = 'inst_0000000000000000000000hist' AND $closed")" \
+	"$old_cost" 'closed windows keep the price they were metered at'
+is "$(q "SELECT bool_and(cost_cents = quantity::numeric) FROM usage WHERE resource_id = '$id' AND meter = 'vps.vcpu.hours' AND NOT ($closed)")" \
+	t "the open window follows the new price (1 cent a vCPU hour)"
+
+# -- paging and refusals
+out=$(lines --limit 1)
+is "$(printf '%s' "$out" | jq '.items | length')" 1 'usage list --limit 1: one line'
+c=$(printf '%s' "$out" | jq -r .cursor)
+out2=$(lines --limit 1 --cursor "$c")
+ok "[ \"\$(printf '%s' '$out2' | jq -r '.items[0].id')\" -gt '$c' ]" '... the cursor reads on'
+is "$(printf '%s' "$out" | jq -r .totalCostCents)" "$(printf '%s' "$out2" | jq -r .totalCostCents)" \
+	'... totals cover every page'
+refused "$O" 2 'field: to' 'to before from' -- usage list --from 10 --to 5
+refused "$O" 2 'field: identityId' 'a malformed identity' -- usage list --identity nobody
+refused "$O" 3 '' "another tenant's usage is NOT_FOUND" -- usage list --tenant root
+refused "$R" 5 'action: compute:usage:read' 'a user without compute:usage:read' -- usage list
+refused "$BC_TOKEN" 2 'field: prices' 'a malformed meter name' -- tenant offer acme --price 'VPS!=1'
+refused "$BC_TOKEN" 2 'field: prices' 'a negative price' -- tenant offer acme --price vps.vcpu.hours=-1
+refused "$BC_TOKEN" 1 '--price' 'a price that is no number is a usage error' -- tenant offer acme --price vps.vcpu.hours=x
+
+done_testing
