@@ -60,12 +60,13 @@ BINS     := $(BUILD)/bin/bc-controller $(BUILD)/bin/bcd $(BUILD)/bin/bcctl
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 NETDRV   := $(BUILD)/tests/net/netdrv
+RTDRV    := $(BUILD)/tests/e2e/rtdrv
 
 .PHONY: all gen bins unit-bins bench-bins node-deps check check-unit check-integration check-net check-e2e \
 	check-interop fuzz fuzz-smoke asan bench update-golden demo stop install clean deps
 .SECONDARY:
 
-all: bins unit-bins bench-bins $(NETDRV)
+all: bins unit-bins bench-bins $(NETDRV) $(RTDRV)
 
 bins: $(BINS)
 unit-bins: $(UNIT_BIN)
@@ -137,6 +138,13 @@ $(NETDRV): $(BUILD)/obj/tests/net/netdrv.o $(LIBAGENT) $(LIBBC)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# The end-to-end tests' driver of the libvirt runtime (tests/e2e).
+$(call obj,tests/e2e/rtdrv.c): | $(GEN_H)
+$(RTDRV): $(BUILD)/obj/tests/e2e/rtdrv.o $(LIBAGENT) $(LIBBC)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBBC)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
@@ -191,7 +199,7 @@ check-net: $(NETDRV)
 	$(Q)if ls tests/net/*.t >/dev/null 2>&1; then prove --exec bash tests/net/*.t; \
 	else echo "check-net: skipped: no network tests exist yet (the agent's nftables code is not built)"; fi
 
-check-e2e:
+check-e2e: bins $(RTDRV)
 	$(Q)if ls tests/e2e/*.t >/dev/null 2>&1; then prove --exec bash tests/e2e/*.t; \
 	else echo "check-e2e: skipped: no end-to-end tests exist yet (no real VM runtime is built)"; fi
 

@@ -50,6 +50,12 @@ static const struct cfg_key keys[] = {
 	U64(capacity_disk_gib, "0", 0, 1ull << 30, "disk offered in GiB (0: host value)"),
 	U32(report_interval_seconds, "10", 1, 3600, "periodic Node.Report"),
 	S(log_level, "info", "debug, info, warn, error"),
+	S(libvirt_uri, "qemu:///system", "libvirt runtime: the libvirtd to use"),
+	S(data_dir, "", "libvirt runtime: images and instance disks (empty: state_dir/data)"),
+	S(image_ca_file, "", "CA file trusted for image URLs (empty: the system's CAs)"),
+	S(domain_type, "auto", "auto (kvm with hardware virtualisation, else qemu), kvm or qemu"),
+	U32(stop_timeout_seconds, "30", 1, 3600, "graceful guest shutdown before a forced stop"),
+	U64(image_max_gib, "64", 1, 1ull << 16, "largest image downloaded, GiB"),
 };
 
 static const struct cfg_key *key_find(const char *name)
@@ -312,6 +318,11 @@ int cfg_finish(struct agent_config *c, char *err, size_t errlen)
 		return fail(err, errlen, "log_level '%.32s': debug, info, warn or error", c->log_level);
 	if (strcmp(c->network, "nftables") != 0 && strcmp(c->network, "none") != 0)
 		return fail(err, errlen, "network '%.32s': nftables or none", c->network);
+	if (strcmp(c->domain_type, "auto") && strcmp(c->domain_type, "kvm") &&
+	    strcmp(c->domain_type, "qemu"))
+		return fail(err, errlen, "domain_type '%.32s': auto, kvm or qemu", c->domain_type);
+	if (*c->data_dir && *c->data_dir != '/')
+		return fail(err, errlen, "data_dir '%.64s' must be an absolute path", c->data_dir);
 	if (!c->hostname || !*c->hostname) {
 		if (gethostname(host, sizeof(host)) < 0)
 			snprintf(host, sizeof(host), "localhost");

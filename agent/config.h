@@ -35,6 +35,13 @@ struct agent_config {
 	uint64_t capacity_disk_gib;
 	uint32_t report_interval_seconds;
 	char *log_level;
+	/* runtime = libvirt */
+	char *libvirt_uri;
+	char *data_dir;                 /* "" = state_dir/data */
+	char *image_ca_file;            /* "" = the system's CAs */
+	char *domain_type;              /* auto | kvm | qemu */
+	uint32_t stop_timeout_seconds;
+	uint64_t image_max_gib;
 	/* derived by cfg_finish */
 	struct cfg_label label_list[CFG_MAX_LABELS];
 	size_t n_labels;

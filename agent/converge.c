@@ -4,6 +4,8 @@
  *  - an instance the spec names that the runtime lacks is created, then
  *    moved to its desired state (running, paused or stopped); host admission
  *    refusals are reported stopped with the runtime's "ResourcesExhausted:"
+ *    reason and retried on the next pass; a create waiting for something
+ *    (-EAGAIN: image download, boot data) is reported provisioning with the
  *    reason and retried on the next pass;
  *  - an instance that exists is adopted once per bcd process (never
  *    restarted), its live settings updated, then moved to its desired state;
@@ -393,6 +395,13 @@ static void converge_new(struct conv *c, struct pass *p, const Bc__Node__V1__Ins
 		record_state(c, p, s->id, RT_STATE_STOPPED, reason);
 		return;
 	}
+	if (e == -EAGAIN) {  /* image or boot data not there yet: next pass */
+		if (!*reason)
+			snprintf(reason, sizeof(reason), "create failed: %s", strerror(-e));
+		warn_once(c, s->id, reason);
+		add_item(p, s->id, "provisioning", reason);
+		return;
+	}
 	if (e < 0) {
 		if (!*reason)
 			snprintf(reason, sizeof(reason), "create failed: %s", strerror(-e));
@@ -656,6 +665,8 @@ int conv_pass(struct conv *c)
 	/* bridge, ruleset and taps before any instance is created or started */
 	if (c->spec && c->net)
 		net_converge(c->net, c->spec, on_net_fail, &p);
+	if (c->spec && c->rt->ops->node)
+		c->rt->ops->node(c->rt, c->spec);
 	if (c->spec)
 		converge_desired(c, &p, actual, n_actual);
 	if (c->rt->ops->storage && c->rt->ops->storage(c->rt, c->spec, &stg) == 0)

@@ -15,6 +15,7 @@
  *
  * Exit codes: 0 stopped by a signal, 1 configuration or start-up error,
  * 2 enrolment refused by the controller (bad, expired or used token). */
+#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -26,6 +27,7 @@
 #include <sys/stat.h>
 
 #include "agent/backoff.h"
+#include "agent/bootdata.h"
 #include "agent/config.h"
 #include "agent/converge.h"
 #include "agent/join.h"
@@ -155,7 +157,16 @@ static int open_runtime(struct agent *a)
 	struct rt_config rc = {.state_dir = a->cfg.state_dir,
 			       .capacity_vcpus = a->cfg.capacity_vcpus,
 			       .capacity_memory_mib = a->cfg.capacity_memory_mib,
-			       .capacity_disk_gib = a->cfg.capacity_disk_gib};
+			       .capacity_disk_gib = a->cfg.capacity_disk_gib,
+			       .node_id = a->creds.node_id,
+			       .libvirt_uri = a->cfg.libvirt_uri,
+			       .data_dir = a->cfg.data_dir,
+			       .image_ca_file = a->cfg.image_ca_file,
+			       .image_max_bytes = a->cfg.image_max_gib << 30,
+			       .domain_type = a->cfg.domain_type,
+			       .stop_timeout_ms = a->cfg.stop_timeout_seconds * 1000,
+			       .boot_data = bootdata_fetch,
+			       .boot_data_ctx = a->client};
 	int e = rt_open(a->cfg.runtime, &rc, &a->rt);
 
 	if (e == -ENOENT)
@@ -319,6 +330,7 @@ int main(int argc, char **argv)
 	}
 	cfg_fill_host(&a.cfg);
 	rpc_global_init();
+	curl_global_init(CURL_GLOBAL_DEFAULT);  /* before any thread: images */
 	rc = ensure_joined(&a);
 	if (rc == 0)
 		rc = start_up(&a);

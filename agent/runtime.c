@@ -8,6 +8,7 @@
 
 static const struct runtime_ops *const runtimes[] = {
 	&rt_fake_ops,
+	&rt_libvirt_ops,
 };
 
 static const char *const state_names[] = {

@@ -8,7 +8,10 @@
  *
  * Implementations embed `struct rt` as their first member. Operations return
  * 0 or a negative errno; create returns -ENOSPC when host admission refuses
- * the instance, with `reason` set to "ResourcesExhausted: <what>". */
+ * the instance, with `reason` set to "ResourcesExhausted: <what>", and
+ * -EAGAIN when something it needs is not there yet (an image download or
+ * the boot data failed): the instance is reported provisioning with the
+ * reason and the create is retried on the next pass. */
 #ifndef BC_AGENT_RUNTIME_H
 #define BC_AGENT_RUNTIME_H
 
@@ -42,12 +45,27 @@ struct rt_traits {
 	bool volumes;           /* attaches VolumeSpec volumes */
 };
 
+/* Fetch an instance's boot data (Node.GetBootData): 0 with *ret malloc'd
+ * (the user-data bytes), or -errno with reason (RT_REASON_MAX). */
+typedef int (*rt_boot_data_fn)(void *ctx, const char *instance_id, const char *ref, void **ret,
+			       size_t *ret_len, char *reason);
+
 /* What a runtime is opened with (borrowed for the call only). */
 struct rt_config {
 	const char *state_dir;          /* bcd's state directory */
 	uint32_t capacity_vcpus;        /* host admission limits */
 	uint64_t capacity_memory_mib;
 	uint64_t capacity_disk_gib;
+	/* real runtimes (libvirt) */
+	const char *node_id;            /* marks this node's domains */
+	const char *libvirt_uri;        /* default qemu:///system */
+	const char *data_dir;           /* images, instances; default state_dir/data */
+	const char *image_ca_file;      /* NULL/"": system CAs */
+	uint64_t image_max_bytes;       /* 0: 64 GiB */
+	const char *domain_type;        /* auto | kvm | qemu */
+	uint32_t stop_timeout_ms;       /* graceful shutdown wait; 0: 30 s */
+	rt_boot_data_fn boot_data;      /* NULL: no boot data fetched */
+	void *boot_data_ctx;
 };
 
 /* The volume store numbers of StatusReport.volume_storage, in bytes. */
@@ -85,6 +103,9 @@ struct runtime_ops {
 	int (*stop)(struct rt *rt, const char *id);
 	/* Remove the instance and everything it owns; 0 if already gone. */
 	int (*destroy)(struct rt *rt, const char *id);
+	/* The node-wide part of the spec a pass converges (pool gateway...),
+	 * before any create of that pass. May be NULL. */
+	void (*node)(struct rt *rt, const Bc__Node__V1__NodeSpec *spec);
 	/* Volume store numbers for spec (may be NULL: nothing reported). */
 	int (*storage)(struct rt *rt, const Bc__Node__V1__NodeSpec *spec, struct rt_storage *ret);
 	/* Release the handle; instances keep running. NULL-safe. */
@@ -97,6 +118,8 @@ struct rt {
 
 /* The fake runtime (runtime_fake.c): records and reports, runs nothing. */
 extern const struct runtime_ops rt_fake_ops;
+/* VMs through libvirt (runtime_libvirt.c). */
+extern const struct runtime_ops rt_libvirt_ops;
 
 /* The runtime called name ("fake", ...), or NULL if this build has none. */
 const struct runtime_ops *rt_lookup(const char *name);

@@ -124,6 +124,23 @@ static void test_refusals(void)
 	from_args(&c, &cli, err, 5, "--controller", "x:1", "--network", "nftables");
 	is_int(cfg_finish(&c, err, sizeof(err)), 0, "network nftables accepted");
 	cfg_free(&c);
+	from_args(&c, &cli, err, 3, "--controller", "x:1");
+	is_str(c.libvirt_uri, "qemu:///system", "default libvirt_uri");
+	is_str(c.domain_type, "auto", "default domain_type");
+	is_str(c.data_dir, "", "default data_dir: state_dir/data");
+	is_int(c.stop_timeout_seconds, 30, "default stop_timeout_seconds");
+	cfg_free(&c);
+	from_args(&c, &cli, err, 5, "--controller", "x:1", "--domain-type", "xen");
+	is_int(cfg_finish(&c, err, sizeof(err)), -EINVAL, "domain_type xen refused");
+	is_str(err, "domain_type 'xen': auto, kvm or qemu", "with the choices");
+	cfg_free(&c);
+	from_args(&c, &cli, err, 5, "--controller", "x:1", "--data-dir", "rel/dir");
+	is_int(cfg_finish(&c, err, sizeof(err)), -EINVAL, "relative data_dir refused");
+	cfg_free(&c);
+	from_args(&c, &cli, err, 7, "--controller", "x:1", "--domain-type", "qemu",
+		  "--runtime", "libvirt");
+	is_int(cfg_finish(&c, err, sizeof(err)), 0, "domain_type qemu, runtime libvirt accepted");
+	cfg_free(&c);
 	is_int(from_args(&c, &cli, err, 2, "--version"), 0, "--version");
 	ok(cli.version, "version asked");
 	cfg_free(&c);

@@ -1,0 +1,880 @@
+/* runtime_libvirt.c: the `libvirt` runtime, VMs through the libvirt C API.
+ *
+ * Domain name = instance id. Every domain it defines carries bc's metadata
+ * element naming this node (domxml.c); list() returns only domains naming
+ * this node, and no operation touches a domain naming another, so two bcd
+ * processes sharing one libvirtd never see each other's domains.
+ *
+ * Files, all under data_dir (directories 0711 so QEMU's user can reach the
+ * files libvirt's DAC driver hands it; files 0600/0644):
+ *   images/<sha256>                 verified pool images, shared, read-only
+ *   instances/<id>/disk.qcow2       the overlay backed by the image
+ *   instances/<id>/seed.iso         the NoCloud cidata seed (read-only disk)
+ *   instances/<id>/nvram.fd         UEFI variables (libvirt copies the template)
+ *   instances/<id>/console.log      serial console, appended by virtlogd
+ *   volumes/<volume id>.img         attached volumes (raw; made elsewhere)
+ *
+ * create = host admission, image fetched and checked, overlay, seed, define
+ * (stopped). start/pause/resume are the libvirt calls; stop is an ACPI
+ * shutdown with a bounded wait, then destroy; destroy removes the domain
+ * (with its NVRAM) and the instance directory, and is 0 when all is gone.
+ * adopt never touches a running domain. Only the converge thread calls in. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libvirt/libvirt.h>
+#include <libvirt/virterror.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "domxml.h"
+#include "image.h"
+#include "log.h"
+#include "runtime.h"
+#include "runtime_libvirt.h"
+#include "seed.h"
+#include "util.h"
+
+#define GIB (1024ull * 1024 * 1024)
+#define DEFAULT_URI "qemu:///system"
+#define DEFAULT_STOP_MS 30000
+#define DEFAULT_IMAGE_MAX (64 * GIB)
+#define NODE_ID_MAX 128
+#define STOP_POLL_MS 100
+
+struct rt_libvirt {
+	struct rt base;
+	virConnectPtr conn;
+	char *uri;
+	char *node_id;
+	char *data_dir, *images_dir, *instances_dir, *volumes_dir;
+	char *ca_file;
+	const char *type;             /* "kvm" | "qemu" */
+	uint32_t cap_vcpus;
+	uint64_t cap_memory_mib;
+	uint64_t image_max;
+	uint32_t stop_ms;
+	rt_boot_data_fn boot_data;
+	void *boot_data_ctx;
+	char last_err[256];           /* last libvirt error logged */
+	char gateway4[64];            /* NodeSpec.ipam_gateway, from node() */
+	char hugepages_dir[256];      /* /sys/kernel/mm/hugepages (tests: BC_HUGEPAGES_DIR) */
+};
+
+static struct rt_libvirt *lv_of(struct rt *rt)
+{
+	return (struct rt_libvirt *)rt;
+}
+
+/* libvirt's default handler prints every error on stderr: the runtime
+ * reports errors itself, once, with the instance. */
+static void quiet(void *data, virErrorPtr e)
+{
+}
+
+static const char *lv_err(void)
+{
+	virErrorPtr e = virGetLastError();
+
+	return e && e->message ? e->message : "unknown libvirt error";
+}
+
+static int lv_errno(void)
+{
+	virErrorPtr e = virGetLastError();
+
+	if (!e)
+		return -EIO;
+	switch (e->code) {
+	case VIR_ERR_NO_DOMAIN:
+		return -ENOENT;
+	case VIR_ERR_OPERATION_INVALID:
+		return -EINVAL;
+	case VIR_ERR_SYSTEM_ERROR:
+		return e->int1 > 0 ? -e->int1 : -EIO;
+	default:
+		return -EIO;
+	}
+}
+
+/* ------------------------------------------------------ state mapping */
+
+enum rt_state rt_libvirt_state(int state, int reason)
+{
+	switch (state) {
+	case VIR_DOMAIN_RUNNING:
+	case VIR_DOMAIN_BLOCKED:
+	case VIR_DOMAIN_SHUTDOWN:  /* shutting down: still running */
+		return RT_STATE_RUNNING;
+	case VIR_DOMAIN_PAUSED:
+		/* paused by an I/O error or a crash is no pause anyone asked for */
+		if (reason == VIR_DOMAIN_PAUSED_IOERROR || reason == VIR_DOMAIN_PAUSED_CRASHED ||
+		    reason == VIR_DOMAIN_PAUSED_SHUTTING_DOWN)
+			return RT_STATE_ERROR;
+		return RT_STATE_PAUSED;
+	case VIR_DOMAIN_PMSUSPENDED:
+		return RT_STATE_PAUSED;
+	case VIR_DOMAIN_SHUTOFF:
+		return RT_STATE_STOPPED;
+	default:  /* NOSTATE, CRASHED */
+		return RT_STATE_ERROR;
+	}
+}
+
+/* ----------------------------------------------------- the connection */
+
+/* The connection, reopened if libvirtd went away (restarted). */
+static virConnectPtr conn_of(struct rt_libvirt *lv)
+{
+	if (lv->conn && virConnectIsAlive(lv->conn) == 1)
+		return lv->conn;
+	if (lv->conn) {
+		virConnectClose(lv->conn);
+		log_warn("libvirt %s: connection lost, reconnecting", lv->uri);
+	}
+	lv->conn = virConnectOpen(lv->uri);
+	return lv->conn;
+}
+
+/* True if dom carries this node's id. */
+static bool dom_ours(struct rt_libvirt *lv, virDomainPtr dom)
+{
+	char *md = virDomainGetMetadata(dom, VIR_DOMAIN_METADATA_ELEMENT, DOMXML_NS, 0);
+	char node[NODE_ID_MAX + 1];
+	bool ours = md && domxml_metadata_node(md, node, sizeof(node)) == 0 &&
+		    strcmp(node, lv->node_id) == 0;
+
+	free(md);
+	return ours;
+}
+
+/* This node's domain named id: 0 with *ret (virDomainFree it), -ENOENT if
+ * none (or another node's), -EIO if libvirt cannot be reached. */
+static int dom_get(struct rt_libvirt *lv, const char *id, virDomainPtr *ret)
+{
+	virConnectPtr c = conn_of(lv);
+	virDomainPtr dom;
+
+	if (!c)
+		return -EIO;
+	if (!rt_id_valid(id))
+		return -EINVAL;
+	dom = virDomainLookupByName(c, id);
+	if (!dom)
+		return lv_errno() == -ENOENT ? -ENOENT : -EIO;
+	if (!dom_ours(lv, dom)) {
+		virDomainFree(dom);
+		return -ENOENT;
+	}
+	*ret = dom;
+	return 0;
+}
+
+static enum rt_state dom_state(virDomainPtr dom)
+{
+	int state = VIR_DOMAIN_NOSTATE, reason = 0;
+
+	if (virDomainGetState(dom, &state, &reason, 0) < 0)
+		return RT_STATE_ERROR;
+	return rt_libvirt_state(state, reason);
+}
+
+/* ------------------------------------------------------------- paths */
+
+static char *inst_path(const struct rt_libvirt *lv, const char *id, const char *file)
+{
+	return xasprintf("%s/%s%s%s", lv->instances_dir, id, file ? "/" : "", file ? file : "");
+}
+
+/* Remove the instance directory: its regular files, the seed's work
+ * directory, then itself. 0 if gone. */
+static int inst_dir_remove(const struct rt_libvirt *lv, const char *id)
+{
+	_cleanup_free_ char *dir = inst_path(lv, id, NULL);
+	_cleanup_free_ char *work = inst_path(lv, id, "seed.d");
+	DIR *d;
+	struct dirent *de;
+
+	rmdir(work);
+	d = opendir(dir);
+	if (!d)
+		return errno == ENOENT ? 0 : -errno;
+	while ((de = readdir(d))) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno == EISDIR)
+			unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
+	}
+	closedir(d);
+	if (rmdir(dir) < 0 && errno != ENOENT)
+		return -errno;
+	return 0;
+}
+
+/* ------------------------------------------------------ domain type */
+
+static bool file_exists(const char *path)
+{
+	return access(path, F_OK) == 0;
+}
+
+/* kvm needs /dev/kvm and a hardware virtualisation module (kvm_intel,
+ * kvm_amd): a software KVM (kvm_pvm) cannot run UEFI firmware. */
+static const char *pick_type(const char *want, const char **why)
+{
+	struct stat st;
+
+	if (want && strcmp(want, "kvm") == 0) {
+		*why = "domain_type = kvm";
+		return "kvm";
+	}
+	if (want && strcmp(want, "qemu") == 0) {
+		*why = "domain_type = qemu";
+		return "qemu";
+	}
+	if (stat("/dev/kvm", &st) < 0 || !S_ISCHR(st.st_mode)) {
+		*why = "no /dev/kvm: TCG emulation";
+		return "qemu";
+	}
+	if (!file_exists("/sys/module/kvm_intel") && !file_exists("/sys/module/kvm_amd")) {
+		*why = "/dev/kvm without kvm_intel or kvm_amd (software KVM): TCG emulation";
+		return "qemu";
+	}
+	*why = "/dev/kvm with hardware virtualisation";
+	return "kvm";
+}
+
+/* ------------------------------------------------------------ open */
+
+static void lv_close(struct rt *rt)
+{
+	struct rt_libvirt *lv = lv_of(rt);
+
+	if (!lv)
+		return;
+	if (lv->conn)
+		virConnectClose(lv->conn);
+	free(lv->uri);
+	free(lv->node_id);
+	free(lv->data_dir);
+	free(lv->images_dir);
+	free(lv->instances_dir);
+	free(lv->volumes_dir);
+	free(lv->ca_file);
+	free(lv);
+}
+
+/* data_dir and its subdirectories, 0711: QEMU runs as its own user and
+ * must traverse them to the files libvirt labels for it. Every parent must
+ * let others traverse too (checked, not changed). */
+static int make_dirs(struct rt_libvirt *lv)
+{
+	const char *dirs[] = {lv->data_dir, lv->images_dir, lv->instances_dir, lv->volumes_dir};
+	_cleanup_free_ char *parent = xstrdup(lv->data_dir);
+	struct stat st;
+
+	for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
+		int e = mkdir_p(dirs[i], 0711);
+		if (e < 0 || chmod(dirs[i], 0711) < 0) {
+			log_error("libvirt: data_dir %s: %s", dirs[i], strerror(e < 0 ? -e : errno));
+			return e < 0 ? e : -errno;
+		}
+	}
+	for (char *slash = strrchr(parent, '/'); slash && slash != parent;
+	     slash = strrchr(parent, '/')) {
+		*slash = '\0';
+		if (stat(parent, &st) == 0 && !(st.st_mode & S_IXOTH)) {
+			log_error("libvirt: %s (a parent of data_dir) is not searchable by QEMU's "
+				  "user (mode %o): choose another data_dir or chmod o+x it",
+				  parent, (unsigned)(st.st_mode & 07777));
+			return -EACCES;
+		}
+	}
+	return 0;
+}
+
+static void lv_paths(struct rt_libvirt *lv, const struct rt_config *cfg)
+{
+	const char *hp = getenv("BC_HUGEPAGES_DIR");
+
+	lv->uri = xstrdup(cfg->libvirt_uri && *cfg->libvirt_uri ? cfg->libvirt_uri : DEFAULT_URI);
+	lv->node_id = xstrdup(cfg->node_id);
+	lv->data_dir = cfg->data_dir && *cfg->data_dir ? xstrdup(cfg->data_dir)
+						       : xasprintf("%s/data", cfg->state_dir);
+	lv->images_dir = xasprintf("%s/images", lv->data_dir);
+	lv->instances_dir = xasprintf("%s/instances", lv->data_dir);
+	lv->volumes_dir = xasprintf("%s/volumes", lv->data_dir);
+	lv->ca_file = cfg->image_ca_file ? xstrdup(cfg->image_ca_file) : NULL;
+	snprintf(lv->hugepages_dir, sizeof(lv->hugepages_dir), "%s",
+		 hp && *hp ? hp : "/sys/kernel/mm/hugepages");
+}
+
+static int lv_open(const struct rt_config *cfg, struct rt **ret)
+{
+	struct rt_libvirt *lv;
+	const char *why = "";
+	int e;
+
+	if (!cfg || !cfg->state_dir || !cfg->node_id || !*cfg->node_id ||
+	    strlen(cfg->node_id) > NODE_ID_MAX || (cfg->data_dir && *cfg->data_dir != '/' && *cfg->data_dir))
+		return -EINVAL;
+	lv = xcalloc(1, sizeof(*lv));
+	lv->base.ops = &rt_libvirt_ops;
+	lv_paths(lv, cfg);
+	if (lv->data_dir[0] != '/') {
+		log_error("libvirt: data_dir %s must be an absolute path", lv->data_dir);
+		lv_close(&lv->base);
+		return -EINVAL;
+	}
+	lv->cap_vcpus = cfg->capacity_vcpus;
+	lv->cap_memory_mib = cfg->capacity_memory_mib;
+	lv->image_max = cfg->image_max_bytes ? cfg->image_max_bytes : DEFAULT_IMAGE_MAX;
+	lv->stop_ms = cfg->stop_timeout_ms ? cfg->stop_timeout_ms : DEFAULT_STOP_MS;
+	lv->boot_data = cfg->boot_data;
+	lv->boot_data_ctx = cfg->boot_data_ctx;
+	lv->type = pick_type(cfg->domain_type, &why);
+	virSetErrorFunc(NULL, quiet);
+	if ((e = make_dirs(lv)) < 0) {
+		lv_close(&lv->base);
+		return e;
+	}
+	if (!conn_of(lv)) {
+		log_error("libvirt: cannot connect to %s: %s", lv->uri, lv_err());
+		lv_close(&lv->base);
+		return -ECONNREFUSED;
+	}
+	log_info("libvirt: %s, domain type %s (%s), data_dir %s", lv->uri, lv->type, why,
+		 lv->data_dir);
+	*ret = &lv->base;
+	return 0;
+}
+
+/* ------------------------------------------------------------- list */
+
+struct usage {
+	uint64_t vcpus, memory_mib;
+};
+
+/* This node's domains; *ret (virDomainFree each, free the array). */
+static int doms_ours(struct rt_libvirt *lv, virDomainPtr **ret, size_t *ret_n)
+{
+	virConnectPtr c = conn_of(lv);
+	virDomainPtr *all = NULL;
+	size_t k = 0;
+	int n;
+
+	if (!c)
+		return -EIO;
+	n = virConnectListAllDomains(c, &all, 0);
+	if (n < 0)
+		return -EIO;
+	for (int i = 0; i < n; i++) {
+		if (rt_id_valid(virDomainGetName(all[i])) && dom_ours(lv, all[i]))
+			all[k++] = all[i];
+		else
+			virDomainFree(all[i]);
+	}
+	*ret = all;
+	*ret_n = k;
+	return 0;
+}
+
+static void doms_free(virDomainPtr *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		virDomainFree(v[i]);
+	free(v);
+}
+
+static int lv_list(struct rt *rt, struct rt_instance **ret, size_t *ret_n)
+{
+	struct rt_libvirt *lv = lv_of(rt);
+	virDomainPtr *doms = NULL;
+	struct rt_instance *out;
+	size_t n = 0;
+	int e = doms_ours(lv, &doms, &n);
+
+	if (e < 0)
+		return e;
+	out = n ? xcalloc(n, sizeof(*out)) : NULL;
+	for (size_t i = 0; i < n; i++) {
+		snprintf(out[i].id, sizeof(out[i].id), "%s", virDomainGetName(doms[i]));
+		out[i].state = dom_state(doms[i]);
+	}
+	doms_free(doms, n);
+	*ret = out;
+	*ret_n = n;
+	return 0;
+}
+
+/* -------------------------------------------------------- admission */
+
+/* What this node's domains hold, whatever their state (a defined domain
+ * keeps its booking, as the controller counts it). */
+static int usage_of(struct rt_libvirt *lv, struct usage *u)
+{
+	virDomainPtr *doms = NULL;
+	size_t n = 0;
+	int e = doms_ours(lv, &doms, &n);
+
+	*u = (struct usage){0};
+	if (e < 0)
+		return e;
+	for (size_t i = 0; i < n; i++) {
+		virDomainInfo info;
+		if (virDomainGetInfo(doms[i], &info) < 0)
+			continue;
+		u->vcpus += info.nrVirtCpu;
+		u->memory_mib += info.maxMem / 1024;
+	}
+	doms_free(doms, n);
+	return 0;
+}
+
+static uint64_t read_u64(const char *path)
+{
+	_cleanup_free_ char *buf = NULL;
+
+	if (file_read_all(path, 64, &buf, NULL) < 0)
+		return 0;
+	return strtoull(buf, NULL, 10);
+}
+
+static int exhausted(char *reason, const char *what)
+{
+	snprintf(reason, RT_REASON_MAX, "ResourcesExhausted: %s", what);
+	return -ENOSPC;
+}
+
+/* Free huge pages of the flavor's size against what the instance needs. */
+static int admit_pages(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s, char *reason)
+{
+	uint64_t kib = 0, need, free_pages;
+	char path[512];
+
+	if (domxml_page_kib(s->huge_pages, &kib) < 0) {
+		snprintf(reason, RT_REASON_MAX, "InvalidSpec: huge_pages must be 2M or 1G");
+		return -EINVAL;
+	}
+	if (!kib)
+		return 0;
+	snprintf(path, sizeof(path), "%s/hugepages-%" PRIu64 "kB/free_hugepages", lv->hugepages_dir,
+		 kib);
+	need = (s->memory_mib * 1024 + kib - 1) / kib;
+	free_pages = read_u64(path);
+	if (free_pages < need) {
+		snprintf(reason, RT_REASON_MAX,
+			 "ResourcesExhausted: huge pages %s (%" PRIu64 " free, %" PRIu64 " needed)",
+			 s->huge_pages, free_pages, need);
+		return -ENOSPC;
+	}
+	return 0;
+}
+
+static int admit_placement(const Bc__Node__V1__InstanceSpec *s, char *reason)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_CONF);
+	char path[128];
+
+	if (s->numa_node >= 0) {
+		snprintf(path, sizeof(path), "/sys/devices/system/node/node%" PRId32, s->numa_node);
+		if (!file_exists(path)) {
+			snprintf(reason, RT_REASON_MAX, "ResourcesExhausted: numa node %" PRId32,
+				 s->numa_node);
+			return -ENOSPC;
+		}
+	}
+	for (size_t i = 0; i < s->n_pinned_vcpus; i++)
+		if ((long)s->pinned_vcpus[i] >= cpus) {
+			snprintf(reason, RT_REASON_MAX, "ResourcesExhausted: host cpu %" PRIu32,
+				 s->pinned_vcpus[i]);
+			return -ENOSPC;
+		}
+	return 0;
+}
+
+/* Host admission: vCPUs and memory against the configured capacity minus
+ * what this node's other domains hold; huge pages, NUMA node and pinned
+ * CPUs against the host. -ENOSPC with "ResourcesExhausted: <what>". */
+static int admit(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s, char *reason)
+{
+	struct usage u;
+	int e = usage_of(lv, &u);
+
+	if (e < 0) {
+		snprintf(reason, RT_REASON_MAX, "libvirt unreachable: %.120s", lv_err());
+		return e;
+	}
+	if (lv->cap_memory_mib && u.memory_mib + s->memory_mib > lv->cap_memory_mib)
+		return exhausted(reason, "memory");
+	if (lv->cap_vcpus && u.vcpus + s->vcpus > lv->cap_vcpus)
+		return exhausted(reason, "vcpus");
+	if ((e = admit_pages(lv, s, reason)) < 0)
+		return e;
+	return admit_placement(s, reason);
+}
+
+/* ----------------------------------------------------------- create */
+
+/* The pool image, fetched and checked; *ret_path malloc'd, *ret_fmt
+ * "qcow2"/"raw", *ret_size its virtual size in bytes. */
+static int prepare_image(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s,
+			 char **ret_path, const char **ret_fmt, uint64_t *ret_size, char *reason)
+{
+	struct image_fetch f = {lv->images_dir, lv->ca_file, lv->image_max};
+	_cleanup_free_ void *head = NULL;
+	struct image_info info;
+	char why[IMAGE_REASON_MAX];
+	struct stat st;
+	size_t n = 0;
+	char *path = NULL;
+	int e;
+
+	if (!s->image || !*s->image->url) {
+		snprintf(reason, RT_REASON_MAX, "InvalidSpec: no image");
+		return -EINVAL;
+	}
+	e = image_ensure(&f, s->image->url, s->image->sha256, &path, reason);
+	if (e < 0)
+		return e == -EIO ? -EAGAIN : e;  /* a failed download is retried */
+	e = image_read_head(path, &head, &n);
+	if (e == 0)
+		e = image_check_base(head, n, s->image->format, &info, why, sizeof(why));
+	if (e < 0 || stat(path, &st) < 0) {
+		snprintf(reason, RT_REASON_MAX, "ImageRefused: %.120s", e < 0 ? why : strerror(errno));
+		free(path);
+		return e < 0 ? -EINVAL : -EIO;
+	}
+	*ret_path = path;
+	*ret_fmt = info.format == IMAGE_QCOW2 ? "qcow2" : "raw";
+	*ret_size = info.format == IMAGE_QCOW2 ? info.virtual_size : (uint64_t)st.st_size;
+	return 0;
+}
+
+/* The boot data bytes (empty without a user_data_ref). */
+static int fetch_boot_data(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s,
+			   void **ret, size_t *ret_len, char *reason)
+{
+	char why[RT_REASON_MAX] = "";
+	int e;
+
+	*ret = NULL;
+	*ret_len = 0;
+	if (!s->user_data_ref || !*s->user_data_ref)
+		return 0;
+	if (!lv->boot_data) {
+		snprintf(reason, RT_REASON_MAX, "BootDataUnavailable: no controller client");
+		return -EAGAIN;
+	}
+	e = lv->boot_data(lv->boot_data_ctx, s->id, s->user_data_ref, ret, ret_len, why);
+	if (e == 0 && *ret_len > SEED_USER_DATA_MAX) {
+		free(*ret);
+		*ret = NULL;
+		snprintf(why, sizeof(why), "user data larger than %u bytes", SEED_USER_DATA_MAX);
+		e = -EFBIG;
+	}
+	if (e < 0) {
+		snprintf(reason, RT_REASON_MAX, "BootDataUnavailable: %.120s", why);
+		return -EAGAIN;
+	}
+	return 0;
+}
+
+static int prepare_seed(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s,
+			const char *iso, char *reason)
+{
+	_cleanup_free_ char *work = inst_path(lv, s->id, "seed.d");
+	_cleanup_free_ char *meta = seed_meta_data(s->id);
+	_cleanup_free_ char *net = NULL;
+	_cleanup_free_ void *ud = NULL;
+	size_t ud_len = 0;
+	int e;
+
+	if (seed_network_config(s, lv->gateway4, &net) < 0) {
+		snprintf(reason, RT_REASON_MAX, "InvalidSpec: a NIC's MAC or address is malformed");
+		return -EINVAL;
+	}
+	if ((e = fetch_boot_data(lv, s, &ud, &ud_len, reason)) < 0)
+		return e;
+	e = seed_write_iso(work, iso, ud, ud_len, meta, net, reason);
+	if (ud)
+		explicit_bzero(ud, ud_len);  /* user data may hold secrets */
+	return e;
+}
+
+/* Attached volumes: data_dir/volumes/<id>.img must exist. */
+static int volumes_of(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s,
+		      struct domxml_volume *v, char **paths, char *reason)
+{
+	for (size_t i = 0; i < s->n_volumes; i++) {
+		const Bc__Node__V1__VolumeAttachment *a = s->volumes[i];
+		if (!rt_id_valid(a->volume_id)) {
+			snprintf(reason, RT_REASON_MAX, "InvalidSpec: unusable volume id");
+			return -EINVAL;
+		}
+		paths[i] = xasprintf("%s/%s.img", lv->volumes_dir, a->volume_id);
+		if (!file_exists(paths[i])) {
+			snprintf(reason, RT_REASON_MAX, "VolumeUnavailable: %.64s", a->volume_id);
+			return -EAGAIN;
+		}
+		v[i] = (struct domxml_volume){paths[i], a->serial, a->read_only};
+	}
+	return 0;
+}
+
+struct inst_files {
+	char *dir, *overlay, *seed, *nvram, *console;
+};
+
+static void files_of(const struct rt_libvirt *lv, const char *id, struct inst_files *f)
+{
+	f->dir = inst_path(lv, id, NULL);
+	f->overlay = inst_path(lv, id, "disk.qcow2");
+	f->seed = inst_path(lv, id, "seed.iso");
+	f->nvram = inst_path(lv, id, "nvram.fd");
+	f->console = inst_path(lv, id, "console.log");
+}
+
+static void files_free(struct inst_files *f)
+{
+	free(f->dir);
+	free(f->overlay);
+	free(f->seed);
+	free(f->nvram);
+	free(f->console);
+}
+
+static int define(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s,
+		  const struct inst_files *f, char *reason)
+{
+	struct domxml_volume vols[DOMXML_MAX_DISKS];
+	struct domxml_nic nics[DOMXML_MAX_NICS];
+	char *paths[DOMXML_MAX_DISKS] = {0};
+	_cleanup_free_ char *xml = NULL;
+	char why[RT_REASON_MAX];
+	virDomainPtr dom = NULL;
+	int e = 0;
+
+	if (s->n_volumes > DOMXML_MAX_DISKS - 2 || s->n_nics > DOMXML_MAX_NICS) {
+		snprintf(reason, RT_REASON_MAX, "InvalidSpec: too many volumes or NICs");
+		return -EINVAL;
+	}
+	e = volumes_of(lv, s, vols, paths, reason);
+	for (size_t i = 0; e == 0 && i < s->n_nics; i++)
+		nics[i] = (struct domxml_nic){s->nics[i]->tap, s->nics[i]->mac};
+	struct domxml d = {
+		.name = s->id, .node_id = lv->node_id, .type = lv->type, .vcpus = s->vcpus,
+		.memory_mib = s->memory_mib, .huge_pages = s->huge_pages, .numa_node = s->numa_node,
+		.pinned = s->pinned_vcpus, .n_pinned = s->n_pinned_vcpus, .overlay = f->overlay,
+		.seed = f->seed, .nvram = f->nvram, .console_log = f->console, .volumes = vols,
+		.n_volumes = s->n_volumes, .nics = nics, .n_nics = s->n_nics,
+	};
+	if (e == 0 && (e = domxml_build(&d, &xml, why, sizeof(why))) < 0)
+		snprintf(reason, RT_REASON_MAX, "InvalidSpec: %.120s", why);
+	if (e == 0 && !(dom = virDomainDefineXML(conn_of(lv), xml))) {
+		snprintf(reason, RT_REASON_MAX, "DefineFailed: %.120s", lv_err());
+		e = -EIO;
+	}
+	if (dom)
+		virDomainFree(dom);
+	for (size_t i = 0; i < ARRAY_SIZE(paths); i++)
+		free(paths[i]);
+	return e;
+}
+
+static int build_files(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s,
+		       const struct inst_files *f, char *reason)
+{
+	_cleanup_free_ char *image = NULL;
+	const char *fmt = "raw";
+	uint64_t vsize = 0, want = s->disk_gib * GIB;
+	int e = prepare_image(lv, s, &image, &fmt, &vsize, reason);
+
+	if (e < 0)
+		return e;
+	if (mkdir_p(f->dir, 0711) < 0 || chmod(f->dir, 0711) < 0) {
+		snprintf(reason, RT_REASON_MAX, "create failed: instance directory: %s",
+			 strerror(errno));
+		return -EIO;
+	}
+	e = image_overlay_create(image, fmt, want > vsize ? want : vsize, f->overlay, reason);
+	if (e == 0)
+		e = prepare_seed(lv, s, f->seed, reason);
+	return e;
+}
+
+static int lv_create(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, char *reason)
+{
+	struct rt_libvirt *lv = lv_of(rt);
+	struct inst_files f = {0};
+	virDomainPtr dom = NULL;
+	int e;
+
+	if (!rt_id_valid(s->id)) {
+		snprintf(reason, RT_REASON_MAX, "InvalidSpec: unusable instance id");
+		return -EINVAL;
+	}
+	if (!conn_of(lv)) {
+		snprintf(reason, RT_REASON_MAX, "libvirt unreachable: %.120s", lv_err());
+		return -EIO;
+	}
+	if ((dom = virDomainLookupByName(lv->conn, s->id))) {
+		virDomainFree(dom);
+		return -EEXIST;
+	}
+	if ((e = admit(lv, s, reason)) < 0)
+		return e;
+	files_of(lv, s->id, &f);
+	e = build_files(lv, s, &f, reason);
+	if (e == 0)
+		e = define(lv, s, &f, reason);
+	if (e < 0)
+		inst_dir_remove(lv, s->id);
+	files_free(&f);
+	return e;
+}
+
+/* ---------------------------------------------------- state changes */
+
+static int lv_adopt(struct rt *rt, const Bc__Node__V1__InstanceSpec *s)
+{
+	virDomainPtr dom = NULL;
+	int e = dom_get(lv_of(rt), s->id, &dom);
+
+	/* nothing to reattach: libvirtd holds the monitor; never restarted */
+	if (dom)
+		virDomainFree(dom);
+	return e;
+}
+
+/* Log libvirt's message for a failed operation on id, once per distinct
+ * message (converge retries every pass), and return its -errno. */
+static int op_failed(struct rt_libvirt *lv, const char *id, const char *op)
+{
+	char msg[sizeof(lv->last_err)];
+	int e = lv_errno();
+
+	snprintf(msg, sizeof(msg), "%s %s: %s", id, op, lv_err());
+	if (strcmp(msg, lv->last_err) != 0) {
+		log_warn("libvirt: instance %s", msg);
+		memcpy(lv->last_err, msg, sizeof(msg));
+	}
+	return e;
+}
+
+/* Run op on id unless it is already in state done (0 then). */
+static int simple_op(struct rt *rt, const char *id, const char *name, enum rt_state done,
+		     int (*op)(virDomainPtr dom))
+{
+	virDomainPtr dom = NULL;
+	int e = dom_get(lv_of(rt), id, &dom);
+
+	if (e < 0)
+		return e;
+	if (dom_state(dom) != done && op(dom) < 0 && dom_state(dom) != done)
+		e = op_failed(lv_of(rt), id, name);
+	virDomainFree(dom);
+	return e;
+}
+
+static int lv_start(struct rt *rt, const char *id)
+{
+	return simple_op(rt, id, "start", RT_STATE_RUNNING, virDomainCreate);
+}
+
+static int lv_pause(struct rt *rt, const char *id)
+{
+	return simple_op(rt, id, "pause", RT_STATE_PAUSED, virDomainSuspend);
+}
+
+static int lv_resume(struct rt *rt, const char *id)
+{
+	return simple_op(rt, id, "resume", RT_STATE_RUNNING, virDomainResume);
+}
+
+static bool wait_off(virDomainPtr dom, uint32_t ms)
+{
+	int64_t until = mono_ms() + ms;
+
+	while (mono_ms() < until) {
+		if (dom_state(dom) == RT_STATE_STOPPED)
+			return true;
+		usleep(STOP_POLL_MS * 1000);
+	}
+	return dom_state(dom) == RT_STATE_STOPPED;
+}
+
+/* ACPI shutdown (a running guest only: a paused one cannot hear it), the
+ * bounded wait, then destroy. */
+static int lv_stop(struct rt *rt, const char *id)
+{
+	struct rt_libvirt *lv = lv_of(rt);
+	virDomainPtr dom = NULL;
+	enum rt_state st;
+	int e = dom_get(lv, id, &dom);
+
+	if (e < 0)
+		return e;
+	st = dom_state(dom);
+	if (st == RT_STATE_RUNNING && virDomainShutdown(dom) == 0 && wait_off(dom, lv->stop_ms))
+		st = RT_STATE_STOPPED;
+	if (st != RT_STATE_STOPPED && dom_state(dom) != RT_STATE_STOPPED &&
+	    virDomainDestroy(dom) < 0 && dom_state(dom) != RT_STATE_STOPPED)
+		e = op_failed(lv, id, "stop");
+	virDomainFree(dom);
+	return e;
+}
+
+static int lv_destroy(struct rt *rt, const char *id)
+{
+	struct rt_libvirt *lv = lv_of(rt);
+	unsigned flags = VIR_DOMAIN_UNDEFINE_NVRAM | VIR_DOMAIN_UNDEFINE_MANAGED_SAVE |
+			 VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA |
+			 VIR_DOMAIN_UNDEFINE_CHECKPOINTS_METADATA;
+	virDomainPtr dom = NULL;
+	int e = dom_get(lv, id, &dom);
+
+	if (e == -ENOENT)
+		return inst_dir_remove(lv, id);  /* files of a half-made create */
+	if (e < 0)
+		return e;
+	if (virDomainIsActive(dom) == 1 && virDomainDestroy(dom) < 0 &&
+	    virDomainIsActive(dom) == 1)
+		e = op_failed(lv, id, "destroy");
+	if (e == 0 && virDomainUndefineFlags(dom, flags) < 0)
+		e = op_failed(lv, id, "undefine");
+	virDomainFree(dom);
+	if (e < 0)
+		return e;
+	return inst_dir_remove(lv, id);
+}
+
+static void lv_node(struct rt *rt, const Bc__Node__V1__NodeSpec *spec)
+{
+	snprintf(lv_of(rt)->gateway4, sizeof(lv_of(rt)->gateway4), "%s",
+		 spec->ipam_gateway ? spec->ipam_gateway : "");
+}
+
+const struct runtime_ops rt_libvirt_ops = {
+	.name = "libvirt",
+	/* policies are enforced by net.c (main.c advertises them only with
+	 * network = nftables); volumes on disk are not made by bcd yet */
+	.traits = {.snapshot = false, .network_policy = true, .ssh_host_only = true,
+		   .volumes = false},
+	.open = lv_open,
+	.list = lv_list,
+	.create = lv_create,
+	.adopt = lv_adopt,
+	.update = NULL,
+	.start = lv_start,
+	.pause = lv_pause,
+	.resume = lv_resume,
+	.stop = lv_stop,
+	.destroy = lv_destroy,
+	.node = lv_node,
+	.storage = NULL,
+	.close = lv_close,
+};

@@ -1,0 +1,193 @@
+/* rtdrv.c: drives the libvirt runtime (agent/runtime_libvirt.c) from the
+ * end-to-end tests, one operation per process, the way bcd's converge
+ * thread calls it. Each run opens the runtime afresh, so consecutive runs
+ * are also restarts of the agent.
+ *
+ *   rtdrv STATE_DIR create SPEC.json      InstanceSpec as JSON
+ *   rtdrv STATE_DIR adopt SPEC.json
+ *   rtdrv STATE_DIR start|pause|resume|stop|destroy ID
+ *   rtdrv STATE_DIR list                  "<id> <state>" lines
+ *   rtdrv STATE_DIR pass NODESPEC.json    one converge pass (agent/converge.c)
+ *                                         "<id> <state> <reason>" lines
+ *
+ * Every operation prints "ok" or "error <errno name> <reason>" (exit 1).
+ * Environment: RTDRV_NODE (node id, default node_e2e), RTDRV_URI,
+ * RTDRV_DATA_DIR, RTDRV_TYPE (auto|kvm|qemu), RTDRV_STOP_MS, RTDRV_CA (image
+ * CA file), RTDRV_CAPACITY ("vcpus,memory_mib"), RTDRV_USER_DATA (a file
+ * served as every instance's boot data). */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/converge.h"
+#include "agent/runtime.h"
+#include "log.h"
+#include "pbjson.h"
+#include "util.h"
+
+static ProtobufCMessage *load(const ProtobufCMessageDescriptor *d, const char *path)
+{
+	ProtobufCMessage *m = NULL;
+	bc_error err = {0};
+	char *buf = NULL;
+	size_t len = 0;
+
+	if (file_read_all(path, 16 << 20, &buf, &len) < 0 ||
+	    pbjson_read(d, buf, len, 16 << 20, &m, &err) < 0) {
+		fprintf(stderr, "rtdrv: %s: unreadable or bad JSON\n", path);
+		exit(2);
+	}
+	free(buf);
+	return m;
+}
+
+static int user_data(void *ctx, const char *id, const char *ref, void **ret, size_t *ret_len,
+		     char *reason)
+{
+	char *buf = NULL;
+	int e = file_read_all(ctx, 1 << 20, &buf, ret_len);
+
+	if (e < 0) {
+		snprintf(reason, RT_REASON_MAX, "NOT_FOUND: no boot data for %s", id);
+		return e;
+	}
+	*ret = buf;
+	return 0;
+}
+
+static const char *env(const char *k, const char *def)
+{
+	const char *v = getenv(k);
+
+	return v && *v ? v : def;
+}
+
+static struct rt *open_rt(const char *state_dir)
+{
+	struct rt_config c = {
+		.state_dir = state_dir,
+		.node_id = env("RTDRV_NODE", "node_e2e"),
+		.libvirt_uri = env("RTDRV_URI", NULL),
+		.data_dir = env("RTDRV_DATA_DIR", NULL),
+		.image_ca_file = env("RTDRV_CA", NULL),
+		.domain_type = env("RTDRV_TYPE", "auto"),
+		.stop_timeout_ms = (uint32_t)atoi(env("RTDRV_STOP_MS", "0")),
+	};
+	const char *cap = env("RTDRV_CAPACITY", NULL);
+	struct rt *rt = NULL;
+	int e;
+
+	if (cap) {
+		c.capacity_vcpus = (uint32_t)strtoul(cap, NULL, 10);
+		c.capacity_memory_mib = strtoull(strchr(cap, ',') ? strchr(cap, ',') + 1 : "0", NULL, 10);
+	}
+	if (getenv("RTDRV_USER_DATA")) {
+		c.boot_data = user_data;
+		c.boot_data_ctx = getenv("RTDRV_USER_DATA");
+	}
+	e = rt_open("libvirt", &c, &rt);
+	if (e < 0) {
+		printf("error %s cannot open the runtime\n", strerrorname_np(-e));
+		exit(1);
+	}
+	return rt;
+}
+
+static int outcome(int e, const char *reason)
+{
+	if (e == 0) {
+		printf("ok\n");
+		return 0;
+	}
+	printf("error %s %s\n", strerrorname_np(-e), reason && *reason ? reason : strerror(-e));
+	return 1;
+}
+
+static int do_list(struct rt *rt)
+{
+	struct rt_instance *v = NULL;
+	size_t n = 0;
+	int e = rt->ops->list(rt, &v, &n);
+
+	for (size_t i = 0; e == 0 && i < n; i++)
+		printf("%s %s\n", v[i].id, rt_state_name(v[i].state));
+	free(v);
+	return e == 0 ? 0 : outcome(e, NULL);
+}
+
+static int do_pass(struct rt *rt, const char *path)
+{
+	struct conv *c = conv_new(rt);
+	struct conv_status st;
+
+	conv_submit(c, (Bc__Node__V1__NodeSpec *)load(&bc__node__v1__node_spec__descriptor, path));
+	conv_pass(c);
+	conv_snapshot(c, &st);
+	for (size_t i = 0; i < st.n_items; i++)
+		printf("%s %s %s\n", st.items[i].id, st.items[i].state, st.items[i].reason);
+	conv_status_clear(&st);
+	conv_free(c);
+	return 0;
+}
+
+static int do_spec_op(struct rt *rt, const char *op, const char *path)
+{
+	Bc__Node__V1__InstanceSpec *s = (Bc__Node__V1__InstanceSpec *)load(
+		&bc__node__v1__instance_spec__descriptor, path);
+	char reason[RT_REASON_MAX] = "";
+	int e = strcmp(op, "create") == 0 ? rt->ops->create(rt, s, reason) : rt->ops->adopt(rt, s);
+
+	bc__node__v1__instance_spec__free_unpacked(s, NULL);
+	return outcome(e, reason);
+}
+
+static const struct {
+	const char *name;
+	size_t off;
+} id_ops[] = {
+	{"start", offsetof(struct runtime_ops, start)},
+	{"pause", offsetof(struct runtime_ops, pause)},
+	{"resume", offsetof(struct runtime_ops, resume)},
+	{"stop", offsetof(struct runtime_ops, stop)},
+	{"destroy", offsetof(struct runtime_ops, destroy)},
+};
+
+static int do_id_op(struct rt *rt, const char *op, const char *id)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(id_ops); i++)
+		if (strcmp(id_ops[i].name, op) == 0) {
+			int (*fn)(struct rt *, const char *);
+			memcpy(&fn, (const char *)rt->ops + id_ops[i].off, sizeof(fn));
+			return outcome(fn(rt, id), NULL);
+		}
+	fprintf(stderr, "rtdrv: unknown operation %s\n", op);
+	return 2;
+}
+
+int main(int argc, char **argv)
+{
+	struct rt *rt;
+	int rc;
+
+	if (argc < 3) {
+		fprintf(stderr, "usage: rtdrv STATE_DIR create|adopt|start|pause|resume|stop|"
+				"destroy|list|pass [ARG]\n");
+		return 2;
+	}
+	log_init("rtdrv", LOG_LVL_INFO);
+	rt = open_rt(argv[1]);
+	if (strcmp(argv[2], "list") == 0)
+		rc = do_list(rt);
+	else if (argc < 4)
+		rc = 2;
+	else if (strcmp(argv[2], "pass") == 0)
+		rc = do_pass(rt, argv[3]);
+	else if (strcmp(argv[2], "create") == 0 || strcmp(argv[2], "adopt") == 0)
+		rc = do_spec_op(rt, argv[2], argv[3]);
+	else
+		rc = do_id_op(rt, argv[2], argv[3]);
+	rt_close(rt);
+	return rc;
+}
