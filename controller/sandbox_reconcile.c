@@ -184,12 +184,12 @@ void *sbx_reconcile_thread(void *arg)
 	struct ctl_app *app = arg;
 	int period = app->cfg.sandbox_reconcile_seconds;
 	struct db *d = NULL;
-	bool leader = false;
+	bool leader = false, was_leader = false;
 
 	while (!app->stopping) {
 		if (!d || PQstatus(d->conn) != CONNECTION_OK) {
 			db_close(d);
-			leader = false;
+			leader = was_leader = false;
 			if (!(d = db_open(app->cfg.database))) {
 				usleep(1000 * 1000);
 				continue;
@@ -199,11 +199,14 @@ void *sbx_reconcile_thread(void *arg)
 			usleep(1000 * 1000);
 			continue;
 		}
+		if (!was_leader)
+			log_info("sandboxes: replica %s runs the sandbox reconciler", app->cfg.replica);
+		was_leader = true;
 		pass(d, period);
 		if (!wait_wake(app, d, mono_ms() + period * 1000LL)) {
 			db_close(d);
 			d = NULL;
-			leader = false;
+			leader = was_leader = false;
 		}
 	}
 	db_close(d);
@@ -227,7 +230,7 @@ static void histogram(FILE *out, const char *name, const char *label, const PGre
 	_cleanup_free_ char *count = xasprintf("%s_count", name);
 
 	for (int i = 0; i < PQntuples(r); i++) {
-		char labels[128], own[96] = "";
+		char labels[160], own[96] = "";
 		if (label)
 			snprintf(own, sizeof(own), "%s=\"%s\"", label, db_val(r, i, 0));
 		for (size_t k = 0; k <= nb; k++) {

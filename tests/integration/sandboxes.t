@@ -99,6 +99,11 @@ is "$(printf '%s\n' "$out" | tail -n 1)" 200 'POST /api/compute/sandboxes/create
 s2=$(printf '%s\n' "$out" | sed '$d' | jq -r .id)
 is "$(printf '%s\n' "$out" | sed '$d' | jq -r .ttlSeconds)" 900 'with ttlSeconds 900'
 
+refused "$T" sandboxes/extend "{\"sandboxId\":\"$s1\"}" 400 INVALID_INPUT field=until \
+	'extend with neither until nor by'
+refused "$T" sandboxes/extend "{\"sandboxId\":\"$s1\",\"by\":\"30m\",\"until\":1}" 400 INVALID_INPUT \
+	field=until 'extend with both until and by'
+
 # -- idempotency
 a=$(jid "$(bcctl --format json sandbox create --template "$tmpl" --key job-1)")
 b=$(jid "$(bcctl --format json sandbox create --template "$tmpl" --key job-1)")

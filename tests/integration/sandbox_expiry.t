@@ -1,0 +1,64 @@
+# sandbox_expiry.t: the sandbox reconciler with two replicas, both running
+# it (one leads by advisory lock; the leader is killed half-way, so the
+# other takes over), sandbox_reconcile_seconds = 5: twelve sandboxes with a
+# 60 s lifetime each get sandbox.expiring once (lead: a quarter of the
+# lifetime, 15 s), are expired within one period of expiresAt, each exactly
+# once (sandbox.expired, then the instance is deleted and sandbox.deleted
+# says expired), and /metrics-relevant columns are filled. A sandbox
+# extended after its warning is warned again.
+. "$(dirname "$0")/../lib/stack.sh"
+
+PERIOD=5
+export BC_CTL_EXTRA_CONF="sandbox_reconcile_seconds = $PERIOD"
+stack_up --controllers 2 --agents 1 --agent-capacity 32,65536,200 || bail_out "stack_up failed"
+img=$(stack_image_create exp-img) || bail_out "no image"
+
+q() { psql -d bc -XAtq -c "$1"; }
+jid() { json_get "$1" id; }
+tmpl=$(jid "$(bcctl --format json sandbox-template create --name x --pool "$POOL_ID" \
+	--flavor "$FLAVOR_NAME" --image "$img")") || bail_out "template"
+
+for i in $(seq 1 12); do
+	jid "$(bcctl_n $((i % 2 + 1)) --format json sandbox create --template "$tmpl" --ttl 60s)"
+done >"$STACK_DIR/ids"
+is "$(grep -c '^sbx_' "$STACK_DIR/ids")" 12 'twelve 60-second sandboxes through both replicas'
+keep=$(head -n 1 "$STACK_DIR/ids")
+
+# the first is warned, then extended: warned again for its new expiry
+warned() { [ "$(q "SELECT count(*) FROM events WHERE subject = 'sandbox/$keep' AND type = 'sandbox.expiring'")" = "$1" ]; }
+eventually 90 warned 1
+ok $? 'sandbox.expiring is published ahead of expiry'
+bcctl sandbox extend "$keep" --by 30000 >/dev/null || fail 'extend'
+eventually 90 warned 2
+ok $? 'after an extend, the new expiry is warned again'
+
+# kill whichever replica leads the sandbox reconciler: the other takes over
+leader=$(grep -l 'runs the sandbox reconciler' "$STACK_DIR"/ctl-*.log | head -n 1 | sed 's/.*ctl-\([0-9]\).log/\1/')
+ok "[ -n '$leader' ]" "replica $leader leads the sandbox reconciler"
+ctl_kill "$leader"
+
+all_deleted() { [ "$(q "SELECT count(*) FROM sandboxes WHERE state = 'deleted'")" = 12 ]; }
+eventually 180 all_deleted
+ok $? 'every sandbox expired and was deleted'
+other=$((3 - leader))
+like "$(cat "$STACK_DIR/ctl-$other.log")" 'runs the sandbox reconciler' "replica $other took over"
+for t in sandbox.expired sandbox.deleted; do
+	is "$(q "SELECT count(*) FROM (SELECT subject FROM events WHERE type = '$t' GROUP BY subject HAVING count(*) = 1) x")" \
+		12 "$t exactly once for each of the 12"
+done
+is "$(q "SELECT count(*) FROM events WHERE type = 'sandbox.expiring'")" 13 \
+	'sandbox.expiring once per expiry (12, and again for the extended one)'
+is "$(q "SELECT count(*) FROM events WHERE type = 'sandbox.deleted' AND data->>'expired' = 'true'")" 12 \
+	'sandbox.deleted says expiry ended them'
+is "$(q "SELECT count(*) FROM sandboxes s JOIN LATERAL (SELECT max(created_at) t FROM events e WHERE
+	e.subject = 'sandbox/' || s.id AND e.type = 'sandbox.expiring') e ON true WHERE e.t < s.expires_at AND
+	e.t >= s.expires_at - make_interval(secs => least(300, extract(epoch FROM s.expires_at - s.created_at) / 4)
+	+ $PERIOD + 1)")" 12 'each last warning came within its lead (a quarter of the lifetime) plus a period'
+lag=$(q "SELECT max(extract(epoch FROM expired_at - expires_at)) FROM sandboxes")
+diag "largest expiry lag: $lag s (period $PERIOD s, one replica killed on the way)"
+ok "awk 'BEGIN { exit !($lag <= $PERIOD + 1) }'" "expired within one period of expiresAt (largest lag $lag s)"
+is "$(q "SELECT count(*) FROM sandboxes WHERE expired_at >= expires_at")" 12 'never before expiresAt'
+is "$(q "SELECT count(*) FROM instances WHERE sandbox_id IS NOT NULL AND state = 'deleted'")" 12 \
+	'their instances went through an ordinary delete'
+is "$(q "SELECT count(*) FROM allocations WHERE released_at IS NULL")" 0 'bookings released'
+done_testing
