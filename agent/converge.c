@@ -297,7 +297,10 @@ static enum rt_state move(struct conv *c, const char *id, enum rt_state cur,
 		struct step s = next_step(c->rt->ops, cur, target);
 		int e = s.fn(c->rt, id);
 		if (e < 0) {
-			snprintf(reason, RT_REASON_MAX, "%s failed: %s", s.name, strerror(-e));
+			const char *why = c->rt->ops->last_error ? c->rt->ops->last_error(c->rt)
+								 : NULL;
+			snprintf(reason, RT_REASON_MAX, "%s failed: %.120s", s.name,
+				 why ? why : strerror(-e));
 			return RT_STATE_ERROR;
 		}
 		log_info("instance %s: %s (now %s)", id, s.name, rt_state_name(s.result));

@@ -103,6 +103,9 @@ struct runtime_ops {
 	int (*stop)(struct rt *rt, const char *id);
 	/* Remove the instance and everything it owns; 0 if already gone. */
 	int (*destroy)(struct rt *rt, const char *id);
+	/* The message of the last failed start/pause/resume/stop/destroy
+	 * (the reason reported with it), or NULL. May be NULL. */
+	const char *(*last_error)(struct rt *rt);
 	/* The node-wide part of the spec a pass converges (pool gateway...),
 	 * before any create of that pass. May be NULL. */
 	void (*node)(struct rt *rt, const Bc__Node__V1__NodeSpec *spec);

@@ -60,6 +60,7 @@ struct rt_libvirt {
 	rt_boot_data_fn boot_data;
 	void *boot_data_ctx;
 	char last_err[256];           /* last libvirt error logged */
+	char last_msg[200];           /* its message alone (last_error) */
 	char gateway4[64];            /* NodeSpec.ipam_gateway, from node() */
 	char hugepages_dir[256];      /* /sys/kernel/mm/hugepages (tests: BC_HUGEPAGES_DIR) */
 };
@@ -158,13 +159,20 @@ static int dom_get(struct rt_libvirt *lv, const char *id, virDomainPtr *ret)
 	virConnectPtr c = conn_of(lv);
 	virDomainPtr dom;
 
-	if (!c)
+	lv->last_msg[0] = '\0';  /* a new operation: no failure yet */
+	if (!c) {
+		snprintf(lv->last_msg, sizeof(lv->last_msg), "libvirt unreachable: %.160s", lv_err());
 		return -EIO;
+	}
 	if (!rt_id_valid(id))
 		return -EINVAL;
 	dom = virDomainLookupByName(c, id);
-	if (!dom)
-		return lv_errno() == -ENOENT ? -ENOENT : -EIO;
+	if (!dom && lv_errno() == -ENOENT)
+		return -ENOENT;
+	if (!dom) {
+		snprintf(lv->last_msg, sizeof(lv->last_msg), "%.190s", lv_err());
+		return -EIO;
+	}
 	if (!dom_ours(lv, dom)) {
 		virDomainFree(dom);
 		return -ENOENT;
@@ -270,12 +278,17 @@ static void lv_close(struct rt *rt)
 /* data_dir and its subdirectories, 0711: QEMU runs as its own user and
  * must traverse them to the files libvirt labels for it. Every parent must
  * let others traverse too (checked, not changed). */
-static int make_dirs(struct rt_libvirt *lv)
+static int make_dirs(struct rt_libvirt *lv, const char *state_dir)
 {
 	const char *dirs[] = {lv->data_dir, lv->images_dir, lv->instances_dir, lv->volumes_dir};
 	_cleanup_free_ char *parent = xstrdup(lv->data_dir);
 	struct stat st;
 
+	/* the default data_dir is inside state_dir (0700): let QEMU's user
+	 * traverse it; its files stay 0600 and it cannot be listed */
+	if (strncmp(lv->data_dir, state_dir, strlen(state_dir)) == 0 &&
+	    lv->data_dir[strlen(state_dir)] == '/' && chmod(state_dir, 0711) < 0)
+		return -errno;
 	for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
 		int e = mkdir_p(dirs[i], 0711);
 		if (e < 0 || chmod(dirs[i], 0711) < 0) {
@@ -337,7 +350,7 @@ static int lv_open(const struct rt_config *cfg, struct rt **ret)
 	lv->boot_data_ctx = cfg->boot_data_ctx;
 	lv->type = pick_type(cfg->domain_type, &why);
 	virSetErrorFunc(NULL, quiet);
-	if ((e = make_dirs(lv)) < 0) {
+	if ((e = make_dirs(lv, cfg->state_dir)) < 0) {
 		lv_close(&lv->base);
 		return e;
 	}
@@ -750,19 +763,50 @@ static int lv_adopt(struct rt *rt, const Bc__Node__V1__InstanceSpec *s)
 	return e;
 }
 
-/* Log libvirt's message for a failed operation on id, once per distinct
- * message (converge retries every pass), and return its -errno. */
-static int op_failed(struct rt_libvirt *lv, const char *id, const char *op)
+/* A libvirt failure, captured at once: any later successful call (a state
+ * check) resets libvirt's last error. */
+struct lv_fail {
+	int e;
+	char msg[200];
+};
+
+static void fail_capture(struct lv_fail *f)
+{
+	f->e = lv_errno();
+	snprintf(f->msg, sizeof(f->msg), "%s", lv_err());
+}
+
+/* Log a failed operation on id once per distinct message (converge retries
+ * every pass) and return its -errno. */
+static int op_failed(struct rt_libvirt *lv, const char *id, const char *op,
+		     const struct lv_fail *f)
 {
 	char msg[sizeof(lv->last_err)];
-	int e = lv_errno();
 
-	snprintf(msg, sizeof(msg), "%s %s: %s", id, op, lv_err());
+	snprintf(msg, sizeof(msg), "%s %s: %s", id, op, f->msg);
+	memcpy(lv->last_msg, f->msg, sizeof(lv->last_msg));
 	if (strcmp(msg, lv->last_err) != 0) {
 		log_warn("libvirt: instance %s", msg);
 		memcpy(lv->last_err, msg, sizeof(msg));
 	}
-	return e;
+	return f->e;
+}
+
+static const char *lv_last_error(struct rt *rt)
+{
+	return lv_of(rt)->last_msg[0] ? lv_of(rt)->last_msg : NULL;
+}
+
+/* Run op on dom; a failure that still left it in state done is 0. */
+static int dom_op(struct rt_libvirt *lv, virDomainPtr dom, const char *id, const char *name,
+		  enum rt_state done, int (*op)(virDomainPtr dom))
+{
+	struct lv_fail f;
+
+	if (op(dom) == 0)
+		return 0;
+	fail_capture(&f);
+	return dom_state(dom) == done ? 0 : op_failed(lv, id, name, &f);
 }
 
 /* Run op on id unless it is already in state done (0 then). */
@@ -774,8 +818,8 @@ static int simple_op(struct rt *rt, const char *id, const char *name, enum rt_st
 
 	if (e < 0)
 		return e;
-	if (dom_state(dom) != done && op(dom) < 0 && dom_state(dom) != done)
-		e = op_failed(lv_of(rt), id, name);
+	if (dom_state(dom) != done)
+		e = dom_op(lv_of(rt), dom, id, name, done, op);
 	virDomainFree(dom);
 	return e;
 }
@@ -821,9 +865,8 @@ static int lv_stop(struct rt *rt, const char *id)
 	st = dom_state(dom);
 	if (st == RT_STATE_RUNNING && virDomainShutdown(dom) == 0 && wait_off(dom, lv->stop_ms))
 		st = RT_STATE_STOPPED;
-	if (st != RT_STATE_STOPPED && dom_state(dom) != RT_STATE_STOPPED &&
-	    virDomainDestroy(dom) < 0 && dom_state(dom) != RT_STATE_STOPPED)
-		e = op_failed(lv, id, "stop");
+	if (st != RT_STATE_STOPPED && dom_state(dom) != RT_STATE_STOPPED)
+		e = dom_op(lv, dom, id, "stop", RT_STATE_STOPPED, virDomainDestroy);
 	virDomainFree(dom);
 	return e;
 }
@@ -841,21 +884,96 @@ static int lv_destroy(struct rt *rt, const char *id)
 		return inst_dir_remove(lv, id);  /* files of a half-made create */
 	if (e < 0)
 		return e;
-	if (virDomainIsActive(dom) == 1 && virDomainDestroy(dom) < 0 &&
-	    virDomainIsActive(dom) == 1)
-		e = op_failed(lv, id, "destroy");
-	if (e == 0 && virDomainUndefineFlags(dom, flags) < 0)
-		e = op_failed(lv, id, "undefine");
+	if (virDomainIsActive(dom) == 1)
+		e = dom_op(lv, dom, id, "destroy", RT_STATE_STOPPED, virDomainDestroy);
+	if (e == 0 && virDomainUndefineFlags(dom, flags) < 0) {
+		struct lv_fail f;
+		fail_capture(&f);
+		e = op_failed(lv, id, "undefine", &f);
+	}
 	virDomainFree(dom);
 	if (e < 0)
 		return e;
 	return inst_dir_remove(lv, id);
 }
 
+/* ------------------------------------------------------- image GC */
+
+static bool named_by_spec(const Bc__Node__V1__NodeSpec *spec, const char *sha)
+{
+	for (size_t i = 0; i < spec->n_instances; i++) {
+		const Bc__Node__V1__ImageRef *im = spec->instances[i]->image;
+		if (im && im->sha256 && strcmp(im->sha256, sha) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* True if an existing overlay is backed by path (an instance the spec no
+ * longer names whose destroy failed still needs its image). */
+static bool backs_an_overlay(const struct rt_libvirt *lv, const char *path)
+{
+	DIR *d = opendir(lv->instances_dir);
+	struct dirent *de;
+	bool used = false;
+
+	if (!d)
+		return true;  /* cannot tell: keep it */
+	while (!used && (de = readdir(d))) {
+		_cleanup_free_ char *ov = NULL;
+		_cleanup_free_ void *head = NULL;
+		struct image_info info;
+		char why[IMAGE_REASON_MAX];
+		size_t n = 0;
+		if (!rt_id_valid(de->d_name))
+			continue;
+		ov = inst_path(lv, de->d_name, "disk.qcow2");
+		if (image_read_head(ov, &head, &n) == 0 &&
+		    image_probe(head, n, &info, why, sizeof(why)) == 0)
+			used = info.has_backing && strcmp(info.backing, path) == 0;
+	}
+	closedir(d);
+	return used;
+}
+
+/* A partial download left by another (killed) bcd: ".<sha>.part.<pid>". */
+static bool stale_part(const char *name)
+{
+	const char *p = strstr(name, ".part.");
+
+	return name[0] == '.' && p && atoi(p + 6) != (int)getpid();
+}
+
+/* Remove images no instance of the spec names and no overlay uses, and
+ * partial downloads of earlier processes. */
+static void images_gc(struct rt_libvirt *lv, const Bc__Node__V1__NodeSpec *spec)
+{
+	DIR *d = opendir(lv->images_dir);
+	struct dirent *de;
+
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		bool stale = stale_part(de->d_name);
+		if (!stale && (!image_sha256_valid(de->d_name) || named_by_spec(spec, de->d_name)))
+			continue;
+		_cleanup_free_ char *path = xasprintf("%s/%s", lv->images_dir, de->d_name);
+		if (!stale && backs_an_overlay(lv, path))
+			continue;
+		if (unlinkat(dirfd(d), de->d_name, 0) == 0)
+			log_info("libvirt: image %s removed: %s", de->d_name,
+				 stale ? "partial download of an earlier bcd" : "no instance names it");
+	}
+	closedir(d);
+}
+
+/* Called before each pass's creates: the pool gateway for seeds, and the
+ * images the spec no longer needs. */
 static void lv_node(struct rt *rt, const Bc__Node__V1__NodeSpec *spec)
 {
 	snprintf(lv_of(rt)->gateway4, sizeof(lv_of(rt)->gateway4), "%s",
 		 spec->ipam_gateway ? spec->ipam_gateway : "");
+	images_gc(lv_of(rt), spec);
 }
 
 const struct runtime_ops rt_libvirt_ops = {
@@ -875,6 +993,7 @@ const struct runtime_ops rt_libvirt_ops = {
 	.stop = lv_stop,
 	.destroy = lv_destroy,
 	.node = lv_node,
+	.last_error = lv_last_error,
 	.storage = NULL,
 	.close = lv_close,
 };
