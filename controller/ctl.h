@@ -126,6 +126,13 @@ int meter_pass(struct db *d, int64_t *ret_lines, bc_error *err);
 void meter_tick(struct db *d, int interval_seconds);
 int usage_register(rpc_server *s);
 
+/* teardown.c: tear a `deleting` tenant down, one transaction (a no-op for
+ * a tenant not deleting, or one another pass holds); *ret_done (may be
+ * NULL) once the tenant became deleted. teardown_tick runs it for every
+ * deleting tenant (reconciler only). */
+int teardown_tenant(struct db *d, const char *tenant, bool *ret_done, bc_error *err);
+void teardown_tick(struct db *d);
+
 /* server.c */
 int server_start(struct ctl_app *app);
 void server_stop(struct ctl_app *app);

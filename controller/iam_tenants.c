@@ -173,13 +173,39 @@ static int check_empty(rpc_call *c, const char *tenant, bc_error *err)
 	return bc_error_detail(err, "reason", "tenant-not-empty");
 }
 
+/* A deleting tenant is being torn down (teardown.c: its tokens revoked,
+ * its instances deleting): it only goes on to deleted. INVALID_STATE
+ * (reason tenant-deleting) for anything else. */
+static int check_not_deleting(rpc_call *c, const char *tenant, const char *want, bc_error *err)
+{
+	_cleanup_free_ char *st = NULL;
+	struct dbp p = {0};
+	int rc;
+
+	if (strcmp(want, "deleting") == 0 || strcmp(want, "deleted") == 0)
+		return 0;
+	dbp_str(&p, tenant);
+	rc = db_scalar(ctl_db(c), "SELECT state FROM tenants WHERE id = $1", &p, &st);
+	if (rc == -ENOENT)
+		return 0; /* the update says NOT_FOUND */
+	if (rc < 0)
+		return db_fail(err, rc);
+	if (strcmp(st, "deleting") != 0)
+		return 0;
+	bc_error_set(err, BC_INVALID_STATE, "tenant %s is being torn down: it can only become "
+		     "deleted", tenant);
+	bc_error_detail(err, "state", "deleting");
+	return bc_error_detail(err, "reason", "tenant-deleting");
+}
+
 static int tenants_set_state(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
 			     bc_error *err)
 {
 	const Bc__Admin__V1__SetTenantStateRequest *q = (const void *)m;
 	struct iam_write w = {
 		.sql = "UPDATE tenants SET state = $2, updated_at = now() WHERE id = $1 AND "
-		       "state <> 'deleted' AND ($2 <> 'deleted' OR NOT EXISTS (SELECT 1 FROM "
+		       "state <> 'deleted' AND (state <> 'deleting' OR $2 IN ('deleting', "
+		       "'deleted')) AND ($2 <> 'deleted' OR NOT EXISTS (SELECT 1 FROM "
 		       "instances WHERE tenant_id = $1 AND state <> 'deleted')) RETURNING " TENANT_COLS,
 		.ev_type = "tenant.state-changed", .subject_kind = "tenant", .conflict_reason = ""};
 	PGresult *r = NULL;
@@ -195,6 +221,8 @@ static int tenants_set_state(rpc_call *c, const ProtobufCMessage *m, ProtobufCMe
 		bc_error_set(err, BC_INVALID_STATE, "the operator's own tenant stays active");
 		return bc_error_detail(err, "reason", "root-tenant");
 	}
+	if ((rc = check_not_deleting(c, q->tenant_id, q->state, err)) < 0)
+		return rc;
 	if (strcmp(q->state, "deleted") == 0 && (rc = check_empty(c, q->tenant_id, err)) < 0)
 		return rc;
 	snprintf(msg, sizeof(msg), "tenant %s not found (or it still has instances)", q->tenant_id);

@@ -323,6 +323,30 @@ static int admit(struct db *d, rpc_call *c, const struct inst_new *n, const PGre
 	return quota_budget(d, n->tenant, n->pool_id, err);
 }
 
+/* No new work in a tenant that is not active (suspended, being torn
+ * down), whoever asks (the operator too): INVALID_STATE, reason
+ * tenant-inactive. FOR SHARE: a state change waits for this create, or
+ * this create sees it. */
+static int tenant_active(struct db *d, const char *tenant, bc_error *err)
+{
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, tenant);
+	if ((rc = db_one(d, &r, "SELECT state FROM tenants WHERE id = $1 FOR SHARE", &p, err,
+			 "tenant %s not found", tenant)) < 0)
+		return rc;
+	if (strcmp(db_val(r, 0, 0), "active") == 0) {
+		PQclear(r);
+		return 0;
+	}
+	bc_error_set(err, BC_INVALID_STATE, "tenant %s is %s: no new work", tenant, db_val(r, 0, 0));
+	bc_error_detail(err, "state", "%s", db_val(r, 0, 0));
+	PQclear(r);
+	return bc_error_detail(err, "reason", "tenant-inactive");
+}
+
 int instance_create_tx(rpc_call *c, struct db *d, struct inst_new *n, bc_error *err)
 {
 	_cleanup_free_ char *runtime = NULL, *data = NULL;
@@ -334,7 +358,8 @@ int instance_create_tx(rpc_call *c, struct db *d, struct inst_new *n, bc_error *
 	int rc;
 
 	n->node = NULL;
-	if ((rc = resolve_pool(d, n, &runtime, err)) < 0 ||
+	if ((rc = tenant_active(d, n->tenant, err)) < 0 ||
+	    (rc = resolve_pool(d, n, &runtime, err)) < 0 ||
 	    (rc = insert_instance(d, c, n, &shape, err)) < 0)
 		return rc;
 	if ((rc = admit(d, c, n, shape, err)) < 0) {

@@ -147,6 +147,7 @@ void *reconcile_thread(void *arg)
 			log_warn("reconcile: node loss pass failed: %s", err.message);
 		place_unplaced(d);
 		meter_tick(d, app->cfg.metering_interval_seconds);
+		teardown_tick(d);
 	}
 	db_close(d);
 	return NULL;

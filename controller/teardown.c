@@ -1,0 +1,206 @@
+/* teardown.c: tenants in `deleting` are torn down by the reconciler's
+ * leader, one transaction per tenant per pass (the spec's tenancy
+ * reconciler calling tenantDeleted until it answers DONE):
+ *
+ *   - its API tokens and delegations are revoked (token.revoked,
+ *     delegation.revoked with reason "tenant deleted");
+ *   - its sandbox templates are deleted (no event, as for
+ *     sandboxTemplates.delete), its open sandboxes marked deleting
+ *     (sandbox.deleting), its drafts dropped from the projection;
+ *   - up to TEARDOWN_BATCH live instances (sandboxes' and warm ones
+ *     included) are set to desired deleted, each publishing
+ *     instance.deleting with reason "tenant deleted"; their hosts hear
+ *     of it by the spec bump; unplaced ones finish at once;
+ *   - once no instance of the tenant is left undeleted ("DONE"): its
+ *     identities become deleted, its policies are deleted (attachments
+ *     removed), its quota row goes, and the tenant becomes deleted
+ *     (tenant.state-changed with reason "teardown"). The offer and the
+ *     usage stay: they are the tenant's bill.
+ *
+ * Each step only touches rows not yet in their end state and the tenant
+ * row is locked (SKIP LOCKED) for the transaction, so passes repeat
+ * safely and two replicas never tear one tenant down at once. Snapshots
+ * and volumes join the steps with their issues (volumes after instances,
+ * as the spec says). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl.h"
+#include "log.h"
+#include "nodes.h"
+#include "util.h"
+
+#define TEARDOWN_BATCH 100
+#define TEARDOWN_TENANTS 10
+/* events.c's lock: bulk event inserts below take it first, so their ids
+ * stay in commit order */
+#define EVENTS_LOCK "4242001"
+
+struct td {
+	const char *tenant;
+	int instances;     /* set to deleted in this pass */
+	bool locked, done;
+};
+
+/* One statement run for the tenant ($1); <0 on failure. */
+static int step(struct db *d, const char *tenant, const char *sql)
+{
+	struct dbp p = {0};
+
+	dbp_str(&p, tenant);
+	return db_exec(d, NULL, sql, &p);
+}
+
+/* events.c's lock, taken before the bulk event inserts below */
+static int events_lock(struct db *d)
+{
+	return db_exec(d, NULL, "SELECT pg_advisory_xact_lock(" EVENTS_LOCK ")", NULL);
+}
+
+static const char *const access_steps[] = {
+	/* tokens and delegations */
+	"WITH k AS (UPDATE api_tokens k SET revoked_at = now() FROM identities i WHERE "
+	"i.id = k.identity_id AND i.tenant_id = $1 AND k.revoked_at IS NULL RETURNING k.id) "
+	"INSERT INTO events (type, subject, tenant_id, data) SELECT 'token.revoked', 'token/' || "
+	"id, $1, '{\"reason\": \"tenant deleted\"}' FROM k",
+	"WITH g AS (UPDATE delegations SET revoked_at = now() WHERE tenant_id = $1 AND revoked_at "
+	"IS NULL RETURNING id) INSERT INTO events (type, subject, tenant_id, data) SELECT "
+	"'delegation.revoked', 'delegation/' || id, $1, '{\"reason\": \"tenant deleted\"}' FROM g",
+	/* templates (their warm pools drain), drafts, open sandboxes */
+	"WITH t AS (UPDATE sandbox_templates SET deleted_at = now(), updated_at = now() WHERE "
+	"tenant_id = $1 AND deleted_at IS NULL RETURNING id) DELETE FROM authz_resources WHERE "
+	"type = 'compute-sandbox-template' AND id IN (SELECT id FROM t)",
+	"DELETE FROM authz_resources WHERE tenant_id = $1 AND draft",
+	"WITH s AS (UPDATE sandboxes SET state = 'deleting', deleting_at = now(), updated_at = "
+	"now() WHERE tenant_id = $1 AND deleting_at IS NULL RETURNING id, template_id, "
+	"instance_id, pool_id) INSERT INTO events (type, subject, tenant_id, data) SELECT "
+	"'sandbox.deleting', 'sandbox/' || id, $1, jsonb_build_object('templateId', template_id, "
+	"'instanceId', instance_id, 'poolId', pool_id, 'reason', 'tenant deleted') FROM s",
+};
+
+/* Up to TEARDOWN_BATCH live instances to desired deleted; their nodes'
+ * specs bumped, unplaced ones finished. */
+static int instances_step(struct db *d, struct td *a)
+{
+	_cleanup_free_ char *unplaced = NULL;
+	size_t len = 1, used = 0;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, a->tenant);
+	dbp_i64(&p, TEARDOWN_BATCH);
+	rc = db_exec(d, &r, "WITH i AS (SELECT id FROM instances WHERE tenant_id = $1 AND "
+		     "desired_state <> 'deleted' AND state <> 'deleted' ORDER BY id LIMIT $2 FOR "
+		     "UPDATE), u AS (UPDATE instances x SET desired_state = 'deleted', state = "
+		     "'deleting', updated_at = now() FROM i WHERE x.id = i.id RETURNING x.id, "
+		     "x.node_id, x.sandbox_id, x.warm_template_id), ev AS (INSERT INTO events (type, "
+		     "subject, tenant_id, data) SELECT 'instance.deleting', 'instance/' || id, $1, "
+		     "jsonb_strip_nulls(jsonb_build_object('reason', 'tenant deleted', 'sandboxId', "
+		     "sandbox_id, 'warmTemplateId', warm_template_id)) FROM u) SELECT id, "
+		     "coalesce(node_id, '') FROM u ORDER BY node_id, id", &p);
+	if (rc < 0)
+		return rc;
+	a->instances = PQntuples(r);
+	len += (size_t)PQntuples(r) * 64;
+	unplaced = xcalloc(1, len);
+	for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
+		const char *node = db_val(r, i, 1);
+		if (!*node)
+			used += (size_t)snprintf(unplaced + used, len - used, "%s%s", used ? "\n" : "",
+						 db_val(r, i, 0));
+		else if (i == 0 || strcmp(node, db_val(r, i - 1, 1)) != 0)
+			rc = spec_bump(d, node);
+	}
+	PQclear(r);
+	if (rc == 0 && used && finish_deletions(d, NULL, unplaced) < 0)
+		rc = -EIO;
+	return rc;
+}
+
+static const char *const final_steps[] = {
+	"WITH x AS (UPDATE identities SET state = 'deleted', updated_at = now() WHERE tenant_id = "
+	"$1 AND state <> 'deleted' RETURNING id) INSERT INTO events (type, subject, tenant_id, "
+	"data) SELECT 'identity.state-changed', 'identity/' || id, $1, '{\"state\": \"deleted\", "
+	"\"reason\": \"tenant deleted\"}' FROM x",
+	"DELETE FROM policy_attachments a USING policies p WHERE p.id = a.policy_id AND "
+	"p.tenant_id = $1",
+	"WITH x AS (UPDATE policies SET deleted_at = now() WHERE tenant_id = $1 AND deleted_at IS "
+	"NULL RETURNING id) INSERT INTO events (type, subject, tenant_id, data) SELECT "
+	"'policy.deleted', 'policy/' || id, $1, '{\"reason\": \"tenant deleted\"}' FROM x",
+	"DELETE FROM quotas WHERE tenant_id = $1",
+	"WITH x AS (UPDATE tenants SET state = 'deleted', updated_at = now() WHERE id = $1 "
+	"RETURNING id) INSERT INTO events (type, subject, tenant_id, data) SELECT "
+	"'tenant.state-changed', 'tenant/' || id, id, '{\"state\": \"deleted\", \"reason\": "
+	"\"teardown\"}' FROM x",
+};
+
+static int teardown_tx(struct db *d, void *arg, bc_error *err)
+{
+	struct td *a = arg;
+	_cleanup_free_ char *left = NULL;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	a->locked = a->done = false;
+	a->instances = 0;
+	dbp_str(&p, a->tenant);
+	rc = db_exec(d, &r, "SELECT 1 FROM tenants WHERE id = $1 AND state = 'deleting' FOR UPDATE "
+		     "SKIP LOCKED", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	a->locked = PQntuples(r) == 1;
+	PQclear(r);
+	if (!a->locked)
+		return 0; /* another pass has it, or it is no longer deleting */
+	rc = events_lock(d);
+	for (size_t i = 0; rc == 0 && i < ARRAY_SIZE(access_steps); i++)
+		rc = step(d, a->tenant, access_steps[i]);
+	if (rc == 0)
+		rc = instances_step(d, a);
+	if (rc == 0)
+		rc = db_scalar(d, "SELECT count(*) FROM instances WHERE tenant_id = $1 AND state <> "
+			       "'deleted'", &p, &left);
+	a->done = rc == 0 && strcmp(left, "0") == 0;
+	for (size_t i = 0; rc == 0 && a->done && i < ARRAY_SIZE(final_steps); i++)
+		rc = step(d, a->tenant, final_steps[i]);
+	return rc < 0 ? db_fail(err, rc) : 0;
+}
+
+int teardown_tenant(struct db *d, const char *tenant, bool *ret_done, bc_error *err)
+{
+	struct td a = {.tenant = tenant};
+	int rc = db_tx(d, "READ COMMITTED", teardown_tx, &a, err);
+
+	if (rc < 0)
+		return rc;
+	if (a.instances)
+		log_info("tenant %s: teardown: %d instances set to deleted", tenant, a.instances);
+	if (a.done)
+		log_info("tenant %s: teardown done, tenant deleted", tenant);
+	if (ret_done)
+		*ret_done = a.done;
+	return 0;
+}
+
+void teardown_tick(struct db *d)
+{
+	struct dbp p = {0};
+	PGresult *r = NULL;
+
+	dbp_i64(&p, TEARDOWN_TENANTS);
+	if (db_exec(d, &r, "SELECT id FROM tenants WHERE state = 'deleting' ORDER BY updated_at "
+		    "LIMIT $1", &p) < 0)
+		return;
+	for (int i = 0; i < PQntuples(r); i++) {
+		bc_error err;
+
+		bc_error_clear(&err);
+		if (teardown_tenant(d, db_val(r, i, 0), NULL, &err) < 0)
+			log_warn("tenant %s: teardown pass failed: %s", db_val(r, i, 0), err.message);
+	}
+	PQclear(r);
+}
