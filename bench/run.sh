@@ -15,6 +15,9 @@
 #   per-packet cost           ping -f, 5,000 guarded taps    vs 10 (bench/net.sh; root)
 #   policy decision           10 and 1,000 statements        vs the Instances.Create
 #                             (bench/bench_policy.c)            it guards (p50, conc 1)
+#   Sandbox create -> ready   1/8/32 clients (bench/sandboxes.sh) vs a bare PostgreSQL
+#                                                              transaction of the same rows
+#   sandbox reconciler pass   10,000 live sandboxes          vs one scan of them
 #
 # and prints one table: each bc figure, its peer's, and bc / peer.
 #
@@ -54,6 +57,10 @@ fi
 export BC_LOG_LEVEL=${BC_LOG_LEVEL:-warn}
 # a /16: the create and push rows lease an address per instance
 export BC_POOL_SUBNET=10.64.0.0/16 BC_POOL_GATEWAY=10.64.0.1
+# the sandbox rows (bench/sandboxes.sh) read the reconciler's pass time here
+SBX_METRICS_PORT=$(free_tcp_port) || exit 1
+export BC_CTL_EXTRA_CONF="${BC_CTL_EXTRA_CONF:+$BC_CTL_EXTRA_CONF
+}metrics_listen = 127.0.0.1:$SBX_METRICS_PORT"
 # room for every instance the create and push rows make
 stack_up --controllers 1 --agents 1 --agent-capacity 4096,4194304,100000 ||
 	{ log "stack_up failed"; exit 1; }
@@ -179,6 +186,9 @@ for n in 10 1000; do
 done
 
 push_row loaded
+
+# shellcheck source=sandboxes.sh
+. "$here/sandboxes.sh"
 
 log "nftables: full ruleset loads and per-packet cost (bench/net.sh)"
 while IFS=$'\t' read -r n m v pn pv; do

@@ -558,6 +558,20 @@ static int inst_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 	return 0;
 }
 
+int instance_managed(const char *id, const char *sandbox_id, const char *warm_template_id,
+		     bc_error *err)
+{
+	if (sandbox_id && *sandbox_id)
+		bc_error_set(err, BC_INVALID_STATE, "instance %s is managed by sandbox %s", id,
+			     sandbox_id);
+	else if (warm_template_id && *warm_template_id)
+		bc_error_set(err, BC_INVALID_STATE, "instance %s is a warm instance of sandbox "
+			     "template %s", id, warm_template_id);
+	else
+		return 0;
+	return bc_error_detail(err, "reason", "sandbox-managed");
+}
+
 struct del {
 	const char *tenant, *id;
 	char *node;
@@ -577,15 +591,9 @@ static int delete_tx(struct db *d, void *arg, bc_error *err)
 		     "FROM instances WHERE id = $1 AND tenant_id = $2 FOR UPDATE", &p, err,
 			  "instance %s not found", a->id)) < 0)
 		return rc;
-	if (db_val(r, 0, 3) || db_val(r, 0, 4)) {
-		if (db_val(r, 0, 3))
-			bc_error_set(err, BC_INVALID_STATE, "instance %s is managed by sandbox %s",
-				     a->id, db_val(r, 0, 3));
-		else
-			bc_error_set(err, BC_INVALID_STATE, "instance %s is a warm instance of "
-				     "sandbox template %s", a->id, db_val(r, 0, 4));
+	if ((rc = instance_managed(a->id, db_val(r, 0, 3), db_val(r, 0, 4), err)) < 0) {
 		PQclear(r);
-		return bc_error_detail(err, "reason", "sandbox-managed");
+		return rc;
 	}
 	if (strcmp(db_val(r, 0, 2), "deleted") == 0) {
 		PQclear(r); /* already deleting or deleted: idempotent */

@@ -36,4 +36,11 @@ struct inst_new {
  * refusal is returned with the spec's code; the caller rolls back. */
 int instance_create_tx(rpc_call *c, struct db *d, struct inst_new *n, bc_error *err);
 
+/* INVALID_STATE ("managed by sandbox ...", reason sandbox-managed) for the
+ * instance behind a sandbox or a warm instance (either id may be NULL or
+ * ""), else 0. Every instance method that moves an instance (Start, Stop,
+ * Pause, Resume, Resize, Delete) refuses such an instance with it. */
+int instance_managed(const char *id, const char *sandbox_id, const char *warm_template_id,
+		     bc_error *err);
+
 #endif

@@ -120,9 +120,12 @@ static int settle_tx(struct db *d, void *arg, bc_error *err)
 	return rc < 0 ? db_fail(err, rc) : 0;
 }
 
+/* The leader's last pass, for /metrics (this replica's own figures). */
+static int64_t last_pass_us, passes;
+
 static void pass(struct db *d, int period)
 {
-	int64_t t0 = mono_ms();
+	int64_t t0 = mono_us();
 	int min_lead = 2 * period, expired = 0;
 	bc_error err = {0};
 
@@ -136,7 +139,9 @@ static void pass(struct db *d, int period)
 		log_warn("sandboxes: settle pass failed: %s", err.message);
 	if (expired)
 		log_info("sandboxes: %d expired", expired);
-	log_debug("sandboxes: pass took %lld ms", (long long)(mono_ms() - t0));
+	__atomic_store_n(&last_pass_us, mono_us() - t0, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&passes, 1, __ATOMIC_RELAXED);
+	log_debug("sandboxes: pass took %lld us", (long long)(mono_us() - t0));
 }
 
 /* Session lock and LISTEN on this thread's own connection. */
@@ -263,7 +268,16 @@ static void histogram(FILE *out, const char *name, const char *label, const PGre
 
 void sbx_metrics_render(FILE *out, struct db *d)
 {
+	int64_t n = __atomic_load_n(&passes, __ATOMIC_RELAXED);
 	PGresult *r = NULL;
+
+	metrics_head(out, "better_compute_sandbox_reconcile_passes_total", "counter",
+		     "Sandbox reconciler passes this replica ran as the leader.");
+	metrics_line(out, "better_compute_sandbox_reconcile_passes_total", NULL, (double)n);
+	metrics_head(out, "better_compute_sandbox_reconcile_pass_seconds", "gauge",
+		     "Duration of this replica's last sandbox reconciler pass.");
+	metrics_line(out, "better_compute_sandbox_reconcile_pass_seconds", NULL,
+		     (double)__atomic_load_n(&last_pass_us, __ATOMIC_RELAXED) / 1e6);
 
 	metrics_head(out, "better_compute_sandbox_ready_seconds", "histogram",
 		     "Seconds from a sandbox's create to its readiness, by source (warm|cold).");

@@ -4,8 +4,8 @@
 # 60 s lifetime each get sandbox.expiring once (lead: a quarter of the
 # lifetime, 15 s), are expired within one period of expiresAt, each exactly
 # once (sandbox.expired, then the instance is deleted and sandbox.deleted
-# says expired), and /metrics-relevant columns are filled. A sandbox
-# extended after its warning is warned again.
+# says expired). A sandbox extended after its warning is warned again; the
+# reconciler's ready stamp is the fallback for the instance's own.
 . "$(dirname "$0")/../lib/stack.sh"
 
 PERIOD=5
@@ -61,4 +61,19 @@ is "$(q "SELECT count(*) FROM sandboxes WHERE expired_at >= expires_at")" 12 'ne
 is "$(q "SELECT count(*) FROM instances WHERE sandbox_id IS NOT NULL AND state = 'deleted'")" 12 \
 	'their instances went through an ordinary delete'
 is "$(q "SELECT count(*) FROM allocations WHERE released_at IS NULL")" 0 'bookings released'
+
+# the reconciler's ready stamp is the fallback: without the instance's own
+# (trigger disabled, as for a path that missed it) the pass still readies it
+ctl_start "$leader" || bail_out "restart of replica $leader" # the agent's replica
+q "ALTER TABLE instances DISABLE TRIGGER instances_sandbox" >/dev/null
+f=$(jid "$(bcctl_n "$other" --format json sandbox create --template "$tmpl")")
+ran() { [ "$(q "SELECT count(*) FROM instances WHERE sandbox_id = '$f' AND state = 'running'")" = 1 ]; }
+eventually 60 ran
+ok $? 'its instance runs'
+rdy() { [ "$(q "SELECT state || ' ' || ready_source FROM sandboxes WHERE id = '$f'")" = 'ready reconciler' ]; }
+eventually $((PERIOD * 3)) rdy
+ok $? 'the reconciler pass readies it (ready_source reconciler)'
+is "$(q "SELECT count(*) FROM events WHERE subject = 'sandbox/$f' AND type = 'sandbox.ready'")" 1 \
+	'sandbox.ready once'
+q "ALTER TABLE instances ENABLE TRIGGER instances_sandbox" >/dev/null
 done_testing

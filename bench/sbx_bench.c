@@ -1,0 +1,304 @@
+/* sbx_bench.c: the sandbox rows of `make bench` (bench/sandboxes.sh). Each
+ * mode prints one line of key=value figures.
+ *
+ *   ready   --target ADDR --ca F --token T --template ID [--concurrency C] [--count N]
+ *           Sandboxes.Create, then Get every 2 ms until ready: create -> ready
+ *           latency per sandbox, and sandboxes made ready per second
+ *   peer    --conninfo S [--concurrency C] [--count N]
+ *           the same rows a create writes (instance, authorization row,
+ *           sandbox, booking, address lease, idempotency-free events), as
+ *           bare INSERTs in one PostgreSQL transaction each
+ *   sql     --conninfo S --sql Q [--count N]
+ *           one statement N times: p50/p99 */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <libpq-fe.h>
+
+#include "bc/compute/v1/sandboxes.pb-c.h"
+#include "rpc.h"
+#include "util.h"
+
+struct opts {
+	const char *mode, *target, *ca, *token, *template_id, *conninfo, *sql;
+	int concurrency, count;
+};
+
+static struct opts o = {.concurrency = 1, .count = 100};
+
+static void parse(int argc, char **argv)
+{
+	o.mode = argc > 1 ? argv[1] : "";
+	for (int i = 2; i + 1 < argc; i += 2) {
+		const char *k = argv[i] + 2, *v = argv[i + 1];
+		if (!strcmp(k, "target")) o.target = v;
+		else if (!strcmp(k, "ca")) o.ca = v;
+		else if (!strcmp(k, "token")) o.token = v;
+		else if (!strcmp(k, "template")) o.template_id = v;
+		else if (!strcmp(k, "conninfo")) o.conninfo = v;
+		else if (!strcmp(k, "sql")) o.sql = v;
+		else if (!strcmp(k, "concurrency")) o.concurrency = atoi(v);
+		else if (!strcmp(k, "count")) o.count = atoi(v);
+		else {
+			fprintf(stderr, "sbx_bench: unknown flag %s\n", argv[i]);
+			exit(1);
+		}
+	}
+	if (o.concurrency < 1)
+		o.concurrency = 1;
+}
+
+struct lat {
+	pthread_mutex_t mu;
+	int64_t *v;
+	size_t n, cap;
+};
+
+static void lat_add(struct lat *l, int64_t us)
+{
+	pthread_mutex_lock(&l->mu);
+	if (l->n == l->cap) {
+		l->cap = l->cap ? l->cap * 2 : 256;
+		l->v = realloc(l->v, l->cap * sizeof(*l->v));
+		if (!l->v)
+			abort();
+	}
+	l->v[l->n++] = us;
+	pthread_mutex_unlock(&l->mu);
+}
+
+static int cmp64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int64_t pct(struct lat *l, double p)
+{
+	if (l->n == 0)
+		return 0;
+	qsort(l->v, l->n, sizeof(*l->v), cmp64);
+	return l->v[(size_t)((double)(l->n - 1) * p)];
+}
+
+struct worker {
+	rpc_client *c;
+	struct lat *lat;
+	int todo, errors, seq;
+	pthread_t t;
+};
+
+static rpc_client *client(void)
+{
+	static char *ca;
+	struct rpc_tls tls = {0};
+	struct rpc_client_opts co = {.target = o.target, .bearer = o.token};
+
+	if (!ca && file_read_all(o.ca, 1 << 20, &ca, NULL) < 0) {
+		fprintf(stderr, "sbx_bench: cannot read %s\n", o.ca);
+		exit(1);
+	}
+	tls.ca_pem = ca;
+	co.tls = &tls;
+	return rpc_client_new(&co);
+}
+
+/* ---------------------------------------------------------------- ready */
+
+static int create_one(rpc_client *c, char *ret_id, size_t len)
+{
+	Bc__Compute__V1__CreateSandboxRequest q = BC__COMPUTE__V1__CREATE_SANDBOX_REQUEST__INIT;
+	Bc__Compute__V1__Sandbox *s = NULL;
+	char path[128];
+	bc_error err;
+
+	q.template_id = (char *)o.template_id;
+	rpc_method_path(&bc__compute__v1__sandboxes__descriptor, "Create", path, sizeof(path));
+	if (rpc_client_unary(c, path, &q.base, &bc__compute__v1__sandbox__descriptor,
+			     (ProtobufCMessage **)&s, 30000, &err) < 0) {
+		fprintf(stderr, "create: %s: %s\n", bc_code_name(err.code), err.message);
+		return -1;
+	}
+	snprintf(ret_id, len, "%s", s->id);
+	protobuf_c_message_free_unpacked(&s->base, NULL);
+	return 0;
+}
+
+static bool is_ready(rpc_client *c, const char *id)
+{
+	Bc__Compute__V1__GetSandboxRequest q = BC__COMPUTE__V1__GET_SANDBOX_REQUEST__INIT;
+	Bc__Compute__V1__Sandbox *s = NULL;
+	char path[128];
+	bc_error err;
+	bool ready;
+
+	q.sandbox_id = (char *)id;
+	rpc_method_path(&bc__compute__v1__sandboxes__descriptor, "Get", path, sizeof(path));
+	if (rpc_client_unary(c, path, &q.base, &bc__compute__v1__sandbox__descriptor,
+			     (ProtobufCMessage **)&s, 5000, &err) < 0)
+		return false;
+	ready = strcmp(s->state, "ready") == 0;
+	protobuf_c_message_free_unpacked(&s->base, NULL);
+	return ready;
+}
+
+static void *ready_worker(void *arg)
+{
+	struct worker *w = arg;
+	char id[64];
+
+	for (int i = 0; i < w->todo; i++) {
+		int64_t t0 = mono_us();
+		bool ok = false;
+		if (create_one(w->c, id, sizeof(id)) < 0) {
+			w->errors++;
+			continue;
+		}
+		while (!(ok = is_ready(w->c, id)) && mono_us() - t0 < 30000000)
+			usleep(2000);
+		if (!ok) {
+			w->errors++;
+			continue;
+		}
+		lat_add(w->lat, mono_us() - t0);
+	}
+	return NULL;
+}
+
+/* Run fn on o.concurrency threads sharing one client; elapsed in *ret_us. */
+static int run(void *(*fn)(void *), struct lat *lat, rpc_client *c, int64_t *ret_us)
+{
+	struct worker *w = calloc((size_t)o.concurrency, sizeof(*w));
+	int64_t t0 = mono_us();
+	int errors = 0;
+
+	for (int i = 0; i < o.concurrency; i++) {
+		w[i] = (struct worker){.c = c, .lat = lat, .seq = i,
+				       .todo = o.count / o.concurrency + (i < o.count % o.concurrency)};
+		pthread_create(&w[i].t, NULL, fn, &w[i]);
+	}
+	for (int i = 0; i < o.concurrency; i++) {
+		pthread_join(w[i].t, NULL);
+		errors += w[i].errors;
+	}
+	*ret_us = mono_us() - t0;
+	free(w);
+	return errors;
+}
+
+static int mode_ready(void)
+{
+	struct lat lat = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	rpc_client *c = client();
+	int64_t el = 0;
+	int errors = run(ready_worker, &lat, c, &el);
+
+	printf("per_s=%.1f p50_us=%lld p99_us=%lld n=%zu errors=%d\n",
+	       (double)lat.n * 1e6 / (double)el, (long long)pct(&lat, 0.5),
+	       (long long)pct(&lat, 0.99), lat.n, errors);
+	rpc_client_free(c);
+	return errors ? 1 : 0;
+}
+
+/* ----------------------------------------------------------------- peer */
+
+#define PEER_TABLES                                                                        \
+	"CREATE TABLE IF NOT EXISTS p_inst (id text PRIMARY KEY, tenant text, shape jsonb, "   \
+	"state text, created_at timestamptz DEFAULT now()); CREATE TABLE IF NOT EXISTS "      \
+	"p_authz (id text PRIMARY KEY, attrs jsonb); CREATE TABLE IF NOT EXISTS p_sbx (id "    \
+	"text PRIMARY KEY, inst text, expires_at timestamptz); CREATE TABLE IF NOT EXISTS "   \
+	"p_alloc (id bigserial PRIMARY KEY, owner text, vcpus int); CREATE TABLE IF NOT "     \
+	"EXISTS p_lease (addr bigserial PRIMARY KEY, inst text); CREATE TABLE IF NOT EXISTS " \
+	"p_event (id bigserial PRIMARY KEY, type text, data jsonb)"
+
+#define PEER_TXN                                                                           \
+	"BEGIN; INSERT INTO p_inst (id, tenant, shape, state) VALUES ($1 || 'i', 't', "       \
+	"'{\"vcpus\": 1}', 'provisioning'); INSERT INTO p_authz VALUES ($1 || 'a', "          \
+	"'{\"ttlSeconds\": \"3600\"}'); INSERT INTO p_authz VALUES ($1 || 'b', '{}'); INSERT " \
+	"INTO p_alloc (owner, vcpus) VALUES ($1, 1); INSERT INTO p_lease (inst) VALUES ($1); " \
+	"INSERT INTO p_sbx VALUES ($1, $1 || 'i', now() + interval '1 hour'); INSERT INTO "   \
+	"p_event (type, data) VALUES ('instance.created', '{}'), ('sandbox.created', '{}'); " \
+	"COMMIT"
+
+static void *peer_worker(void *arg)
+{
+	struct worker *w = arg;
+	PGconn *c = PQconnectdb(o.conninfo);
+
+	for (int i = 0; i < w->todo && PQstatus(c) == CONNECTION_OK; i++) {
+		char id[64], *sql;
+		int64_t t0 = mono_us();
+		PGresult *r;
+		id_new("p", id, sizeof(id));
+		/* multi-statement text cannot take parameters: the id is ours */
+		sql = xasprintf("%s", PEER_TXN);
+		for (char *p; (p = strstr(sql, "$1"));) {
+			char *n = xasprintf("%.*s'%s'%s", (int)(p - sql), sql, id, p + 2);
+			free(sql);
+			sql = n;
+		}
+		r = PQexec(c, sql);
+		if (PQresultStatus(r) != PGRES_COMMAND_OK)
+			w->errors++;
+		else
+			lat_add(w->lat, mono_us() - t0);
+		PQclear(r);
+		free(sql);
+	}
+	PQfinish(c);
+	return NULL;
+}
+
+static int mode_peer(void)
+{
+	struct lat lat = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	PGconn *c = PQconnectdb(o.conninfo);
+	int64_t el = 0;
+	int errors;
+
+	PQclear(PQexec(c, PEER_TABLES));
+	PQfinish(c);
+	errors = run(peer_worker, &lat, NULL, &el);
+	printf("per_s=%.1f p50_us=%lld p99_us=%lld n=%zu errors=%d\n",
+	       (double)lat.n * 1e6 / (double)el, (long long)pct(&lat, 0.5),
+	       (long long)pct(&lat, 0.99), lat.n, errors);
+	return errors ? 1 : 0;
+}
+
+static int mode_sql(void)
+{
+	struct lat lat = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	PGconn *c = PQconnectdb(o.conninfo);
+	int errors = 0;
+
+	for (int i = 0; i < o.count && PQstatus(c) == CONNECTION_OK; i++) {
+		int64_t t0 = mono_us();
+		PGresult *r = PQexec(c, o.sql);
+		if (PQresultStatus(r) != PGRES_TUPLES_OK && PQresultStatus(r) != PGRES_COMMAND_OK)
+			errors++;
+		else
+			lat_add(&lat, mono_us() - t0);
+		PQclear(r);
+	}
+	PQfinish(c);
+	printf("p50_us=%lld p99_us=%lld n=%zu errors=%d\n", (long long)pct(&lat, 0.5),
+	       (long long)pct(&lat, 0.99), lat.n, errors);
+	return errors ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	parse(argc, argv);
+	if (!strcmp(o.mode, "ready"))
+		return mode_ready();
+	if (!strcmp(o.mode, "peer"))
+		return mode_peer();
+	if (!strcmp(o.mode, "sql"))
+		return mode_sql();
+	fprintf(stderr, "usage: sbx_bench ready|peer|sql ...\n");
+	return 2;
+}
