@@ -4,6 +4,7 @@
 #
 #   make            build bc-controller, bcd, bcctl into build/bin
 #   make check      install deps, build (plain and ASan/UBSan), run every layer
+#   make guest      build (or take from the cache) the guest image build/guest/guest.qcow2
 #   make demo       install deps, start a throwaway stack (see README)
 #   make stop       stop the demo stack
 
@@ -63,7 +64,7 @@ NETDRV   := $(BUILD)/tests/net/netdrv
 RTDRV    := $(BUILD)/tests/e2e/rtdrv
 
 .PHONY: all gen bins unit-bins bench-bins node-deps check check-unit check-integration check-net check-e2e \
-	check-interop fuzz fuzz-smoke asan bench update-golden demo stop install clean deps
+	check-interop fuzz fuzz-smoke asan bench update-golden demo stop install clean deps guest
 .SECONDARY:
 
 all: bins unit-bins bench-bins $(NETDRV) $(RTDRV)
@@ -199,9 +200,16 @@ check-net: $(NETDRV)
 	$(Q)if ls tests/net/*.t >/dev/null 2>&1; then prove --exec bash tests/net/*.t; \
 	else echo "check-net: skipped: no network tests exist yet (the agent's nftables code is not built)"; fi
 
-check-e2e: bins $(RTDRV)
+# The e2e layer boots the guest image under libvirt (KVM, or TCG without a
+# usable /dev/kvm).
+check-e2e: bins $(RTDRV) guest
 	$(Q)if ls tests/e2e/*.t >/dev/null 2>&1; then prove --exec bash tests/e2e/*.t; \
 	else echo "check-e2e: skipped: no end-to-end tests exist yet (no real VM runtime is built)"; fi
+
+# The guest image (contrib/guest/build.sh): built from Debian packages once
+# per set of build inputs, cached under /var/cache/bc/guest (BC_GUEST_CACHE).
+guest:
+	$(Q)bash contrib/guest/build.sh $(CURDIR)/build/guest
 
 check-interop: bins node-deps
 	$(Q)BC_BIN=$(CURDIR)/$(BUILD)/bin prove --exec bash tests/interop/run.t
@@ -214,7 +222,7 @@ fuzz-smoke:
 bench: deps bins bench-bins node-deps
 	$(Q)bash bench/run.sh
 
-demo: deps bins
+demo: deps bins guest
 	$(Q)bash contrib/dev/demo.sh
 
 stop:

@@ -14,6 +14,8 @@ PKGS=(
   clang libclang-rt-14-dev valgrind
   libvirt-daemon-system libvirt-dev qemu-system-x86 qemu-utils ovmf genisoimage
   nodejs npm
+  # the guest image (contrib/guest/build.sh) and the e2e tests' https server and ssh
+  mmdebstrap systemd-boot-efi mtools dosfstools fdisk e2fsprogs binutils python3 openssh-client
 )
 
 missing=()

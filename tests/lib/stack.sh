@@ -18,7 +18,8 @@
 #                           tenant, TENANT_ARGS=()) unless BC_TENANT is set
 #                           (TENANT_ARGS=(--tenant "$BC_TENANT"))
 #   POOL_ID                 pool p1 (runtime fake, 10.77.0.0/24, bridge bcbr0;
-#                           BC_POOL_SUBNET / BC_POOL_GATEWAY choose another range)
+#                           BC_POOL_SUBNET / BC_POOL_GATEWAY / BC_POOL_BRIDGE
+#                           choose another range or bridge)
 #   FLAVOR_ID, FLAVOR_NAME  flavor sbx.small (1 vCPU, 512 MiB, 1 GiB)
 #   STACK_CONTROLLERS, STACK_AGENTS
 #
@@ -29,6 +30,15 @@
 # every controller / agent config), BC_KEEP_STACK=1 (keep STACK_DIR after
 # the test), BC_STACK_DIR + BC_STACK_PERSIST=1 (the demo: a fixed dir,
 # daemons detached with setsid/nohup, nothing stopped at exit).
+#
+# `stack_up --runtime libvirt` runs real VMs: the pool's runtime is libvirt,
+# every agent gets `runtime = libvirt`, `network = nftables` (it makes the
+# pool's bridge, the taps and their guards), `data_dir = STACK_DIR/data-N`,
+# `image_ca_file = $BC_IMAGE_CA_FILE` and `domain_type = $BC_DOMAIN_TYPE`
+# (default auto). libvirtd must answer (tests/lib/libvirt.sh: libvirt_up).
+# Stopping bcd never stops a VM, so stack_down also destroys and undefines
+# the domains of this stack's nodes, deletes their taps, the bridge, and the
+# agents' nftables tables when no other bcd is left running.
 #
 # Every daemon's pid is in STACK_DIR/pids ("name pid" lines: ctl-1, bcd-1),
 # its output in STACK_DIR/<name>.log. stack_down stops them (TERM, then KILL
@@ -53,6 +63,7 @@ export BC_SRC BC_BIN
 STACK_CONTROLLERS=0
 STACK_AGENTS=0
 STACK_UP=0
+STACK_RUNTIME=fake
 TENANT_ARGS=()
 
 _stack_log() { diag "stack: $*"; }
@@ -243,7 +254,13 @@ _agent_write_conf() {
 		echo "ca_file = $BC_CA_FILE"
 		[ -n "$token" ] && echo "join_token = $token"
 		echo "state_dir = $STACK_DIR/agent-$n"
-		echo "runtime = fake"
+		echo "runtime = $STACK_RUNTIME"
+		if [ "$STACK_RUNTIME" = libvirt ]; then
+			echo "network = nftables"
+			echo "data_dir = $STACK_DIR/data-$n"
+			[ -n "${BC_IMAGE_CA_FILE:-}" ] && echo "image_ca_file = $BC_IMAGE_CA_FILE"
+			echo "domain_type = ${BC_DOMAIN_TYPE:-auto}"
+		fi
 		echo "hostname = agent-$n"
 		echo "address = 127.0.0.1"
 		[ -n "${BC_AGENT_LABELS:-}" ] && echo "labels = $BC_AGENT_LABELS"
@@ -391,6 +408,8 @@ _stack_write_env() {
 		echo "export BC_TENANT=$BC_TENANT"
 		echo "export POOL_ID=$POOL_ID"
 		echo "export FLAVOR_NAME=$FLAVOR_NAME"
+		echo "export STACK_RUNTIME=$STACK_RUNTIME"
+		echo "export STACK_BRIDGE=$STACK_BRIDGE"
 		local i
 		for ((i = 1; i <= STACK_CONTROLLERS; i++)); do
 			echo "export BC_URL_$i=$(ctl_url "$i")"
@@ -399,6 +418,7 @@ _stack_write_env() {
 }
 
 # stack_up [--controllers N] [--agents M] [--agent-capacity VCPUS,MEM_MIB,DISK_GIB]
+#          [--runtime fake|libvirt]
 stack_up() {
 	local ctls=1 agents=1 cap=16,32768,200 i out
 	while [ $# -gt 0 ]; do
@@ -406,6 +426,7 @@ stack_up() {
 		--controllers) ctls=$2; shift 2 ;;
 		--agents) agents=$2; shift 2 ;;
 		--agent-capacity) cap=$2; shift 2 ;;
+		--runtime) STACK_RUNTIME=$2; shift 2 ;;
 		*) _stack_log "stack_up: unknown option $1"; return 1 ;;
 		esac
 	done
@@ -460,8 +481,11 @@ stack_up() {
 		ctl_start "$i" || return 1
 	done
 
-	out=$(bcctl --format json pool create --name p1 --runtime fake \
-		--subnet "${BC_POOL_SUBNET:-10.77.0.0/24}" --gateway "${BC_POOL_GATEWAY:-10.77.0.1}" --bridge bcbr0) || { _stack_log "pool create failed: $out"; return 1; }
+	STACK_BRIDGE=${BC_POOL_BRIDGE:-bcbr0}
+	export STACK_RUNTIME STACK_BRIDGE
+	out=$(bcctl --format json pool create --name p1 --runtime "$STACK_RUNTIME" \
+		--subnet "${BC_POOL_SUBNET:-10.77.0.0/24}" --gateway "${BC_POOL_GATEWAY:-10.77.0.1}" \
+		--bridge "$STACK_BRIDGE") || { _stack_log "pool create failed: $out"; return 1; }
 	POOL_ID=$(json_get "$out" id)
 	FLAVOR_NAME=sbx.small
 	out=$(bcctl --format json flavor create --name "$FLAVOR_NAME" --vcpus 1 --memory-mib 512 \
@@ -500,6 +524,56 @@ stack_stop_daemons() {
 	done
 }
 
+# stack_domains: the libvirt domains of this stack's nodes (by the node id
+# bcd writes in each domain's metadata), one name per line.
+stack_domains() {
+	local i node d
+	for ((i = 1; i <= STACK_AGENTS; i++)); do
+		node=$(agent_node_id "$i") || continue
+		[ -n "$node" ] || continue
+		for d in $(virsh -q list --all --name 2>/dev/null); do
+			virsh -q dumpxml "$d" 2>/dev/null | grep -q ">$node</" && echo "$d"
+		done
+	done
+	return 0
+}
+
+# stack_libvirt_cleanup: what a libvirt stack leaves when its agents stop:
+# domains (destroyed, undefined with their NVRAM), taps on the bridge, the
+# bridge, and the agents' nftables tables when no bcd runs any more.
+stack_libvirt_cleanup() {
+	local d t
+	[ "$STACK_RUNTIME" = libvirt ] || return 0
+	for d in $(stack_domains); do
+		virsh -q destroy "$d" >/dev/null 2>&1
+		virsh -q undefine --nvram "$d" >/dev/null 2>&1
+	done
+	if [ -n "${STACK_BRIDGE:-}" ] && ip link show "$STACK_BRIDGE" >/dev/null 2>&1; then
+		for t in $(ip -o link show master "$STACK_BRIDGE" 2>/dev/null | awk -F': ' '{ sub(/@.*/, "", $2); print $2 }'); do
+			ip link del "$t" 2>/dev/null
+		done
+		ip link del "$STACK_BRIDGE" 2>/dev/null
+	fi
+	if ! _stack_nft_agents; then
+		nft delete table bridge bcd_instances 2>/dev/null
+		nft delete table inet bcd_taps 2>/dev/null
+	fi
+	return 0
+}
+
+# _stack_nft_agents: true while some bcd in this network namespace runs with
+# `network = nftables` (its tables are this host's).
+_stack_nft_agents() {
+	local pid conf ns
+	ns=$(readlink /proc/self/ns/net)
+	for pid in $(pgrep -x bcd 2>/dev/null); do
+		[ "$(readlink "/proc/$pid/ns/net" 2>/dev/null)" = "$ns" ] || continue
+		conf=$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | awk 'p { print; exit } $0 == "--config" { p = 1 }')
+		[ -n "$conf" ] && grep -Eq '^[[:space:]]*network[[:space:]]*=[[:space:]]*nftables' "$conf" 2>/dev/null && return 0
+	done
+	return 1
+}
+
 # stack_down: stop everything; see the top of the file. Safe to call twice.
 # Returns non-zero when a daemon log holds a sanitizer report.
 stack_down() {
@@ -508,6 +582,7 @@ stack_down() {
 	STACK_UP=0
 	[ -n "${STACK_DIR:-}" ] && [ -d "$STACK_DIR" ] || return 0
 	stack_stop_daemons
+	stack_libvirt_cleanup
 	reports=$(_stack_sanitizer_reports)
 	if [ -n "$reports" ]; then
 		rc=1

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# customize.sh ROOT FILES: mmdebstrap's customize hook for contrib/guest/build.sh.
+# Runs on the host with ROOT the new system (mmdebstrap's private mount
+# namespace has /dev, /proc, /sys mounted inside ROOT for chroot calls).
+set -euo pipefail
+root=$1
+files=$2
+
+# root by partition UUID (fixed in build.sh); the ESP is not mounted
+cat >"$root/etc/fstab" <<EOT
+# bc guest
+PARTUUID=6b6c1f0e-5a3e-4b8e-9b1c-626367756572 / ext4 defaults,errors=remount-ro 0 1
+EOT
+echo bc-guest >"$root/etc/hostname"
+printf '127.0.0.1\tlocalhost\n127.0.1.1\tbc-guest\n::1\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
+
+install -m 0644 "$files/90-bc-guest.cfg" "$root/etc/cloud/cloud.cfg.d/90-bc-guest.cfg"
+
+# every instance makes its own identity at first boot: no host keys, no
+# machine id, no random seed in the image (cloud-init's ssh module makes the
+# host keys before ssh.service starts)
+rm -f "$root"/etc/ssh/ssh_host_*
+: >"$root/etc/machine-id"
+rm -f "$root/var/lib/dbus/machine-id" "$root/var/lib/systemd/random-seed"
+
+# nothing periodic or slow at boot in a short-lived sandbox
+for u in apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer \
+	dpkg-db-backup.timer systemd-networkd-wait-online.service; do
+	chroot "$root" systemctl disable "$u" >/dev/null 2>&1 || true
+done
+chroot "$root" systemctl mask systemd-networkd-wait-online.service >/dev/null 2>&1 || true
+
+# logs and caches of the build
+rm -rf "$root"/var/cache/apt/*.bin "$root"/var/lib/apt/lists/* "$root"/var/log/*.log \
+	"$root"/var/log/apt/* "$root"/var/cache/debconf/*-old "$root"/tmp/* 2>/dev/null || true
