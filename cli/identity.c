@@ -14,7 +14,7 @@ int cli_identity_create(struct cli_ctx *ctx, int argc, char **argv)
 	bool admin = false;
 	const struct cli_flag flags[] = {
 		{.name = "tenant", .type = CLI_STR, .dst = &req.tenant_id, .meta = "T",
-		 .required = true, .help = "the identity's tenant"},
+		 .help = "the identity's tenant (default: the caller's)"},
 		{.name = "kind", .type = CLI_STR, .dst = &req.kind, .meta = "K", .required = true,
 		 .help = "user | service | agent"},
 		{.name = "name", .type = CLI_STR, .dst = &req.name, .meta = "N", .required = true,

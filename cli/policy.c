@@ -17,7 +17,7 @@ int cli_policy_create(struct cli_ctx *ctx, int argc, char **argv)
 	char *doc = NULL;
 	const struct cli_flag flags[] = {
 		{.name = "tenant", .type = CLI_STR, .dst = &req.tenant_id, .meta = "T",
-		 .required = true, .help = "the policy's tenant"},
+		 .help = "the policy's tenant (default: the caller's)"},
 		{.name = "name", .type = CLI_STR, .dst = &req.name, .meta = "N", .required = true,
 		 .help = "unique in the tenant"},
 		{.name = "file", .type = CLI_FILE, .dst = &doc, .meta = "F", .required = true,

@@ -1,4 +1,6 @@
-/* iam_policies.c: the operator's Policies and Quotas services. A policy is
+/* iam_policies.c: the operator's Policies and Quotas services (Policies
+ * also self-service inside a tenant, decided as iam:policies:* actions:
+ * iam_self.c). A policy is
  * validated by policy.c before it is stored (a malformed one is
  * INVALID_INPUT naming the offending field as document.<path>) and applies
  * once attached to an identity or to its whole tenant. Quotas are per
@@ -56,6 +58,17 @@ static int pol_fetch(rpc_call *c, const char *id, Bc__Admin__V1__Policy **ret, b
 	return 0;
 }
 
+/* Decide action on policy x; target: the identity an attach names, or
+ * NULL. Another tenant's policy is NOT_FOUND for all but the operator. */
+static int pol_decide(rpc_call *c, const char *action, const Bc__Admin__V1__Policy *x,
+		      const char *target, bc_error *err)
+{
+	struct iam_obj o = {.type = "iam-policy", .id = x->id, .tenant = x->tenant_id,
+			    .attrs = {"name", x->name, target ? "identityId" : NULL, target}};
+
+	return iam_decide(c, action, &o, err);
+}
+
 /* INVALID_INPUT naming document.<path> for a document policy.c refuses. */
 static int check_document(const char *doc, bc_error *err)
 {
@@ -82,26 +95,34 @@ static int pol_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 		.tenant_col = 1};
 	PGresult *r = NULL;
 	char id[64], msg[128];
+	const char *tenant;
+	struct iam_obj o;
 	int rc;
 
-	if (!str_is_slug(q->tenant_id, 63))
+	if ((rc = iam_scope_tenant(c, q->tenant_id, &tenant, err)) < 0)
+		return rc;
+	if (!str_is_slug(tenant, 63))
 		return invalid(err, "tenantId", "tenantId must be a tenant id");
 	if (!*q->name || !str_is_printable(q->name, 128))
 		return invalid(err, "name", "name must be 1 to 128 printable characters");
 	if ((rc = check_document(q->document, err)) < 0)
 		return rc;
 	id_new("pol", id, sizeof(id));
-	snprintf(msg, sizeof(msg), "tenant %s not found", q->tenant_id);
+	o = (struct iam_obj){.type = "iam-policy", .id = id, .tenant = tenant,
+			     .attrs = {"name", q->name}};
+	if ((rc = iam_decide(c, "iam:policies:create", &o, err)) < 0)
+		return rc;
+	snprintf(msg, sizeof(msg), "tenant %s not found", tenant);
 	w.notfound_msg = msg;
 	dbp_str(&w.p, id);
-	dbp_str(&w.p, q->tenant_id);
+	dbp_str(&w.p, tenant);
 	dbp_str(&w.p, q->name);
 	dbp_str(&w.p, q->document);
 	if ((rc = iam_write_run(c, &w, &r, err)) < 0)
 		return rc;
 	*ret = &pol_row(c, r, 0)->base;
 	PQclear(r);
-	log_info("policy %s: created in tenant %s", id, q->tenant_id);
+	log_info("policy %s: created in tenant %s by %s", id, tenant, ctl_principal(c)->id);
 	return 0;
 }
 
@@ -113,6 +134,8 @@ static int pol_get(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **re
 	int rc = pol_fetch(c, q->policy_id, &x, err);
 
 	if (rc == 0)
+		rc = pol_decide(c, "iam:policies:read", x, NULL, err);
+	if (rc == 0)
 		*ret = &x->base;
 	return rc;
 }
@@ -122,13 +145,16 @@ static int pol_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **r
 {
 	const Bc__Admin__V1__ListPoliciesRequest *q = (const void *)m;
 	Bc__Admin__V1__ListPoliciesResponse *resp;
+	const char *tenant;
 	int limit = q->limit ? q->limit : 100, rc;
 	struct dbp p = {0};
 	PGresult *r = NULL;
 
 	if (q->limit < 0 || q->limit > 500)
 		return invalid(err, "limit", "limit must be between 1 and 500");
-	dbp_str(&p, q->tenant_id);
+	if ((rc = iam_scope_tenant(c, q->tenant_id, &tenant, err)) < 0)
+		return rc;
+	dbp_str(&p, tenant);
 	dbp_str(&p, q->cursor);
 	dbp_i64(&p, limit);
 	if ((rc = db_exec(ctl_db(c), &r, "SELECT " POL_COLS " FROM policies p WHERE ($1 = '' OR "
@@ -137,10 +163,21 @@ static int pol_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **r
 		return db_fail(err, rc);
 	resp = rpc_new(c, &bc__admin__v1__list_policies_response__descriptor);
 	resp->items = rpc_alloc(c, ((size_t)PQntuples(r) + 1) * sizeof(*resp->items));
-	for (int i = 0; i < PQntuples(r); i++)
-		resp->items[resp->n_items++] = pol_row(c, r, i);
-	if ((int)resp->n_items == limit)
-		resp->cursor = resp->items[limit - 1]->id;
+	for (int i = 0; i < PQntuples(r); i++) {
+		/* each item is checked; one the caller may not read is left out */
+		Bc__Admin__V1__Policy *x = pol_row(c, r, i);
+		struct iam_obj o = {.type = "iam-policy", .id = x->id, .tenant = x->tenant_id,
+				    .attrs = {"name", x->name}};
+
+		if ((rc = iam_visible(c, "iam:policies:read", &o, err)) < 0) {
+			PQclear(r);
+			return rc;
+		}
+		if (rc)
+			resp->items[resp->n_items++] = x;
+	}
+	if (PQntuples(r) == limit)
+		resp->cursor = row_str(c, r, limit - 1, 0);
 	PQclear(r);
 	*ret = &resp->base;
 	return 0;
@@ -215,7 +252,10 @@ static int attach_run(rpc_call *c, const Bc__Admin__V1__AttachPolicyRequest *q, 
 		return invalid(err, "identityId", "give exactly one of identityId or tenant");
 	if (!del && !q->tenant && (rc = check_id(err, "identityId", "idn", q->identity_id)) < 0)
 		return rc;
-	if (del && (rc = pol_fetch(c, q->policy_id, &x, err)) < 0)
+	if ((rc = pol_fetch(c, q->policy_id, &x, err)) < 0 ||
+	    (rc = pol_decide(c, del ? "iam:policies:delete" : detach ? "iam:policies:detach" :
+			     "iam:policies:attach", x, *q->identity_id ? q->identity_id : NULL,
+			     err)) < 0)
 		return rc;
 	if ((rc = db_tx(ctl_db(c), "READ COMMITTED", attach_tx, &a, err)) < 0)
 		return rc;

@@ -1,5 +1,6 @@
 /* iam_tenants.c: the operator's Tenants, Identities, ApiTokens and
- * Delegations services. Tokens are random, shown once, stored as SHA-256
+ * Delegations services (the last three also self-service for a tenant's
+ * own administrators, decided as IAM actions: iam_self.c). Tokens are random, shown once, stored as SHA-256
  * and may expire; an agent identity acts only under a live delegation from
  * a user of its tenant (auth.c refuses it once the delegation is revoked).
  * Each change and its event commit together. */
@@ -266,9 +267,12 @@ static int idn_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 		.subject_kind = "identity", .id_col = 0, .tenant_col = 1};
 	PGresult *r = NULL;
 	char id[64], msg[128];
+	const char *tenant;
+	struct iam_obj o;
 	int rc;
 
-	if ((rc = check_tenant_id(err, "tenantId", q->tenant_id)) < 0)
+	if ((rc = iam_scope_tenant(c, q->tenant_id, &tenant, err)) < 0 ||
+	    (rc = check_tenant_id(err, "tenantId", tenant)) < 0)
 		return rc;
 	if (strcmp(q->kind, "user") && strcmp(q->kind, "service") && strcmp(q->kind, "agent"))
 		return invalid(err, "kind", "kind must be user, service or agent");
@@ -277,10 +281,15 @@ static int idn_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 	if (q->is_admin && strcmp(q->kind, "agent") == 0)
 		return invalid(err, "isAdmin", "an agent is never an administrator");
 	id_new("idn", id, sizeof(id));
-	snprintf(msg, sizeof(msg), "tenant %s not found", q->tenant_id);
+	o = (struct iam_obj){.type = "iam-identity", .id = id, .tenant = tenant,
+			     .admin = q->is_admin, .attrs = {"kind", q->kind, "name", q->name,
+							     "isAdmin", q->is_admin ? "true" : "false"}};
+	if ((rc = iam_decide(c, "iam:identities:create", &o, err)) < 0)
+		return rc;
+	snprintf(msg, sizeof(msg), "tenant %s not found", tenant);
 	w.notfound_msg = msg;
 	dbp_str(&w.p, id);
-	dbp_str(&w.p, q->tenant_id);
+	dbp_str(&w.p, tenant);
 	dbp_str(&w.p, q->kind);
 	dbp_str(&w.p, q->name);
 	dbp_bool(&w.p, q->is_admin);
@@ -288,8 +297,28 @@ static int idn_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 		return rc;
 	*ret = &idn_row(c, r, 0)->base;
 	PQclear(r);
-	log_info("identity %s: created (%s in tenant %s)", id, q->kind, q->tenant_id);
+	log_info("identity %s: created (%s in tenant %s) by %s", id, q->kind, tenant,
+		 ctl_principal(c)->id);
 	return 0;
+}
+
+#define IDN_OF "SELECT tenant_id, id, is_admin FROM identities WHERE id = $1"
+
+/* Decide action on identity id; admin_only: the change needs an
+ * administrator when the identity is one. */
+static int idn_decide(rpc_call *c, const char *action, const char *id, bool admin_only,
+		      bc_error *err)
+{
+	struct iam_ref ref;
+	struct iam_obj o;
+	int rc;
+
+	if ((rc = iam_identity_of(c, IDN_OF, id, "identity", &ref, err)) < 0)
+		return rc;
+	o = (struct iam_obj){.type = "iam-identity", .id = id, .tenant = ref.tenant,
+			     .admin = admin_only && ref.admin,
+			     .attrs = {"isAdmin", ref.admin ? "true" : "false"}};
+	return iam_decide(c, action, &o, err);
 }
 
 static int idn_get(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
@@ -300,7 +329,8 @@ static int idn_get(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **re
 	PGresult *r = NULL;
 	int rc;
 
-	if ((rc = check_id(err, "identityId", "idn", q->identity_id)) < 0)
+	if ((rc = check_id(err, "identityId", "idn", q->identity_id)) < 0 ||
+	    (rc = idn_decide(c, "iam:identities:read", q->identity_id, false, err)) < 0)
 		return rc;
 	dbp_str(&p, q->identity_id);
 	if ((rc = db_one(ctl_db(c), &r, "SELECT " IDN_COLS " FROM identities WHERE id = $1", &p, err,
@@ -317,12 +347,15 @@ static int idn_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **r
 	const Bc__Admin__V1__ListIdentitiesRequest *q = (const void *)m;
 	Bc__Admin__V1__ListIdentitiesResponse *resp;
 	int limit = q->limit ? q->limit : 100, rc;
+	const char *tenant;
 	struct dbp p = {0};
 	PGresult *r = NULL;
 
 	if (q->limit < 0 || q->limit > 500)
 		return invalid(err, "limit", "limit must be between 1 and 500");
-	dbp_str(&p, q->tenant_id);
+	if ((rc = iam_scope_tenant(c, q->tenant_id, &tenant, err)) < 0)
+		return rc;
+	dbp_str(&p, tenant);
 	dbp_str(&p, q->cursor);
 	dbp_i64(&p, limit);
 	if ((rc = db_exec(ctl_db(c), &r, "SELECT " IDN_COLS " FROM identities WHERE ($1 = '' OR "
@@ -330,10 +363,20 @@ static int idn_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **r
 		return db_fail(err, rc);
 	resp = rpc_new(c, &bc__admin__v1__list_identities_response__descriptor);
 	resp->items = rpc_alloc(c, ((size_t)PQntuples(r) + 1) * sizeof(*resp->items));
-	for (int i = 0; i < PQntuples(r); i++)
-		resp->items[resp->n_items++] = idn_row(c, r, i);
-	if ((int)resp->n_items == limit)
-		resp->cursor = resp->items[limit - 1]->id;
+	for (int i = 0; i < PQntuples(r); i++) {
+		/* each item is checked; one the caller may not read is left out */
+		struct iam_obj o = {.type = "iam-identity", .id = db_val(r, i, 0),
+				    .tenant = db_val(r, i, 1),
+				    .attrs = {"isAdmin", db_bool(r, i, 4) ? "true" : "false"}};
+		if ((rc = iam_visible(c, "iam:identities:read", &o, err)) < 0) {
+			PQclear(r);
+			return rc;
+		}
+		if (rc)
+			resp->items[resp->n_items++] = idn_row(c, r, i);
+	}
+	if (PQntuples(r) == limit)
+		resp->cursor = row_str(c, r, limit - 1, 0);
 	PQclear(r);
 	*ret = &resp->base;
 	return 0;
@@ -357,9 +400,11 @@ static int idn_set_state(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessag
 	if (strcmp(q->state, "active") && strcmp(q->state, "suspended") && strcmp(q->state, "deleted"))
 		return invalid(err, "state", "state must be active, suspended or deleted");
 	if (strcmp(q->identity_id, ctl_principal(c)->id) == 0) {
-		bc_error_set(err, BC_INVALID_STATE, "an operator cannot change its own state");
+		bc_error_set(err, BC_INVALID_STATE, "no identity changes its own state");
 		return bc_error_detail(err, "reason", "self");
 	}
+	if ((rc = idn_decide(c, "iam:identities:update", q->identity_id, true, err)) < 0)
+		return rc;
 	snprintf(msg, sizeof(msg), "identity %s not found", q->identity_id);
 	w.notfound_msg = msg;
 	dbp_str(&w.p, q->identity_id);
@@ -390,6 +435,24 @@ static Bc__Admin__V1__ApiToken *tok_row(rpc_call *c, const PGresult *r, int i)
 	return t;
 }
 
+/* Decide action on token id of identity (whose tenant it is in): a token
+ * of an administrator needs an administrator. */
+static int tok_decide(rpc_call *c, const char *action, const char *id, const char *identity,
+		      bc_error *err)
+{
+	char parent[96];
+	struct iam_ref ref;
+	struct iam_obj o;
+	int rc;
+
+	if ((rc = iam_identity_of(c, IDN_OF, identity, "identity", &ref, err)) < 0)
+		return rc;
+	snprintf(parent, sizeof(parent), "iam-identity/%s", identity);
+	o = (struct iam_obj){.type = "iam-token", .id = id, .tenant = ref.tenant, .parent = parent,
+			     .admin = ref.admin, .attrs = {"identityId", identity}};
+	return iam_decide(c, action, &o, err);
+}
+
 static int tok_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
 		      bc_error *err)
 {
@@ -409,12 +472,14 @@ static int tok_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 
 	if ((rc = check_id(err, "identityId", "idn", q->identity_id)) < 0)
 		return rc;
+	id_new("tok", id, sizeof(id));
+	if ((rc = tok_decide(c, "iam:tokens:create", id, q->identity_id, err)) < 0)
+		return rc;
 	if (q->ttl_seconds < 0 || q->ttl_seconds > TOKEN_TTL_MAX)
 		return invalid(err, "ttlSeconds", "ttlSeconds must be between 0 (never) and %lld",
 			       TOKEN_TTL_MAX);
 	if (!str_is_printable(q->name, 128))
 		return invalid(err, "name", "name must be at most 128 printable characters");
-	id_new("tok", id, sizeof(id));
 	auth_token_new(token, sizeof(token));
 	sha256_hex(token, strlen(token), hash);
 	snprintf(msg, sizeof(msg), "identity %s not found or not active", q->identity_id);
@@ -440,12 +505,16 @@ static int tok_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **r
 {
 	const Bc__Admin__V1__ListApiTokensRequest *q = (const void *)m;
 	Bc__Admin__V1__ListApiTokensResponse *resp;
+	struct iam_ref ref;
+	char parent[96];
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	int rc;
 
-	if ((rc = check_id(err, "identityId", "idn", q->identity_id)) < 0)
+	if ((rc = check_id(err, "identityId", "idn", q->identity_id)) < 0 ||
+	    (rc = iam_identity_of(c, IDN_OF, q->identity_id, "identity", &ref, err)) < 0)
 		return rc;
+	snprintf(parent, sizeof(parent), "iam-identity/%s", q->identity_id);
 	dbp_str(&p, q->identity_id);
 	if ((rc = db_exec(ctl_db(c), &r, "SELECT " TOK_COLS " FROM api_tokens k JOIN identities i "
 			  "ON i.id = k.identity_id WHERE k.identity_id = $1 ORDER BY k.id LIMIT 500",
@@ -453,8 +522,16 @@ static int tok_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **r
 		return db_fail(err, rc);
 	resp = rpc_new(c, &bc__admin__v1__list_api_tokens_response__descriptor);
 	resp->items = rpc_alloc(c, ((size_t)PQntuples(r) + 1) * sizeof(*resp->items));
-	for (int i = 0; i < PQntuples(r); i++)
-		resp->items[resp->n_items++] = tok_row(c, r, i);
+	for (int i = 0; i < PQntuples(r); i++) {
+		struct iam_obj o = {.type = "iam-token", .id = db_val(r, i, 0), .tenant = ref.tenant,
+				    .parent = parent, .attrs = {"identityId", q->identity_id}};
+		if ((rc = iam_visible(c, "iam:tokens:read", &o, err)) < 0) {
+			PQclear(r);
+			return rc;
+		}
+		if (rc)
+			resp->items[resp->n_items++] = tok_row(c, r, i);
+	}
 	PQclear(r);
 	*ret = &resp->base;
 	return 0;
@@ -464,6 +541,7 @@ static int tok_revoke(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 		      bc_error *err)
 {
 	const Bc__Admin__V1__RevokeApiTokenRequest *q = (const void *)m;
+	struct iam_ref ref;
 	struct iam_write w = {
 		.sql = "WITH k AS (UPDATE api_tokens SET revoked_at = coalesce(revoked_at, now()) "
 		       "WHERE id = $1 RETURNING *) SELECT " TOK_COLS " FROM k JOIN identities i ON "
@@ -474,7 +552,11 @@ static int tok_revoke(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 	char msg[128];
 	int rc;
 
-	if ((rc = check_id(err, "tokenId", "tok", q->token_id)) < 0)
+	if ((rc = check_id(err, "tokenId", "tok", q->token_id)) < 0 ||
+	    (rc = iam_identity_of(c, "SELECT i.tenant_id, i.id, i.is_admin FROM api_tokens k JOIN "
+				  "identities i ON i.id = k.identity_id WHERE k.id = $1",
+				  q->token_id, "token", &ref, err)) < 0 ||
+	    (rc = tok_decide(c, "iam:tokens:revoke", q->token_id, ref.identity, err)) < 0)
 		return rc;
 	snprintf(msg, sizeof(msg), "token %s not found", q->token_id);
 	w.notfound_msg = msg;
@@ -505,6 +587,26 @@ static Bc__Admin__V1__Delegation *dlg_row(rpc_call *c, const PGresult *r, int i)
 	return x;
 }
 
+/* Decide action on delegation id of agent for user: acting for an
+ * administrator needs an administrator to grant it. */
+static int dlg_decide(rpc_call *c, const char *action, const char *id, const char *agent,
+		      const char *user, bc_error *err)
+{
+	struct iam_ref a, u;
+	struct iam_obj o;
+	char parent[96];
+	int rc;
+
+	if ((rc = iam_identity_of(c, IDN_OF, agent, "identity", &a, err)) < 0 ||
+	    (rc = iam_identity_of(c, IDN_OF, user, "identity", &u, err)) < 0)
+		return rc;
+	snprintf(parent, sizeof(parent), "iam-identity/%s", agent);
+	o = (struct iam_obj){.type = "iam-delegation", .id = id, .tenant = a.tenant,
+			     .parent = parent, .admin = u.admin,
+			     .attrs = {"agentId", agent, "userId", user}};
+	return iam_decide(c, action, &o, err);
+}
+
 static int dlg_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
 		      bc_error *err)
 {
@@ -525,6 +627,8 @@ static int dlg_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 	    (rc = check_id(err, "userId", "idn", q->user_id)) < 0)
 		return rc;
 	id_new("dlg", id, sizeof(id));
+	if ((rc = dlg_decide(c, "iam:delegations:create", id, q->agent_id, q->user_id, err)) < 0)
+		return rc;
 	dbp_str(&w.p, id);
 	dbp_str(&w.p, q->agent_id);
 	dbp_str(&w.p, q->user_id);
@@ -541,27 +645,56 @@ static int dlg_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **r
 {
 	const Bc__Admin__V1__ListDelegationsRequest *q = (const void *)m;
 	Bc__Admin__V1__ListDelegationsResponse *resp;
+	const char *tenant;
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	int rc;
 
-	dbp_str(&p, q->tenant_id);
+	if ((rc = iam_scope_tenant(c, q->tenant_id, &tenant, err)) < 0)
+		return rc;
+	dbp_str(&p, tenant);
 	if ((rc = db_exec(ctl_db(c), &r, "SELECT " DLG_COLS " FROM delegations WHERE $1 = '' OR "
 			  "tenant_id = $1 ORDER BY id LIMIT 500", &p)) < 0)
 		return db_fail(err, rc);
 	resp = rpc_new(c, &bc__admin__v1__list_delegations_response__descriptor);
 	resp->items = rpc_alloc(c, ((size_t)PQntuples(r) + 1) * sizeof(*resp->items));
-	for (int i = 0; i < PQntuples(r); i++)
-		resp->items[resp->n_items++] = dlg_row(c, r, i);
+	for (int i = 0; i < PQntuples(r); i++) {
+		char parent[96];
+		struct iam_obj o = {.type = "iam-delegation", .id = db_val(r, i, 0),
+				    .tenant = db_val(r, i, 1), .parent = parent,
+				    .attrs = {"agentId", db_val(r, i, 2), "userId", db_val(r, i, 3)}};
+
+		snprintf(parent, sizeof(parent), "iam-identity/%s", db_val(r, i, 2));
+		if ((rc = iam_visible(c, "iam:delegations:read", &o, err)) < 0) {
+			PQclear(r);
+			return rc;
+		}
+		if (rc)
+			resp->items[resp->n_items++] = dlg_row(c, r, i);
+	}
 	PQclear(r);
 	*ret = &resp->base;
 	return 0;
+}
+
+static int dlg_revoke_decide(rpc_call *c, const char *id, const char *agent, bc_error *err)
+{
+	_cleanup_free_ char *user = NULL;
+	struct dbp p = {0};
+	int rc;
+
+	dbp_str(&p, id);
+	if ((rc = db_scalar(ctl_db(c), "SELECT user_id FROM delegations WHERE id = $1", &p,
+			    &user)) < 0)
+		return db_fail(err, rc);
+	return dlg_decide(c, "iam:delegations:revoke", id, agent, user, err);
 }
 
 static int dlg_revoke(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
 		      bc_error *err)
 {
 	const Bc__Admin__V1__RevokeDelegationRequest *q = (const void *)m;
+	struct iam_ref ref;
 	struct iam_write w = {
 		.sql = "UPDATE delegations SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 "
 		       "RETURNING " DLG_COLS,
@@ -571,7 +704,10 @@ static int dlg_revoke(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 	char msg[128];
 	int rc;
 
-	if ((rc = check_id(err, "delegationId", "dlg", q->delegation_id)) < 0)
+	if ((rc = check_id(err, "delegationId", "dlg", q->delegation_id)) < 0 ||
+	    (rc = iam_identity_of(c, "SELECT tenant_id, agent_id, false FROM delegations WHERE id = "
+				  "$1", q->delegation_id, "delegation", &ref, err)) < 0 ||
+	    (rc = dlg_revoke_decide(c, q->delegation_id, ref.identity, err)) < 0)
 		return rc;
 	snprintf(msg, sizeof(msg), "delegation %s not found", q->delegation_id);
 	w.notfound_msg = msg;
