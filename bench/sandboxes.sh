@@ -28,9 +28,9 @@ sbx_tmpl=$(bcctl --format json sandbox-template create --name bench --pool "$POO
 	--flavor "$FLAVOR_NAME" --image "$img" | jq -r .id)
 for c in $BENCH_CREATE_CONCURRENCY; do
 	log "Sandboxes.Create -> ready x $BENCH_SBX_CREATES, concurrency $c"
-	sr=$(run sbx-ready "$SBX_BENCH" ready --target "$BC_URL" "${tls[@]}" --template "$sbx_tmpl" \
+	sr=$(BC_BENCH=$SBX_BENCH run sbx-ready ready --target "$BC_URL" "${tls[@]}" --template "$sbx_tmpl" \
 		--concurrency "$c" --count "$BENCH_SBX_CREATES")
-	sp=$(run sbx-peer "$SBX_BENCH" peer --conninfo "$conninfo" --concurrency "$c" \
+	sp=$(BC_BENCH=$SBX_BENCH run sbx-peer peer --conninfo "$conninfo" --concurrency "$c" \
 		--count "$BENCH_SBX_CREATES")
 	for m in per_s p50_us p99_us; do
 		row "Sandbox create -> ready, conc $c" "$m" "$(field "$sr" "$m")" \
@@ -66,7 +66,7 @@ for ((i = 0; i < BENCH_SBX_PASSES; i++)); do
 done
 pass_p50=$(printf '%s\n' "${passes[@]}" | sort -g | awk '{ v[NR] = $1 } END { if (NR) printf "%d", v[int((NR + 1) / 2)] * 1e6 }')
 pass_max=$(printf '%s\n' "${passes[@]}" | sort -g | tail -n 1 | awk '{ printf "%d", $1 * 1e6 }')
-scan=$(run sbx-scan "$SBX_BENCH" sql --conninfo "host=$PGHOST port=$PGPORT dbname=bc user=postgres" \
+scan=$(BC_BENCH=$SBX_BENCH run sbx-scan sql --conninfo "host=$PGHOST port=$PGPORT dbname=bc user=postgres" \
 	--count "$BENCH_SBX_PASSES" --sql "SELECT count(*) FROM sandboxes s JOIN instances i ON
 	i.id = s.instance_id WHERE s.state <> 'deleted' AND i.state <> 'deleted'")
 live=$(psql -d bc -XAtq -c "SELECT count(*) FROM sandboxes WHERE state <> 'deleted'")
