@@ -1,7 +1,8 @@
 /* quota.c: tenant quotas and budgets, checked inside a create's
  * transaction after the new instance's row is written. Quotas are charged
- * from the tenant's live instances (every booked or waiting shape, so an
- * instance that waits for room cannot later be placed past the quota);
+ * from the tenant's bookings (QUOTA_CHARGED: open allocations, and live
+ * instances admitted but not booked, so one that waits for room cannot
+ * later be placed past the quota);
  * the tenant's quota row is locked until commit, so concurrent creates of
  * one tenant are charged one after the other. Budgets compare the spend
  * metered into usage with the tenant offer's limit. */
@@ -12,6 +13,19 @@
 
 #include "authz.h"
 #include "util.h"
+
+/* What a tenant (q.tenant_id) is charged with: its open bookings (the
+ * allocations of its instances and volumes), plus the shape of each live
+ * instance admitted but not booked right now (waiting for room, or between
+ * a lost host and its re-placement), which will be booked without asking
+ * the quota again. A deleting instance is charged until its host confirms
+ * and its booking is released. */
+#define QUOTA_CHARGED                                                                       \
+	"SELECT vcpus, memory_mib, disk_gib, gpus FROM allocations WHERE tenant_id = "       \
+	"q.tenant_id AND released_at IS NULL UNION ALL SELECT i.vcpus, i.memory_mib, "       \
+	"i.disk_gib, i.gpus FROM instances i WHERE i.tenant_id = q.tenant_id AND i.state <> " \
+	"'deleted' AND NOT EXISTS (SELECT 1 FROM allocations a WHERE a.owner_kind = "        \
+	"'instance' AND a.owner_id = i.id AND a.released_at IS NULL)"
 
 /* the tenant o.tenant_id's metered spend in whole cents */
 #define QUOTA_SPENT_SQL "(SELECT floor(coalesce(sum(cost_cents), 0))::bigint FROM usage WHERE " \
@@ -61,11 +75,11 @@ int quota_check(struct db *d, const char *tenant, int vcpus, int64_t memory_mib,
 	if (rc == 0)
 		return 0; /* no quota: unlimited */
 	rc = db_exec(d, &r, "SELECT q.vcpus, q.memory_gib * 1024, q.disk_gib, q.gpus, q.instances, "
-		     "u.vcpus, u.mem, u.disk, u.gpus, u.n FROM quotas q, LATERAL (SELECT "
+		     "u.vcpus, u.mem, u.disk, u.gpus, (SELECT count(*) FROM instances WHERE "
+		     "tenant_id = q.tenant_id AND state <> 'deleted') FROM quotas q, LATERAL (SELECT "
 		     "coalesce(sum(vcpus), 0) vcpus, coalesce(sum(memory_mib), 0) mem, "
-		     "coalesce(sum(disk_gib), 0) disk, coalesce(sum(gpus), 0) gpus, count(*) n FROM "
-		     "instances WHERE tenant_id = q.tenant_id AND state <> 'deleted') u WHERE "
-		     "q.tenant_id = $1", &p);
+		     "coalesce(sum(disk_gib), 0) disk, coalesce(sum(gpus), 0) gpus FROM (" QUOTA_CHARGED
+		     ") b) u WHERE q.tenant_id = $1", &p);
 	if (rc < 0)
 		return db_fail(err, rc);
 	for (size_t i = 0; PQntuples(r) == 1 && i < ARRAY_SIZE(ch); i++) {

@@ -25,3 +25,6 @@ CREATE TABLE metering (
   last_pass_at  timestamptz
 );
 INSERT INTO metering DEFAULT VALUES;
+
+-- Quotas are charged from a tenant's open bookings (controller/quota.c).
+CREATE INDEX allocations_tenant_open ON allocations (tenant_id) WHERE released_at IS NULL;
