@@ -48,7 +48,8 @@ let instance; // the instance created by the Create test
 
 function loadPackage() {
   const def = protoLoader.loadSync(
-    ['bc/compute/v1/instances.proto', 'bc/admin/v1/admin.proto', 'grpc/health/v1/health.proto'],
+    ['bc/compute/v1/instances.proto', 'bc/compute/v1/sandboxes.proto', 'bc/admin/v1/admin.proto',
+      'grpc/health/v1/health.proto'],
     {
       keepCase: true, longs: String, enums: String, defaults: true, oneofs: true,
       includeDirs: [PROTO_DIR],
@@ -70,6 +71,8 @@ function clients(pkg, withToken) {
   return {
     health: new pkg.grpc.health.v1.Health(cfg.url, creds),
     instances: new pkg.bc.compute.v1.Instances(cfg.url, creds),
+    templates: new pkg.bc.compute.v1.SandboxTemplates(cfg.url, creds),
+    sandboxes: new pkg.bc.compute.v1.Sandboxes(cfg.url, creds),
   };
 }
 
@@ -328,4 +331,39 @@ test('Delete ends in deleted, as bcctl shows it', async () => {
   }
   const res = await rpc(authed.instances, 'List', { tenant_id: cfg.tenant, pool_id: cfg.pool });
   assert.ok(!res.items.some((i) => i.id === instance.id), 'List without deleted leaves it out');
+});
+
+test('Sandboxes: template update by oneof presence, create with wait, extend, refusal details', async () => {
+  const t = await rpc(authed.templates, 'Create', {
+    tenant_id: cfg.tenant, name: `interop-${process.pid}`, pool_id: cfg.pool, flavor: cfg.flavor,
+    image_id: cfg.image, max_ttl_seconds: 7200,
+  });
+  assert.match(t.id, /^sbxt_/);
+  assert.equal(t.default_ttl_seconds, '3600', 'defaultTtlSeconds defaults to 3600');
+  // only max_ttl_seconds is present: the flavor stays, the version rises
+  const u = await rpc(authed.templates, 'Update', {
+    tenant_id: cfg.tenant, template_id: t.id, max_ttl_seconds: 10800,
+  });
+  assert.equal(u.max_ttl_seconds, '10800');
+  assert.equal(u.flavor, t.flavor, 'a field not given is unchanged');
+  assert.equal(u.version, '2');
+  const s = await rpc(authed.sandboxes, 'Create', {
+    tenant_id: cfg.tenant, template_id: t.id, ttl_seconds: 900, wait: { timeout_ms: 20000 },
+  });
+  assert.match(s.id, /^sbx_/);
+  assert.equal(s.state, 'ready', 'the wait answers once the sandbox is ready');
+  const e = await rpc(authed.sandboxes, 'Extend', { tenant_id: cfg.tenant, sandbox_id: s.id, by: '30m' });
+  assert.equal(BigInt(e.expires_at) - BigInt(s.expires_at), 1800000n, 'by 30m: 30 minutes later');
+  assert.equal(e.ttl_seconds, '2700');
+  const err = await rpcError(rpc(authed.sandboxes, 'Extend', {
+    tenant_id: cfg.tenant, sandbox_id: s.id, by: '30m', until: String(Date.now()),
+  }));
+  assertInvalidInput(err, 'Extend with both until and by');
+  assert.equal(decodeStatusDetails(err).infos[0].info.metadata.field, 'until');
+  const cli = bcctl('sandbox', 'get', s.id, ...tenantArgs());
+  assert.equal(cli.status, 0, `bcctl sandbox get: ${cli.stderr}`);
+  assert.equal(String(cli.json.expiresAt ?? cli.json.expires_at), e.expires_at, 'bcctl shows the same expiry');
+  const d = await rpc(authed.sandboxes, 'Delete', { tenant_id: cfg.tenant, sandbox_id: s.id });
+  assert.ok(['deleting', 'deleted'].includes(d.state), `state after Delete: ${d.state}`);
+  await rpc(authed.templates, 'Delete', { tenant_id: cfg.tenant, template_id: t.id });
 });
