@@ -903,6 +903,8 @@ static bool named_by_spec(const Bc__Node__V1__NodeSpec *spec, const char *sha)
 {
 	for (size_t i = 0; i < spec->n_instances; i++) {
 		const Bc__Node__V1__ImageRef *im = spec->instances[i]->image;
+		if (spec->instances[i]->desired_state == BC__NODE__V1__DESIRED_STATE__DESIRED_DELETED)
+			continue;  /* its overlay keeps the image until it is gone */
 		if (im && im->sha256 && strcmp(im->sha256, sha) == 0)
 			return true;
 	}
@@ -944,8 +946,9 @@ static bool stale_part(const char *name)
 	return name[0] == '.' && p && atoi(p + 6) != (int)getpid();
 }
 
-/* Remove images no instance of the spec names and no overlay uses, and
- * partial downloads of earlier processes. */
+/* Remove images no instance of the spec names (desired DELETED ones do
+ * not count) and no overlay uses, and partial downloads of earlier
+ * processes. */
 static void images_gc(struct rt_libvirt *lv, const Bc__Node__V1__NodeSpec *spec)
 {
 	DIR *d = opendir(lv->images_dir);
