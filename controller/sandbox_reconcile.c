@@ -8,7 +8,8 @@
  *   2. expiry: up to 100 sandboxes past expiresAt, claimed with SKIP
  *      LOCKED, get expiredAt and sandbox.expired, then an ordinary delete;
  *   3. ready (and failed) fallback for the stamp of the instance's own
- *      transaction;
+ *      transaction; a ready sandbox whose instance is being recreated goes
+ *      back to starting;
  *   4. deleted: a sandbox whose instance is deleted is marked deleted,
  *      leaves the authorization projection, sandbox.deleted (expired).
  * Also the sandbox figures of the controller's /metrics, read from the
@@ -106,6 +107,14 @@ static int settle_tx(struct db *d, void *arg, bc_error *err)
 			     "s.template_id, s.instance_id, s.pool_id, i.reason) INSERT INTO events "
 			     "(type, subject, tenant_id, data) SELECT 'sandbox.failed', 'sandbox/' || "
 			     "id, tenant_id, " EVENT_DATA(", 'reason', reason") " FROM s", NULL);
+	/* a recreate after host loss takes a ready sandbox back to starting
+	 * (the trigger does it in the instance's transaction when the
+	 * instance passed through lost; this catches a direct re-placement) */
+	if (rc == 0)
+		rc = db_exec(d, NULL, "UPDATE sandboxes s SET state = 'starting', updated_at = now() "
+			     "FROM instances i WHERE i.id = s.instance_id AND s.state = 'ready' AND "
+			     "i.state IN ('provisioning', 'starting') AND i.desired_state <> 'deleted'",
+			     NULL);
 	/* deleted: right after the instance, which woke us */
 	if (rc == 0)
 		rc = db_exec(d, NULL, "WITH s AS (UPDATE sandboxes s SET state = 'deleted', "

@@ -5,7 +5,8 @@
 # lifetime, 15 s), are expired within one period of expiresAt, each exactly
 # once (sandbox.expired, then the instance is deleted and sandbox.deleted
 # says expired). A sandbox extended after its warning is warned again; the
-# reconciler's ready stamp is the fallback for the instance's own.
+# reconciler's ready stamp is the fallback for the instance's own; a
+# recreated instance takes its ready sandbox back to starting.
 . "$(dirname "$0")/../lib/stack.sh"
 
 PERIOD=5
@@ -76,4 +77,20 @@ ok $? 'the reconciler pass readies it (ready_source reconciler)'
 is "$(q "SELECT count(*) FROM events WHERE subject = 'sandbox/$f' AND type = 'sandbox.ready'")" 1 \
 	'sandbox.ready once'
 q "ALTER TABLE instances ENABLE TRIGGER instances_sandbox" >/dev/null
+
+# a recreate (host loss with recreateOnHostLoss, done here by hand with the
+# agent down: booking released, unplaced, provisioning) takes the ready
+# sandbox back to starting; placed and running again, it is ready again
+agent_kill 1
+q "UPDATE allocations SET released_at = now() WHERE owner_id = (SELECT instance_id FROM sandboxes
+	WHERE id = '$f') AND released_at IS NULL;
+	UPDATE instances SET state = 'provisioning', node_id = NULL WHERE sandbox_id = '$f'" >/dev/null
+st() { [ "$(q "SELECT state FROM sandboxes WHERE id = '$f'")" = "$1" ]; }
+eventually $((PERIOD * 3)) st starting
+ok $? 'a ready sandbox whose instance is recreated goes back to starting'
+agent_start 1
+eventually 60 st ready
+ok $? 'placed again and running, it is ready again'
+is "$(q "SELECT count(*) FROM events WHERE subject = 'sandbox/$f' AND type = 'sandbox.ready'")" 2 \
+	'sandbox.ready again, from the instance report'
 done_testing
