@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "authz.h"
 #include "bc/admin/v1/iam.pb-c.h"
 #include "iam.h"
 #include "log.h"
@@ -19,6 +20,7 @@
 	"floor(coalesce(sum(cost_cents), 0))::bigint FROM usage u WHERE u.tenant_id = t.id), " \
 	"(SELECT string_agg(key || '=' || value, E'\\n' ORDER BY key) FROM "              \
 	"jsonb_each_text(o.prices))"
+#define BUDGET_NAMES {"ok", "spent", "stop-new", "drain"}
 #define PRICES_MAX 32
 #define PRICE_MAX 1e12
 
@@ -92,13 +94,28 @@ static Bc__Admin__V1__Offer *offer_row(rpc_call *c, const PGresult *r)
 	x->on_budget_exceeded = row_str(c, r, 0, 2);
 	x->spent_cents = db_i64(r, 0, 3);
 	offer_prices(c, x, db_val(r, 0, 4));
+	x->budget = (char *)"ok";
 	return x;
+}
+
+/* The budget's state as periodic work sees it (quota_billing_check). */
+static int offer_budget(rpc_call *c, Bc__Admin__V1__Offer *x, bc_error *err)
+{
+	static const char *const names[] = BUDGET_NAMES;
+	enum quota_budget_state st;
+	int rc = quota_billing_check(ctl_db(c), x->tenant_id, &st);
+
+	if (rc < 0)
+		return db_fail(err, rc);
+	x->budget = (char *)names[st];
+	return 0;
 }
 
 static int offer_get(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
 		     bc_error *err)
 {
 	const Bc__Admin__V1__GetOfferRequest *q = (const void *)m;
+	Bc__Admin__V1__Offer *x;
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	int rc;
@@ -108,8 +125,11 @@ static int offer_get(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 			  "ON o.tenant_id = t.id WHERE t.id = $1", &p, err,
 			  "tenant %s not found", q->tenant_id)) < 0)
 		return rc;
-	*ret = &offer_row(c, r)->base;
+	x = offer_row(c, r);
 	PQclear(r);
+	if ((rc = offer_budget(c, x, err)) < 0)
+		return rc;
+	*ret = &x->base;
 	return 0;
 }
 
@@ -126,6 +146,7 @@ static int offer_set(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 		       "RETURNING *) SELECT " OFFER_COLS " FROM o JOIN tenants t ON t.id = o.tenant_id",
 		.conflict_reason = "", .ev_type = "offer.set", .subject_kind = "tenant"};
 	_cleanup_free_ char *prices = NULL;
+	Bc__Admin__V1__Offer *x;
 	PGresult *r = NULL;
 	char msg[128];
 	int rc;
@@ -150,8 +171,11 @@ static int offer_set(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 	dbp_str(&w.p, prices);
 	if ((rc = iam_write_run(c, &w, &r, err)) < 0)
 		return rc;
-	*ret = &offer_row(c, r)->base;
+	x = offer_row(c, r);
 	PQclear(r);
+	if ((rc = offer_budget(c, x, err)) < 0)
+		return rc;
+	*ret = &x->base;
 	log_info("tenant %s: offer set (on budget exceeded: %s)", q->tenant_id, mode);
 	return 0;
 }

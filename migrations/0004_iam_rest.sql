@@ -28,3 +28,16 @@ INSERT INTO metering DEFAULT VALUES;
 
 -- Quotas are charged from a tenant's open bookings (controller/quota.c).
 CREATE INDEX allocations_tenant_open ON allocations (tenant_id) WHERE released_at IS NULL;
+
+-- Event ids in commit order, whatever inserts them: every INSERT into
+-- events takes events.c's transaction-scoped lock before its first row
+-- draws an id (a statement trigger fires before any row is computed), so
+-- the bulk inserts of other code paths keep Events.Watch's resume point
+-- ("id > last seen") complete.
+CREATE FUNCTION bc_events_order() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_advisory_xact_lock(4242001);
+  RETURN NULL;
+END $$;
+CREATE TRIGGER events_order BEFORE INSERT ON events
+  FOR EACH STATEMENT EXECUTE FUNCTION bc_events_order();

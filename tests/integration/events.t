@@ -76,4 +76,16 @@ refused() { # EXIT MSG -- ARGS
 refused 1 'bcctl refuses a limit past 1000 itself' -- events list --limit 5000
 refused 3 'an unknown tenant' -- events list --tenant nobody
 
+# -- every insert into events takes the ids' lock first, whatever code path
+# writes it: a raw INSERT waits while another transaction holds the lock
+psql -d bc -XAtq -c "BEGIN; SELECT pg_advisory_xact_lock(4242001); SELECT pg_sleep(5); COMMIT;" >/dev/null &
+holder=$!
+held() { [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242001 AND granted")" = 1 ]; }
+eventually 30 held
+ok $? 'another transaction holds the ids lock'
+out=$(psql -d bc -XAtq -c "SET statement_timeout = 500; INSERT INTO events (type, subject) VALUES ('test.raw', 'x/1')" 2>&1)
+like "$out" 'statement timeout' 'a raw INSERT INTO events waits for the ids lock (statement trigger)'
+wait "$holder"
+is "$(q "SELECT count(*) FROM events WHERE type = 'test.raw'")" 0 '... and wrote nothing meanwhile'
+
 done_testing

@@ -71,6 +71,26 @@ like "$(cat "$STACK_DIR/err")" 'limitCents: 3000' '... with limitCents'
 s=$(sed -n 's/.*spentCents: \([0-9]*\).*/\1/p' "$STACK_DIR/err")
 ok "[ '${s:-0}' -ge 3000 ]" "... and spentCents ($s)"
 ok "[ '$(spent)' -ge 3000 ]" "the offer shows the spend ($(spent) cents)"
+is "$(json_get "$(bcctl --format json tenant offer acme)" budget)" stop-new '... and its budget state: stop-new'
+bcctl tenant offer acme --spend-limit-cents 3000 --on-budget-exceeded drain \
+	--price vps.vcpu.hours=3600000 --price vps.memory.gib.hours=0.5 >/dev/null
+is "$(json_get "$(bcctl --format json tenant offer acme)" budget)" drain \
+	'a drain offer over budget: drain (warm pools drain to 0)'
+refused "$O" 11 'reason: budget-spent' '... and new work is refused as with stop-new' -- \
+	instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img"
+is "$(q "SELECT count(*) FROM instances WHERE id = '$id' AND state = 'running'")" 1 \
+	'... while the running instance runs on (no offer stops running work)'
+bcctl tenant offer acme --spend-limit-cents 3000 --price vps.vcpu.hours=3600000 >/dev/null
+is "$(json_get "$(bcctl --format json tenant offer acme)" budget)" spent \
+	'offer none over budget: spent (only budget-checking pools refuse)'
+ok "as '$O' instance create --pool '$POOL_ID' --flavor '$FLAVOR_NAME' --image '$img' >/dev/null" \
+	'... so a pool that checks no budget still creates'
+bcctl pool budget-check "$POOL_ID" meter >/dev/null
+refused "$O" 11 'reason: budget-spent' '... and one that checks budgets refuses' -- \
+	instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img"
+bcctl pool budget-check "$POOL_ID" none >/dev/null
+bcctl tenant offer acme --spend-limit-cents 999999999999 --price vps.vcpu.hours=3600000 >/dev/null
+is "$(json_get "$(bcctl --format json tenant offer acme)" budget)" ok 'a limit not reached: ok'
 
 # -- the instance ends; its lines equal its booking, whatever runs the pass
 as "$O" instance delete "$id" >/dev/null
