@@ -81,7 +81,8 @@ static const char *const access_steps[] = {
 };
 
 /* Up to TEARDOWN_BATCH live instances to desired deleted; their nodes'
- * specs bumped, unplaced ones finished. */
+ * specs bumped; unplaced ones, and those of a lost or retired host (which
+ * will never confirm), finished at once. */
 static int instances_step(struct db *d, struct td *a)
 {
 	_cleanup_free_ char *unplaced = NULL;
@@ -99,8 +100,9 @@ static int instances_step(struct db *d, struct td *a)
 		     "x.node_id, x.sandbox_id, x.warm_template_id), ev AS (INSERT INTO events (type, "
 		     "subject, tenant_id, data) SELECT 'instance.deleting', 'instance/' || id, $1, "
 		     "jsonb_strip_nulls(jsonb_build_object('reason', 'tenant deleted', 'sandboxId', "
-		     "sandbox_id, 'warmTemplateId', warm_template_id)) FROM u) SELECT id, "
-		     "coalesce(node_id, '') FROM u ORDER BY node_id, id", &p);
+		     "sandbox_id, 'warmTemplateId', warm_template_id)) FROM u) SELECT u.id, CASE WHEN "
+		     "n.state IN ('lost', 'retired') THEN '' ELSE coalesce(u.node_id, '') END FROM u "
+		     "LEFT JOIN nodes n ON n.id = u.node_id ORDER BY 2, 1", &p);
 	if (rc < 0)
 		return rc;
 	a->instances = PQntuples(r);

@@ -9,7 +9,8 @@
 #   away it stays deleting (and cannot be reactivated: tenant-deleting);
 #   the leader is killed meanwhile and the teardown goes on; once the host
 #   confirms, identities and policies are deleted, the quota removed, the
-#   offer and usage kept, and the tenant becomes deleted, all exactly once.
+#   offer and usage kept, and the tenant becomes deleted, all exactly once;
+# - an instance whose host was retired is finished by the teardown at once.
 . "$(dirname "$0")/../lib/stack.sh"
 
 stack_up --controllers 2 --agents 1 --agent-capacity 4,8192,100 || bail_out "stack_up failed"
@@ -118,5 +119,20 @@ is "$(ev delegation.revoked "data->>'reason' = 'tenant deleted'")" 1 'delegation
 is "$(ev tenant.state-changed "data->>'reason' = 'teardown'")" 1 'tenant.state-changed (teardown) once'
 is "$(ev policy.deleted "subject = 'policy/$pol'")" 1 'policy.deleted once'
 refused "$BC_TOKEN" 3 '' 'a deleted tenant stays deleted' -- tenant set-state acme active
+
+# -- an instance on a host that is gone (retired) never gets a confirmation:
+# the teardown finishes it at once
+bcctl tenant create gone >/dev/null
+gi=$(jid "$(bcctl --format json instance create --tenant gone --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img")")
+gone_runs() { [ "$(q "SELECT state FROM instances WHERE id = '$gi'")" = running ]; }
+eventually 30 gone_runs
+ok $? "tenant gone's instance runs"
+bcctl node retire "$(agent_node_id 1)" >/dev/null
+is "$(q "SELECT state FROM instances WHERE id = '$gi'")" lost '... its host retired, it is lost'
+bcctl tenant set-state gone deleting >/dev/null
+gone_done() { [ "$(q "SELECT state FROM tenants WHERE id = 'gone'")" = deleted ]; }
+eventually 30 gone_done
+ok $? 'the teardown finishes the lost instance at once and the tenant is deleted'
+is "$(q "SELECT state FROM instances WHERE id = '$gi'")" deleted '... the instance deleted'
 
 done_testing
