@@ -59,6 +59,7 @@ struct conv {
 	pthread_cond_t wake;       /* converge thread: pending spec or stop */
 	pthread_cond_t changed;    /* report thread: status seq moved or stop */
 	Bc__Node__V1__NodeSpec *pending;
+	bool poked;                /* conv_poke: a pass now */
 	bool stopping;
 	struct conv_status status; /* items/results arrays of status unused */
 	struct conv_item *items;   /* published items, sorted */
@@ -235,6 +236,14 @@ void conv_submit(struct conv *c, Bc__Node__V1__NodeSpec *spec)
 		bc__node__v1__node_spec__free_unpacked(old, NULL);
 }
 
+void conv_poke(struct conv *c)
+{
+	pthread_mutex_lock(&c->lock);
+	c->poked = true;
+	pthread_cond_broadcast(&c->wake);
+	pthread_mutex_unlock(&c->lock);
+}
+
 void conv_stop(struct conv *c)
 {
 	pthread_mutex_lock(&c->lock);
@@ -401,7 +410,8 @@ static void converge_new(struct conv *c, struct pass *p, const Bc__Node__V1__Ins
 	if (e == -EAGAIN) {  /* image or boot data not there yet: next pass */
 		if (!*reason)
 			snprintf(reason, sizeof(reason), "create failed: %s", strerror(-e));
-		warn_once(c, s->id, reason);
+		if (strcmp(prev_reason(c, s->id), reason) != 0)
+			log_info("instance %s: provisioning: %s", s->id, reason);
 		add_item(p, s->id, "provisioning", reason);
 		return;
 	}
@@ -708,9 +718,10 @@ void conv_run(struct conv *c)
 		conv_pass(c);
 		pthread_mutex_lock(&c->lock);
 		deadline_after(&until, CONV_INTERVAL_MS);
-		while (!c->stopping && !c->pending)
+		while (!c->stopping && !c->pending && !c->poked)
 			if (pthread_cond_timedwait(&c->wake, &c->lock, &until) == ETIMEDOUT)
 				break;
+		c->poked = false;
 	}
 	pthread_mutex_unlock(&c->lock);
 }

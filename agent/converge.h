@@ -77,6 +77,10 @@ int conv_pass(struct conv *c);
  * CONV_INTERVAL_MS, until conv_stop. */
 void conv_run(struct conv *c);
 
+/* Ask for a pass now (something a create waited for is ready). Any
+ * thread. */
+void conv_poke(struct conv *c);
+
 /* Ask conv_run and conv_wait_change to return. Any thread. */
 void conv_stop(struct conv *c);
 /* True once conv_stop was called. Any thread. */

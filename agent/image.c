@@ -258,6 +258,7 @@ bool image_sha256_valid(const char *s)
 
 struct dl {
 	int fd;
+	const atomic_bool *cancel;
 	EVP_MD_CTX *md;
 	uint64_t got, max;
 	bool too_large, write_failed;
@@ -268,6 +269,8 @@ static size_t dl_write(char *p, size_t size, size_t nmemb, void *data)
 	struct dl *d = data;
 	size_t n = size * nmemb, done = 0;
 
+	if (d->cancel && atomic_load(d->cancel))
+		return 0;
 	if (d->got + n > d->max) {
 		d->too_large = true;
 		return 0;
@@ -285,6 +288,16 @@ static size_t dl_write(char *p, size_t size, size_t nmemb, void *data)
 	}
 	d->got += n;
 	return n;
+}
+
+/* Polled by curl about once a second even without data: a cancel stops a
+ * stalled download too. */
+static int dl_progress(void *data, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+		       curl_off_t ulnow)
+{
+	const struct dl *d = data;
+
+	return d->cancel && atomic_load(d->cancel) ? 1 : 0;
 }
 
 static CURL *dl_handle(const struct image_fetch *f, const char *url, struct dl *d)
@@ -308,6 +321,9 @@ static CURL *dl_handle(const struct image_fetch *f, const char *url, struct dl *
 		curl_easy_setopt(c, CURLOPT_CAINFO, f->ca_file);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, dl_write);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, d);
+	curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, dl_progress);
+	curl_easy_setopt(c, CURLOPT_XFERINFODATA, d);
+	curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
 	return c;
 }
 
@@ -323,6 +339,10 @@ static int dl_run(const struct image_fetch *f, const char *url, struct dl *d, ch
 	}
 	rc = curl_easy_perform(c);
 	curl_easy_cleanup(c);
+	if (d->cancel && atomic_load(d->cancel)) {
+		snprintf(reason, IMAGE_REASON_MAX, "ImageFetchFailed: cancelled");
+		return -ECANCELED;
+	}
 	if (d->too_large || rc == CURLE_FILESIZE_EXCEEDED) {
 		snprintf(reason, IMAGE_REASON_MAX, "ImageTooLarge: more than %" PRIu64 " bytes",
 			 d->max);
@@ -360,7 +380,7 @@ int image_ensure(const struct image_fetch *f, const char *url, const char *sha25
 		 char **ret_path, char *reason)
 {
 	_cleanup_free_ char *path = NULL, *tmp = NULL;
-	struct dl d = {.fd = -1, .max = f->max_bytes};
+	struct dl d = {.fd = -1, .max = f->max_bytes, .cancel = f->cancel};
 	int e;
 
 	if (!image_sha256_valid(sha256) || !url || strncmp(url, "https://", 8) != 0) {

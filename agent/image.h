@@ -16,6 +16,7 @@
 #ifndef BC_AGENT_IMAGE_H
 #define BC_AGENT_IMAGE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -70,6 +71,7 @@ struct image_fetch {
 	const char *images_dir;  /* data_dir/images (exists) */
 	const char *ca_file;     /* NULL/"": the system's CAs */
 	uint64_t max_bytes;      /* refuse larger downloads */
+	const atomic_bool *cancel;  /* set: the download stops (-ECANCELED) */
 };
 
 /* Make sure images_dir/<sha256> holds the image at url with that digest:
@@ -78,7 +80,8 @@ struct image_fetch {
  * Failures leave nothing behind and fill reason (IMAGE_REASON_MAX):
  * "ImageDigestMismatch: ..." (-EBADMSG), "ImageFetchFailed: ..." (-EIO),
  * "ImageTooLarge: ..." (-EFBIG), "ImageRefused: ..." for a non-https URL or
- * a bad digest string (-EINVAL). *ret_path is malloc'd on success. */
+ * a bad digest string (-EINVAL), -ECANCELED when *cancel was set. *ret_path
+ * is malloc'd on success. */
 int image_ensure(const struct image_fetch *f, const char *url, const char *sha256,
 		 char **ret_path, char *reason);
 

@@ -152,6 +152,16 @@ static int ensure_joined(struct agent *a)
 	return 0;
 }
 
+/* The runtime's wake-up (an image download ended): a converge pass now.
+ * Downloads start from passes, so the conv exists by then. */
+static void wake_converge(void *ctx)
+{
+	struct agent *a = ctx;
+
+	if (a->conv)
+		conv_poke(a->conv);
+}
+
 static int open_runtime(struct agent *a)
 {
 	struct rt_config rc = {.state_dir = a->cfg.state_dir,
@@ -166,7 +176,9 @@ static int open_runtime(struct agent *a)
 			       .domain_type = a->cfg.domain_type,
 			       .stop_timeout_ms = a->cfg.stop_timeout_seconds * 1000,
 			       .boot_data = bootdata_fetch,
-			       .boot_data_ctx = a->client};
+			       .boot_data_ctx = a->client,
+			       .wake = wake_converge,
+			       .wake_ctx = a};
 	int e = rt_open(a->cfg.runtime, &rc, &a->rt);
 
 	if (e == -ENOENT)
@@ -302,10 +314,10 @@ static void tear_down(struct agent *a)
 		report_fini(&a->report);
 		backoff_stop_destroy(&a->stop);
 	}
+	rt_close(a->rt);  /* first: its download workers may poke the conv */
 	conv_free(a->conv);
 	net_close(a->net);
 	state_cmds_free(a->cmds);
-	rt_close(a->rt);
 	rpc_client_free(a->client);
 	join_creds_free(&a->creds);
 	if (a->lock_fd >= 0)

@@ -66,6 +66,10 @@ struct rt_config {
 	uint32_t stop_timeout_ms;       /* graceful shutdown wait; 0: 30 s */
 	rt_boot_data_fn boot_data;      /* NULL: no boot data fetched */
 	void *boot_data_ctx;
+	/* Called from another thread when something a create waited for is
+	 * ready (an image download ended): worth a converge pass now. */
+	void (*wake)(void *ctx);
+	void *wake_ctx;
 };
 
 /* The volume store numbers of StatusReport.volume_storage, in bytes. */

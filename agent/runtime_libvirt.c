@@ -32,6 +32,7 @@
 
 #include "domxml.h"
 #include "image.h"
+#include "imgfetch.h"
 #include "log.h"
 #include "runtime.h"
 #include "runtime_libvirt.h"
@@ -59,6 +60,7 @@ struct rt_libvirt {
 	uint32_t stop_ms;
 	rt_boot_data_fn boot_data;
 	void *boot_data_ctx;
+	struct imgfetch *fetch;       /* image downloads (worker threads) */
 	char last_err[256];           /* last libvirt error logged */
 	char last_msg[200];           /* its message alone (last_error) */
 	char gateway4[64];            /* NodeSpec.ipam_gateway, from node() */
@@ -263,6 +265,7 @@ static void lv_close(struct rt *rt)
 
 	if (!lv)
 		return;
+	imgfetch_free(lv->fetch);
 	if (lv->conn)
 		virConnectClose(lv->conn);
 	free(lv->uri);
@@ -354,6 +357,8 @@ static int lv_open(const struct rt_config *cfg, struct rt **ret)
 		lv_close(&lv->base);
 		return e;
 	}
+	lv->fetch = imgfetch_new(lv->images_dir, lv->ca_file, lv->image_max, cfg->wake,
+				 cfg->wake_ctx);
 	if (!conn_of(lv)) {
 		log_error("libvirt: cannot connect to %s: %s", lv->uri, lv_err());
 		lv_close(&lv->base);
@@ -537,7 +542,6 @@ static int admit(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s, cha
 static int prepare_image(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s,
 			 char **ret_path, const char **ret_fmt, uint64_t *ret_size, char *reason)
 {
-	struct image_fetch f = {lv->images_dir, lv->ca_file, lv->image_max};
 	_cleanup_free_ void *head = NULL;
 	struct image_info info;
 	char why[IMAGE_REASON_MAX];
@@ -550,9 +554,11 @@ static int prepare_image(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec
 		snprintf(reason, RT_REASON_MAX, "InvalidSpec: no image");
 		return -EINVAL;
 	}
-	e = image_ensure(&f, s->image->url, s->image->sha256, &path, reason);
+	e = imgfetch_get(lv->fetch, s->image->url, s->image->sha256, &path, reason);
+	if (e == -EINPROGRESS || e == -EIO || e == -ECANCELED)
+		return -EAGAIN;  /* downloading, or a failed download: retried */
 	if (e < 0)
-		return e == -EIO ? -EAGAIN : e;  /* a failed download is retried */
+		return e;
 	e = image_read_head(path, &head, &n);
 	if (e == 0)
 		e = image_check_base(head, n, s->image->format, &info, why, sizeof(why));

@@ -10,6 +10,7 @@
 . "$(dirname "$0")/../lib/tap.sh"
 . "$(dirname "$0")/../lib/stack.sh"
 . "$(dirname "$0")/../lib/libvirt.sh"
+. "$(dirname "$0")/../lib/https.sh"
 
 [ "$(id -u)" -eq 0 ] || skip_all "needs root (libvirtd)"
 libvirt_up || skip_all "libvirt: $LIBVIRT_WHY"
@@ -17,9 +18,7 @@ libvirt_up || skip_all "libvirt: $LIBVIRT_WHY"
 V="virsh -c $LIBVIRT_URI"
 IDS=()
 TAPS=()
-SRV_PID=''
 cleanup_domains() {
-	[ -n "$SRV_PID" ] && kill "$SRV_PID" 2>/dev/null
 	for t in "${TAPS[@]}"; do ip link del "$t" 2>/dev/null; done
 	for d in "${IDS[@]}"; do
 		$V destroy "$d" >/dev/null 2>&1
@@ -33,15 +32,9 @@ chmod 0711 "$STACK_DIR"  # QEMU's user must traverse to agent-1/data
 
 W=$STACK_DIR/www
 mkdir -p "$W"
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$STACK_DIR/img-key.pem" \
-	-out "$STACK_DIR/img-ca.pem" -days 1 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 \
-	2>/dev/null
 truncate -s 1M "$W/blank.img"
 SHA=$(sha256sum "$W/blank.img" | cut -d' ' -f1)
-PORT=$((20000 + $$ % 20000))
-(cd "$W" && exec openssl s_server -quiet -WWW -accept "127.0.0.1:$PORT" \
-	-cert "$STACK_DIR/img-ca.pem" -key "$STACK_DIR/img-key.pem" >/dev/null 2>&1) &
-SRV_PID=$!
+https_up "$W" "$STACK_DIR/https" || bail_out "https_up failed"
 
 out=$(bcctl --format json pool create --name lv --runtime libvirt --bridge bcbr0)
 POOL_ID=$(json_get "$out" id)
@@ -49,7 +42,7 @@ export POOL_ID
 ok "test -n '$POOL_ID'" "pool with runtime libvirt"
 BC_AGENT_EXTRA_CONF="runtime = libvirt
 stop_timeout_seconds = 2
-image_ca_file = $STACK_DIR/img-ca.pem"
+image_ca_file = $HTTPS_CA_FILE"
 export BC_AGENT_EXTRA_CONF
 agent_start 1
 stack_wait_nodes_ready 1 60
@@ -59,7 +52,7 @@ like "$(cat "$STACK_DIR/bcd-1.log")" 'libvirt: qemu:///system, domain type (kvm|
 
 img() {
 	json_get "$(bcctl --format json image create --name "$1" --format raw \
-		--url "https://127.0.0.1:$PORT/blank.img" --sha256 "$2" --size 1048576)" id
+		--url "$HTTPS_URL/blank.img" --sha256 "$2" --size 1048576)" id
 }
 create() {
 	json_get "$(bcctl --format json instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" \

@@ -3,18 +3,22 @@
  * thread calls it. Each run opens the runtime afresh, so consecutive runs
  * are also restarts of the agent.
  *
- *   rtdrv STATE_DIR create SPEC.json      InstanceSpec as JSON
+ *   rtdrv STATE_DIR create SPEC.json...   InstanceSpec as JSON; asked again
+ *                                         while its image downloads; several
+ *                                         specs: one runtime, one after another
  *   rtdrv STATE_DIR adopt SPEC.json
  *   rtdrv STATE_DIR start|pause|resume|stop|destroy ID
  *   rtdrv STATE_DIR list                  "<id> <state>" lines
- *   rtdrv STATE_DIR pass NODESPEC.json    one converge pass (agent/converge.c)
+ *   rtdrv STATE_DIR pass NODESPEC.json    converge passes (agent/converge.c)
+ *                                         until no image download is pending;
  *                                         "<id> <state> <reason>" lines
  *
  * Every operation prints "ok" or "error <errno name> <reason>" (exit 1).
  * Environment: RTDRV_NODE (node id, default node_e2e), RTDRV_URI,
  * RTDRV_DATA_DIR, RTDRV_TYPE (auto|kvm|qemu), RTDRV_STOP_MS, RTDRV_CA (image
  * CA file), RTDRV_CAPACITY ("vcpus,memory_mib"), RTDRV_USER_DATA (a file
- * served as every instance's boot data). */
+ * served as every instance's boot data), RTDRV_ONCE (create: one call,
+ * never asked again). */
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -26,6 +30,8 @@
 #include "log.h"
 #include "pbjson.h"
 #include "util.h"
+
+#define WAIT_MS 120000
 
 static ProtobufCMessage *load(const ProtobufCMessageDescriptor *d, const char *path)
 {
@@ -117,14 +123,29 @@ static int do_list(struct rt *rt)
 	return e == 0 ? 0 : outcome(e, NULL);
 }
 
+/* True while an item waits for an image download. */
+static bool fetching(const struct conv_status *st)
+{
+	for (size_t i = 0; i < st->n_items; i++)
+		if (strncmp(st->items[i].reason, "ImageFetching:", 14) == 0)
+			return true;
+	return false;
+}
+
+/* Converge passes until no instance waits for a download (bcd's converge
+ * thread is poked when one ends; this polls), at most RTDRV_WAIT_MS. */
 static int do_pass(struct rt *rt, const char *path)
 {
 	struct conv *c = conv_new(rt);
-	struct conv_status st;
+	struct conv_status st = {0};
+	int64_t until = mono_ms() + WAIT_MS;
 
 	conv_submit(c, (Bc__Node__V1__NodeSpec *)load(&bc__node__v1__node_spec__descriptor, path));
-	conv_pass(c);
-	conv_snapshot(c, &st);
+	do {
+		conv_status_clear(&st);
+		conv_pass(c);
+		conv_snapshot(c, &st);
+	} while (fetching(&st) && mono_ms() < until && usleep(50000) == 0);
 	for (size_t i = 0; i < st.n_items; i++)
 		printf("%s %s %s\n", st.items[i].id, st.items[i].state, st.items[i].reason);
 	conv_status_clear(&st);
@@ -137,7 +158,14 @@ static int do_spec_op(struct rt *rt, const char *op, const char *path)
 	Bc__Node__V1__InstanceSpec *s = (Bc__Node__V1__InstanceSpec *)load(
 		&bc__node__v1__instance_spec__descriptor, path);
 	char reason[RT_REASON_MAX] = "";
-	int e = strcmp(op, "create") == 0 ? rt->ops->create(rt, s, reason) : rt->ops->adopt(rt, s);
+	int64_t until = mono_ms() + WAIT_MS;
+	int e;
+
+	/* a create answered "downloading" is asked again, as the next pass would */
+	do
+		e = strcmp(op, "create") == 0 ? rt->ops->create(rt, s, reason) : rt->ops->adopt(rt, s);
+	while (e == -EAGAIN && strncmp(reason, "ImageFetching:", 14) == 0 && !getenv("RTDRV_ONCE") &&
+	       mono_ms() < until && usleep(50000) == 0);
 
 	bc__node__v1__instance_spec__free_unpacked(s, NULL);
 	return outcome(e, reason);
@@ -169,7 +197,7 @@ static int do_id_op(struct rt *rt, const char *op, const char *id)
 int main(int argc, char **argv)
 {
 	struct rt *rt;
-	int rc;
+	int rc = 0;
 
 	if (argc < 3) {
 		fprintf(stderr, "usage: rtdrv STATE_DIR create|adopt|start|pause|resume|stop|"
@@ -185,7 +213,8 @@ int main(int argc, char **argv)
 	else if (strcmp(argv[2], "pass") == 0)
 		rc = do_pass(rt, argv[3]);
 	else if (strcmp(argv[2], "create") == 0 || strcmp(argv[2], "adopt") == 0)
-		rc = do_spec_op(rt, argv[2], argv[3]);
+		for (int i = 3; i < argc; i++)  /* several: one runtime, in turn */
+			rc = do_spec_op(rt, argv[2], argv[i]) || rc;
 	else
 		rc = do_id_op(rt, argv[2], argv[3]);
 	rt_close(rt);

@@ -1,7 +1,7 @@
 # runtime.t: the libvirt runtime (agent/runtime_libvirt.c) on the real
 # libvirtd and QEMU of this machine, driven by tests/e2e/rtdrv (one process
 # per operation, so every call is also an agent restart). Images are served
-# over https on loopback by `openssl s_server -WWW` with a throwaway CA. The
+# over https on loopback by tests/lib/https.sh with a throwaway CA. The
 # guest is a blank disk: booting a real guest is tests/e2e's other files.
 #
 # Proves: define/start/pause/resume/stop/destroy, adoption without restart
@@ -13,6 +13,7 @@
 # image reported provisioning, and nothing leaked after destroy.
 . "$(dirname "$0")/../lib/tap.sh"
 . "$(dirname "$0")/../lib/libvirt.sh"
+. "$(dirname "$0")/../lib/https.sh"
 
 : "${BC_SRC:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${BC_BUILD:=$BC_SRC/build}"
@@ -29,9 +30,7 @@ chmod 0711 "$W"
 TAG=$$
 A=e2e_a$TAG B=e2e_b$TAG X=e2e_x$TAG
 TAP=bcte$TAG
-SRV_PID=''
 cleanup() {
-	[ -n "$SRV_PID" ] && kill "$SRV_PID" 2>/dev/null
 	for d in $A $B $X e2e_o$TAG; do
 		$V destroy "$d" >/dev/null 2>&1
 		$V undefine --nvram "$d" >/dev/null 2>&1
@@ -43,28 +42,21 @@ tap_on_exit cleanup
 
 mkdir -p "$W/www" "$W/st" "$W/st2"
 chmod 0711 "$W/st" "$W/st2"
-export RTDRV_CA=$W/cert.pem RTDRV_STOP_MS=2000 RTDRV_USER_DATA=$W/user-data
+export RTDRV_STOP_MS=2000 RTDRV_USER_DATA=$W/user-data
 export RTDRV_NODE=node_e2e$TAG
 drv() { "$RTDRV" "$W/st" "$@" 2>>"$W/rtdrv.log"; }
 
 # ------------------------------------------------------------ fixtures
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$W/key.pem" \
-	-out "$W/cert.pem" -days 1 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 \
-	2>/dev/null
 truncate -s 1M "$W/www/blank.img"
 qemu-img create -q -f qcow2 -F raw -b /etc/hostname "$W/www/backing.qcow2" 64M
 qemu-img create -q -f qcow2 -o data_file="$W/www/ext.raw" "$W/www/datafile.qcow2" 64M
 qemu-img create -q -f qcow2 "$W/www/clean.qcow2" 64M
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 printf '#cloud-config\nwrite_files:\n  - path: /run/bc-e2e\n    content: hello\n' >"$W/user-data"
-
-PORT=$((20000 + TAG % 20000))
-(cd "$W/www" && exec openssl s_server -quiet -WWW -accept "127.0.0.1:$PORT" \
-	-cert "$W/cert.pem" -key "$W/key.pem" >/dev/null 2>&1) &
-SRV_PID=$!
-served() { curl -sf --cacert "$W/cert.pem" -o /dev/null "https://127.0.0.1:$PORT/blank.img"; }
-eventually 20 served
-ok $? "https image server on 127.0.0.1:$PORT"
+https_up "$W/www" "$W/https" || bail_out "https_up failed"
+export RTDRV_CA=$HTTPS_CA_FILE
+PORT=${HTTPS_URL##*:}
+ok "test -n '$PORT'" "https image server on 127.0.0.1:$PORT"
 
 # spec ID IMAGE SHA [FORMAT] [extra JSON fields]
 spec() {
@@ -155,9 +147,13 @@ is "$(drv list)" "" "nothing listed"
 # ------------------------------------------------------------- refusals
 nothing_left() { ! test -e "$W/st/data/instances/$1" && ! $V dominfo "$1" >/dev/null 2>&1; }
 WRONG=0000000000000000000000000000000000000000000000000000000000000000
-like "$(drv create "$(spec $B blank.img $WRONG)")" \
-	'^error EBADMSG ImageDigestMismatch: sha256 30e14955ebf13522\.\.\., want 0000000000000000' \
+GETS0=$(grep -c 'GET /blank.img' "$HTTPS_DIR/https.log")
+OUT=$(drv create "$(spec $B blank.img $WRONG)" "$W/$B.json")
+like "$OUT" '^error EBADMSG ImageDigestMismatch: sha256 30e14955ebf13522\.\.\., want 0000000000000000' \
 	"wrong sha256 refused with the reason"
+is "$(grep -c ImageDigestMismatch <<<"$OUT")" 2 "a second create in the same process: refused again"
+is "$(($(grep -c 'GET /blank.img' "$HTTPS_DIR/https.log") - GETS0))" 1 \
+	"... from memory: the image was downloaded once"
 ok "nothing_left $B" "no domain or instance dir"
 is "$(ls -A "$W/st/data/images" | grep -c "$WRONG")" 0 "no image under the wrong digest"
 is "$(ls -A "$W/st/data/images" | grep -c part)" 0 "no partial download left"
@@ -207,6 +203,26 @@ like "$("$RTDRV" "$W/st" pass "$W/node2.json" 2>>"$W/rtdrv.log")" \
 	"^$B provisioning ImageFetchFailed: " "image unreachable: provisioning with the reason"
 ok "nothing_left $B" "nothing defined while provisioning"
 is "$(ls -A "$W/st/data/images")" "" "images no spec names are gone (refused ones included)"
+
+# a download runs off the converge thread: a create whose image server
+# never answers is told "downloading" at once, and closing the runtime
+# cancels the download, leaving nothing
+python3 -c 'import socket, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
+print(s.getsockname()[1], flush=True); time.sleep(600)' >"$W/silent.port" &
+SILENT_PID=$!
+eventually 10 test -s "$W/silent.port"
+SILENT=$(cat "$W/silent.port")
+SLOW=3333333333333333333333333333333333333333333333333333333333333333
+spec $B blank.img $SLOW >/dev/null
+sed -i "s|https://127.0.0.1:$PORT/|https://127.0.0.1:$SILENT/|" "$W/$B.json"
+T0=$(date +%s)
+like "$(RTDRV_ONCE=1 drv create "$W/$B.json")" '^error EAGAIN ImageFetching: 3333333333333333\.\.\. downloading' \
+	"a create whose image downloads is answered at once: ImageFetching"
+ok "test $(($(date +%s) - T0)) -lt 15" "neither the create nor the close waited for the download"
+kill "$SILENT_PID" 2>/dev/null
+is "$(ls -A "$W/st/data/images" | grep -c "$SLOW")" 0 "the cancelled download left nothing"
+ok "nothing_left $B" "nothing defined"
 
 # a start libvirt refuses (its tap does not exist: net.c did not make it)
 # is reported error with libvirt's own message; an empty spec destroys it
