@@ -18,6 +18,8 @@
 #   Sandbox create -> ready   1/8/32 clients (bench/sandboxes.sh) vs a bare PostgreSQL
 #                                                              transaction of the same rows
 #   sandbox reconciler pass   10,000 live sandboxes          vs one scan of them
+#   Instances.Create ->       a real domain (bench/libvirt.sh; vs virsh create of the
+#     running, libvirt        root, libvirtd)                   same domain XML
 #
 # and prints one table: each bc figure, its peer's, and bc / peer.
 #
@@ -194,6 +196,11 @@ log "nftables: full ruleset loads and per-packet cost (bench/net.sh)"
 while IFS=$'\t' read -r n m v pn pv; do
 	row "$n" "$m" "$v" "$pn" "$pv"
 done < <(bash "$BC_SRC/bench/net.sh" 2>>"$STACK_DIR/bench-client.log")
+
+log "libvirt: Instances.Create -> running vs virsh create of the same XML (bench/libvirt.sh)"
+while IFS=$'\t' read -r n m v pn pv; do
+	row "$n" "$m" "$v" "$pn" "$pv"
+done < <(bash "$BC_SRC/bench/libvirt.sh" 2>>"$STACK_DIR/bench-client.log")
 
 printf '%-40s %-12s %12s  %-24s %12s %8s\n' benchmark metric bc peer "peer value" "bc/peer"
 printf '%s\n' "${rows[@]}"
