@@ -76,8 +76,8 @@ inputs_hash() {
 	{
 		echo "suite=$suite"
 		echo "packages=${PACKAGES[*]}"
-		sha256sum "$here/build.sh" "$here/customize.sh"
-		(cd "$here" && find files -type f | LC_ALL=C sort | xargs -r sha256sum)
+		# relative names only: every clone of the same inputs hits the cache
+		(cd "$here" && find build.sh customize.sh files -type f | LC_ALL=C sort | xargs -r sha256sum)
 		# shellcheck disable=SC2046
 		cat $(apt_sources) 2>/dev/null
 	} | sha256sum | cut -d' ' -f1
@@ -199,6 +199,18 @@ build_into() {
 	log "built in $((SECONDS - t0)) s: $(stat -c%s "$dir/guest.qcow2") bytes"
 }
 
+# prune_cache KEEP: drop cached builds of other inputs but the newest two.
+prune_cache() {
+	local keep=$1 d n=0
+	for d in $(ls -1dt "$cache_root"/*/ 2>/dev/null); do
+		d=${d%/}
+		[ "$d" = "$keep" ] && continue
+		n=$((n + 1))
+		[ $n -le 1 ] && continue
+		( flock -n 9 && rm -rf "$d" ) 9>"$d/.lock" 2>/dev/null || true
+	done
+}
+
 WORK=
 trap 'rm -rf "${WORK:-/nonexistent}"' EXIT
 
@@ -214,8 +226,10 @@ main() {
 		rm -f "$dir/guest.env"
 		log "building (inputs $hash) in $dir"
 		build_into "$dir"
+		prune_cache "$dir"
 	else
 		log "cached (inputs $hash)"
+		touch "$dir/guest.env"
 	fi
 	mkdir -p "$out"
 	if ! cmp -s "$dir/guest.qcow2.sha256" "$out/guest.qcow2.sha256" 2>/dev/null ||
