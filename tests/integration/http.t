@@ -99,6 +99,14 @@ out=$(curl -sS --cacert "$BC_CA_FILE" -H "Authorization: Bearer $BC_TOKEN" --dat
 	-H 'Content-Type: text/plain' -w '\n%{http_code}' "$BASE/api/compute/instances/list")
 is "$(status_of "$out")" 415 'Content-Type text/plain: 415'
 
+# -- usage
+out=$(api /api/compute/usage/list '{"meter": "vps.vcpu.hours"}')
+is "$(status_of "$out")" 200 'POST /api/compute/usage/list is 200'
+is "$(body_of "$out" | jq -r 'has("items") and has("totalCostCents")')" true '... with items and totals'
+out=$(api /api/compute/usage/list '{"limit": 1001}')
+is "$(body_of "$out" | jq -r '.error.code + " " + .error.details.field')" 'INVALID_INPUT limit' \
+	'... limit 1001: INVALID_INPUT naming limit'
+
 # -- admin
 out=$(api /api/admin/pools/list '{}')
 is "$(status_of "$out")" 200 'POST /api/admin/pools/list with the admin token is 200'

@@ -10,6 +10,8 @@
 #   (admin-required); no identity changes its own state.
 . "$(dirname "$0")/../lib/stack.sh"
 
+HTTP_PORT=$(free_tcp_port) || bail_out "no free port"
+export BC_CTL_EXTRA_CONF="http_listen = 127.0.0.1:$HTTP_PORT"
 stack_up --controllers 1 --agents 0 || bail_out "stack_up failed"
 
 q() { psql -d bc -XAtq -c "$1"; }
@@ -107,5 +109,26 @@ refused "$M" 5 'reason: admin-required' "... nor mints an administrator's token"
 refused "$M" 5 'reason: admin-required' '... nor suspends one' -- identity set-state "$adm" suspended
 refused "$M" 5 'action: iam:policies:create' '... and has no policy rights' -- policy create --name y --file "$STACK_DIR/p.json"
 refused "$M" 5 'action: iam:delegations:create' '... nor delegation rights' -- delegation create --agent "$bot" --user "$eve"
+
+# -- the same over JSON/HTTP
+post() { # TOKEN PATH BODY: the body, then the status on a line of its own
+	curl -sS --cacert "$BC_CA_FILE" -H "Authorization: Bearer $1" -H 'Content-Type: application/json' \
+		-w '\n%{http_code}' --data-binary "$3" "https://127.0.0.1:$HTTP_PORT$2"
+}
+out=$(post "$D" /api/admin/identities/create '{"kind": "user", "name": "http-made"}')
+is "$(printf '%s\n' "$out" | tail -n 1)" 200 'POST /api/admin/identities/create by an administrator: 200'
+is "$(printf '%s\n' "$out" | sed '$d' | jq -r .tenantId)" acme '... in its tenant'
+out=$(post "$D" /api/admin/identities/get "{\"identityId\": \"$bx\"}")
+is "$(printf '%s\n' "$out" | tail -n 1)" 404 "... another tenant's identity: 404"
+is "$(printf '%s\n' "$out" | sed '$d' | jq -r .error.code)" NOT_FOUND '... NOT_FOUND'
+out=$(post "$U" /api/admin/identities/create '{"kind": "user", "name": "nope"}')
+is "$(printf '%s\n' "$out" | tail -n 1)" 403 'a plain user: 403'
+is "$(printf '%s\n' "$out" | sed '$d' | jq -r '.error.details.action + " " + .error.details.reason')" \
+	'iam:identities:create no-allow' '... naming the action and the reason'
+out=$(post "$M" /api/admin/apitokens/create "{\"identityId\": \"$adm\"}")
+is "$(printf '%s\n' "$out" | sed '$d' | jq -r '.error.code + " " + .error.details.reason')" \
+	'ACCESS_DENIED admin-required' "a manager minting an administrator's token: admin-required"
+out=$(post "$D" /api/admin/tenants/list '{}')
+is "$(printf '%s\n' "$out" | tail -n 1)" 403 'Tenants over JSON/HTTP stay the operator'"'"'s: 403'
 
 done_testing
