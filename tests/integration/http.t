@@ -177,4 +177,16 @@ n=$(curl -sS -v --cacert "$BC_CA_FILE" -H "Authorization: Bearer $BC_TOKEN" \
 	grep -c 'Re-using existing connection')
 is "$n" 1 'two requests on one keep-alive connection'
 
+# -- a stream open while the controller shuts down ends cleanly and does not
+# hold the shutdown
+watch "$W.stop" '{"typePrefix": "instance."}' &
+wpid=$!
+eventually 30 grep -qi '^content-type: application/x-ndjson' "$W.stop.head"
+ok $? 'a stream is open'
+t0=$SECONDS
+ctl_kill 1 TERM
+ok "[ $((SECONDS - t0)) -lt 10 ]" "the controller stops within 10 s of SIGTERM ($((SECONDS - t0)) s)"
+wait "$wpid"
+is "$?" 0 '... and the stream ends with a complete chunked body (curl exit 0)'
+
 done_testing
