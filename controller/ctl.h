@@ -133,6 +133,11 @@ int usage_register(rpc_server *s);
 int teardown_tenant(struct db *d, const char *tenant, bool *ret_done, bc_error *err);
 void teardown_tick(struct db *d);
 
+/* iam_react.c: withdraw the open sandboxes of agents no longer active or
+ * whose delegation was revoked, delete those of deleted owners
+ * (reconciler only). */
+void iam_react_tick(struct db *d);
+
 /* server.c */
 int server_start(struct ctl_app *app);
 void server_stop(struct ctl_app *app);

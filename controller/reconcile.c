@@ -148,6 +148,7 @@ void *reconcile_thread(void *arg)
 		place_unplaced(d);
 		meter_tick(d, app->cfg.metering_interval_seconds);
 		teardown_tick(d);
+		iam_react_tick(d);
 	}
 	db_close(d);
 	return NULL;

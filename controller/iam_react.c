@@ -1,0 +1,94 @@
+/* iam_react.c: the sandbox half of the IAM reactions (spec: "Withdrawn
+ * agents and departing owners"), level-triggered on the reconciler's
+ * leader so a missed or racing change is caught at the next pass:
+ *
+ *   - an open sandbox an agent created is withdrawn when that agent is no
+ *     longer active (reason agent-suspended) or the delegation it was
+ *     created under is revoked (reason delegation-revoked): sandbox.withdrawn,
+ *     then an ordinary sandbox delete (a sandbox is the agent's own
+ *     workspace; kept snapshots stay);
+ *   - an open sandbox whose owner is deleted is deleted (an ordinary
+ *     delete, sandbox.deleting); nobody may use its memory any more. Up to
+ *     100 sandboxes a pass. Moving it to
+ *     a successor (sandbox.reassigned) is not offered: there is no API to
+ *     name one yet.
+ *
+ * "The delegation it was created under" is the agent's live delegation to
+ * the sandbox's owner that existed when the sandbox was made (at most one
+ * is live per agent), so a new delegation does not revive older work. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ctl.h"
+#include "log.h"
+#include "sandboxes.h"
+#include "util.h"
+
+static const char withdraw_sql[] =
+	"SELECT s.id, CASE WHEN a.state <> 'active' THEN 'agent-suspended' ELSE "
+	"'delegation-revoked' END, s.agent_id FROM sandboxes s JOIN identities a ON a.id = "
+	"s.agent_id WHERE s.deleting_at IS NULL AND (a.state <> 'active' OR NOT EXISTS (SELECT 1 "
+	"FROM delegations d WHERE d.agent_id = s.agent_id AND d.user_id = s.owner_id AND "
+	"d.revoked_at IS NULL AND d.created_at <= s.created_at)) "
+	"UNION ALL SELECT s.id, 'owner-deleted', coalesce(s.agent_id, '') FROM sandboxes s JOIN "
+	"identities o ON o.id = s.owner_id WHERE s.deleting_at IS NULL AND o.state = 'deleted' "
+	"LIMIT 100";
+
+struct wd {
+	const char *id, *reason, *agent;
+	bool done;
+};
+
+static int withdraw_tx(struct db *d, void *arg, bc_error *err)
+{
+	struct wd *a = arg;
+	_cleanup_free_ char *data = NULL;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	char subject[96];
+	int rc;
+
+	a->done = false;
+	dbp_str(&p, a->id);
+	rc = db_exec(d, &r, "SELECT tenant_id, template_id, instance_id, pool_id FROM sandboxes "
+		     "WHERE id = $1 AND deleting_at IS NULL FOR UPDATE SKIP LOCKED", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	if (PQntuples(r) == 0) {
+		PQclear(r); /* deleting already, or someone holds it: the next pass sees */
+		return 0;
+	}
+	snprintf(subject, sizeof(subject), "sandbox/%s", a->id);
+	data = xasprintf("{\"reason\": \"%s\", \"agentId\": %s%s%s, \"templateId\": \"%s\", "
+			 "\"instanceId\": \"%s\", \"poolId\": \"%s\"}", a->reason,
+			 *a->agent ? "\"" : "", *a->agent ? a->agent : "null", *a->agent ? "\"" : "",
+			 db_val(r, 0, 1), db_val(r, 0, 2), db_val(r, 0, 3));
+	/* an owner who is gone: an ordinary delete (sandbox.deleting) */
+	if (strcmp(a->reason, "owner-deleted") != 0)
+		rc = event_publish(d, "sandbox.withdrawn", subject, db_val(r, 0, 0), data);
+	PQclear(r);
+	if (rc == 0)
+		rc = sbx_delete_locked(d, a->id, false);
+	a->done = rc == 0;
+	return rc < 0 ? db_fail(err, rc) : 0;
+}
+
+void iam_react_tick(struct db *d)
+{
+	PGresult *r = NULL;
+
+	if (db_exec(d, &r, withdraw_sql, NULL) < 0)
+		return;
+	for (int i = 0; i < PQntuples(r); i++) {
+		struct wd a = {db_val(r, i, 0), db_val(r, i, 1), db_val(r, i, 2), false};
+		bc_error err;
+
+		bc_error_clear(&err);
+		if (db_tx(d, "READ COMMITTED", withdraw_tx, &a, &err) < 0)
+			log_warn("sandbox %s: withdrawal failed: %s", a.id, err.message);
+		else if (a.done)
+			log_info("sandbox %s: withdrawn (%s)", a.id, a.reason);
+	}
+	PQclear(r);
+}
