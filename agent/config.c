@@ -54,7 +54,7 @@ static const struct cfg_key keys[] = {
 	S(data_dir, "", "libvirt runtime: images and instance disks (empty: state_dir/data)"),
 	S(image_ca_file, "", "CA file trusted for image URLs (empty: the system's CAs)"),
 	S(domain_type, "auto", "auto (kvm with hardware virtualisation, else qemu), kvm or qemu"),
-	U32(stop_timeout_seconds, "30", 1, 3600, "graceful guest shutdown before a forced stop"),
+	U32(stop_timeout_seconds, "30", 1, 3600, "ACPI shutdown time before a stop forces the guest off"),
 	U64(image_max_gib, "64", 1, 1ull << 16, "largest image downloaded, GiB"),
 };
 

@@ -305,6 +305,12 @@ static enum rt_state move(struct conv *c, const char *id, enum rt_state cur,
 	for (int i = 0; cur != target && i < 4; i++) {
 		struct step s = next_step(c->rt->ops, cur, target);
 		int e = s.fn(c->rt, id);
+		if (e == -EINPROGRESS) {  /* e.g. a guest shutting down: next pass */
+			const char *why = c->rt->ops->last_error ? c->rt->ops->last_error(c->rt)
+								 : NULL;
+			snprintf(reason, RT_REASON_MAX, "%.150s", why ? why : "in progress");
+			return cur;
+		}
 		if (e < 0) {
 			const char *why = c->rt->ops->last_error ? c->rt->ops->last_error(c->rt)
 								 : NULL;

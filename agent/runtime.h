@@ -104,6 +104,9 @@ struct runtime_ops {
 	int (*start)(struct rt *rt, const char *id);
 	int (*pause)(struct rt *rt, const char *id);
 	int (*resume)(struct rt *rt, const char *id);
+	/* -EINPROGRESS: under way (a guest shutting down); the converge pass
+	 * keeps the current state, reports last_error as the reason and asks
+	 * again on the next pass. */
 	int (*stop)(struct rt *rt, const char *id);
 	/* Remove the instance and everything it owns; 0 if already gone. */
 	int (*destroy)(struct rt *rt, const char *id);

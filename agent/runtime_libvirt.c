@@ -46,6 +46,15 @@
 #define NODE_ID_MAX 128
 #define STOP_POLL_MS 100
 
+#define SHUT_MAX 64
+#define STOP_SYNC_MS 2000  /* a stop waits this long itself; then later passes */
+
+/* A guest asked to shut down (ACPI), forced off at deadline. */
+struct shutdown {
+	char id[RT_ID_MAX + 1];  /* "" = free */
+	int64_t deadline;        /* mono ms */
+};
+
 struct rt_libvirt {
 	struct rt base;
 	virConnectPtr conn;
@@ -61,6 +70,7 @@ struct rt_libvirt {
 	rt_boot_data_fn boot_data;
 	void *boot_data_ctx;
 	struct imgfetch *fetch;       /* image downloads (worker threads) */
+	struct shutdown shut[SHUT_MAX]; /* ACPI shutdowns under way */
 	char last_err[256];           /* last libvirt error logged */
 	char last_msg[200];           /* its message alone (last_error) */
 	char gateway4[64];            /* NodeSpec.ipam_gateway, from node() */
@@ -769,6 +779,33 @@ static int lv_adopt(struct rt *rt, const Bc__Node__V1__InstanceSpec *s)
 	return e;
 }
 
+static struct shutdown *shut_find(struct rt_libvirt *lv, const char *id)
+{
+	for (size_t i = 0; i < SHUT_MAX; i++)
+		if (strcmp(lv->shut[i].id, id) == 0)
+			return &lv->shut[i];
+	return NULL;
+}
+
+static struct shutdown *shut_add(struct rt_libvirt *lv, const char *id, int64_t deadline)
+{
+	struct shutdown *sd = shut_find(lv, "");
+
+	if (sd) {
+		snprintf(sd->id, sizeof(sd->id), "%s", id);
+		sd->deadline = deadline;
+	}
+	return sd;  /* NULL: table full, the caller waits itself */
+}
+
+static void shut_clear(struct rt_libvirt *lv, const char *id)
+{
+	struct shutdown *sd = shut_find(lv, id);
+
+	if (sd)
+		sd->id[0] = '\0';
+}
+
 /* A libvirt failure, captured at once: any later successful call (a state
  * check) resets libvirt's last error. */
 struct lv_fail {
@@ -832,6 +869,7 @@ static int simple_op(struct rt *rt, const char *id, const char *name, enum rt_st
 
 static int lv_start(struct rt *rt, const char *id)
 {
+	shut_clear(lv_of(rt), id);
 	return simple_op(rt, id, "start", RT_STATE_RUNNING, virDomainCreate);
 }
 
@@ -842,6 +880,7 @@ static int lv_pause(struct rt *rt, const char *id)
 
 static int lv_resume(struct rt *rt, const char *id)
 {
+	shut_clear(lv_of(rt), id);
 	return simple_op(rt, id, "resume", RT_STATE_RUNNING, virDomainResume);
 }
 
@@ -857,21 +896,58 @@ static bool wait_off(virDomainPtr dom, uint32_t ms)
 	return dom_state(dom) == RT_STATE_STOPPED;
 }
 
-/* ACPI shutdown (a running guest only: a paused one cannot hear it), the
- * bounded wait, then destroy. */
+/* ------------------------------------------------------------ stop */
+
+static int64_t min64(int64_t a, int64_t b)
+{
+	return a < b ? a : b;
+}
+
+/* A shutdown under way: done (0), forced at its deadline (0), or still
+ * waiting (-EINPROGRESS, with the reason in last_msg). */
+static int stop_progress(struct rt_libvirt *lv, virDomainPtr dom, const char *id,
+			 struct shutdown *sd)
+{
+	int64_t left = sd->deadline - mono_ms();
+
+	if (wait_off(dom, (uint32_t)min64(left > 0 ? left : 0, STOP_SYNC_MS)) ||
+	    mono_ms() >= sd->deadline) {
+		shut_clear(lv, id);
+		return dom_state(dom) == RT_STATE_STOPPED
+			       ? 0
+			       : dom_op(lv, dom, id, "stop", RT_STATE_STOPPED, virDomainDestroy);
+	}
+	snprintf(lv->last_msg, sizeof(lv->last_msg),
+		 "Stopping: waiting for the guest to shut down (then forced)");
+	return -EINPROGRESS;
+}
+
+/* An ACPI shutdown of a running guest, forced off (destroy) after
+ * stop_timeout; a paused or failed one is forced off at once. The wait
+ * never holds the converge thread more than STOP_SYNC_MS: a guest still
+ * shutting down answers -EINPROGRESS and the next pass asks again. */
 static int lv_stop(struct rt *rt, const char *id)
 {
 	struct rt_libvirt *lv = lv_of(rt);
 	virDomainPtr dom = NULL;
+	struct shutdown *sd;
 	enum rt_state st;
 	int e = dom_get(lv, id, &dom);
 
 	if (e < 0)
 		return e;
 	st = dom_state(dom);
-	if (st == RT_STATE_RUNNING && virDomainShutdown(dom) == 0 && wait_off(dom, lv->stop_ms))
-		st = RT_STATE_STOPPED;
-	if (st != RT_STATE_STOPPED && dom_state(dom) != RT_STATE_STOPPED)
+	sd = shut_find(lv, id);
+	if (st == RT_STATE_RUNNING && !sd && virDomainShutdown(dom) == 0) {
+		sd = shut_add(lv, id, mono_ms() + lv->stop_ms);
+		if (!sd && wait_off(dom, lv->stop_ms))  /* no room to track it */
+			st = RT_STATE_STOPPED;
+	}
+	if (st == RT_STATE_STOPPED)
+		shut_clear(lv, id);
+	else if (sd)
+		e = stop_progress(lv, dom, id, sd);
+	else if (dom_state(dom) != RT_STATE_STOPPED)
 		e = dom_op(lv, dom, id, "stop", RT_STATE_STOPPED, virDomainDestroy);
 	virDomainFree(dom);
 	return e;
@@ -886,6 +962,7 @@ static int lv_destroy(struct rt *rt, const char *id)
 	virDomainPtr dom = NULL;
 	int e = dom_get(lv, id, &dom);
 
+	shut_clear(lv, id);
 	if (e == -ENOENT)
 		return inst_dir_remove(lv, id);  /* files of a half-made create */
 	if (e < 0)

@@ -14,6 +14,8 @@
  *                                         "<id> <state> <reason>" lines
  *
  * Every operation prints "ok" or "error <errno name> <reason>" (exit 1).
+ * A stop (or pass) under way (a guest shutting down) is asked again until
+ * it ends, unless RTDRV_ONCE is set.
  * Environment: RTDRV_NODE (node id, default node_e2e), RTDRV_URI,
  * RTDRV_DATA_DIR, RTDRV_TYPE (auto|kvm|qemu), RTDRV_STOP_MS, RTDRV_CA (image
  * CA file), RTDRV_CAPACITY ("vcpus,memory_mib"), RTDRV_USER_DATA (a file
@@ -123,17 +125,19 @@ static int do_list(struct rt *rt)
 	return e == 0 ? 0 : outcome(e, NULL);
 }
 
-/* True while an item waits for an image download. */
+/* True while an item waits for an image download or a guest shutdown. */
 static bool fetching(const struct conv_status *st)
 {
 	for (size_t i = 0; i < st->n_items; i++)
-		if (strncmp(st->items[i].reason, "ImageFetching:", 14) == 0)
+		if (strncmp(st->items[i].reason, "ImageFetching:", 14) == 0 ||
+		    strncmp(st->items[i].reason, "Stopping:", 9) == 0)
 			return true;
 	return false;
 }
 
-/* Converge passes until no instance waits for a download (bcd's converge
- * thread is poked when one ends; this polls), at most RTDRV_WAIT_MS. */
+/* Converge passes until no instance waits for a download or a shutdown
+ * (bcd's converge thread is poked / passes every 10 s; this polls), at most
+ * WAIT_MS. */
 static int do_pass(struct rt *rt, const char *path)
 {
 	struct conv *c = conv_new(rt);
@@ -187,8 +191,15 @@ static int do_id_op(struct rt *rt, const char *op, const char *id)
 	for (size_t i = 0; i < ARRAY_SIZE(id_ops); i++)
 		if (strcmp(id_ops[i].name, op) == 0) {
 			int (*fn)(struct rt *, const char *);
+			int64_t until = mono_ms() + WAIT_MS;
+			int e;
 			memcpy(&fn, (const char *)rt->ops + id_ops[i].off, sizeof(fn));
-			return outcome(fn(rt, id), NULL);
+			/* a stop under way is asked again, as the next pass would */
+			while ((e = fn(rt, id)) == -EINPROGRESS && !getenv("RTDRV_ONCE") &&
+			       mono_ms() < until)
+				usleep(100000);
+			return outcome(e, e == -EINPROGRESS && rt->ops->last_error
+						  ? rt->ops->last_error(rt) : NULL);
 		}
 	fprintf(stderr, "rtdrv: unknown operation %s\n", op);
 	return 2;

@@ -131,10 +131,21 @@ is "$(drv create "$W/$A.json")" "error EEXIST File exists" "create again: EEXIST
 
 # ---------------------------------------------------------------- stop
 T0=$(date +%s)
-is "$(drv stop $A)" ok "stop (no OS answers ACPI: destroyed after the bounded wait)"
+like "$(RTDRV_ONCE=1 RTDRV_STOP_MS=60000 drv stop $A)" \
+	'^error EINPROGRESS Stopping: waiting for the guest to shut down' \
+	"a stop does not wait for the guest: in progress"
+ok "test $(($(date +%s) - T0)) -lt 15" "... answered within seconds, not the stop timeout"
+is "$(drv list)" "$A running" "still running (no OS answers ACPI)"
+T0=$(date +%s)
+is "$(drv stop $A)" ok "stop asked again until the timeout: forced off"
 is "$(drv list)" "$A stopped" "stopped"
 ok "test $(($(date +%s) - T0)) -lt 30" "stop bounded by stop_timeout"
 is "$(drv stop $A)" ok "stop again: idempotent"
+is "$(drv start $A)" ok "started again"
+sed -e 's/DESIRED_RUNNING/DESIRED_STOPPED/' -e 's/"generation":"1"/"generation":"2"/' \
+	"$W/node.json" >"$W/node-stop.json"
+is "$("$RTDRV" "$W/st" pass "$W/node-stop.json" 2>>"$W/rtdrv.log")" "$A stopped " \
+	"converge passes: desired stopped, shut down then forced, reported stopped"
 
 # -------------------------------------------------------------- destroy
 is "$(drv destroy $A)" ok "destroy"
