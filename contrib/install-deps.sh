@@ -16,6 +16,7 @@ PKGS=(
   nodejs npm
   # the guest image (contrib/guest/build.sh) and the e2e tests' https server and ssh
   mmdebstrap systemd-boot-efi mtools dosfstools fdisk e2fsprogs binutils python3 openssh-client
+  cloud-init python3-yaml
 )
 
 missing=()

@@ -172,7 +172,9 @@ int ipam_eui64(const unsigned char net[16], const char *mac, char *out, size_t l
 void ipam_tap_name(const char *instance_id, int idx, char out[16]);
 
 /* events.c: publish an event inside the caller's transaction. data_json
- * may be NULL ("{}"). */
+ * may be NULL ("{}"). Statements that insert events themselves take
+ * pg_advisory_xact_lock(EVENTS_LOCK) first, so ids follow commit order. */
+#define EVENTS_LOCK "4242001"
 int event_publish(struct db *d, const char *type, const char *subject, const char *tenant_id,
 		  const char *data_json);
 

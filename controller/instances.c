@@ -11,6 +11,7 @@
 
 #include "authz.h"
 #include "bc/compute/v1/instances.pb-c.h"
+#include "bootdata.h"
 #include "ctl.h"
 #include "idem.h"
 #include "instances.h"
@@ -20,8 +21,7 @@
 #include "util.h"
 
 #define WAIT_MAX_MS 30000
-#define USER_DATA_MAX (64 * 1024)
-#define SSH_KEYS_MAX 16
+#define SSH_KEYS_MAX BOOTDATA_KEYS_MAX
 
 #define INST_COLS                                                                          \
 	"i.id, i.tenant_id, i.pool_id, coalesce(i.node_id, ''), i.flavor_name, i.image_id, "  \
@@ -116,8 +116,7 @@ static void inst_target(const Bc__Compute__V1__Instance *x, const char *agent,
 	authz_attr(t, "gpus", num);
 }
 
-/* Decide action on a fetched instance. */
-static int inst_decide(rpc_call *c, const char *action, const Bc__Compute__V1__Instance *x,
+int inst_decide(rpc_call *c, const char *action, const Bc__Compute__V1__Instance *x,
 		       const char *agent, bc_error *err)
 {
 	struct authz_target t;
@@ -127,9 +126,7 @@ static int inst_decide(rpc_call *c, const char *action, const Bc__Compute__V1__I
 	return authz_decide(c, ctl_db(c), action, &t, err);
 }
 
-/* Read one instance of tenant; NOT_FOUND for another tenant's or a draft.
- * ret_agent (64 bytes, may be NULL) is the agent that created it, or "". */
-static int inst_fetch(rpc_call *c, const char *tenant, const char *id,
+int inst_fetch(rpc_call *c, const char *tenant, const char *id,
 		      Bc__Compute__V1__Instance **ret, char *ret_agent, bc_error *err)
 {
 	struct dbp p = {0};
@@ -180,8 +177,8 @@ static int check_create(const Bc__Compute__V1__CreateInstanceRequest *q, bc_erro
 		if (!valid_ssh_key(q->ssh_keys[i]))
 			return invalid(err, "sshKeys", "sshKeys[%zu] is not an OpenSSH public key "
 				       "line", i);
-	if (strlen(q->user_data) > USER_DATA_MAX)
-		return invalid(err, "userData", "userData is larger than %d bytes", USER_DATA_MAX);
+	if ((r = bootdata_check_user(q->user_data, err)) < 0)
+		return r;
 	if (*q->network_policy && strcmp(q->network_policy, "egress") &&
 	    strcmp(q->network_policy, "private") && strcmp(q->network_policy, "none"))
 		return invalid(err, "networkPolicy", "networkPolicy must be egress, private or none");
@@ -230,10 +227,23 @@ static int resolve_pool(struct db *d, const struct inst_new *n, char **ret_runti
 	return 0;
 }
 
+/* Render the instance's user data and seal it (sealed.h) before the row
+ * that names it is written; a refused create rolls both back. */
+static int seal_user_data(struct db *d, const struct inst_new *n, char ref[SEALED_REF_MAX],
+			  bc_error *err)
+{
+	const struct bootdata_in in = {.instance_id = n->id, .ssh_keys = n->ssh_keys,
+				       .n_ssh_keys = n->n_ssh_keys, .user_data = n->user_data,
+				       .ssh_ca = n->ssh_ca};
+
+	return bootdata_seal(d, &in, n->tenant, ref, err);
+}
+
 static int insert_instance(struct db *d, rpc_call *c, struct inst_new *n, PGresult **ret_shape,
 			   bc_error *err)
 {
 	_cleanup_free_ char *keys = NULL;
+	char ref[SEALED_REF_MAX];
 	struct dbp p = {0};
 	size_t len = 1;
 	int rc;
@@ -245,6 +255,8 @@ static int insert_instance(struct db *d, rpc_call *c, struct inst_new *n, PGresu
 		strcat(strcat(keys, i ? "\n" : ""), n->ssh_keys[i]);
 	id_new("inst", n->id, sizeof(n->id));
 	ipam_random_mac(n->mac);
+	if ((rc = seal_user_data(d, n, ref, err)) < 0)
+		return rc;
 	dbp_str(&p, n->id);
 	dbp_str(&p, n->tenant);
 	dbp_str(&p, n->pool_id);
@@ -252,7 +264,7 @@ static int insert_instance(struct db *d, rpc_call *c, struct inst_new *n, PGresu
 	dbp_str(&p, n->image_id);
 	dbp_str(&p, n->policy);
 	dbp_str(&p, keys);
-	dbp_str(&p, n->user_data ? n->user_data : "");
+	dbp_str(&p, ref);
 	dbp_str(&p, ctl_principal(c)->id);
 	dbp_str(&p, n->mac);
 	dbp_nstr(&p, n->sandbox_id);
@@ -260,7 +272,7 @@ static int insert_instance(struct db *d, rpc_call *c, struct inst_new *n, PGresu
 	rc = db_exec(d, ret_shape,
 		     "INSERT INTO instances (id, tenant_id, pool_id, flavor_id, flavor_name, image_id, "
 		     "vcpus, memory_mib, disk_gib, gpus, huge_pages, numa_node, pin_vcpus, "
-		     "network_policy, ssh_keys, user_data, created_by, mac, sandbox_id, "
+		     "network_policy, ssh_keys, user_data_ref, created_by, mac, sandbox_id, "
 		     "ssh_from_host_only) SELECT $1, $2, $3, f.id, "
 		     "f.name, im.id, f.vcpus, f.memory_mib, f.disk_gib, f.gpus, f.huge_pages, "
 		     "f.numa_node, f.pin_vcpus, $6, coalesce(string_to_array(nullif($7, ''), E'\\n'), '{}'), $8, $9, "

@@ -1,11 +1,14 @@
 /* instances.h: the instance create path shared by Instances.Create and
- * Sandboxes.Create (see instances.c). */
+ * Sandboxes.Create, and what other API files read of an instance (see
+ * instances.c). */
 #ifndef BC_CTL_INSTANCES_H
 #define BC_CTL_INSTANCES_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "bc/compute/v1/instances.pb-c.h"
+#include "bootdata.h"
 #include "ctl.h"
 
 #define CAP_NETWORK_POLICY "bc.dev/cap.instance.network-policy"
@@ -15,7 +18,8 @@
 struct inst_new {
 	const char *tenant, *pool_id, *flavor, *image_id;
 	const char *policy;              /* egress | private | none */
-	const char *user_data;
+	const char *user_data;           /* the caller's part, checked (bootdata_check_user) */
+	const struct bootdata_ssh_ca *ssh_ca;   /* the sandbox SSH CA part, or NULL */
 	const char *const *ssh_keys;
 	size_t n_ssh_keys;
 	const char *sandbox_id;          /* the sandbox it drives, or NULL */
@@ -42,5 +46,16 @@ int instance_create_tx(rpc_call *c, struct db *d, struct inst_new *n, bc_error *
  * Pause, Resume, Resize, Delete) refuses such an instance with it. */
 int instance_managed(const char *id, const char *sandbox_id, const char *warm_template_id,
 		     bc_error *err);
+
+/* Read one instance of tenant into the call's arena; NOT_FOUND for another
+ * tenant's or a draft. ret_agent (64 bytes, may be NULL) is the agent that
+ * created it, or "". */
+int inst_fetch(rpc_call *c, const char *tenant, const char *id,
+	       Bc__Compute__V1__Instance **ret, char *ret_agent, bc_error *err);
+
+/* Decide action (e.g. "compute:instances:stop") on a fetched instance, with
+ * its shape, pool and creator as the resource's attributes. */
+int inst_decide(rpc_call *c, const char *action, const Bc__Compute__V1__Instance *x,
+		const char *agent, bc_error *err);
 
 #endif

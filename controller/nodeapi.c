@@ -1,7 +1,8 @@
 /* nodeapi.c: the Node API that agents call. Join (the one call without a
  * client certificate) spends a join token and signs the node's CSR with the
  * node CA, CN = the new node id; WatchSpec streams the node's NodeSpec
- * whenever its generation moves; Report records what the host runs. */
+ * whenever its generation moves; Report records what the host runs;
+ * GetBootData hands a node the sealed user data of its own instances. */
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
@@ -16,6 +17,7 @@
 #include "nodes.h"
 #include "nodespec.h"
 #include "pki.h"
+#include "sealed.h"
 #include "util.h"
 #include "watch.h"
 
@@ -518,12 +520,62 @@ static int node_report(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage 
 	return 0;
 }
 
+/* ------------------------------------------------------------- boot data */
+
+/* The user data of an instance placed on the calling node and not being
+ * deleted, named by the ref its InstanceSpec carries. Anything else (another
+ * node's instance, a wrong ref, a deleted one) is the same NOT_FOUND, so a
+ * node learns nothing about instances that are not its own. */
+static int node_boot_data(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+			  bc_error *err)
+{
+	const Bc__Node__V1__GetBootDataRequest *q = (const void *)m;
+	const char *node = ctl_principal(c)->id;
+	Bc__Node__V1__BootData *bd;
+	_cleanup_free_ char *ref = NULL;
+	char *data = NULL;
+	struct dbp p = {0};
+	size_t len = 0;
+	int rc;
+
+	if (!id_valid("inst", q->instance_id))
+		return invalid(err, "instanceId", "instanceId is not an instance id");
+	if (!*q->ref || !str_is_printable(q->ref, SEALED_REF_MAX - 1))
+		return invalid(err, "ref", "ref is not a boot data reference");
+	dbp_str(&p, q->instance_id);
+	dbp_str(&p, node);
+	dbp_str(&p, q->ref);
+	rc = db_scalar(ctl_db(c), "SELECT user_data_ref FROM instances WHERE id = $1 AND node_id = "
+		       "$2 AND user_data_ref = $3 AND desired_state <> 'deleted' AND state NOT IN "
+		       "('deleting', 'deleted')", &p, &ref);
+	if (rc == 0)
+		rc = sealed_get(ctl_db(c), ref, &data, &len);
+	if (rc == -ENOENT) {
+		log_info("node %s: boot data of instance %s refused: not its own", node,
+			 q->instance_id);
+		return bc_error_set(err, BC_NOT_FOUND, "no boot data %s for instance %s on node %s",
+				    q->ref, q->instance_id, node);
+	}
+	if (rc < 0)
+		return db_fail(err, rc);
+	bd = rpc_new(c, &bc__node__v1__boot_data__descriptor);
+	bd->user_data.data = rpc_alloc(c, len ? len : 1);
+	memcpy(bd->user_data.data, data, len);
+	bd->user_data.len = len;
+	OPENSSL_cleanse(data, len);
+	free(data);
+	log_debug("node %s: boot data of instance %s sent (%zu bytes)", node, q->instance_id, len);
+	*ret = &bd->base;
+	return 0;
+}
+
 int nodeapi_register(rpc_server *s)
 {
 	static const struct rpc_handler h[] = {
 		{"Join", RPC_UNARY, {.unary = node_join}},
 		{"WatchSpec", RPC_SERVER_STREAM, {.sstream = node_watch}},
 		{"Report", RPC_UNARY, {.unary = node_report}},
+		{"GetBootData", RPC_UNARY, {.unary = node_boot_data}},
 	};
 
 	return rpc_server_add_service(s, &bc__node__v1__node__descriptor, h, ARRAY_SIZE(h));

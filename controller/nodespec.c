@@ -16,7 +16,7 @@
 	"i.numa_node, i.image_id, im.url, im.sha256, im.format, im.size_bytes, "               \
 	"i.network_policy, i.ssh_from_host_only, coalesce(i.mac::text, ''), coalesce((SELECT " \
 	"host(l.address) FROM ip_leases l WHERE l.instance_id = i.id LIMIT 1), ''), i.gpus, "   \
-	"i.tenant_id, i.user_data <> '', coalesce(masklen(p.ipam_subnet), 0), "               \
+	"i.tenant_id, coalesce(i.user_data_ref, ''), coalesce(masklen(p.ipam_subnet), 0), "               \
 	"coalesce(p.ipam_subnet6::text, '')"
 
 struct build {
@@ -93,7 +93,7 @@ static Bc__Node__V1__InstanceSpec *inst(const PGresult *r, int i)
 	}
 	s->gpus = (uint32_t)db_i64(r, i, 17);
 	s->tenant_id = dup_col(r, i, 18);
-	s->user_data_ref = db_bool(r, i, 19) ? xasprintf("ud/%s", s->id) : xstrdup("");
+	s->user_data_ref = dup_col(r, i, 19);
 	s->identity_rebind_ref = xstrdup("");
 	return s;
 }

@@ -12,6 +12,7 @@
 #include "ctl.h"
 #include "log.h"
 #include "nodes.h"
+#include "sealed.h"
 #include "util.h"
 
 #define FREE_SUMS                                                                          \
@@ -219,27 +220,35 @@ int lease_nic(struct db *d, const char *pool_id, const char *instance_id, char m
 
 int finish_deletions(struct db *d, const char *node_id, const char *ids_lines)
 {
-	_cleanup_free_ char *n = NULL;
 	struct dbp p = {0};
-	int rc;
+	PGresult *r = NULL;
+	int rc, n;
 
 	dbp_nstr(&p, node_id);
 	dbp_nstr(&p, ids_lines);
-	rc = db_scalar(d,
-		       "WITH gone AS (UPDATE instances SET state = 'deleted', deleted_at = now(), "
-		       "updated_at = now() WHERE desired_state = 'deleted' AND state <> 'deleted' AND "
-		       "($1::text IS NULL OR node_id = $1::text) AND ($2::text IS NULL OR id = ANY "
-		       "(string_to_array($2::text, E'\\n'))) RETURNING id, tenant_id, sandbox_id, "
-		       "warm_template_id), rel AS (UPDATE allocations SET released_at = now() WHERE "
-		       "owner_kind = 'instance' AND released_at IS NULL AND owner_id IN (SELECT id "
-		       "FROM gone) RETURNING 1), lz AS (DELETE FROM ip_leases WHERE instance_id IN "
-		       "(SELECT id FROM gone) RETURNING 1), ev AS (INSERT INTO events (type, subject, "
-		       "tenant_id, data) SELECT 'instance.deleted', 'instance/' || id, tenant_id, "
-		       "jsonb_strip_nulls(jsonb_build_object('sandboxId', sandbox_id, "
-		       "'warmTemplateId', warm_template_id)) FROM gone RETURNING 1) "
-		       "SELECT (SELECT count(*) FROM gone) + 0 * (SELECT count(*) FROM rel) + 0 * "
-		       "(SELECT count(*) FROM lz) + 0 * (SELECT count(*) FROM ev)", &p, &n);
-	return rc < 0 ? rc : atoi(n);
+	rc = db_exec(d, &r,
+		     "WITH gone AS (UPDATE instances SET state = 'deleted', deleted_at = now(), "
+		     "updated_at = now(), refused_at = NULL WHERE desired_state = 'deleted' AND "
+		     "state <> 'deleted' AND ($1::text IS NULL OR node_id = $1::text) AND ($2::text "
+		     "IS NULL OR id = ANY (string_to_array($2::text, E'\\n'))) RETURNING id, "
+		     "tenant_id, sandbox_id, warm_template_id, user_data_ref), rel AS (UPDATE "
+		     "allocations SET released_at = now() WHERE owner_kind = 'instance' AND "
+		     "released_at IS NULL AND owner_id IN (SELECT id FROM gone) RETURNING 1), lz AS "
+		     "(DELETE FROM ip_leases WHERE instance_id IN (SELECT id FROM gone) RETURNING 1), "
+		     "ev AS (INSERT INTO events (type, subject, tenant_id, data) SELECT "
+		     "'instance.deleted', 'instance/' || id, tenant_id, jsonb_strip_nulls("
+		     "jsonb_build_object('sandboxId', sandbox_id, 'warmTemplateId', "
+		     "warm_template_id)) FROM gone, (SELECT pg_advisory_xact_lock(" EVENTS_LOCK
+		     ")) l RETURNING 1) SELECT (SELECT count(*) FROM gone) + 0 * (SELECT count(*) "
+		     "FROM rel) + 0 * (SELECT count(*) FROM lz) + 0 * (SELECT count(*) FROM ev), "
+		     "(SELECT string_agg(user_data_ref, E'\\n') FROM gone)", &p);
+	if (rc < 0)
+		return rc;
+	n = (int)db_i64(r, 0, 0);
+	/* the sealed user data goes with the instance */
+	rc = sealed_delete(d, db_val(r, 0, 1));
+	PQclear(r);
+	return rc < 0 ? rc : n;
 }
 
 int nodes_abandon(struct db *d, const char *node_id, const char *reason)

@@ -1,0 +1,406 @@
+/* bootdata.c: render an instance's user data (see bootdata.h).
+ *
+ * The platform's part is YAML we write ourselves: every value we did not
+ * write as a literal goes out as a double-quoted scalar with YAML escapes,
+ * so no input can end the scalar or add a key. The caller's part is
+ * carried as it is, typed by its first line as cloud-init types it. Every
+ * cloud-config rendered here passes `cloud-init schema`
+ * (tests/unit/test_ctl_bootdata.c runs the real command). */
+#include <errno.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bootdata.h"
+#include "ctl.h"
+#include "util.h"
+
+#define B64_LINE 76   /* MIME: at most 76 characters a line */
+
+/* First lines cloud-init recognises, and the MIME type of each part. */
+static const struct {
+	const char *start;
+	bool prefix;      /* the line starts with it (else: equals it) */
+	const char *type;
+} user_types[] = {
+	{"#!", true, "text/x-shellscript"},
+	{"#cloud-config", false, "text/cloud-config"},
+	{"#cloud-config-archive", false, "text/cloud-config-archive"},
+	{"#cloud-config-jsonp", false, "text/cloud-config-jsonp"},
+	{"#include", false, "text/x-include-url"},
+	{"#include-once", false, "text/x-include-once-url"},
+	{"#cloud-boothook", false, "text/cloud-boothook"},
+	{"#part-handler", false, "text/part-handler"},
+	{"## template: jinja", false, "text/jinja2"},
+};
+
+/* ------------------------------------------------------------- UTF-8 */
+
+/* Decode the UTF-8 sequence at p (n bytes left): its length, or 0 when it
+ * is invalid (overlong, surrogate, above U+10FFFF, truncated). */
+static size_t utf8_next(const unsigned char *p, size_t n, uint32_t *ret_cp)
+{
+	size_t len;
+	uint32_t cp;
+
+	if (p[0] < 0x80) {
+		*ret_cp = p[0];
+		return 1;
+	}
+	if (p[0] >= 0xc2 && p[0] <= 0xdf)
+		len = 2, cp = p[0] & 0x1f;
+	else if (p[0] >= 0xe0 && p[0] <= 0xef)
+		len = 3, cp = p[0] & 0x0f;
+	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+		len = 4, cp = p[0] & 0x07;
+	else
+		return 0;
+	if (n < len)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (p[i] & 0x3f);
+	}
+	if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+	    (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	*ret_cp = cp;
+	return len;
+}
+
+static bool utf8_valid(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t n = strlen(s);
+	uint32_t cp;
+
+	while (n > 0) {
+		size_t k = utf8_next(p, n, &cp);
+		if (k == 0)
+			return false;
+		p += k;
+		n -= k;
+	}
+	return true;
+}
+
+static bool is_ascii(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s[i] >= 0x80 || s[i] == '\r' || s[i] == '\0')
+			return false;
+	return true;
+}
+
+/* ------------------------------------------------------------- typing */
+
+const char *bootdata_user_type(const char *user_data)
+{
+	size_t len = strcspn(user_data, "\n");
+
+	while (len > 0 && strchr(" \t\r", user_data[len - 1]))
+		len--;
+	for (size_t i = 0; i < ARRAY_SIZE(user_types); i++) {
+		size_t k = strlen(user_types[i].start);
+		if (user_types[i].prefix ? len >= k && strncmp(user_data, user_types[i].start, k) == 0
+					 : len == k && strncmp(user_data, user_types[i].start, k) == 0)
+			return user_types[i].type;
+	}
+	return NULL;
+}
+
+static int refuse_user(bc_error *err, const char *reason, const char *msg)
+{
+	bc_error_set(err, BC_INVALID_INPUT, "%s", msg);
+	bc_error_detail(err, "field", "userData");
+	return bc_error_detail(err, "reason", "%s", reason);
+}
+
+int bootdata_check_user(const char *user_data, bc_error *err)
+{
+	if (!user_data || !*user_data)
+		return 0;
+	if (strlen(user_data) > BOOTDATA_USER_MAX)
+		return refuse_user(err, "user-data-too-large",
+				   "userData is larger than 65536 bytes");
+	if (!utf8_valid(user_data))
+		return refuse_user(err, "user-data-not-utf8", "userData is not UTF-8 text");
+	if (!bootdata_user_type(user_data))
+		return refuse_user(err, "user-data-type",
+				   "userData must start with a line cloud-init knows: #cloud-config, "
+				   "#!, #include, #include-once, #cloud-boothook, #part-handler, "
+				   "#cloud-config-archive, #cloud-config-jsonp or ## template: jinja");
+	return 0;
+}
+
+/* ------------------------------------------------------- cloud-config */
+
+/* A YAML double-quoted scalar: escapes for '"', '\\' and every character
+ * YAML does not allow raw (C0, DEL, C1, line and paragraph separators,
+ * BOM, non-characters). -EINVAL if s is not UTF-8. */
+static int yq(FILE *f, const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t n = strlen(s);
+	uint32_t cp;
+
+	fputc('"', f);
+	while (n > 0) {
+		size_t k = utf8_next(p, n, &cp);
+		if (k == 0)
+			return -EINVAL;
+		if (cp == '"' || cp == '\\')
+			fprintf(f, "\\%c", (char)cp);
+		else if (cp == '\n')
+			fputs("\\n", f);
+		else if (cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0x2028 || cp == 0x2029 ||
+			 cp == 0xfeff || cp == 0xfffe || cp == 0xffff)
+			fprintf(f, "\\u%04x", (unsigned)cp);
+		else
+			fwrite(p, 1, k, f);
+		p += k;
+		n -= k;
+	}
+	fputc('"', f);
+	return 0;
+}
+
+/* A POSIX-portable login name: [a-z_][a-z0-9_-]{0,31}. */
+static bool account_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n == 0 || n > 32 || !((s[0] >= 'a' && s[0] <= 'z') || s[0] == '_'))
+		return false;
+	for (size_t i = 1; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') ||
+		      s[i] == '_' || s[i] == '-'))
+			return false;
+	return true;
+}
+
+/* The hostname: the instance id as an RFC 1123 label ('_' becomes '-'). */
+static void hostname_of(const char *id, char *out, size_t len)
+{
+	size_t i;
+
+	for (i = 0; id[i] && i + 1 < len && i < 63; i++)
+		out[i] = id[i] == '_' ? '-' : id[i];
+	out[i] = '\0';
+}
+
+static int write_file_entry(FILE *f, const char *path, const char *perm, const char *content)
+{
+	fprintf(f, "  - path: %s\n    owner: \"root:root\"\n    permissions: \"%s\"\n"
+		"    content: ", path, perm);
+	if (yq(f, content) < 0)
+		return -EINVAL;
+	fputc('\n', f);
+	return 0;
+}
+
+/* The sandbox SSH CA: the account, the files sshd needs, the reload. */
+static int ssh_ca_part(FILE *f, const struct bootdata_in *in)
+{
+	const struct bootdata_ssh_ca *ca = in->ssh_ca;
+	_cleanup_free_ char *key = xasprintf("%s\n", ca->ca_public_key);
+	_cleanup_free_ char *principal = xasprintf("%s@%s\n", ca->account, in->instance_id);
+	_cleanup_free_ char *ppath = xasprintf("/etc/ssh/bc_sandbox_principals/%s", ca->account);
+	int r;
+
+	fprintf(f, "  - name: \"%s\"\n    lock_passwd: true\n    shell: /bin/bash\n",
+		ca->account);
+	fputs("write_files:\n", f);
+	if ((r = write_file_entry(f, "/etc/ssh/bc_sandbox_ca.pub", "0644", key)) < 0 ||
+	    (r = write_file_entry(f, ppath, "0644", principal)) < 0 ||
+	    (r = write_file_entry(f, "/etc/ssh/sshd_config.d/10-bc-sandbox.conf", "0644",
+				  "TrustedUserCAKeys /etc/ssh/bc_sandbox_ca.pub\n"
+				  "AuthorizedPrincipalsFile /etc/ssh/bc_sandbox_principals/%u\n")) < 0)
+		return r;
+	fputs("runcmd:\n  - [sh, -c, \"systemctl reload ssh || systemctl reload sshd || "
+	      "true\"]\n", f);
+	return 0;
+}
+
+static int cloud_config_body(FILE *f, const struct bootdata_in *in)
+{
+	char host[64];
+	int r = 0;
+
+	hostname_of(in->instance_id, host, sizeof(host));
+	fputs("#cloud-config\n# the platform's part of this instance's user data\n", f);
+	fprintf(f, "hostname: \"%s\"\npreserve_hostname: false\n", host);
+	if (in->n_ssh_keys > 0) {
+		fputs("ssh_authorized_keys:\n", f);
+		for (size_t i = 0; i < in->n_ssh_keys && r == 0; i++) {
+			fputs("  - ", f);
+			r = yq(f, in->ssh_keys[i]);
+			fputc('\n', f);
+		}
+	}
+	/* the image's default user gets the keys above */
+	fputs("users:\n  - default\n", f);
+	if (r == 0 && in->ssh_ca)
+		r = ssh_ca_part(f, in);
+	return r;
+}
+
+int bootdata_cloud_config(const struct bootdata_in *in, char **ret)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f;
+	int r;
+
+	if (!in->instance_id || !*in->instance_id || !utf8_valid(in->instance_id) ||
+	    (in->ssh_ca && (!account_ok(in->ssh_ca->account) || !in->ssh_ca->ca_public_key ||
+			    !*in->ssh_ca->ca_public_key)))
+		return -EINVAL;
+	f = open_memstream(&buf, &len);
+	if (!f)
+		return -ENOMEM;
+	r = cloud_config_body(f, in);
+	if (fclose(f) != 0 && r == 0)
+		r = -ENOMEM;
+	if (r < 0) {
+		free(buf);
+		return r;
+	}
+	*ret = buf;
+	return 0;
+}
+
+/* ---------------------------------------------------------------- MIME */
+
+struct part {
+	const char *type;
+	const char *filename;
+	const char *body;
+	size_t len;
+};
+
+/* base64 of body in lines of B64_LINE characters. */
+static void write_b64(FILE *f, const char *body, size_t len)
+{
+	size_t chunk = B64_LINE / 4 * 3;
+	unsigned char out[B64_LINE + 1];
+
+	for (size_t off = 0; off < len; off += chunk) {
+		size_t k = len - off < chunk ? len - off : chunk;
+		EVP_EncodeBlock(out, (const unsigned char *)body + off, (int)k);
+		fprintf(f, "%s\n", (const char *)out);
+	}
+}
+
+static void write_part(FILE *f, const char *boundary, const struct part *p)
+{
+	bool ascii = is_ascii(p->body, p->len);
+
+	fprintf(f, "--%s\nContent-Type: %s; charset=\"utf-8\"\nMIME-Version: 1.0\n"
+		"Content-Transfer-Encoding: %s\nContent-Disposition: attachment; "
+		"filename=\"%s\"\n\n", boundary, p->type, ascii ? "7bit" : "base64", p->filename);
+	if (ascii) {
+		/* the newline before the next delimiter belongs to it */
+		fwrite(p->body, 1, p->len, f);
+		fputc('\n', f);
+	} else {
+		write_b64(f, p->body, p->len);
+	}
+}
+
+/* A boundary that occurs in no part (base64 bodies cannot hold '-'):
+ * "bc-" and 32 hex digits of a hash of the parts and a counter. */
+static void pick_boundary(const struct part *parts, size_t n, char out[72])
+{
+	for (unsigned attempt = 0;; attempt++) {
+		EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+		unsigned char md[32];
+		char hex[65];
+		bool clash = false;
+
+		if (!ctx)
+			abort();
+		EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+		for (size_t i = 0; i < n; i++)
+			EVP_DigestUpdate(ctx, parts[i].body, parts[i].len);
+		EVP_DigestUpdate(ctx, &attempt, sizeof(attempt));
+		EVP_DigestFinal_ex(ctx, md, NULL);
+		EVP_MD_CTX_free(ctx);
+		hex_encode(md, 16, hex);
+		snprintf(out, 72, "bc-%s", hex);
+		for (size_t i = 0; i < n; i++)
+			clash |= memmem(parts[i].body, parts[i].len, out, strlen(out)) != NULL;
+		if (!clash)
+			return;
+	}
+}
+
+static int render_mime(const struct part *parts, size_t n, char **ret, size_t *ret_len)
+{
+	char boundary[72];
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	if (!f)
+		return -ENOMEM;
+	pick_boundary(parts, n, boundary);
+	fprintf(f, "Content-Type: multipart/mixed; boundary=\"%s\"\nMIME-Version: 1.0\n\n",
+		boundary);
+	for (size_t i = 0; i < n; i++)
+		write_part(f, boundary, &parts[i]);
+	fprintf(f, "--%s--\n", boundary);
+	if (fclose(f) != 0) {
+		free(buf);
+		return -ENOMEM;
+	}
+	*ret = buf;
+	*ret_len = len;
+	return 0;
+}
+
+int bootdata_render(const struct bootdata_in *in, char **ret, size_t *ret_len, bc_error *err)
+{
+	_cleanup_free_ char *cc = NULL;
+	struct part parts[2];
+	size_t n = 0;
+	int r;
+
+	if ((r = bootdata_check_user(in->user_data, err)) < 0)
+		return r;
+	if (in->n_ssh_keys > BOOTDATA_KEYS_MAX)
+		return invalid(err, "sshKeys", "at most %d sshKeys", BOOTDATA_KEYS_MAX);
+	for (size_t i = 0; i < in->n_ssh_keys; i++)
+		if (!utf8_valid(in->ssh_keys[i]))
+			return invalid(err, "sshKeys", "sshKeys[%zu] is not UTF-8 text", i);
+	if (bootdata_cloud_config(in, &cc) < 0)
+		return bc_error_set(err, BC_INTERNAL, "the instance's boot data cannot be rendered");
+	parts[n++] = (struct part){"text/cloud-config", "bc-platform.cfg", cc, strlen(cc)};
+	if (in->user_data && *in->user_data)
+		parts[n++] = (struct part){bootdata_user_type(in->user_data), "user-data",
+					   in->user_data, strlen(in->user_data)};
+	if (render_mime(parts, n, ret, ret_len) < 0)
+		return bc_error_set(err, BC_INTERNAL, "out of memory");
+	return 0;
+}
+
+int bootdata_seal(struct db *d, const struct bootdata_in *in, const char *tenant_id,
+		  char ret_ref[SEALED_REF_MAX], bc_error *err)
+{
+	const struct sealed_owner o = {.kind = "instance", .id = in->instance_id,
+				       .tenant_id = tenant_id};
+	_cleanup_free_ char *data = NULL;
+	size_t len = 0;
+	int r;
+
+	if ((r = bootdata_render(in, &data, &len, err)) < 0)
+		return r;
+	r = sealed_put(d, &o, data, len, ret_ref);
+	OPENSSL_cleanse(data, len);
+	return r < 0 ? db_fail(err, r) : 0;
+}

@@ -1,0 +1,62 @@
+/* bootdata.h: an instance's user data as its guest reads it: a MIME
+ * multipart whose first part is the platform's own cloud-config (hostname,
+ * the instance's SSH keys, and the sandbox SSH CA when one is given) and
+ * whose second part is the caller's user data, typed by its first line.
+ * Rendering is pure; bootdata_seal stores the result in the sealed store
+ * (sealed.h). See docs/operations.md, "Boot data". */
+#ifndef BC_CTL_BOOTDATA_H
+#define BC_CTL_BOOTDATA_H
+
+#include <stddef.h>
+
+#include "db.h"
+#include "err.h"
+#include "sealed.h"
+
+#define BOOTDATA_USER_MAX (64 * 1024)   /* the caller's user data, bytes */
+#define BOOTDATA_KEYS_MAX 16            /* SSH keys of an instance */
+
+/* The sandbox SSH CA part (the spec's "How the guest trusts it"): the
+ * guest creates account, trusts ca_public_key for user certificates and
+ * accepts the principal "<account>@<instance id>". */
+struct bootdata_ssh_ca {
+	const char *account;        /* a POSIX user name, e.g. "sandbox" */
+	const char *ca_public_key;  /* one OpenSSH public key line */
+};
+
+struct bootdata_in {
+	const char *instance_id;
+	const char *const *ssh_keys;   /* OpenSSH public key lines */
+	size_t n_ssh_keys;
+	const char *user_data;         /* the caller's part; NULL or "" for none */
+	const struct bootdata_ssh_ca *ssh_ca;   /* NULL: no sandbox CA */
+};
+
+/* Check the caller's user data before anything is written: at most
+ * BOOTDATA_USER_MAX bytes of UTF-8 whose first line names a type cloud-init
+ * knows (#cloud-config, #!, #include, ...). INVALID_INPUT with details
+ * field "userData" and reason (user-data-too-large, user-data-not-utf8,
+ * user-data-type) otherwise. "" is accepted (no second part). */
+int bootdata_check_user(const char *user_data, bc_error *err);
+
+/* The MIME type of user data by its first line, or NULL if unknown. */
+const char *bootdata_user_type(const char *user_data);
+
+/* The platform's cloud-config part alone (starts "#cloud-config\n"); *ret
+ * malloc'd. -EINVAL when an input cannot be rendered (not UTF-8, a bad
+ * account name). */
+int bootdata_cloud_config(const struct bootdata_in *in, char **ret);
+
+/* The whole user data: a MIME multipart/mixed of the platform's part and,
+ * when there is one, the caller's part. Parts that are not plain ASCII are
+ * base64-encoded; the boundary is derived from the contents and never
+ * occurs in them. *ret malloc'd (NUL-terminated), *ret_len its length.
+ * INVALID_INPUT as bootdata_check_user, or for SSH keys that are not UTF-8. */
+int bootdata_render(const struct bootdata_in *in, char **ret, size_t *ret_len, bc_error *err);
+
+/* Render and seal for instance in->instance_id of tenant_id, inside the
+ * caller's transaction; ret_ref names the sealed blob. */
+int bootdata_seal(struct db *d, const struct bootdata_in *in, const char *tenant_id,
+		  char ret_ref[SEALED_REF_MAX], bc_error *err);
+
+#endif

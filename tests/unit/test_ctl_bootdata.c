@@ -1,0 +1,320 @@
+/* Unit tests of controller/bootdata.c: the MIME structure of an instance's
+ * user data (both parts, their types and encodings, the boundary), the
+ * escaping of every value in the platform's cloud-config (read back by a
+ * real YAML parser), the refusals of the caller's part, and that every
+ * cloud-config rendered here passes Debian's `cloud-init schema`. The MIME
+ * is read back by Python's email package, the parser cloud-init uses. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "controller/bootdata.h"
+#include "controller/ctl.h"
+#include "util.h"
+#include "tap.h"
+
+#define ID "inst_01jdzq3m5n8p9r7s6t5v4w3x2y"
+
+static char tmpdir[] = "/tmp/bc-bootdata.XXXXXX";
+
+static char *write_tmp(const char *name, const char *data, size_t len)
+{
+	char *path = xasprintf("%s/%s", tmpdir, name);
+	FILE *f = fopen(path, "w");
+
+	if (!f || fwrite(data, 1, len, f) != len || fclose(f) != 0)
+		abort();
+	return path;
+}
+
+/* Run cmd through sh; its stdout (at most 64 KiB) into *out; exit status. */
+static int run(const char *cmd, char **out)
+{
+	FILE *p = popen(cmd, "r");
+	char *buf = xcalloc(1, 65536);
+	size_t n = 0;
+	int st;
+
+	if (!p)
+		abort();
+	while (n < 65535 && !feof(p)) {
+		size_t k = fread(buf + n, 1, 65535 - n, p);
+		if (k == 0)
+			break;
+		n += k;
+	}
+	st = pclose(p);
+	*out = buf;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* cloud-init schema --config-file on text: 0 when valid. */
+static int schema(const char *name, const char *text)
+{
+	_cleanup_free_ char *path = write_tmp(name, text, strlen(text));
+	_cleanup_free_ char *cmd = xasprintf("cloud-init schema --config-file %s 2>&1", path);
+	_cleanup_free_ char *out = NULL;
+	int rc = run(cmd, &out);
+
+	if (rc != 0)
+		printf("# cloud-init schema (%d): %s\n", rc, out);
+	return rc;
+}
+
+/* Python's email parser over the MIME: one line per part,
+ * "<content type>|<transfer encoding>|<sha256 of the decoded payload>",
+ * after a first line with the top-level type. */
+static char *mime_parts(const char *mime, size_t len)
+{
+	_cleanup_free_ char *path = write_tmp("mime", mime, len);
+	_cleanup_free_ char *cmd = xasprintf(
+		"python3 -c '\n"
+		"import email, hashlib, sys\n"
+		"m = email.message_from_bytes(open(sys.argv[1], \"rb\").read())\n"
+		"print(m.get_content_type(), m.is_multipart())\n"
+		"for p in m.get_payload():\n"
+		"    b = p.get_payload(decode=True)\n"
+		"    print(p.get_content_type() + \"|\" + p[\"Content-Transfer-Encoding\"] + \"|\" + "
+		"hashlib.sha256(b).hexdigest())\n"
+		"' %s 2>&1", path);
+	char *out = NULL;
+
+	if (run(cmd, &out) != 0)
+		printf("# python email: %s\n", out);
+	return out;
+}
+
+/* The cloud-config read back by PyYAML as JSON (the keys in order). */
+static char *yaml_json(const char *cc)
+{
+	_cleanup_free_ char *path = write_tmp("cc.yaml", cc, strlen(cc));
+	_cleanup_free_ char *cmd = xasprintf(
+		"python3 -c 'import yaml, json, sys; print(json.dumps(yaml.safe_load(open(sys.argv[1], "
+		"encoding=\"utf-8\")), ensure_ascii=True, sort_keys=True))' %s 2>&1", path);
+	char *out = NULL;
+
+	if (run(cmd, &out) != 0)
+		printf("# yaml: %s\n", out);
+	out[strcspn(out, "\n")] = '\0';
+	return out;
+}
+
+static char *part_line(const char *type, const char *enc, const char *body)
+{
+	char h[65];
+
+	sha256_hex(body, strlen(body), h);
+	return xasprintf("%s|%s|%s", type, enc, h);
+}
+
+static void test_mime(void)
+{
+	const char *keys[] = {"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB6C alice@laptop"};
+	const char *ud = "#!/bin/sh\necho marker > /var/tmp/bc-marker\n";
+	struct bootdata_in in = {.instance_id = ID, .ssh_keys = keys, .n_ssh_keys = 1,
+				 .user_data = ud};
+	_cleanup_free_ char *mime = NULL, *cc = NULL, *parts = NULL, *l1 = NULL, *l2 = NULL;
+	_cleanup_free_ char *want = NULL;
+	size_t len = 0;
+	bc_error err = {0};
+
+	ok(bootdata_render(&in, &mime, &len, &err) == 0, "render: keys and a shell script");
+	is_int(len, strlen(mime), "length is the text's");
+	ok(strncmp(mime, "Content-Type: multipart/mixed; boundary=\"bc-", 44) == 0,
+	   "a multipart/mixed with our boundary");
+	ok(bootdata_cloud_config(&in, &cc) == 0, "the platform's part alone");
+	ok(strncmp(cc, "#cloud-config\n", 14) == 0, "it starts #cloud-config");
+	parts = mime_parts(mime, len);
+	l1 = part_line("text/cloud-config", "7bit", cc);
+	l2 = part_line("text/x-shellscript", "7bit", ud);
+	want = xasprintf("multipart/mixed True\n%s\n%s\n", l1, l2);
+	is_str(parts, want, "python's email parser: platform part first, the script second, "
+	       "both bodies byte for byte");
+	is_int(schema("mime.cfg", cc), 0, "cloud-init schema accepts the platform part");
+	ok(strstr(cc, "hostname: \"inst-01jdzq3m5n8p9r7s6t5v4w3x2y\"") != NULL,
+	   "hostname is the instance id as a DNS label");
+	/* the same input renders the same bytes */
+	{
+		_cleanup_free_ char *again = NULL;
+		size_t len2 = 0;
+		ok(bootdata_render(&in, &again, &len2, &err) == 0 && len2 == len &&
+		   memcmp(again, mime, len) == 0, "rendering is deterministic");
+	}
+}
+
+static void test_no_user_data(void)
+{
+	struct bootdata_in in = {.instance_id = ID};
+	_cleanup_free_ char *mime = NULL, *cc = NULL, *parts = NULL, *want = NULL, *l1 = NULL;
+	size_t len = 0;
+	bc_error err = {0};
+
+	ok(bootdata_render(&in, &mime, &len, &err) == 0, "render: no keys, no user data");
+	ok(bootdata_cloud_config(&in, &cc) == 0, "platform part");
+	ok(strstr(cc, "ssh_authorized_keys") == NULL, "no keys, no ssh_authorized_keys");
+	parts = mime_parts(mime, len);
+	l1 = part_line("text/cloud-config", "7bit", cc);
+	want = xasprintf("multipart/mixed True\n%s\n", l1);
+	is_str(parts, want, "one part only");
+	is_int(schema("nokeys.cfg", cc), 0, "cloud-init schema accepts it");
+}
+
+/* Values that would break naive YAML: quotes, backslashes, colons, '#',
+ * a newline, a tab, a DEL, a C1 control, non-ASCII, a line separator. */
+static void test_escaping(void)
+{
+	const char *keys[] = {
+		"ssh-ed25519 AAAA \"quoted\" back\\slash: colon # hash",
+		"ssh-rsa AAAA evil\nhostname: pwned\n- x",
+		"ssh-ed25519 AAAA tab\there del\x7f c1\xc2\x85 \xc3\xa9t\xc3\xa9 \xe2\x80\xa8 "
+		"\xf0\x9f\x94\x91",
+	};
+	struct bootdata_in in = {.instance_id = ID, .ssh_keys = keys, .n_ssh_keys = 3};
+	_cleanup_free_ char *cc = NULL, *json = NULL;
+
+	ok(bootdata_cloud_config(&in, &cc) == 0, "render hostile key comments");
+	json = yaml_json(cc);
+	is_str(json,
+	       "{\"hostname\": \"inst-01jdzq3m5n8p9r7s6t5v4w3x2y\", \"preserve_hostname\": false, "
+	       "\"ssh_authorized_keys\": [\"ssh-ed25519 AAAA \\\"quoted\\\" back\\\\slash: colon "
+	       "# hash\", \"ssh-rsa AAAA evil\\nhostname: pwned\\n- x\", \"ssh-ed25519 AAAA "
+	       "tab\\there del\\u007f c1\\u0085 \\u00e9t\\u00e9 \\u2028 \\ud83d\\udd11\"], "
+	       "\"users\": [\"default\"]}",
+	       "a YAML parser reads back every key exactly and nothing else");
+	is_int(schema("escaping.cfg", cc), 0, "cloud-init schema accepts it");
+	{
+		const char *bad[] = {"ssh-ed25519 AAAA \xff\xfe"};
+		struct bootdata_in b = {.instance_id = ID, .ssh_keys = bad, .n_ssh_keys = 1};
+		_cleanup_free_ char *x = NULL;
+		size_t len;
+		bc_error err = {0};
+		ok(bootdata_render(&b, &x, &len, &err) < 0 && err.code == BC_INVALID_INPUT,
+		   "a key that is not UTF-8 is INVALID_INPUT");
+	}
+}
+
+static void test_ssh_ca(void)
+{
+	const struct bootdata_ssh_ca ca = {
+		.account = "sandbox",
+		.ca_public_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOM sandbox CA \"prod\""};
+	const char *keys[] = {"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB6C alice"};
+	struct bootdata_in in = {.instance_id = ID, .ssh_keys = keys, .n_ssh_keys = 1,
+				 .ssh_ca = &ca, .user_data = "#cloud-config\nruncmd: [true]\n"};
+	_cleanup_free_ char *cc = NULL, *json = NULL, *mime = NULL, *parts = NULL;
+	size_t len;
+	bc_error err = {0};
+
+	ok(bootdata_cloud_config(&in, &cc) == 0, "render the sandbox SSH CA seam");
+	is_int(schema("ca.cfg", cc), 0, "cloud-init schema accepts it");
+	json = yaml_json(cc);
+	ok(strstr(json, "\"path\": \"/etc/ssh/bc_sandbox_principals/sandbox\"") &&
+	   strstr(json, "\"content\": \"sandbox@" ID "\\n\""),
+	   "the principal file names <account>@<instance id>");
+	ok(strstr(json, "\"content\": \"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOM sandbox CA "
+		  "\\\"prod\\\"\\n\"") != NULL, "the CA key written as given");
+	ok(strstr(json, "TrustedUserCAKeys /etc/ssh/bc_sandbox_ca.pub\\nAuthorizedPrincipalsFile "
+		  "/etc/ssh/bc_sandbox_principals/%u\\n") != NULL, "the sshd drop-in");
+	ok(strstr(json, "{\"lock_passwd\": true, \"name\": \"sandbox\", \"shell\": "
+		  "\"/bin/bash\"}") != NULL, "a locked-password account");
+	ok(bootdata_render(&in, &mime, &len, &err) == 0, "render with a cloud-config second part");
+	parts = mime_parts(mime, len);
+	ok(strstr(parts, "\ntext/cloud-config|7bit|") && strstr(strstr(parts, "|7bit|") + 1,
+								 "\ntext/cloud-config|7bit|"),
+	   "two cloud-config parts");
+	{
+		const struct bootdata_ssh_ca bad = {.account = "../etc", .ca_public_key = "x"};
+		struct bootdata_in b = {.instance_id = ID, .ssh_ca = &bad};
+		_cleanup_free_ char *x = NULL;
+		ok(bootdata_cloud_config(&b, &x) == -EINVAL, "an account that is no login name "
+		   "is refused");
+	}
+}
+
+static void test_non_ascii_user_data(void)
+{
+	const char *ud = "#cloud-config\r\nwrite_files:\r\n  - path: /tmp/\xc3\xa9\r\n"
+			 "    content: \"--bc-\"\r\n";
+	struct bootdata_in in = {.instance_id = ID, .user_data = ud};
+	_cleanup_free_ char *mime = NULL, *parts = NULL, *l2 = NULL;
+	char boundary[64];
+	size_t len;
+	bc_error err = {0};
+
+	ok(bootdata_render(&in, &mime, &len, &err) == 0, "render UTF-8 user data with CRLF");
+	parts = mime_parts(mime, len);
+	l2 = part_line("text/cloud-config", "base64", ud);
+	ok(strstr(parts, l2) != NULL, "it travels base64-encoded and decodes byte for byte");
+	ok(sscanf(mime, "Content-Type: multipart/mixed; boundary=\"%63[^\"]\"", boundary) == 1,
+	   "the boundary is read back");
+	ok(strstr(ud, boundary) == NULL, "the boundary is in no part");
+}
+
+static void check_type(const char *ud, const char *want)
+{
+	const char *got = bootdata_user_type(ud);
+
+	is_str(got ? got : "(none)", want, "first line '%.*s' is %s", (int)strcspn(ud, "\r\n"),
+	       ud, want);
+}
+
+static void test_types_and_refusals(void)
+{
+	char *big;
+	bc_error err = {0};
+
+	check_type("#cloud-config\na: 1\n", "text/cloud-config");
+	check_type("#cloud-config  \r\n", "text/cloud-config");
+	check_type("#!/bin/bash\n", "text/x-shellscript");
+	check_type("#include\nhttps://x/y\n", "text/x-include-url");
+	check_type("#include-once\nhttps://x/y\n", "text/x-include-once-url");
+	check_type("#cloud-boothook\n", "text/cloud-boothook");
+	check_type("#part-handler\n", "text/part-handler");
+	check_type("#cloud-config-archive\n", "text/cloud-config-archive");
+	check_type("#cloud-config-jsonp\n", "text/cloud-config-jsonp");
+	check_type("## template: jinja\n#cloud-config\n", "text/jinja2");
+	check_type("#cloud-configX\n", "(none)");
+	check_type("hello\n", "(none)");
+	ok(bootdata_check_user("", &err) == 0, "empty user data is accepted");
+	ok(bootdata_check_user("echo hi\n", &err) < 0 && err.code == BC_INVALID_INPUT,
+	   "an untyped first line is INVALID_INPUT");
+	is_str(bc_error_get_detail(&err, "field"), "userData", "details.field");
+	is_str(bc_error_get_detail(&err, "reason"), "user-data-type", "details.reason");
+	bc_error_clear(&err);
+	ok(bootdata_check_user("#!/bin/sh\n\xc3(\n", &err) < 0 &&
+	   strcmp(bc_error_get_detail(&err, "reason"), "user-data-not-utf8") == 0,
+	   "invalid UTF-8 is INVALID_INPUT user-data-not-utf8");
+	bc_error_clear(&err);
+	big = xmalloc(BOOTDATA_USER_MAX + 2);
+	memset(big, 'x', BOOTDATA_USER_MAX + 1);
+	memcpy(big, "#!/bin/sh\n#", 11);
+	big[BOOTDATA_USER_MAX + 1] = '\0';
+	ok(bootdata_check_user(big, &err) < 0 &&
+	   strcmp(bc_error_get_detail(&err, "reason"), "user-data-too-large") == 0,
+	   "65,537 bytes is INVALID_INPUT user-data-too-large");
+	bc_error_clear(&err);
+	big[BOOTDATA_USER_MAX] = '\0';
+	ok(bootdata_check_user(big, &err) == 0, "65,536 bytes is accepted");
+	free(big);
+}
+
+int main(void)
+{
+	if (!mkdtemp(tmpdir))
+		abort();
+	test_mime();
+	test_no_user_data();
+	test_escaping();
+	test_ssh_ca();
+	test_non_ascii_user_data();
+	test_types_and_refusals();
+	{
+		_cleanup_free_ char *cmd = xasprintf("rm -rf %s", tmpdir);
+		if (system(cmd) != 0)
+			printf("# could not remove %s\n", tmpdir);
+	}
+	done_testing();
+}
