@@ -203,6 +203,10 @@ int cli_instance_create(struct cli_ctx *ctx, int argc, char **argv);
 int cli_instance_list(struct cli_ctx *ctx, int argc, char **argv);
 int cli_instance_get(struct cli_ctx *ctx, int argc, char **argv);
 int cli_instance_delete(struct cli_ctx *ctx, int argc, char **argv);
+int cli_instance_start(struct cli_ctx *ctx, int argc, char **argv);
+int cli_instance_stop(struct cli_ctx *ctx, int argc, char **argv);
+int cli_instance_pause(struct cli_ctx *ctx, int argc, char **argv);
+int cli_instance_resume(struct cli_ctx *ctx, int argc, char **argv);
 
 int cli_tenant_create(struct cli_ctx *ctx, int argc, char **argv);
 int cli_tenant_get(struct cli_ctx *ctx, int argc, char **argv);

@@ -51,6 +51,14 @@ static const struct cli_verb verbs[] = {
 	 "List instances."},
 	{"instance", "get", cli_instance_get, "ID [--tenant T]", "Show one instance."},
 	{"instance", "delete", cli_instance_delete, "ID [--tenant T]", "Delete an instance."},
+	{"instance", "start", cli_instance_start, "ID [--tenant T]",
+	 "Start a stopped instance (Instances.Start)."},
+	{"instance", "stop", cli_instance_stop, "ID [--tenant T]",
+	 "Stop an instance (Instances.Stop)."},
+	{"instance", "pause", cli_instance_pause, "ID [--tenant T]",
+	 "Pause a running instance (Instances.Pause)."},
+	{"instance", "resume", cli_instance_resume, "ID [--tenant T]",
+	 "Resume a paused instance (Instances.Resume)."},
 	{"sandbox-template", "create", cli_template_create,
 	 "--name N --pool ID --flavor F --image I [--user-data-file F] "
 	 "[--network egress|private|none] [--default-ttl 1h] [--max-ttl 24h] [--warm-min N "

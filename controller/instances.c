@@ -659,6 +659,13 @@ int instances_register(rpc_server *s)
 		{"List", RPC_UNARY, {.unary = inst_list}},
 		{"Delete", RPC_UNARY, {.unary = inst_delete}},
 	};
+	struct rpc_handler all[ARRAY_SIZE(h) + 8];
+	size_t n_act = 0, n = 0;
+	const struct rpc_handler *act = inst_actions(&n_act);
 
-	return rpc_server_add_service(s, &bc__compute__v1__instances__descriptor, h, ARRAY_SIZE(h));
+	for (size_t i = 0; i < ARRAY_SIZE(h); i++)
+		all[n++] = h[i];
+	for (size_t i = 0; i < n_act && n < ARRAY_SIZE(all); i++)
+		all[n++] = act[i];
+	return rpc_server_add_service(s, &bc__compute__v1__instances__descriptor, all, n);
 }

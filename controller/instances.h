@@ -58,4 +58,8 @@ int inst_fetch(rpc_call *c, const char *tenant, const char *id,
 int inst_decide(rpc_call *c, const char *action, const Bc__Compute__V1__Instance *x,
 		const char *agent, bc_error *err);
 
+/* instance_actions.c: the handlers of Start, Stop, Pause and Resume, which
+ * instances_register adds to the Instances service. */
+const struct rpc_handler *inst_actions(size_t *ret_n);
+
 #endif
