@@ -18,8 +18,13 @@
  * capacity_memory_mib; otherwise create answers -ENOSPC with
  * "ResourcesExhausted: memory" (or vcpus). A capacity of 0 is not enforced.
  *
- * Test hook: a file state_dir/fake/<id>.fail holding operation names
- * ("start", "destroy", ...) makes those operations fail with -EIO. */
+ * Test hooks: a file state_dir/fake/<id>.fail holding operation names
+ * ("start", "destroy", ...) makes those operations fail with -EIO; a file
+ * state_dir/fake/admission of `capacity_memory_mib=N` / `capacity_vcpus=N`
+ * lines makes admission use those limits instead of the configured ones,
+ * as a host whose real room is smaller than what it offers (huge pages
+ * taken, another tenant of the machine): it then refuses instances the
+ * controller booked on it. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -350,15 +355,35 @@ static int fake_list(struct rt *rt, struct rt_instance **ret, size_t *ret_n)
 	return 0;
 }
 
-/* Host admission against the configured capacity; -ENOSPC with reason. */
+/* The admission test hook's limits over cap (see the top of the file). */
+static void admission_hook(const struct rt_fake *f, struct rt_config *cap)
+{
+	_cleanup_free_ char *path = xasprintf("%s/admission", f->dir);
+	_cleanup_free_ char *text = NULL;
+	char *save = NULL;
+
+	if (file_read_all(path, 4096, &text, NULL) < 0)
+		return;
+	for (char *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+		if (strncmp(l, "capacity_memory_mib=", 20) == 0)
+			cap->capacity_memory_mib = strtoull(l + 20, NULL, 10);
+		else if (strncmp(l, "capacity_vcpus=", 15) == 0)
+			cap->capacity_vcpus = (uint32_t)strtoul(l + 15, NULL, 10);
+	}
+}
+
+/* Host admission against the configured capacity (or the hook's); -ENOSPC
+ * with reason. */
 static int admit(const struct rt_fake *f, const Bc__Node__V1__InstanceSpec *s, char *reason)
 {
-	if (f->cap.capacity_memory_mib &&
-	    f->used_memory_mib + s->memory_mib > f->cap.capacity_memory_mib) {
+	struct rt_config cap = f->cap;
+
+	admission_hook(f, &cap);
+	if (cap.capacity_memory_mib && f->used_memory_mib + s->memory_mib > cap.capacity_memory_mib) {
 		snprintf(reason, RT_REASON_MAX, "ResourcesExhausted: memory");
 		return -ENOSPC;
 	}
-	if (f->cap.capacity_vcpus && f->used_vcpus + s->vcpus > f->cap.capacity_vcpus) {
+	if (cap.capacity_vcpus && f->used_vcpus + s->vcpus > cap.capacity_vcpus) {
 		snprintf(reason, RT_REASON_MAX, "ResourcesExhausted: vcpus");
 		return -ENOSPC;
 	}

@@ -38,6 +38,7 @@ static const struct ckey keys[] = {
 	S(admin_token_file, NULL),
 	I(workers, "8", 1, 256),
 	I(node_lost_seconds, "60", 2, 86400),
+	I(replace_after_seconds, "60", 1, 86400),
 	I(spec_resync_seconds, "30", 1, 3600),
 	I(max_message_bytes, "1048576", 4096, 64 << 20),
 	I(sandbox_reconcile_seconds, "15", 1, 3600),

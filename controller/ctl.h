@@ -29,6 +29,7 @@ struct ctl_config {
 	char *admin_token_file;
 	int workers;
 	int node_lost_seconds;
+	int replace_after_seconds;   /* a host's admission refusal stands this long */
 	int spec_resync_seconds;
 	int max_message_bytes;
 	int sandbox_reconcile_seconds;

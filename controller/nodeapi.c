@@ -316,9 +316,11 @@ static bool state_ok(const char *s)
 	return false;
 }
 
+/* Newline-separated values for string_to_array: one line per value, an
+ * empty value included (the separator goes by count, not length). */
 struct lines {
 	char *buf;
-	size_t len, cap;
+	size_t len, cap, n;
 };
 
 static void lines_add(struct lines *l, const char *s)
@@ -331,7 +333,7 @@ static void lines_add(struct lines *l, const char *s)
 		if (!l->buf)
 			abort();
 	}
-	if (l->len)
+	if (l->n++)
 		l->buf[l->len++] = '\n';
 	for (size_t i = 0; i < n; i++) /* a line never holds a newline */
 		l->buf[l->len++] = s[i] == '\n' || s[i] == '\t' ? ' ' : s[i];
@@ -396,6 +398,14 @@ static int report_node(struct db *d, struct report *a, bc_error *err)
 	return rc < 0 ? db_fail(err, rc) : 0;
 }
 
+/* Record the states the host reports, with an instance.<state> event for
+ * each change. A report from a host that has not applied the newest spec
+ * yet may predate a change of desired state (a start, a pause): from it,
+ * only states that match the desired one and errors are taken, so an
+ * instance never flaps back for one report. A host's admission refusal
+ * (stopped, "ResourcesExhausted: ...") of an instance that never ran keeps
+ * it provisioning, stamps refused_at for the reconciler's re-placement
+ * (reconcile.c) and publishes instance.refused once. */
 static int report_instances(struct db *d, struct report *a, bc_error *err)
 {
 	struct dbp p = {0};
@@ -405,17 +415,26 @@ static int report_instances(struct db *d, struct report *a, bc_error *err)
 	dbp_str(&p, lines_str(&a->ids));
 	dbp_str(&p, lines_str(&a->st));
 	dbp_str(&p, lines_str(&a->reasons));
+	dbp_bool(&p, a->q->applied_generation >= a->spec_generation);
 	rc = db_exec(d, NULL,
 		     "WITH r AS (SELECT * FROM unnest(string_to_array($2, E'\\n'), string_to_array("
-		     "$3, E'\\n'), string_to_array($4, E'\\n')) AS r(id, state, reason)), u AS ("
-		     "UPDATE instances i SET state = r.state, reason = coalesce(r.reason, ''), "
-		     "updated_at = now(), running_at = CASE WHEN r.state = 'running' THEN "
-		     "coalesce(i.running_at, now()) ELSE i.running_at END FROM r WHERE i.id = r.id "
-		     "AND i.node_id = $1 AND i.desired_state <> 'deleted' AND r.state <> 'deleted' "
-		     "AND (i.state, i.reason) IS DISTINCT FROM (r.state, coalesce(r.reason, '')) "
-		     "RETURNING i.id, i.tenant_id, i.state, i.reason) INSERT INTO events (type, "
-		     "subject, tenant_id, data) SELECT 'instance.' || state, 'instance/' || id, "
-		     "tenant_id, jsonb_build_object('nodeId', $1::text, 'reason', reason) FROM u", &p);
+		     "$3, E'\\n'), string_to_array($4, E'\\n')) AS r(id, state, reason)), c AS ("
+		     "SELECT i.id, r.state AS st, coalesce(r.reason, '') AS why, (r.state = 'stopped' "
+		     "AND r.reason LIKE 'ResourcesExhausted:%' AND i.running_at IS NULL AND "
+		     "i.desired_state = 'running') AS refused FROM instances i JOIN r ON r.id = i.id "
+		     "WHERE i.node_id = $1 AND i.desired_state <> 'deleted' AND r.state <> 'deleted' "
+		     "AND ($5 OR r.state = 'error' OR r.state = i.desired_state)), u AS (UPDATE "
+		     "instances i SET state = CASE WHEN c.refused THEN i.state ELSE c.st END, reason = "
+		     "c.why, refused_at = CASE WHEN c.refused THEN coalesce(i.refused_at, now()) END, "
+		     "updated_at = now(), running_at = CASE WHEN c.st = 'running' THEN coalesce("
+		     "i.running_at, now()) ELSE i.running_at END FROM c WHERE i.id = c.id AND ("
+		     "(i.state, i.reason) IS DISTINCT FROM (CASE WHEN c.refused THEN i.state ELSE c.st "
+		     "END, c.why) OR (i.refused_at IS NULL) = c.refused) RETURNING i.id, i.tenant_id, "
+		     "i.state, i.reason, c.refused) INSERT INTO events (type, subject, tenant_id, data) "
+		     "SELECT CASE WHEN u.refused THEN 'instance.refused' ELSE 'instance.' || u.state "
+		     "END, 'instance/' || u.id, u.tenant_id, jsonb_build_object('nodeId', $1::text, "
+		     "'reason', u.reason) FROM u, (SELECT pg_advisory_xact_lock(" EVENTS_LOCK ")) l",
+		     &p);
 	return rc < 0 ? db_fail(err, rc) : 0;
 }
 

@@ -5,6 +5,8 @@
 #ifndef BC_CTL_NODES_H
 #define BC_CTL_NODES_H
 
+#include <stdbool.h>
+
 #include "db.h"
 #include "err.h"
 
@@ -23,6 +25,24 @@ struct place_req {
  * the node id (malloc'd) or NULL when no node has room (the instance stays
  * unplaced, reason "Unschedulable: ..."). Bumps the node's spec. */
 int place_instance(struct db *d, const struct place_req *q, char **ret_node, bc_error *err);
+
+/* Place an instance waiting unplaced (provisioning, no node), locked with
+ * SKIP LOCKED (a row another transaction holds is left for later): as
+ * place_instance with the labels its network policy and ssh-host-only
+ * need, and instance.placed when it found a node (*ret_node, malloc'd). */
+int place_pending(struct db *d, const char *id, char **ret_node, bc_error *err);
+
+/* Release an instance's booking (its open allocation) and, with address,
+ * its IP leases. 0 or a db_exec error. */
+int release_placement(struct db *d, const char *id, bool address);
+
+/* replace.c, leader only: re-place instances whose host refused them for
+ * after_seconds (host admission), failing them after REPLACE_MAX
+ * re-placements; and recreate the instances of recreateOnHostLoss pools
+ * whose node is lost. Each instance in its own transaction. */
+#define REPLACE_MAX 3
+void replace_refused(struct db *d, int after_seconds);
+void recreate_lost(struct db *d);
 
 /* Lease an IPv4 address for NIC 0 (if the pool has IPAM), bound to the
  * instance's MAC (already on its row). A MAC collision makes it pick

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "instances.h"
 #include "log.h"
 #include "nodes.h"
 #include "sealed.h"
@@ -124,11 +125,68 @@ int place_instance(struct db *d, const struct place_req *q, char **ret_node, bc_
 		p.n = 0;
 		dbp_str(&p, q->instance_id);
 		rc = db_exec(d, NULL, "UPDATE instances SET reason = 'Unschedulable: no node of the "
-			     "pool has room', updated_at = now() WHERE id = $1", &p);
+			     "pool has room' || CASE WHEN cardinality(refused_nodes) > 0 THEN ' that "
+			     "has not refused it (' || array_to_string(refused_nodes, ', ') || ')' "
+			     "ELSE '' END, updated_at = now() WHERE id = $1", &p);
 		if (rc < 0)
 			return db_fail(err, rc);
 	}
 	return 0;
+}
+
+int place_pending(struct db *d, const char *id, char **ret_node, bc_error *err)
+{
+	const char *labels[3] = {NULL, NULL, NULL};
+	struct place_req q;
+	char subject[96];
+	_cleanup_free_ char *data = NULL;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	*ret_node = NULL;
+	dbp_str(&p, id);
+	rc = db_exec(d, &r, "SELECT tenant_id, pool_id, vcpus, memory_mib, disk_gib, gpus, "
+		     "network_policy, ssh_from_host_only FROM instances WHERE id = $1 AND node_id IS "
+		     "NULL AND desired_state <> 'deleted' AND state = 'provisioning' FOR UPDATE SKIP "
+		     "LOCKED", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return 0;
+	}
+	if (strcmp(db_val(r, 0, 6), "egress") != 0)
+		labels[0] = CAP_NETWORK_POLICY;
+	if (db_bool(r, 0, 7))
+		labels[labels[0] ? 1 : 0] = CAP_SSH_HOST_ONLY;
+	q = (struct place_req){.instance_id = id, .tenant_id = db_val(r, 0, 0),
+			       .pool_id = db_val(r, 0, 1), .vcpus = (int)db_i64(r, 0, 2),
+			       .memory_mib = db_i64(r, 0, 3), .disk_gib = db_i64(r, 0, 4),
+			       .gpus = (int)db_i64(r, 0, 5), .labels = labels};
+	rc = place_instance(d, &q, ret_node, err);
+	if (rc == 0 && *ret_node) {
+		snprintf(subject, sizeof(subject), "instance/%s", id);
+		data = xasprintf("{\"nodeId\": \"%s\"}", *ret_node);
+		rc = event_publish(d, "instance.placed", subject, q.tenant_id, data);
+		if (rc < 0)
+			rc = db_fail(err, rc);
+	}
+	PQclear(r);
+	return rc;
+}
+
+int release_placement(struct db *d, const char *id, bool address)
+{
+	struct dbp p = {0};
+	int rc;
+
+	dbp_str(&p, id);
+	rc = db_exec(d, NULL, "UPDATE allocations SET released_at = now() WHERE owner_kind = "
+		     "'instance' AND owner_id = $1 AND released_at IS NULL", &p);
+	if (rc == 0 && address)
+		rc = db_exec(d, NULL, "DELETE FROM ip_leases WHERE instance_id = $1", &p);
+	return rc;
 }
 
 /* One try: the first free address in a window of the range (or the whole

@@ -1,7 +1,9 @@
 /* reconcile.c: the controller's periodic work, done by one replica at a time
  * (the holder of a session advisory lock): nodes silent for
  * node_lost_seconds become lost with their instances (their deletions
- * finish), and instances that found no node with room are placed again. */
+ * finish); instances their host refused, and those of recreateOnHostLoss
+ * pools on a lost node, are placed again (replace.c); instances that found
+ * no node with room are placed when room appears. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,33 +60,8 @@ static int place_tx(struct db *d, void *arg, bc_error *err)
 {
 	struct unplaced *a = arg;
 	_cleanup_free_ char *node = NULL;
-	const char *labels[3] = {NULL, NULL, NULL};
-	struct place_req q;
-	struct dbp p = {0};
-	PGresult *r = NULL;
-	int rc;
+	int rc = place_pending(d, a->id, &node, err);
 
-	dbp_str(&p, a->id);
-	rc = db_exec(d, &r, "SELECT tenant_id, pool_id, vcpus, memory_mib, disk_gib, gpus, "
-		     "network_policy, ssh_from_host_only FROM instances WHERE id = $1 AND node_id IS NULL AND "
-		     "desired_state <> 'deleted' AND state = 'provisioning' FOR UPDATE SKIP LOCKED",
-		     &p);
-	if (rc < 0)
-		return db_fail(err, rc);
-	if (PQntuples(r) == 0) {
-		PQclear(r);
-		return 0;
-	}
-	if (strcmp(db_val(r, 0, 6), "egress") != 0)
-		labels[0] = CAP_NETWORK_POLICY;
-	if (db_bool(r, 0, 7))
-		labels[labels[0] ? 1 : 0] = CAP_SSH_HOST_ONLY;
-	q = (struct place_req){.instance_id = a->id, .tenant_id = db_val(r, 0, 0),
-			       .pool_id = db_val(r, 0, 1), .vcpus = (int)db_i64(r, 0, 2),
-			       .memory_mib = db_i64(r, 0, 3), .disk_gib = db_i64(r, 0, 4),
-			       .gpus = (int)db_i64(r, 0, 5), .labels = labels};
-	rc = place_instance(d, &q, &node, err);
-	PQclear(r);
 	a->placed = node != NULL;
 	if (node)
 		log_info("instance %s: placed on %s", a->id, node);
@@ -145,6 +122,8 @@ void *reconcile_thread(void *arg)
 		bc_error_clear(&err);
 		if (db_tx(d, "READ COMMITTED", lost_tx, &l, &err) < 0)
 			log_warn("reconcile: node loss pass failed: %s", err.message);
+		replace_refused(d, app->cfg.replace_after_seconds);
+		recreate_lost(d);
 		place_unplaced(d);
 		meter_tick(d, app->cfg.metering_interval_seconds);
 		teardown_tick(d);

@@ -1,0 +1,218 @@
+/* replace.c: placing an instance again, away from the host it was on. Run
+ * by the reconciler's leader (reconcile.c), each instance in a transaction
+ * of its own, so one that cannot move now never holds up the others.
+ *
+ * Host admission (the spec's "hosts that cannot start an instance"): a host
+ * that cannot fit an instance reports it stopped with "ResourcesExhausted:
+ * ...", and the report stamps refused_at (nodeapi.c). Once that refusal has
+ * stood replace_after_seconds and the instance has never run, its booking
+ * and address are released, the host joins refused_nodes, replacements
+ * grows by one, and the instance is placed away from every host in
+ * refused_nodes (placement.c excludes them; with none left it waits
+ * Unschedulable). After REPLACE_MAX re-placements the next standing refusal
+ * fails it: state error, reason naming every host that refused it. It
+ * keeps its id and created_at throughout.
+ *
+ * recreateOnHostLoss: an instance of such a pool on a node declared lost
+ * (or retired), not being deleted, releases its booking and address and
+ * goes back to provisioning, to be placed elsewhere; running_at is cleared
+ * since it boots again. Without the flag it stays lost. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ctl.h"
+#include "log.h"
+#include "nodes.h"
+#include "util.h"
+
+#define BATCH 50
+
+struct move {
+	char id[64];
+	int after;            /* replace_after_seconds */
+};
+
+/* A new address for the instance's MAC (another MAC on a collision), and
+ * a placement. */
+static int lease_and_place(struct db *d, const char *id, const char *pool, const char *mac,
+			   bc_error *err)
+{
+	_cleanup_free_ char *node = NULL;
+	char m[18];
+	int rc;
+
+	snprintf(m, sizeof(m), "%s", mac ? mac : "");
+	if (mac && (rc = lease_nic(d, pool, id, m, err)) < 0)
+		return rc;
+	rc = place_pending(d, id, &node, err);
+	if (rc == 0 && node)
+		log_info("instance %s: placed again on %s", id, node);
+	return rc;
+}
+
+static int publish(struct db *d, const char *type, const char *id, const char *tenant,
+		   const char *data)
+{
+	char subject[96];
+
+	snprintf(subject, sizeof(subject), "instance/%s", id);
+	return event_publish(d, type, subject, tenant, data);
+}
+
+/* The refusal stood its time and REPLACE_MAX re-placements are used up. */
+static int fail_refused(struct db *d, const PGresult *r, bc_error *err)
+{
+	const char *id = db_val(r, 0, 0), *node = db_val(r, 0, 1);
+	struct dbp p = {0};
+	PGresult *u = NULL;
+	int rc;
+
+	dbp_str(&p, id);
+	dbp_str(&p, node);
+	rc = db_exec(d, &u, "UPDATE instances SET refused_nodes = array_append(refused_nodes, "
+		     "node_id), state = 'error', reason = format('ResourcesExhausted: refused by %s "
+		     "hosts (%s); the last said: %s', cardinality(refused_nodes) + 1, "
+		     "array_to_string(array_append(refused_nodes, node_id), ', '), reason), node_id = "
+		     "NULL, refused_at = NULL, updated_at = now() WHERE id = $1 RETURNING reason, "
+		     "jsonb_build_object('nodeId', $2::text, 'reason', reason, 'refusedNodes', "
+		     "to_jsonb(refused_nodes), 'replacements', replacements)::text", &p);
+	if (rc == 0) {
+		log_warn("instance %s: %s", id, db_val(u, 0, 0));
+		rc = publish(d, "instance.error", id, db_val(r, 0, 2), db_val(u, 0, 1));
+		PQclear(u);
+	}
+	if (rc == 0)
+		rc = spec_bump(d, node);
+	return rc < 0 ? db_fail(err, rc) : 0;
+}
+
+/* Away from every host that refused it. */
+static int move_refused(struct db *d, const PGresult *r, bc_error *err)
+{
+	const char *id = db_val(r, 0, 0), *node = db_val(r, 0, 1);
+	struct dbp p = {0};
+	PGresult *u = NULL;
+	int rc;
+
+	dbp_str(&p, id);
+	dbp_str(&p, node);
+	rc = db_exec(d, &u, "UPDATE instances SET refused_nodes = array_append(refused_nodes, "
+		     "node_id), replacements = replacements + 1, state = 'provisioning', reason = "
+		     "'Rescheduling: node ' || node_id || ' refused it (' || reason || ')', node_id = "
+		     "NULL, refused_at = NULL, updated_at = now() WHERE id = $1 RETURNING reason, "
+		     "jsonb_build_object('fromNodeId', $2::text, 'reason', reason, 'refusedNodes', "
+		     "to_jsonb(refused_nodes), 'replacements', replacements)::text, replacements, "
+		     "mac::text", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	log_info("instance %s: %s; placing it elsewhere (re-placement %s of %d)", id,
+		 db_val(u, 0, 0), db_val(u, 0, 2), REPLACE_MAX);
+	rc = publish(d, "instance.rescheduling", id, db_val(r, 0, 2), db_val(u, 0, 1));
+	if (rc == 0)
+		rc = spec_bump(d, node);
+	if (rc < 0) {
+		PQclear(u);
+		return db_fail(err, rc);
+	}
+	rc = lease_and_place(d, id, db_val(r, 0, 4), db_val(u, 0, 3), err);
+	PQclear(u);
+	return rc;
+}
+
+static int refused_tx(struct db *d, void *arg, bc_error *err)
+{
+	struct move *a = arg;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, a->id);
+	dbp_i64(&p, a->after);
+	rc = db_exec(d, &r, "SELECT id, node_id, tenant_id, replacements, pool_id FROM instances "
+		     "WHERE id = $1 AND refused_at < now() - make_interval(secs => $2) AND node_id "
+		     "IS NOT NULL AND running_at IS NULL AND desired_state = 'running' FOR UPDATE "
+		     "SKIP LOCKED", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	if (PQntuples(r) == 1) {
+		bool last = db_i64(r, 0, 3) >= REPLACE_MAX;
+		rc = release_placement(d, a->id, !last);
+		if (rc < 0)
+			rc = db_fail(err, rc);
+		else
+			rc = last ? fail_refused(d, r, err) : move_refused(d, r, err);
+	}
+	PQclear(r);
+	return rc;
+}
+
+static int lost_tx(struct db *d, void *arg, bc_error *err)
+{
+	struct move *a = arg;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, a->id);
+	rc = db_exec(d, &r, "UPDATE instances i SET state = 'provisioning', reason = 'Recreating: "
+		     "node ' || i.node_id || ' was lost', node_id = NULL, running_at = NULL, "
+		     "refused_at = NULL, updated_at = now() FROM (SELECT o.id, o.node_id FROM "
+		     "instances o JOIN pools p ON p.id = o.pool_id JOIN nodes n ON n.id = o.node_id "
+		     "WHERE o.id = $1 AND o.state = 'lost' AND o.desired_state <> 'deleted' AND "
+		     "p.recreate_on_host_loss AND n.state <> 'ready' FOR UPDATE OF o SKIP LOCKED) old "
+		     "WHERE i.id = old.id RETURNING old.node_id, i.tenant_id, i.pool_id, i.mac::text, "
+		     "jsonb_build_object('fromNodeId', old.node_id, 'reason', i.reason)::text", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	if (PQntuples(r) == 1) {
+		rc = release_placement(d, a->id, true);
+		if (rc == 0)
+			rc = publish(d, "instance.recreating", a->id, db_val(r, 0, 1), db_val(r, 0, 4));
+		if (rc < 0)
+			rc = db_fail(err, rc);
+		else
+			rc = lease_and_place(d, a->id, db_val(r, 0, 2), db_val(r, 0, 3), err);
+		if (rc == 0)
+			log_info("instance %s: node %s was lost: recreating it", a->id, db_val(r, 0, 0));
+	}
+	PQclear(r);
+	return rc;
+}
+
+/* Run fn for each id the query (one parameter: the batch size) returns. */
+static void each(struct db *d, const char *sql, db_tx_fn fn, int after, const char *what)
+{
+	PGresult *r = NULL;
+	struct dbp p = {0};
+	bc_error err;
+
+	dbp_i64(&p, BATCH);
+	if (after)
+		dbp_i64(&p, after);
+	if (db_exec(d, &r, sql, &p) < 0)
+		return;
+	for (int i = 0; i < PQntuples(r); i++) {
+		struct move a = {.after = after};
+		snprintf(a.id, sizeof(a.id), "%s", db_val(r, i, 0));
+		bc_error_clear(&err);
+		if (db_tx(d, "READ COMMITTED", fn, &a, &err) < 0)
+			log_warn("instance %s: %s failed: %s", a.id, what, err.message);
+	}
+	PQclear(r);
+}
+
+void replace_refused(struct db *d, int after_seconds)
+{
+	each(d, "SELECT id FROM instances WHERE refused_at < now() - make_interval(secs => $2) "
+	     "AND node_id IS NOT NULL AND running_at IS NULL AND desired_state = 'running' ORDER BY "
+	     "refused_at LIMIT $1", refused_tx, after_seconds, "re-placement");
+}
+
+void recreate_lost(struct db *d)
+{
+	each(d, "SELECT i.id FROM instances i JOIN pools p ON p.id = i.pool_id JOIN nodes n ON "
+	     "n.id = i.node_id WHERE i.state = 'lost' AND i.desired_state <> 'deleted' AND "
+	     "p.recreate_on_host_loss AND n.state <> 'ready' ORDER BY i.id LIMIT $1", lost_tx, 0,
+	     "recreate");
+}
