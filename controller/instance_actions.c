@@ -48,13 +48,10 @@ static int refuse(bc_error *err, const struct inst_row *r, const char *reason,
 /* What refuses every action: deletion, loss, a sandbox or warm pool. */
 static int check_common(const struct inst_row *r, bc_error *err)
 {
-	char what[160];
+	int rc = instance_managed(r->id, r->sandbox, r->warm, err);
 
-	if (r->sandbox || r->warm) {
-		snprintf(what, sizeof(what), r->sandbox ? "is managed by sandbox %s" :
-			 "is a warm instance of sandbox template %s", r->sandbox ? r->sandbox : r->warm);
-		return refuse(err, r, "sandbox-managed", what);
-	}
+	if (rc < 0)
+		return rc;
 	if (strcmp(r->state, "deleted") == 0)
 		return refuse(err, r, "deleted", "is deleted");
 	if (strcmp(r->desired, "deleted") == 0)
