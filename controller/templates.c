@@ -17,6 +17,7 @@
 
 #include "authz.h"
 #include "bc/compute/v1/sandboxes.pb-c.h"
+#include "bootdata.h"
 #include "ctl.h"
 #include "log.h"
 #include "rowmsg.h"
@@ -24,7 +25,6 @@
 #include "util.h"
 
 #define NAME_MAX_LEN 64
-#define USER_DATA_MAX (64 * 1024)
 #define WARM_MAX 64
 
 #define TMPL_COLS                                                                          \
@@ -163,8 +163,8 @@ static int check_create(const Bc__Compute__V1__CreateSandboxTemplateRequest *q, 
 		return invalid(err, "flavor", "flavor must be a flavor id or name");
 	if (!*q->image_id || !str_is_printable(q->image_id, 64))
 		return invalid(err, "imageId", "imageId must be an image id or name");
-	if (strlen(q->user_data) > USER_DATA_MAX)
-		return invalid(err, "userData", "userData is larger than %d bytes", USER_DATA_MAX);
+	if ((r = bootdata_check_user(q->user_data, err)) < 0)
+		return r;
 	if (*q->network && (r = check_network(q->network, err)) < 0)
 		return r;
 	if ((r = check_ttls(q->default_ttl_seconds ? q->default_ttl_seconds : SBX_TTL_DEFAULT,
@@ -428,8 +428,8 @@ static int check_update(const Bc__Compute__V1__UpdateSandboxTemplateRequest *q, 
 		return invalid(err, "flavor", "flavor must be a flavor id or name");
 	if (Q_SET(q, image_id, IMAGE_ID) && (!*q->image_id || !str_is_printable(q->image_id, 64)))
 		return invalid(err, "imageId", "imageId must be an image id or name");
-	if (Q_SET(q, user_data, USER_DATA) && strlen(q->user_data) > USER_DATA_MAX)
-		return invalid(err, "userData", "userData is larger than %d bytes", USER_DATA_MAX);
+	if (Q_SET(q, user_data, USER_DATA) && (r = bootdata_check_user(q->user_data, err)) < 0)
+		return r;
 	if (Q_SET(q, network, NETWORK) && (r = check_network(q->network, err)) < 0)
 		return r;
 	if ((r = check_warm(q->warm, err)) < 0)

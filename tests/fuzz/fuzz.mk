@@ -36,7 +36,7 @@ FZ_COMMON  := common/err.c common/util.c common/log.c common/pbjson_common.c com
 FZ_GEN_SRC := $(sort $(shell find $(FZ_GEN) -name '*.pb-c.c' 2>/dev/null))
 
 FZ_SAN      := -fsanitize=address,undefined -fno-sanitize-recover=undefined
-FZ_CPPFLAGS := -I. -Icommon -I$(FZ_GEN) $(shell pkg-config --cflags libprotobuf-c openssl grpc) \
+FZ_CPPFLAGS := -I. -Icommon -I$(FZ_GEN) $(shell pkg-config --cflags libprotobuf-c openssl grpc libpq) \
 	-D_GNU_SOURCE
 FZ_CFLAGS   := -std=gnu17 -g -O1 -fno-omit-frame-pointer -pthread $(FZ_SAN) \
 	-fsanitize=fuzzer-no-link -MMD -MP
@@ -64,6 +64,10 @@ $(FZ)/fuzz_%: $(call fz_obj,tests/fuzz/fuzz_%.c) $(call fz_obj,$(FZ_COMMON)) \
 	@mkdir -p $(@D)
 	@$(if $(FZ_Q),echo "  LD      $@")
 	$(FZ_Q)$(FUZZ_CC) $(FZ_LDFLAGS) -o $@ $^ $(FZ_LDLIBS)
+
+# fuzz_bootdata also links the boot data renderer (its database side is
+# stubbed in the target).
+$(FZ)/fuzz_bootdata: $(call fz_obj,controller/bootdata.c)
 
 $(FZ)/obj/$(FZ_GEN)/%.o: $(FZ_GEN)/%.c
 	@mkdir -p $(@D)

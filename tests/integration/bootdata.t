@@ -8,6 +8,7 @@
 # - the instance's node gets it; the other node, a wrong ref, a malformed
 #   request, a caller without a node certificate, and the instance once
 #   deleted get nothing (NOT_FOUND / INVALID_ARGUMENT / UNAUTHENTICATED);
+# - a sandbox template's user data is checked the same way;
 # - the deletion removes the sealed blob;
 # - user data of an unknown type or over 64 KiB is INVALID_INPUT and leaves
 #   no row behind.
@@ -119,6 +120,10 @@ bcctl instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img" \
 is "$?" 2 'user data of no known type: INVALID_INPUT (exit 2)'
 like "$(cat "$STACK_DIR/err")" 'field: userData' '... details.field userData'
 like "$(cat "$STACK_DIR/err")" 'reason: user-data-type' '... details.reason user-data-type'
+bcctl sandbox-template create --name tpl --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img" \
+	--user-data-file "$STACK_DIR/untyped" >/dev/null 2>"$STACK_DIR/err"
+is "$?" 2 'a sandbox template with such user data: INVALID_INPUT (exit 2)'
+like "$(cat "$STACK_DIR/err")" 'reason: user-data-type' '... the same check as an instance'\''s'
 # past bcctl's own check: straight over gRPC
 { printf '#cloud-config\n#'; head -c 65522 /dev/zero | tr '\0' 'a'; } >"$STACK_DIR/big"
 is "$(wc -c <"$STACK_DIR/big")" 65537 'user data of 65,537 bytes'

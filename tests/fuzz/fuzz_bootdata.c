@@ -1,0 +1,95 @@
+/* fuzz_bootdata.c: the boot data renderer (controller/bootdata.c) on
+ * arbitrary bytes, as the caller's user data and as an SSH key comment.
+ * Oracles: user data that passes bootdata_check_user renders; a key that is
+ * UTF-8 takes exactly one line of the platform's cloud-config (escaping
+ * never lets it add a line, so never a key); the MIME boundary occurs
+ * exactly once per part plus the closing delimiter. The database side of
+ * bootdata.c (sealing) is stubbed: it is not reached here. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "controller/bootdata.h"
+#include "controller/ctl.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* stubs of what bootdata_seal and the refusals would call */
+int invalid(bc_error *err, const char *field, const char *fmt, ...)
+{
+	bc_error_set(err, BC_INVALID_INPUT, "%s", field);
+	return -BC_EDOMAIN;
+}
+
+int db_fail(bc_error *err, int rc)
+{
+	bc_error_set(err, BC_INTERNAL, "db");
+	return -BC_EDOMAIN;
+}
+
+int sealed_put(struct db *d, const struct sealed_owner *o, const void *p, size_t len,
+	       char ret_ref[SEALED_REF_MAX])
+{
+	abort();
+}
+
+static size_t count(const char *hay, const char *needle)
+{
+	size_t n = 0;
+
+	for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	return n;
+}
+
+static void check_key(const char *s)
+{
+	const char *keys[] = {s};
+	struct bootdata_in in = {.instance_id = "inst_01jdzq3m5n8p9r7s6t5v4w3x2y"};
+	char *base = NULL, *with = NULL;
+
+	if (bootdata_cloud_config(&in, &base) != 0)
+		abort();
+	in.ssh_keys = keys;
+	in.n_ssh_keys = 1;
+	if (bootdata_cloud_config(&in, &with) == 0 &&
+	    count(with, "\n") != count(base, "\n") + 2) /* "ssh_authorized_keys:" + the key */
+		abort();
+	free(base);
+	free(with);
+}
+
+static void check_user(const char *s)
+{
+	struct bootdata_in in = {.instance_id = "inst_01jdzq3m5n8p9r7s6t5v4w3x2y", .user_data = s};
+	bc_error err = {0};
+	char *out = NULL, boundary[96], delim[100];
+	size_t len = 0;
+
+	if (bootdata_check_user(s, &err) != 0) {
+		bc_error_clear(&err);
+		return;
+	}
+	if (bootdata_render(&in, &out, &len, &err) != 0)
+		abort();
+	if (sscanf(out, "Content-Type: multipart/mixed; boundary=\"%95[^\"]\"", boundary) != 1)
+		abort();
+	snprintf(delim, sizeof(delim), "\n--%s", boundary);
+	if (count(out, delim) != (*s ? 3u : 2u)) /* the parts and the closing one */
+		abort();
+	free(out);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	char *s = malloc(size + 1);
+
+	if (!s)
+		return 0;
+	memcpy(s, data, size);
+	s[size] = '\0';   /* a NUL inside ends the string, as in a proto string */
+	check_key(s);
+	check_user(s);
+	free(s);
+	return 0;
+}
