@@ -320,8 +320,10 @@ int nodes_abandon(struct db *d, const char *node_id, const char *reason)
 	dbp_str(&p, reason);
 	return db_exec(d, NULL,
 		       "WITH l AS (UPDATE instances SET state = 'lost', reason = $2, updated_at = "
-		       "now() WHERE node_id = $1 AND state NOT IN ('deleted', 'deleting', 'lost') "
+		       "now(), refused_at = NULL WHERE node_id = $1 AND state NOT IN ('deleted', "
+		       "'deleting', 'lost') "
 		       "RETURNING id, tenant_id) INSERT INTO events (type, subject, tenant_id, data) "
 		       "SELECT 'instance.lost', 'instance/' || id, tenant_id, jsonb_build_object("
-		       "'nodeId', $1::text, 'reason', $2::text) FROM l", &p);
+		       "'nodeId', $1::text, 'reason', $2::text) FROM l, (SELECT "
+		       "pg_advisory_xact_lock(" EVENTS_LOCK ")) x", &p);
 }
