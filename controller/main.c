@@ -97,7 +97,7 @@ static int cmd_migrate(struct ctl_app *app)
 static int cmd_meter(struct ctl_app *app)
 {
 	struct db *d = db_open(app->cfg.database);
-	int64_t lines = 0;
+	int64_t lines = 0, t0;
 	bc_error err;
 	int r;
 
@@ -107,11 +107,13 @@ static int cmd_meter(struct ctl_app *app)
 	}
 	bc_error_clear(&err);
 	r = check_schema(app);
+	t0 = mono_ms();
 	if (r == 0 && (r = meter_pass(d, &lines, &err)) < 0)
 		log_error("meter: pass failed: %s", err.message);
 	db_close(d);
 	if (r == 0)
-		printf("usage lines written: %lld\n", (long long)lines);
+		printf("usage lines written: %lld in %lld ms\n", (long long)lines,
+		       (long long)(mono_ms() - t0));
 	return r;
 }
 
