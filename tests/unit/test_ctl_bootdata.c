@@ -3,7 +3,8 @@
  * escaping of every value in the platform's cloud-config (read back by a
  * real YAML parser), the refusals of the caller's part, and that every
  * cloud-config rendered here passes Debian's `cloud-init schema`. The MIME
- * is read back by Python's email package, the parser cloud-init uses. */
+ * is read back by Python's email package and by cloud-init's own user-data
+ * processor (Debian's system Python, where the cloud-init package lives). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,7 +72,7 @@ static char *mime_parts(const char *mime, size_t len)
 {
 	_cleanup_free_ char *path = write_tmp("mime", mime, len);
 	_cleanup_free_ char *cmd = xasprintf(
-		"python3 -c '\n"
+		"/usr/bin/python3 -c '\n"
 		"import email, hashlib, sys\n"
 		"m = email.message_from_bytes(open(sys.argv[1], \"rb\").read())\n"
 		"print(m.get_content_type(), m.is_multipart())\n"
@@ -87,12 +88,37 @@ static char *mime_parts(const char *mime, size_t len)
 	return out;
 }
 
+/* cloud-init's UserDataProcessor (what a guest runs on its NoCloud
+ * user-data) over the MIME: one line per part it hands to its handlers,
+ * "<content type>|<file name>|<sha256 of the payload>". */
+static char *cloudinit_parts(const char *mime, size_t len)
+{
+	_cleanup_free_ char *path = write_tmp("ud", mime, len);
+	_cleanup_free_ char *cmd = xasprintf(
+		"/usr/bin/python3 -c '\n"
+		"import hashlib, sys, tempfile\n"
+		"from cloudinit import helpers, user_data\n"
+		"t = tempfile.mkdtemp()\n"
+		"paths = helpers.Paths({\"cloud_dir\": t, \"run_dir\": t})\n"
+		"m = user_data.UserDataProcessor(paths).process(open(sys.argv[1], \"rb\").read())\n"
+		"for p in m.walk():\n"
+		"    if p.get_content_maintype() != \"multipart\":\n"
+		"        print(p.get_content_type() + \"|\" + p.get_filename() + \"|\" + "
+		"hashlib.sha256(p.get_payload(decode=True)).hexdigest())\n"
+		"' %s 2>&1", path);
+	char *out = NULL;
+
+	if (run(cmd, &out) != 0)
+		printf("# cloud-init user_data: %s\n", out);
+	return out;
+}
+
 /* The cloud-config read back by PyYAML as JSON (the keys in order). */
 static char *yaml_json(const char *cc)
 {
 	_cleanup_free_ char *path = write_tmp("cc.yaml", cc, strlen(cc));
 	_cleanup_free_ char *cmd = xasprintf(
-		"python3 -c 'import yaml, json, sys; print(json.dumps(yaml.safe_load(open(sys.argv[1], "
+		"/usr/bin/python3 -c 'import yaml, json, sys; print(json.dumps(yaml.safe_load(open(sys.argv[1], "
 		"encoding=\"utf-8\")), ensure_ascii=True, sort_keys=True))' %s 2>&1", path);
 	char *out = NULL;
 
@@ -248,6 +274,24 @@ static void test_non_ascii_user_data(void)
 	parts = mime_parts(mime, len);
 	l2 = part_line("text/cloud-config", "base64", ud);
 	ok(strstr(parts, l2) != NULL, "it travels base64-encoded and decodes byte for byte");
+	{
+		const char *keys[] = {"ssh-ed25519 AAAA jos\xc3\xa9"};
+		_cleanup_free_ char *ci = NULL, *cc = NULL, *want = NULL, *h1 = NULL, *h2 = NULL;
+		struct bootdata_in in2 = in;
+		_cleanup_free_ char *mime2 = NULL;
+		size_t len2;
+
+		in2.ssh_keys = keys;
+		in2.n_ssh_keys = 1;
+		ok(bootdata_render(&in2, &mime2, &len2, &err) == 0 &&
+		   bootdata_cloud_config(&in2, &cc) == 0, "render with a UTF-8 key comment too");
+		ci = cloudinit_parts(mime2, len2);
+		h1 = part_line("text/cloud-config", "bc-platform.cfg", cc);
+		h2 = part_line("text/cloud-config", "user-data", ud);
+		want = xasprintf("%s\n%s\n", h1, h2);
+		is_str(ci, want, "cloud-init's user-data processor finds both parts, typed and "
+		       "decoded byte for byte");
+	}
 	ok(sscanf(mime, "Content-Type: multipart/mixed; boundary=\"%63[^\"]\"", boundary) == 1,
 	   "the boundary is read back");
 	ok(strstr(ud, boundary) == NULL, "the boundary is in no part");
