@@ -251,6 +251,21 @@ is "$("$RTDRV" "$W/st" pass "$W/node4.json" 2>>"$W/rtdrv.log")" "$X deleted " \
 	"a spec that no longer names it: destroyed, reported deleted"
 ok "nothing_left $X" "domain and files gone"
 
+# NUMA node and pinned vCPUs, as the flavor asks: applied by libvirt
+if [ -d /sys/devices/system/node/node0 ] && [ "$(nproc)" -ge 2 ]; then
+	spec $X blank.img "$(sha "$W/www/blank.img")" raw '"numaNode":0,"pinnedVcpus":[1,0]' >/dev/null
+	sed -i -e 's/"numaNode":-1,//' -e 's/"vcpus":1/"vcpus":2/' "$W/$X.json"
+	is "$(drv create "$W/$X.json")" ok "create with NUMA node 0 and pinned vCPUs"
+	is "$(drv start $X)" ok "started"
+	like "$($V vcpupin $X | tr -s ' ')" ' 0 1
+ 1 0' "vCPU 0 on host CPU 1, vCPU 1 on host CPU 0"
+	like "$($V numatune $X | tr -s ' ')" 'numa_mode : strict
+numa_nodeset : 0' "memory bound to node 0, strict"
+	is "$(drv destroy $X)" ok "destroyed"
+else
+	skip "no NUMA node 0 or fewer than 2 CPUs" 5
+fi
+
 # -------------------------------------------------------- golden XML
 for g in "$BC_SRC"/tests/unit/golden/domxml_*.xml; do
 	virt-xml-validate "$g" domain >/dev/null 2>&1
