@@ -246,6 +246,9 @@ static int start_up(struct agent *a)
 	a->traits = a->rt->ops->traits;
 	if (a->rt->ops != &rt_fake_ops)
 		a->traits.network_policy = a->traits.ssh_host_only = net_enforces(a->net);
+	if (a->rt->ops != &rt_fake_ops && !net_enforces(a->net))
+		log_warn("runtime %s with network = %s: nothing makes the instances' taps, so an "
+			 "instance with a NIC will not start", a->cfg.runtime, a->cfg.network);
 	report_init(&a->report, &a->cfg, &a->traits);
 	return 0;
 }
