@@ -13,6 +13,8 @@
 #   read is ACCESS_DENIED; another tenant's instance is NOT_FOUND.
 . "$(dirname "$0")/../lib/stack.sh"
 
+HTTP_PORT=$(free_tcp_port) || bail_out "no free port"
+export BC_CTL_EXTRA_CONF="http_listen = 127.0.0.1:$HTTP_PORT"
 stack_up --controllers 1 --agents 1 || bail_out "stack_up failed"
 img=$(stack_image_create act-img) || bail_out "no image"
 
@@ -85,6 +87,26 @@ is "$(events_of "$id")" \
 	'one event per change, in order'
 is "$(q "SELECT data->>'desiredState' FROM events WHERE subject = 'instance/$id' AND type = 'instance.pausing'")" \
 	paused 'the event names the desired state'
+
+# -- the same over JSON/HTTP
+http() { # VERB ID: POST /api/compute/instances/VERB; the body, then the status
+	curl -sS --cacert "$BC_CA_FILE" -H "Authorization: Bearer $BC_TOKEN" \
+		-H 'Content-Type: application/json' -w '\n%{http_code}' \
+		--data-binary "{\"instanceId\":\"$2\"}" "https://127.0.0.1:$HTTP_PORT/api/compute/instances/$1"
+}
+out=$(http pause "$id")
+is "$(printf '%s\n' "$out" | tail -n 1)" 200 'POST /api/compute/instances/pause: 200'
+is "$(printf '%s\n' "$out" | sed '$d' | jq -r .desiredState)" paused '... desiredState paused'
+eventually 30 instance_state_is "$id" paused
+ok $? '... paused'
+out=$(http start "$id")
+is "$(printf '%s\n' "$out" | tail -n 1)" 409 'start a paused instance over JSON/HTTP: 409'
+is "$(printf '%s\n' "$out" | sed '$d' | jq -r '.error.code + " " + .error.details.reason + " " + .error.details.desiredState')" \
+	'INVALID_STATE paused paused' '... INVALID_STATE, reason and desiredState in the details'
+out=$(http resume "$id")
+is "$(printf '%s\n' "$out" | tail -n 1)" 200 'POST /api/compute/instances/resume: 200'
+eventually 30 instance_state_is "$id" running
+ok $? '... running'
 
 # -- the policy decides each verb
 bcctl tenant create acme >/dev/null || bail_out "tenant create"

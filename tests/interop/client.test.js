@@ -307,6 +307,31 @@ test('List answers what bcctl instance list shows', async () => {
   assert.deepEqual(listItems(cli.json).map((i) => i.id).sort(), ids, 'the same instances');
 });
 
+test('Pause, Resume, Stop and Start move the instance; a refusal is FAILED_PRECONDITION with ErrorInfo INVALID_STATE', async () => {
+  assert.ok(instance, 'an instance from the Create test');
+  const req = { tenant_id: cfg.tenant, instance_id: instance.id };
+  const reach = (want) => waitFor(`state ${want}`, async () => {
+    const got = await getInstance(instance.id);
+    return { done: got.state === want, value: got, state: got.state };
+  });
+  assert.equal((await rpc(authed.instances, 'Pause', req)).desired_state, 'paused');
+  await reach('paused');
+  assert.equal((await rpc(authed.instances, 'Resume', req)).desired_state, 'running');
+  await reach('running');
+  assert.equal((await rpc(authed.instances, 'Stop', req)).desired_state, 'stopped');
+  await reach('stopped');
+  const err = await rpcError(rpc(authed.instances, 'Pause', req));
+  assert.equal(err.code, grpc.status.FAILED_PRECONDITION, `Pause of a stopped instance: ${err.code} ${err.details}`);
+  const { infos } = decodeStatusDetails(err);
+  assert.equal(infos[0].info.reason, 'INVALID_STATE');
+  assert.equal(infos[0].info.metadata.reason, 'not-running');
+  assert.equal(infos[0].info.metadata.state, 'stopped');
+  const started = await rpc(authed.instances, 'Start', req);
+  assert.equal(started.desired_state, 'running');
+  assert.ok(['starting', 'running'].includes(started.state), `state after Start: ${started.state}`);
+  instance = await reach('running');
+});
+
 test('Delete ends in deleted, as bcctl shows it', async () => {
   assert.ok(instance, 'an instance from the Create test');
   const del = await rpc(authed.instances, 'Delete', { tenant_id: cfg.tenant, instance_id: instance.id });
