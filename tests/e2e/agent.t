@@ -1,8 +1,9 @@
 # agent.t: a real bcd with `runtime = libvirt` on a real stack (controller,
 # PostgreSQL) and the real libvirtd: Instances.Create reaches running; a
 # SIGKILLed bcd comes back and adopts the domain without restarting it (same
-# QEMU pid, one domain); an image with a wrong sha256 is reported with the
-# reason; delete removes the domain and its files. The image is a blank disk
+# QEMU pid, one domain); the caller's user data reaches the NoCloud seed
+# through Node.GetBootData; an image with a wrong sha256 is reported with
+# the reason; delete removes the domain and its files. The image is a blank disk
 # served over https on loopback (booting a real guest is the guest tests'
 # job). bcd runs with `network = none` (tests/net proves the networking):
 # the test makes each instance's tap itself, as net.c would, and the next
@@ -14,6 +15,7 @@
 
 [ "$(id -u)" -eq 0 ] || skip_all "needs root (libvirtd)"
 libvirt_up || skip_all "libvirt: $LIBVIRT_WHY"
+command -v isoinfo >/dev/null || skip_all "isoinfo (genisoimage) not installed"
 
 V="virsh -c $LIBVIRT_URI"
 IDS=()
@@ -89,6 +91,27 @@ is "$($V list --all --name | grep -c "^$ID\$")" 1 "one domain, not duplicated"
 is "$(grep -c "instance $ID: created" "$STACK_DIR/bcd-1.log")" 1 "created once in all"
 ok "instance_state_is $ID running" "still running for the controller"
 
+# boot data: the caller's user data reaches the seed through
+# Node.GetBootData (the controller's MIME multipart, parts decoded here)
+printf '#cloud-config\nwrite_files:\n  - path: /run/bc-agent-t\n    content: marker-%s\n' "$$" \
+	>"$STACK_DIR/ud.yaml"
+ID3=$(json_get "$(bcctl --format json instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" \
+	--image "$IMG" --user-data-file "$STACK_DIR/ud.yaml" "${TENANT_ARGS[@]}")" id)
+IDS+=("$ID3")
+make_tap "$ID3"
+D3=$STACK_DIR/agent-1/data/instances/$ID3
+eventually 60 test -s "$D3/seed.iso"
+ok $? "the instance with user data got its seed"
+UD=$(isoinfo -R -i "$D3/seed.iso" -x /user-data 2>/dev/null)
+like "$UD" 'Content-Type: multipart/mixed' "its user-data is the controller's MIME multipart"
+like "$(printf '%s' "$UD" | python3 -c 'import email, sys
+m = email.message_from_bytes(sys.stdin.buffer.read())
+print(b"".join(p.get_payload(decode=True) or b"" for p in m.walk() if not p.is_multipart()).decode())')" \
+	"content: marker-$$" "... carrying the caller's part"
+like "$(isoinfo -R -i "$D3/seed.iso" -x /meta-data 2>/dev/null)" "instance-id: \"$ID3\"" \
+	"meta-data names the instance"
+bcctl instance delete "$ID3" "${TENANT_ARGS[@]}" >/dev/null
+
 # a wrong digest is reported with its reason and defines nothing
 BAD=$(img bad 0000000000000000000000000000000000000000000000000000000000000000)
 ID2=$(create "$BAD")
@@ -101,8 +124,10 @@ eventually 60 reported_digest
 ok $? "wrong sha256: bcd reports the instance with ImageDigestMismatch"
 eventually 30 instance_state_is "$ID2" error
 ok $? "the controller shows it in error"
-# (the controller's copy of the reason is not checked: Node.Report handling
-# shifts reasons onto the wrong instance when an earlier one has none)
+like "$(bcctl --format json instance get "$ID2" "${TENANT_ARGS[@]}" | jq -r .reason)" \
+	'^ImageDigestMismatch: ' "... with the reason"
+is "$(bcctl --format json instance get "$ID" "${TENANT_ARGS[@]}" | jq -r '.reason // ""')" "" \
+	"and the running instance with none"
 ok "! $V dominfo $ID2 >/dev/null 2>&1" "and no domain was defined"
 bcctl instance delete "$ID2" "${TENANT_ARGS[@]}" >/dev/null
 
