@@ -241,8 +241,9 @@ static bool file_exists(const char *path)
 	return access(path, F_OK) == 0;
 }
 
-/* kvm needs /dev/kvm and a hardware virtualisation module (kvm_intel,
- * kvm_amd): a software KVM (kvm_pvm) cannot run UEFI firmware. */
+/* kvm needs /dev/kvm, open to QEMU's user, and a hardware virtualisation
+ * module (kvm_intel, kvm_amd): a software KVM (kvm_pvm) cannot run UEFI
+ * firmware. */
 static const char *pick_type(const char *want, const char **why)
 {
 	struct stat st;
@@ -261,6 +262,12 @@ static const char *pick_type(const char *want, const char **why)
 	}
 	if (!file_exists("/sys/module/kvm_intel") && !file_exists("/sys/module/kvm_amd")) {
 		*why = "/dev/kvm without kvm_intel or kvm_amd (software KVM): TCG emulation";
+		return "qemu";
+	}
+	/* QEMU runs as libvirt's unprivileged user: udev makes /dev/kvm 0660
+	 * group kvm (Debian); a host without udev may leave it 0600 root */
+	if ((st.st_mode & 0060) != 0060 && (st.st_mode & 0006) != 0006) {
+		*why = "/dev/kvm is not open to QEMU's user (no group/other rw): TCG emulation";
 		return "qemu";
 	}
 	*why = "/dev/kvm with hardware virtualisation";
