@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
 # demo.sh: `make demo`. A throwaway bc on this machine, in ./.demo: a private
-# PostgreSQL cluster, one bc-controller, one bcd with the fake runtime, a
-# pool, a flavor, an image and one running instance. Everything is left
-# running, detached (pids in .demo/pids); `make stop` (contrib/dev/stop.sh)
-# ends it. Running it again stops the old demo and starts a fresh one.
+# PostgreSQL cluster, one bc-controller, one bcd, a pool, a flavor, the guest
+# image and one running instance. With libvirt (started here if it is not
+# running: tests/lib/libvirt.sh) the instance is a real VM: bcd runs the
+# libvirt runtime (KVM, or TCG emulation without a usable /dev/kvm) with
+# nftables networking, fetches the guest image (contrib/guest, `make
+# guest`, cached) over https from a loopback server with a throwaway CA,
+# and boots it with user data; the demo prints the console's last lines and
+# the instance's address, and how to ssh into it. When libvirt cannot run
+# (not root, not installed, no image) it says why and falls back to the fake
+# runtime. Everything is left running, detached (pids in .demo/pids);
+# `make stop` (contrib/dev/stop.sh) ends it, domains included. Running it
+# again stops the old demo and starts a fresh one.
 #
 # Uses the binaries in $BC_BIN (default build/bin: `make demo` builds them
-# first) and the harness in tests/lib/stack.sh.
+# and the guest first) and the harness in tests/lib/. BC_DEMO_RUNTIME=fake
+# forces the fake runtime.
 set -uo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 demo=$repo/.demo
+guest=$repo/build/guest
 
 say() { printf '%s\n' "$*"; }
 
@@ -30,6 +40,10 @@ export BC_LOG_LEVEL=${BC_LOG_LEVEL:-info}
 export BC_REPORT_INTERVAL_SECONDS=${BC_REPORT_INTERVAL_SECONDS:-10}
 # shellcheck source=../../tests/lib/stack.sh
 . "$repo/tests/lib/stack.sh"
+# shellcheck source=../../tests/lib/https.sh
+. "$repo/tests/lib/https.sh"
+# shellcheck source=../../tests/lib/libvirt.sh
+. "$repo/tests/lib/libvirt.sh"
 TAP_DONE=1 # not a TAP file
 
 give_up() {
@@ -42,19 +56,86 @@ give_up() {
 	exit 1
 }
 
-say "demo: starting PostgreSQL, bc-controller and bcd (fake runtime) in $demo"
-stack_up --controllers 1 --agents 1 --agent-capacity 8,16384,100 ||
-	give_up "the stack did not come up"
+# pick_runtime: libvirt when this host can run real VMs, else fake (why).
+pick_runtime() {
+	if [ "${BC_DEMO_RUNTIME:-}" = fake ]; then
+		why="BC_DEMO_RUNTIME=fake"
+	elif [ "$(id -u)" -ne 0 ]; then
+		why="not root (bcd needs root for taps, nftables and libvirt)"
+	elif ! libvirt_up; then
+		why="libvirt cannot run here: $LIBVIRT_WHY"
+	elif [ ! -s "$guest/guest.qcow2" ] || [ ! -s "$guest/guest.qcow2.sha256" ]; then
+		why="no guest image in $guest (make guest)"
+	else
+		runtime=libvirt
+		return
+	fi
+	runtime=fake
+}
 
+runtime=fake why=''
+pick_runtime
+mkdir -p "$demo"
+if [ "$runtime" = libvirt ]; then
+	https_up "$guest" "$demo/https" || give_up "the https image server did not start"
+	export BC_IMAGE_CA_FILE=$HTTPS_CA_FILE
+	kvm=TCG
+	[ -c /dev/kvm ] && grep -qE '^kvm_(intel|amd) ' /proc/modules 2>/dev/null && kvm=KVM
+	say "demo: starting PostgreSQL, bc-controller and bcd (libvirt runtime, $kvm) in $demo"
+else
+	say "demo: FALLING BACK TO THE FAKE RUNTIME (no VM will run): $why"
+	say "demo: starting PostgreSQL, bc-controller and bcd (fake runtime) in $demo"
+fi
+stack_up --controllers 1 --agents 1 --agent-capacity 8,16384,100 --runtime "$runtime" ||
+	give_up "the stack did not come up"
 say "demo: pool $POOL_ID, flavor $FLAVOR_NAME, node $(agent_node_id 1) ready"
-img=$(stack_image_create demo-debian) || give_up "image create failed"
+
+if [ "$runtime" = libvirt ]; then
+	sha=$(cut -d' ' -f1 "$guest/guest.qcow2.sha256")
+	out=$(bcctl --format json image create --name debian-guest --format qcow2 \
+		--url "$HTTPS_URL/guest.qcow2" --sha256 "$sha" --size "$(stat -c%s "$guest/guest.qcow2")") ||
+		give_up "image create failed: $out"
+	img=$(json_get "$out" id)
+	[ -f "$demo/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -C bc-demo -f "$demo/id_ed25519"
+	cat >"$demo/user-data" <<'EOT'
+#cloud-config
+write_files:
+  - path: /etc/motd
+    content: "a bc demo sandbox\n"
+runcmd:
+  - [ sh, -c, 'echo "bc-demo: user data applied on $(hostname) at $(date -u +%T)" > /dev/ttyS0' ]
+EOT
+	create_args=(--ssh-key "$(cat "$demo/id_ed25519.pub")" --user-data-file "$demo/user-data")
+else
+	img=$(stack_image_create demo-debian) || give_up "image create failed"
+	create_args=()
+fi
 say "demo: image $img"
 out=$(bcctl --format json instance create "${TENANT_ARGS[@]}" --pool "$POOL_ID" \
-	--flavor "$FLAVOR_NAME" --image "$img" --key demo-1) || give_up "instance create failed: $out"
+	--flavor "$FLAVOR_NAME" --image "$img" --key demo-1 "${create_args[@]}") ||
+	give_up "instance create failed: $out"
 inst=$(json_get "$out" id)
 say "demo: instance $inst created, waiting for it to run"
-eventually 60 instance_state_is "$inst" running ||
-	give_up "instance $inst is $(instance_state "$inst"), not running"
+eventually 600 instance_state_is "$inst" running ||
+	give_up "instance $inst is $(instance_state "$inst") ($(bcctl --format json instance get "$inst" | jq -r '.reason // empty')), not running"
+
+if [ "$runtime" = libvirt ]; then
+	console=$demo/data-1/instances/$inst/console.log
+	ip4=$(bcctl --format json instance get "$inst" | jq -r '.nics[0].ipv4 // empty')
+	say "demo: $inst runs; waiting for the guest to boot and apply its user data (up to 10 min under TCG)"
+	booted() { grep -a -q 'bc-demo: user data applied' "$console" 2>/dev/null; }
+	if eventually 600 booted; then
+		say "demo: booted"
+	else
+		say "demo: the guest has not reported yet; its console so far:"
+	fi
+	echo
+	say "---- last lines of the console ($console)"
+	tail -n 15 "$console" | tr -d '\r' | sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g'
+	say "----"
+	echo
+	say "demo: $inst address $ip4 (bridge $STACK_BRIDGE, gateway ${BC_POOL_GATEWAY:-10.77.0.1})"
+fi
 
 echo
 bcctl --format table instance list "${TENANT_ARGS[@]}"
@@ -71,11 +152,19 @@ The demo is running (logs and state in $demo). To use it:
 
   bcctl pool list
   bcctl node list
-  bcctl flavor list
   bcctl instance get $inst
+  bcctl instance pause $inst; bcctl instance resume $inst
   bcctl instance create --pool $POOL_ID --flavor $FLAVOR_NAME --image $img
   bcctl --format json instance list
   bcctl instance delete $inst
-
-Stop it with: make stop
 EOT
+if [ "$runtime" = libvirt ]; then
+	cat <<EOT
+
+  ssh -i $demo/id_ed25519 -o StrictHostKeyChecking=no debian@$ip4
+  virsh list; virsh console $inst        (Ctrl-] leaves)
+  tail -f $console
+EOT
+fi
+echo
+echo "Stop it with: make stop"
