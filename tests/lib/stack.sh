@@ -527,15 +527,35 @@ stack_stop_daemons() {
 # stack_domains: the libvirt domains of this stack's nodes (by the node id
 # bcd writes in each domain's metadata), one name per line.
 stack_domains() {
-	local i node d
+	local i node d all n
+	# a busy libvirtd can fail a call: ask again before concluding "none"
+	for ((n = 0; n < 10; n++)); do
+		all=$(virsh -q list --all --name 2>/dev/null) && break
+		sleep 1
+	done
 	for ((i = 1; i <= STACK_AGENTS; i++)); do
 		node=$(agent_node_id "$i") || continue
 		[ -n "$node" ] || continue
-		for d in $(virsh -q list --all --name 2>/dev/null); do
+		for d in $all; do
 			virsh -q dumpxml "$d" 2>/dev/null | grep -q ">$node</" && echo "$d"
 		done
 	done
 	return 0
+}
+
+# _stack_domain_destroy NAME: destroy (again, while QEMU is slow to exit on
+# a loaded host: one destroy can time out), then undefine with its NVRAM.
+_stack_domain_destroy() {
+	local n st
+	for ((n = 0; n < 30; n++)); do
+		st=$(virsh -q domstate "$1" 2>/dev/null | head -n1)
+		case "$st" in
+		'' | 'shut off') break ;;
+		esac
+		virsh -q destroy "$1" >/dev/null 2>&1 || sleep 1
+	done
+	virsh -q undefine --nvram "$1" >/dev/null 2>&1
+	[ -z "$(virsh -q domstate "$1" 2>/dev/null)" ] || _stack_log "domain $1 could not be removed"
 }
 
 # stack_libvirt_cleanup: what a libvirt stack leaves when its agents stop:
@@ -545,8 +565,7 @@ stack_libvirt_cleanup() {
 	local d t
 	[ "$STACK_RUNTIME" = libvirt ] || return 0
 	for d in $(stack_domains); do
-		virsh -q destroy "$d" >/dev/null 2>&1
-		virsh -q undefine --nvram "$d" >/dev/null 2>&1
+		_stack_domain_destroy "$d"
 	done
 	if [ -n "${STACK_BRIDGE:-}" ] && ip link show "$STACK_BRIDGE" >/dev/null 2>&1; then
 		for t in $(ip -o link show master "$STACK_BRIDGE" 2>/dev/null | awk -F': ' '{ sub(/@.*/, "", $2); print $2 }'); do
