@@ -125,7 +125,7 @@ watch() { # OUT BODY [CURL ARGS...]: the stream into OUT, its head into OUT.head
 }
 watch "$W.live" '{"typePrefix": "instance."}' &
 wpid=$!
-eventually 30 grep -q '"type":"instance.created"' "$W.live"
+eventually 30 grep -qs '"type":"instance.created"' "$W.live"
 ok $? 'Events.Watch over HTTP streams the backlog at once'
 grep -qi '^content-type: application/x-ndjson' "$W.live.head"
 ok $? '... as application/x-ndjson'
@@ -181,7 +181,7 @@ is "$n" 1 'two requests on one keep-alive connection'
 # hold the shutdown
 watch "$W.stop" '{"typePrefix": "instance."}' &
 wpid=$!
-eventually 30 grep -qi '^content-type: application/x-ndjson' "$W.stop.head"
+eventually 30 grep -qsi '^content-type: application/x-ndjson' "$W.stop.head"
 ok $? 'a stream is open'
 t0=$SECONDS
 ctl_kill 1 TERM

@@ -50,7 +50,7 @@ eventually 30 instance_state_is "$id" running
 ok $? '... it runs on the fake agent'
 
 lines() { as "$O" --format json usage list "$@"; }
-vcpu_line() { lines --meter vps.vcpu.hours | jq -r ".items[] | select(.resource == \"instance/$id\") | $1"; }
+vcpu_line() { lines --meter vps.vcpu.hours | jq -r ".items[]? | select(.resource == \"instance/$id\") | $1"; }
 has_vcpu_line() { [ -n "$(vcpu_line .id)" ]; }
 eventually 30 has_vcpu_line
 ok $? 'the metering pass writes a vps.vcpu.hours line for the instance'
