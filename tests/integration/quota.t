@@ -12,6 +12,9 @@
 #   list leaves it out.
 . "$(dirname "$0")/../lib/stack.sh"
 
+# the host is away on purpose for a while: it must not be declared lost meanwhile
+export BC_NODE_LOST_SECONDS=600
+
 stack_up --controllers 1 --agents 1 --agent-capacity 8,16384,200 || bail_out "stack_up failed"
 img=$(stack_image_create quota-img) || bail_out "no image"
 

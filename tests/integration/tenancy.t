@@ -13,6 +13,9 @@
 # - an instance whose host was retired is finished by the teardown at once.
 . "$(dirname "$0")/../lib/stack.sh"
 
+# the host is away on purpose for a while: it must not be declared lost meanwhile
+export BC_NODE_LOST_SECONDS=600
+
 stack_up --controllers 2 --agents 1 --agent-capacity 4,8192,100 || bail_out "stack_up failed"
 img=$(stack_image_create ten-img) || bail_out "no image"
 
