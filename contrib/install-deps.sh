@@ -15,7 +15,7 @@ PKGS=(
   libvirt-daemon-system libvirt-dev qemu-system-x86 qemu-utils ovmf genisoimage
   nodejs npm
   # the guest image (contrib/guest/build.sh) and the e2e tests' https server and ssh
-  mmdebstrap systemd-boot-efi mtools dosfstools fdisk e2fsprogs binutils python3 openssh-client
+  mmdebstrap debian-archive-keyring systemd-boot-efi mtools dosfstools fdisk e2fsprogs binutils python3 openssh-client
   cloud-init python3-yaml
 )
 

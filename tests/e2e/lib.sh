@@ -36,6 +36,8 @@ e2e_need() {
 	[ -s "$E2E_GUEST_DIR/guest.qcow2" ] && [ -s "$E2E_GUEST_DIR/guest.qcow2.sha256" ] ||
 		skip_all "no guest image in $E2E_GUEST_DIR (make guest)"
 	command -v nft >/dev/null || skip_all "nft not installed (contrib/install-deps.sh)"
+	# the nftables tables are the host's: two nftables agents would fight
+	! _stack_nft_agents || skip_all "another bcd with network = nftables runs on this host (make demo?)"
 }
 
 # e2e_up [stack_up options]: https server, stack, image; see the top.

@@ -527,7 +527,7 @@ stack_stop_daemons() {
 # stack_domains: the libvirt domains of this stack's nodes (by the node id
 # bcd writes in each domain's metadata), one name per line.
 stack_domains() {
-	local i node d all n
+	local i node d all n xml
 	# a busy libvirtd can fail a call: ask again before concluding "none"
 	for ((n = 0; n < 10; n++)); do
 		all=$(virsh -q list --all --name 2>/dev/null) && break
@@ -537,7 +537,10 @@ stack_domains() {
 		node=$(agent_node_id "$i") || continue
 		[ -n "$node" ] || continue
 		for d in $all; do
-			virsh -q dumpxml "$d" 2>/dev/null | grep -q ">$node</" && echo "$d"
+			# no `| grep -q`: under pipefail (the demo's scripts) virsh's
+			# SIGPIPE would fail the match
+			xml=$(virsh -q dumpxml "$d" 2>/dev/null)
+			[[ $xml == *">$node</"* ]] && echo "$d"
 		done
 	done
 	return 0
