@@ -544,7 +544,9 @@ static int node_report(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage 
 /* The user data of an instance placed on the calling node and not being
  * deleted, named by the ref its InstanceSpec carries. Anything else (another
  * node's instance, a wrong ref, a deleted one) is the same NOT_FOUND, so a
- * node learns nothing about instances that are not its own. */
+ * node learns nothing about instances that are not its own. The broker
+ * releases nothing for a tenant that is not active (suspended, deleting,
+ * deleted): ACCESS_DENIED, reason tenant-inactive. */
 static int node_boot_data(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
 			  bc_error *err)
 {
@@ -564,9 +566,18 @@ static int node_boot_data(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessa
 	dbp_str(&p, q->instance_id);
 	dbp_str(&p, node);
 	dbp_str(&p, q->ref);
-	rc = db_scalar(ctl_db(c), "SELECT user_data_ref FROM instances WHERE id = $1 AND node_id = "
-		       "$2 AND user_data_ref = $3 AND desired_state <> 'deleted' AND state NOT IN "
-		       "('deleting', 'deleted')", &p, &ref);
+	rc = db_scalar(ctl_db(c), "SELECT CASE WHEN t.state = 'active' THEN i.user_data_ref ELSE "
+		       "'' END FROM instances i JOIN tenants t ON t.id = i.tenant_id WHERE i.id = $1 "
+		       "AND i.node_id = $2 AND i.user_data_ref = $3 AND i.desired_state <> 'deleted' "
+		       "AND i.state NOT IN ('deleting', 'deleted')", &p, &ref);
+	if (rc == 0 && !*ref) {
+		/* the broker releases nothing for a tenant that is not active */
+		log_info("node %s: boot data of instance %s refused: its tenant is not active", node,
+			 q->instance_id);
+		bc_error_set(err, BC_ACCESS_DENIED, "the tenant of instance %s is not active",
+			     q->instance_id);
+		return bc_error_detail(err, "reason", "tenant-inactive");
+	}
 	if (rc == 0)
 		rc = sealed_get(ctl_db(c), ref, &data, &len);
 	if (rc == -ENOENT) {

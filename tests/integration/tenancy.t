@@ -1,7 +1,8 @@
 # tenancy.t: suspended and deleting tenants (docs/iam.md, "Tenants").
 # - a suspended tenant gets no new work, not even from the operator
-#   (INVALID_STATE tenant-inactive), its tokens are refused, its instances
-#   run on; reactivated it works again;
+#   (INVALID_STATE tenant-inactive), its tokens are refused, the broker
+#   (Node.GetBootData) releases nothing for it, its instances run on;
+#   reactivated it works again;
 # - a deleting tenant is torn down by the reconciler's leader: tokens and
 #   delegations revoked, its template deleted, its sandbox and every
 #   instance (placed, unplaced, the sandbox's) set to deleted with one
@@ -63,11 +64,25 @@ refused "$BC_TOKEN" 6 'reason: tenant-inactive' 'the operator cannot create in a
 	instance create --tenant acme --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img"
 like "$(cat "$STACK_DIR/err")" 'state: suspended' '... details.state suspended'
 refused "$A" 5 'reason: tenant-inactive' "the tenant's own token is refused" -- instance list
+boot() { # INSTANCE: Node.GetBootData as agent 1 (its node's certificate); sets RC
+	local dir=$STACK_DIR/agent-1 ref
+	ref=$(q "SELECT user_data_ref FROM instances WHERE id = '$1'")
+	node "$BC_SRC/tests/integration/grpc_call.js" "$BC_URL" "$dir/ca.pem" "$dir/node.pem" \
+		"$dir/node.key" bc/node/v1/node.proto bc.node.v1.Node GetBootData \
+		"{\"instance_id\": \"$1\", \"ref\": \"$ref\"}" >"$STACK_DIR/boot.out" 2>"$STACK_DIR/boot.err"
+	RC=$?
+}
+boot "$i1"
+is "$RC" 1 "the broker releases nothing for a suspended tenant's instance"
+is "$(jq -r .code "$STACK_DIR/boot.out")" 7 '... PERMISSION_DENIED (ACCESS_DENIED)'
+like "$(jq -r .details "$STACK_DIR/boot.out")" 'not active' '... saying its tenant is not active'
 sleep 2 # a few reconciler passes
 is "$(q "SELECT count(*) FROM instances WHERE tenant_id = 'acme' AND state = 'running'")" 3 \
 	'its instances keep running'
 bcctl tenant set-state acme active >/dev/null
 ok "as '$A' instance list >/dev/null" 'reactivated, its tokens work again'
+boot "$i1"
+is "$RC" 0 '... and the broker releases its boot data again'
 
 # -- deleting, with the host away: the teardown starts and waits for it
 agent_kill 1
