@@ -96,6 +96,7 @@ struct docs {
 	bool owned[AUTHZ_MAX_DOCS];
 	size_t n;
 	bool admin;
+	bool wants_budget;   /* a document names principal.budgetSpent */
 };
 
 static void docs_free(struct docs *s)
@@ -129,6 +130,7 @@ static int docs_load(struct db *d, const char *id, const char *tenant, struct do
 		const char *doc = db_val(r, i, 2);
 		if (!doc)
 			continue;
+		s->wants_budget |= strstr(doc, AUTHZ_BUDGET_ATTR) != NULL;
 		if (cache_get(db_val(r, i, 1), doc, &s->v[s->n], &s->owned[s->n]) < 0)
 			log_warn("policy %s: stored document does not parse, skipped", db_val(r, i, 1));
 		else
@@ -155,9 +157,30 @@ static int refuse(bc_error *err, const char *action, const char *resource,
 							    : "no-allow");
 }
 
+/* principal.budgetSpent: "true" once the tenant's metered spend reached
+ * its offer's limit (whatever the offer does then), for statements such as
+ * the spec's StopWhenOverBudget. Added to q (room for it in its array)
+ * only when a document names it, so other decisions pay no query. */
+static int budget_attr(struct db *d, const char *tenant, struct policy_request *q,
+		       struct policy_attr *pa)
+{
+	enum quota_budget_state st;
+	int rc;
+
+	for (size_t i = 0; i < q->n_principal_attrs; i++)
+		if (strcmp(pa[i].name, AUTHZ_BUDGET_ATTR) == 0)
+			return 0;
+	if ((rc = quota_billing_check(d, tenant, &st)) < 0)
+		return rc;
+	pa[q->n_principal_attrs++] = (struct policy_attr){AUTHZ_BUDGET_ATTR,
+							   st == QUOTA_BUDGET_OK ? "false" : "true"};
+	return 0;
+}
+
 /* Decide for one identity's documents; the admin flag allows all. */
 static enum policy_effect decide_for(struct db *d, const char *id, const char *tenant,
-				     const struct policy_request *q, const char **sid, int *rc)
+				     struct policy_request *q, struct policy_attr *pa,
+				     const char **sid, int *rc)
 {
 	struct docs s = {0};
 	enum policy_effect e;
@@ -167,6 +190,10 @@ static enum policy_effect decide_for(struct db *d, const char *id, const char *t
 	if (s.admin) {
 		docs_free(&s);
 		return POLICY_ALLOW;
+	}
+	if (s.wants_budget && (*rc = budget_attr(d, tenant, q, pa)) < 0) {
+		docs_free(&s);
+		return POLICY_DENY_DEFAULT;
 	}
 	e = policy_decide((const struct policy *const *)s.v, s.n, q, sid);
 	if (sid && *sid)
@@ -181,7 +208,7 @@ int authz_decide(rpc_call *c, struct db *d, const char *action, const struct aut
 	const struct principal *p = ctl_principal(c);
 	char resource[160], tenant_res[96], ancestors_buf[160];
 	const char *anc[2], *sid = NULL;
-	struct policy_attr pa[5];
+	struct policy_attr pa[6];
 	struct policy_request q;
 	enum policy_effect e;
 	size_t n_anc = 0;
@@ -210,12 +237,12 @@ int authz_decide(rpc_call *c, struct db *d, const char *action, const struct aut
 				    .n_ancestors = n_anc, .resource_attrs = t->attrs,
 				    .n_resource_attrs = t->n_attrs, .principal_attrs = pa,
 				    .n_principal_attrs = 5};
-	e = decide_for(d, p->id, p->tenant_id, &q, &sid, &rc);
+	e = decide_for(d, p->id, p->tenant_id, &q, pa, &sid, &rc);
 	/* an agent: its user must allow it too */
 	if (rc == 0 && e == POLICY_ALLOW && *p->user_id) {
 		free((char *)sid);
 		sid = NULL;
-		e = decide_for(d, p->user_id, p->tenant_id, &q, &sid, &rc);
+		e = decide_for(d, p->user_id, p->tenant_id, &q, pa, &sid, &rc);
 	}
 	if (rc < 0) {
 		free((char *)sid);

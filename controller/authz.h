@@ -6,6 +6,8 @@
 #include "policy.h"
 
 #define AUTHZ_MAX_ATTRS 32
+/* the principal attribute telling a spent budget (authz.c) */
+#define AUTHZ_BUDGET_ATTR "budgetSpent"
 
 /* A resource as a decision sees it: "<type>/<id>", its parent (a pool, or
  * "" for one directly under the tenant), tenant and attributes. */

@@ -9,6 +9,8 @@
 #   concurrent `bc-controller meter` runs and two replicas: never twice;
 # - a booking over several hours is split into hourly windows; a closed
 #   window keeps its price when the offer changes, an open one follows it;
+# - a StopWhenOverBudget deny on principal.budgetSpent refuses a create
+#   over budget and allows it within;
 # - refusals: Usage.List's limit, to, identityId, another tenant,
 #   no compute:usage:read; the offer's prices.
 . "$(dirname "$0")/../lib/stack.sh"
@@ -153,5 +155,18 @@ refused "$R" 5 'action: compute:usage:read' 'a user without compute:usage:read' 
 refused "$BC_TOKEN" 2 'field: prices' 'a malformed meter name' -- tenant offer acme --price 'VPS!=1'
 refused "$BC_TOKEN" 2 'field: prices' 'a negative price' -- tenant offer acme --price vps.vcpu.hours=-1
 refused "$BC_TOKEN" 1 '--price' 'a price that is no number is a usage error' -- tenant offer acme --price vps.vcpu.hours=x
+
+# -- the spec's StopWhenOverBudget statement: principal.budgetSpent
+printf '%s' '{"statements": [{"effect": "allow", "actions": "compute:instances:*", "resources": "*"}, {"sid": "StopWhenOverBudget", "effect": "deny", "actions": ["compute:instances:create"], "resources": "*", "conditions": {"Bool": {"principal.budgetSpent": true}}}]}' >"$STACK_DIR/sob.json"
+sob=$(jid "$(bcctl --format json policy create --tenant acme --name sob --file "$STACK_DIR/sob.json")")
+bcctl policy attach "$sob" --identity "$reader" >/dev/null
+bcctl tenant offer acme --spend-limit-cents 3000 >/dev/null # none: no pool refuses by itself
+refused "$R" 5 'sid: StopWhenOverBudget' 'over budget, a StopWhenOverBudget deny refuses the create' -- \
+	instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img"
+like "$(cat "$STACK_DIR/err")" 'reason: explicit-deny' '... as an explicit deny'
+bcctl tenant offer acme --spend-limit-cents 999999999999 >/dev/null
+id3=$(jid "$(as "$R" --format json instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img")")
+like "$id3" '^inst_' '... and within budget the same policy allows it'
+as "$R" instance delete "$id3" >/dev/null
 
 done_testing
