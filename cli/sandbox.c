@@ -24,7 +24,7 @@ static const char *const networks[] = {"egress", "private", "none", NULL};
 static void show_templates(const ProtobufCMessage *resp, FILE *out)
 {
 	static const char *const hdr[] = {"ID", "NAME", "POOL", "RUNTIME", "FLAVOR", "NETWORK",
-					  "TTL", "MAX TTL", "WARM", "VERSION"};
+					  "TTL", "MAX TTL", "WARM", "READY", "BOOTING", "VERSION"};
 	const Bc__Compute__V1__ListSandboxTemplatesResponse *l = (const void *)resp;
 	struct cli_table *t = cli_table_new(hdr, ARRAY_SIZE(hdr));
 
@@ -39,6 +39,8 @@ static void show_templates(const ProtobufCMessage *resp, FILE *out)
 		cli_table_cell(t, "%llds", (long long)x->default_ttl_seconds);
 		cli_table_cell(t, "%llds", (long long)x->max_ttl_seconds);
 		cli_table_cell(t, "%u..%u", x->warm ? x->warm->min : 0, x->warm ? x->warm->max : 0);
+		cli_table_cell(t, "%u", x->warm_ready);
+		cli_table_cell(t, "%u", x->warm_booting);
 		cli_table_cell(t, "%lld", (long long)x->version);
 	}
 	cli_table_print(t, out);

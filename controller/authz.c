@@ -276,7 +276,12 @@ static size_t json_quote(char *buf, size_t used, const char *s)
 
 int authz_stage(rpc_call *c, struct db *d, const struct authz_target *t, bc_error *err)
 {
-	const struct principal *p = ctl_principal(c);
+	return authz_stage_as(ctl_principal(c), d, t, err);
+}
+
+int authz_stage_as(const struct principal *p, struct db *d, const struct authz_target *t,
+		   bc_error *err)
+{
 	_cleanup_free_ char *json = NULL;
 	size_t len = 3, used;
 	struct dbp q = {0};

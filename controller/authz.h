@@ -31,6 +31,9 @@ int authz_decide(rpc_call *c, struct db *d, const char *action, const struct aut
 /* Stage t as a draft row of the authorization projection (owner and agent
  * from the call's principal), in the caller's transaction. */
 int authz_stage(rpc_call *c, struct db *d, const struct authz_target *t, bc_error *err);
+/* The same for principal p (periodic work creating for someone). */
+int authz_stage_as(const struct principal *p, struct db *d, const struct authz_target *t,
+		   bc_error *err);
 /* Decide on the row staged for (type, id): its attributes with any pending
  * value merged over them. NOT_FOUND when there is no row. */
 int authz_decide_staged(rpc_call *c, struct db *d, const char *action, const char *type,

@@ -239,6 +239,12 @@ static int seal_user_data(struct db *d, const struct inst_new *n, char ref[SEALE
 	return bootdata_seal(d, &in, n->tenant, ref, err);
 }
 
+/* The principal a create acts for: the one it names, else the caller. */
+static const struct principal *create_owner(rpc_call *c, const struct inst_new *n)
+{
+	return n->owner ? n->owner : ctl_principal(c);
+}
+
 static int insert_instance(struct db *d, rpc_call *c, struct inst_new *n, PGresult **ret_shape,
 			   bc_error *err)
 {
@@ -265,18 +271,23 @@ static int insert_instance(struct db *d, rpc_call *c, struct inst_new *n, PGresu
 	dbp_str(&p, n->policy);
 	dbp_str(&p, keys);
 	dbp_str(&p, ref);
-	dbp_str(&p, ctl_principal(c)->id);
+	dbp_str(&p, create_owner(c, n)->id);
 	dbp_str(&p, n->mac);
 	dbp_nstr(&p, n->sandbox_id);
 	dbp_bool(&p, n->ssh_from_host_only);
+	dbp_nstr(&p, n->warm_template_id);
+	if (n->warm_template_id)
+		dbp_i64(&p, n->warm_instance_version);
+	else
+		dbp_nstr(&p, NULL);
 	rc = db_exec(d, ret_shape,
 		     "INSERT INTO instances (id, tenant_id, pool_id, flavor_id, flavor_name, image_id, "
 		     "vcpus, memory_mib, disk_gib, gpus, huge_pages, numa_node, pin_vcpus, "
 		     "network_policy, ssh_keys, user_data_ref, created_by, mac, sandbox_id, "
-		     "ssh_from_host_only) SELECT $1, $2, $3, f.id, "
+		     "ssh_from_host_only, warm_template_id, warm_instance_version) SELECT $1, $2, $3, f.id, "
 		     "f.name, im.id, f.vcpus, f.memory_mib, f.disk_gib, f.gpus, f.huge_pages, "
 		     "f.numa_node, f.pin_vcpus, $6, coalesce(string_to_array(nullif($7, ''), E'\\n'), '{}'), $8, $9, "
-		     "$10::macaddr, $11, $12 FROM flavors f, images im WHERE (f.id = $4 OR f.name = $4) AND f.deleted_at IS "
+		     "$10::macaddr, $11, $12, $13, $14::int FROM flavors f, images im WHERE (f.id = $4 OR f.name = $4) AND f.deleted_at IS "
 		     "NULL AND (im.id = $5 OR im.name = $5) AND im.deleted_at IS NULL "
 		     "RETURNING vcpus, memory_mib, disk_gib, gpus, flavor_name, image_id", &p);
 	if (rc < 0)
@@ -317,14 +328,16 @@ static int admit(struct db *d, rpc_call *c, const struct inst_new *n, const PGre
 	authz_attr(&t, "flavor", n->flavor);
 	authz_attr(&t, "imageId", n->image_id);
 	authz_attr(&t, "networkPolicy", n->policy);
-	authz_attr(&t, "createdBy", ctl_principal(c)->id);
+	authz_attr(&t, "createdBy", create_owner(c, n)->id);
 	authz_attr(&t, "vcpus", db_val(shape, 0, 0));
 	authz_attr(&t, "memoryMib", db_val(shape, 0, 1));
 	authz_attr(&t, "diskGiB", db_val(shape, 0, 2));
 	authz_attr(&t, "gpus", db_val(shape, 0, 3));
 	if (n->sandbox_id)
 		authz_attr(&t, "sandboxId", n->sandbox_id);
-	if ((rc = authz_stage(c, d, &t, err)) < 0)
+	if (n->warm_template_id)
+		authz_attr(&t, "warmTemplateId", n->warm_template_id);
+	if ((rc = authz_stage_as(create_owner(c, n), d, &t, err)) < 0)
 		return rc;
 	if (n->decide_action &&
 	    (rc = authz_decide_staged(c, d, n->decide_action, t.type, t.id, err)) < 0)
@@ -332,6 +345,8 @@ static int admit(struct db *d, rpc_call *c, const struct inst_new *n, const PGre
 	if ((rc = quota_check(d, n->tenant, (int)db_i64(shape, 0, 0), db_i64(shape, 0, 1),
 			      db_i64(shape, 0, 2), (int)db_i64(shape, 0, 3), err)) < 0)
 		return rc;
+	if (n->warm_template_id)
+		return 0; /* the pool's budget rules, with their cache (warm.c) */
 	return quota_budget(d, n->tenant, n->pool_id, err);
 }
 
@@ -394,10 +409,13 @@ int instance_create_tx(rpc_call *c, struct db *d, struct inst_new *n, bc_error *
 	if ((rc = place_instance(d, &pr, &n->node, err)) < 0)
 		return rc;
 	snprintf(subject, sizeof(subject), "instance/%s", n->id);
-	data = xasprintf("{\"poolId\": \"%s\", \"nodeId\": %s%s%s%s%s%s}", n->pool_id,
+	data = xasprintf("{\"poolId\": \"%s\", \"nodeId\": %s%s%s%s%s%s%s%s%s}", n->pool_id,
 			 n->node ? "\"" : "", n->node ? n->node : "null", n->node ? "\"" : "",
 			 n->sandbox_id ? ", \"sandboxId\": \"" : "",
-			 n->sandbox_id ? n->sandbox_id : "", n->sandbox_id ? "\"" : "");
+			 n->sandbox_id ? n->sandbox_id : "", n->sandbox_id ? "\"" : "",
+			 n->warm_template_id ? ", \"warmTemplateId\": \"" : "",
+			 n->warm_template_id ? n->warm_template_id : "",
+			 n->warm_template_id ? "\"" : "");
 	rc = event_publish(d, "instance.created", subject, n->tenant, data);
 	return rc < 0 ? db_fail(err, rc) : 0;
 }

@@ -23,6 +23,14 @@ struct inst_new {
 	const char *const *ssh_keys;
 	size_t n_ssh_keys;
 	const char *sandbox_id;          /* the sandbox it drives, or NULL */
+	/* a warm instance: its template and the instance_version it is made
+	 * from (never both with sandbox_id); the budget is the pool's to
+	 * check (warm.c), not the create's */
+	const char *warm_template_id;
+	int warm_instance_version;
+	/* who it is created for when there is no call (c NULL: the warm pool
+	 * reconciler creates for the template's author), else the caller */
+	const struct principal *owner;
 	bool ssh_from_host_only;         /* placed only on nodes that enforce it */
 	/* the action decided on the staged instance (compute:instances:create),
 	 * or NULL when the caller decided on its own resource (a sandbox) */
@@ -32,7 +40,8 @@ struct inst_new {
 	char *node;                      /* out: malloc'd node id, or NULL when unplaced */
 };
 
-/* Inside the caller's READ COMMITTED transaction: check the pool (visible
+/* c may be NULL when n->owner is set and n->decide_action is NULL.
+ * Inside the caller's READ COMMITTED transaction: check the pool (visible
  * to the tenant; IPAM for private/none: INVALID_STATE), insert the instance,
  * stage its authorization row (and decide decide_action on it), charge the
  * quota and check the budget, lease its NIC, commit the projection row,

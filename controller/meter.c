@@ -4,7 +4,10 @@
  * lines per hourly window: vps.vcpu.hours, vps.memory.gib.hours and
  * vps.gpu.hours for an instance, vps.volume.gib.hours for a volume, each
  * attributed to the booking's tenant and its resource's owner, and priced
- * at the tenant offer's price for the meter. A booking counts from its own
+ * at the tenant offer's price for the meter. A warm instance's booking is
+ * vps.sandbox.warm (its vCPUs per hour, the tenant's, no identity) until
+ * its claimed_at, and the ordinary lines for the sandbox's owner (the
+ * owner of its authorization row, moved by the claim) from then on. A booking counts from its own
  * start to its release, so an instance re-placed after a lost host is
  * never counted twice.
  *
@@ -43,20 +46,31 @@ static const char meter_sql[] =
 	"UPDATE), "
 	"w AS (SELECT generate_series(m.since, date_trunc('hour', now()), interval '1 hour') AS ws "
 	"FROM m), "
+	/* a booking's spans: a warm instance's (warm_template_id, or claimed_at)
+	 * is warm until claimed_at and ordinary from then on (from the
+	 * booking's own start when it began later); any other is ordinary */
+	"span AS (SELECT a.*, p.warm, p.s, p.e FROM allocations a LEFT JOIN instances wi ON "
+	"a.owner_kind = 'instance' AND wi.id = a.owner_id AND (wi.warm_template_id IS NOT NULL "
+	"OR wi.claimed_at IS NOT NULL) CROSS JOIN LATERAL (VALUES (false, CASE WHEN wi.id IS "
+	"NULL THEN a.created_at ELSE greatest(a.created_at, coalesce(wi.claimed_at, "
+	"'infinity')) END, coalesce(a.released_at, now())), (true, a.created_at, "
+	"least(coalesce(a.released_at, now()), coalesce(wi.claimed_at, 'infinity')))) p(warm, s, "
+	"e) WHERE (NOT p.warm OR wi.id IS NOT NULL) AND p.s < p.e), "
 	"seg AS (SELECT a.tenant_id, a.owner_kind, a.owner_id, a.vcpus, a.memory_mib, a.disk_gib, "
-	"a.gpus, w.ws, extract(epoch FROM least(coalesce(a.released_at, now()), w.ws + interval "
-	"'1 hour') - greatest(a.created_at, w.ws))::float8 / 3600 AS h FROM allocations a JOIN w "
-	"ON a.created_at < w.ws + interval '1 hour' AND (a.released_at IS NULL OR a.released_at > "
-	"w.ws)), "
+	"a.gpus, a.warm, w.ws, extract(epoch FROM least(a.e, w.ws + interval '1 hour') - "
+	"greatest(a.s, w.ws))::float8 / 3600 AS h FROM span a JOIN w ON a.s < w.ws + interval "
+	"'1 hour' AND a.e > w.ws), "
 	"lines AS (SELECT s.tenant_id, s.owner_kind, s.owner_id, s.ws, x.meter, sum(s.h * x.per) "
 	"AS qty FROM seg s CROSS JOIN LATERAL (VALUES ('vps.vcpu.hours', CASE WHEN s.owner_kind = "
-	"'instance' THEN s.vcpus::float8 END), ('vps.memory.gib.hours', CASE WHEN s.owner_kind = "
-	"'instance' THEN s.memory_mib::float8 / 1024 END), ('vps.gpu.hours', CASE WHEN "
-	"s.owner_kind = 'instance' AND s.gpus > 0 THEN s.gpus::float8 END), "
+	"'instance' AND NOT s.warm THEN s.vcpus::float8 END), ('vps.memory.gib.hours', CASE WHEN "
+	"s.owner_kind = 'instance' AND NOT s.warm THEN s.memory_mib::float8 / 1024 END), "
+	"('vps.gpu.hours', CASE WHEN s.owner_kind = 'instance' AND NOT s.warm AND s.gpus > 0 THEN "
+	"s.gpus::float8 END), ('vps.sandbox.warm', CASE WHEN s.warm THEN s.vcpus::float8 END), "
 	"('vps.volume.gib.hours', CASE WHEN s.owner_kind = 'volume' THEN s.disk_gib::float8 END)) "
 	"x(meter, per) WHERE x.per IS NOT NULL AND s.h > 0 GROUP BY 1, 2, 3, 4, 5), "
 	"up AS (INSERT INTO usage (tenant_id, identity_id, resource_id, meter, window_start, "
-	"quantity, cost_cents) SELECT l.tenant_id, coalesce(ar.owner_id, i.created_by), "
+	"quantity, cost_cents) SELECT l.tenant_id, CASE WHEN l.meter <> 'vps.sandbox.warm' THEN "
+	"coalesce(ar.owner_id, i.created_by) END, "
 	"l.owner_id, l.meter, l.ws, l.qty, l.qty::numeric * coalesce((o.prices ->> "
 	"l.meter)::numeric, 0) FROM lines l LEFT JOIN offers o ON o.tenant_id = l.tenant_id "
 	"LEFT JOIN instances i ON l.owner_kind = 'instance' AND i.id = l.owner_id LEFT JOIN "

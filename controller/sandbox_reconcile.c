@@ -11,7 +11,8 @@
  *      transaction; a ready sandbox whose instance is being recreated goes
  *      back to starting;
  *   4. deleted: a sandbox whose instance is deleted is marked deleted,
- *      leaves the authorization projection, sandbox.deleted (expired).
+ *      leaves the authorization projection, sandbox.deleted (expired);
+ *   5. warm pools: drains and refills (warm.c).
  * Also the sandbox figures of the controller's /metrics, read from the
  * database so every replica shows the same. */
 #include <errno.h>
@@ -26,6 +27,7 @@
 #include "metrics.h"
 #include "sandboxes.h"
 #include "util.h"
+#include "warm.h"
 
 #define SBX_LEADER_LOCK "7164930317812343"
 #define EVENTS_LOCK_SQL "SELECT pg_advisory_xact_lock(4242001)"
@@ -148,6 +150,7 @@ static void pass(struct db *d, int period)
 		log_warn("sandboxes: settle pass failed: %s", err.message);
 	if (expired)
 		log_info("sandboxes: %d expired", expired);
+	warm_pass(d);
 	__atomic_store_n(&last_pass_us, mono_us() - t0, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&passes, 1, __ATOMIC_RELAXED);
 	log_debug("sandboxes: pass took %lld us", (long long)(mono_us() - t0));
@@ -307,4 +310,5 @@ void sbx_metrics_render(FILE *out, struct db *d)
 			  ARRAY_SIZE(lag_b));
 		PQclear(r);
 	}
+	warm_metrics_render(out, d);
 }

@@ -29,6 +29,7 @@
 #include "rowmsg.h"
 #include "sandboxes.h"
 #include "util.h"
+#include "warm.h"
 
 #define WAIT_MAX_MS 30000
 
@@ -185,6 +186,7 @@ struct screate {
 	char id[64];
 	char instance[64];
 	bool reused;
+	bool warm;               /* claimed from the template's warm pool */
 };
 
 static int check_create(const Bc__Compute__V1__CreateSandboxRequest *q, bc_error *err)
@@ -217,7 +219,8 @@ static int load_template(struct db *d, struct screate *a, PGresult **ret, bc_err
 	dbp_str(&p, a->tenant);
 	return db_one(d, ret, "SELECT t.pool_id, f.name, t.image_id, t.network, "
 		      "t.default_ttl_seconds, t.max_ttl_seconds, t.user_data, f.vcpus, "
-		      "f.memory_mib, f.disk_gib, f.gpus FROM sandbox_templates t JOIN flavors f ON "
+		      "f.memory_mib, f.disk_gib, f.gpus, t.warm_max, t.instance_version FROM "
+		      "sandbox_templates t JOIN flavors f ON "
 		      "f.id = t.flavor_id WHERE t.id = $1 AND t.tenant_id = $2 AND t.deleted_at IS "
 		      "NULL FOR SHARE OF t", &p, err, "sandbox template %s not found",
 		      a->q->template_id);
@@ -267,9 +270,11 @@ static int insert_sandbox(struct db *d, struct screate *a, const char *pool, int
 	dbp_str(&p, pr->id);
 	dbp_str(&p, *pr->user_id ? pr->user_id : pr->id);
 	dbp_nstr(&p, *pr->user_id ? pr->id : NULL);
+	dbp_bool(&p, a->warm);
 	rc = db_exec(d, NULL, "INSERT INTO sandboxes (id, tenant_id, template_id, pool_id, "
-		     "instance_id, ttl_seconds, expires_at, created_by, owner_id, agent_id) VALUES "
-		     "($1, $2, $3, $4, $5, $6::int, now() + make_interval(secs => $6::int), $7, $8, $9)", &p);
+		     "instance_id, ttl_seconds, expires_at, created_by, owner_id, agent_id, warm) "
+		     "VALUES ($1, $2, $3, $4, $5, $6::int, now() + make_interval(secs => $6::int), $7, "
+		     "$8, $9, $10)", &p);
 	return rc < 0 ? db_fail(err, rc) : 0;
 }
 
@@ -284,6 +289,30 @@ static int publish(struct db *d, const char *type, const char *id, const char *t
 	data = xasprintf("{\"templateId\": \"%s\", \"instanceId\": \"%s\", \"poolId\": \"%s\"%s%s}",
 			 template_id, instance, pool, extra ? ", " : "", extra ? extra : "");
 	return event_publish(d, type, subject, tenant, data);
+}
+
+/* The warm path: a template that keeps a pool hands over its oldest
+ * claimable instance (a claim is new work: the pool's budget check runs
+ * first, as for a cold create); nothing claimable (none settled yet, all
+ * taken, none of the current shape) leaves a->warm false: a cold create. */
+static int claim_warm(struct db *d, struct screate *a, const PGresult *t, int64_t ttl,
+		      bc_error *err)
+{
+	struct warm_claim w = {.template_id = a->q->template_id, .sandbox_id = a->id,
+			       .network = db_val(t, 0, 3),
+			       .instance_version = (int)db_i64(t, 0, 12), .ttl_seconds = ttl,
+			       .caller = ctl_principal(a->call)};
+	int rc;
+
+	a->warm = false;
+	if (db_i64(t, 0, 11) == 0)
+		return 0; /* no warm pool */
+	if ((rc = quota_budget(d, a->tenant, db_val(t, 0, 0), err)) < 0 ||
+	    (rc = warm_claim_tx(d, &w, err)) <= 0)
+		return rc;
+	a->warm = true;
+	snprintf(a->instance, sizeof(a->instance), "%s", w.instance);
+	return 0;
 }
 
 static int screate_tx(struct db *d, void *arg, bc_error *err)
@@ -313,19 +342,22 @@ static int screate_tx(struct db *d, void *arg, bc_error *err)
 	id_new("sbx", a->id, sizeof(a->id));
 	if ((rc = sbx_admit(d, a, t, ttl, err)) < 0)
 		goto out;
+	if ((rc = claim_warm(d, a, t, ttl, err)) < 0)
+		goto out;
 	n = (struct inst_new){.tenant = a->tenant, .pool_id = db_val(t, 0, 0),
 			      .flavor = db_val(t, 0, 1), .image_id = db_val(t, 0, 2),
 			      .policy = db_val(t, 0, 3), .user_data = db_val(t, 0, 6),
 			      .sandbox_id = a->id, .ssh_from_host_only = true};
-	if ((rc = instance_create_tx(a->call, d, &n, err)) < 0)
+	if (!a->warm && (rc = instance_create_tx(a->call, d, &n, err)) < 0)
 		goto out;
-	snprintf(a->instance, sizeof(a->instance), "%s", n.id);
+	if (!a->warm)
+		snprintf(a->instance, sizeof(a->instance), "%s", n.id);
 	if ((rc = insert_sandbox(d, a, n.pool_id, ttl, err)) < 0 ||
 	    (rc = authz_commit(d, "compute-sandbox", a->id, err)) < 0 ||
 	    (rc = idem_record(d, &a->k, a->id, err)) < 0)
 		goto out;
-	rc = publish(d, "sandbox.created", a->id, a->tenant, a->q->template_id, n.id, n.pool_id,
-		     "\"warm\": false");
+	rc = publish(d, "sandbox.created", a->id, a->tenant, a->q->template_id, a->instance,
+		     n.pool_id, a->warm ? "\"warm\": true" : "\"warm\": false");
 	rc = rc < 0 ? db_fail(err, rc) : 0;
 out:
 	free(n.node);
@@ -378,8 +410,8 @@ static int sbx_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 	    (r = sbx_fetch(c, a.tenant, a.id, &o, err)) < 0)
 		return r;
 	if (!a.reused)
-		log_info("sandbox %s: created from %s for tenant %s (instance %s)", a.id,
-			 q->template_id, a.tenant, a.instance);
+		log_info("sandbox %s: created from %s for tenant %s (instance %s, %s)", a.id,
+			 q->template_id, a.tenant, a.instance, a.warm ? "warm" : "cold");
 	if (q->wait && q->wait->timeout_ms > 0 &&
 	    (r = wait_settled(c, a.tenant, a.id, q->wait->timeout_ms, &o, err)) < 0)
 		return r;

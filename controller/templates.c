@@ -30,7 +30,12 @@
 #define TMPL_COLS                                                                          \
 	"t.id, t.tenant_id, t.name, t.pool_id, t.runtime, f.name, t.image_id, t.user_data, "  \
 	"t.network, t.default_ttl_seconds, t.max_ttl_seconds, t.warm_min, t.warm_max, "       \
-	"t.version, t.created_by, " MS("t.created_at") ", " MS("t.updated_at")
+	"t.version, t.created_by, " MS("t.created_at") ", " MS("t.updated_at") ", "           \
+	"(SELECT count(*) FILTER (WHERE w.state IN ('paused', 'stopped') AND w.desired_state " \
+	"IN ('paused', 'stopped')) || ' ' || count(*) FILTER (WHERE w.state IN ('provisioning', " \
+	"'starting', 'running') OR w.desired_state = 'running') FROM instances w WHERE "      \
+	"w.warm_template_id = t.id AND w.desired_state <> 'deleted' AND "                    \
+	"w.warm_instance_version = t.instance_version)"
 #define TMPL_FROM " FROM sandbox_templates t JOIN flavors f ON f.id = t.flavor_id "
 
 /* What each runtime boots and passes through. */
@@ -69,6 +74,8 @@ static Bc__Compute__V1__SandboxTemplate *tmpl_from_row(rpc_call *c, const PGresu
 	t->created_by = row_str(c, r, i, 14);
 	t->created_at = db_i64(r, i, 15);
 	t->updated_at = db_i64(r, i, 16);
+	if (sscanf(db_val(r, i, 17), "%u %u", &t->warm_ready, &t->warm_booting) != 2)
+		t->warm_ready = t->warm_booting = 0;
 	return t;
 }
 

@@ -1,0 +1,351 @@
+/* warm.c: warm pools. A template with warm.min > 0 keeps that many warm
+ * instances of its current instance_version booted and paused, so a
+ * sandbox create can claim one instead of booting.
+ *
+ * A warm instance is an ordinary instance (instance_create_tx: admitted,
+ * placed, charged to the tenant's quota, addressed) owned by the
+ * template's author, with warm_template_id and warm_instance_version set
+ * and ssh_from_host_only like any sandbox instance. It boots desired
+ * running; the host's report that it runs flips it to desired paused in
+ * the same transaction (a trigger of migrations/0006_warm.sql), and it is
+ * claimable once the host reports it paused (or stopped).
+ *
+ * The claim (warm_claim_tx) runs inside Sandboxes.Create's transaction;
+ * the pool pass (warm_pass) runs on the sandbox reconciler's leader:
+ * drains first, then at most WARM_REFILL_PER_PASS refills per template,
+ * each in its own transaction that re-reads the template FOR SHARE (not
+ * deleted, same instance_version). Refills are best effort: the first
+ * refusal stops the template's refill for the pass with one log line.
+ * Where the pool checks budgets the pass asks quota_billing_check, at most
+ * once a minute per tenant: a spent budget skips refills, a drain offer
+ * drains the pool to 0, a failed check leaves the pool as it is. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "authz.h"
+#include "instances.h"
+#include "log.h"
+#include "metrics.h"
+#include "nodes.h"
+#include "sandboxes.h"
+#include "util.h"
+#include "warm.h"
+
+/* ------------------------------------------------------------------ claim */
+
+#define CLAIM_SQL                                                                          \
+	"WITH c AS (SELECT i.id FROM instances i JOIN nodes n ON n.id = i.node_id WHERE "     \
+	"i.warm_template_id = $1 AND i.warm_instance_version = $2::int AND i.state IN "       \
+	"('paused', 'stopped') AND i.desired_state IN ('paused', 'stopped') AND n.state = "   \
+	"'ready' AND n.labels ?& string_to_array($3, E'\\n') AND (i.host_cert_valid_before "  \
+	"IS NULL OR i.host_cert_valid_before >= now() + make_interval(secs => $4::int)) "     \
+	"ORDER BY i.created_at, i.id LIMIT 1 FOR UPDATE OF i SKIP LOCKED), "                  \
+	"u AS (UPDATE instances i SET sandbox_id = $5, warm_template_id = NULL, claimed_at = " \
+	"now(), desired_state = 'running', updated_at = now() FROM c WHERE i.id = c.id "      \
+	"RETURNING i.id, i.node_id), "                                                        \
+	"z AS (UPDATE authz_resources a SET owner_id = $6, agent_id = $7, attrs = (a.attrs - " \
+	"'warmTemplateId') || jsonb_build_object('sandboxId', $5::text) FROM u WHERE a.type " \
+	"= 'compute-instance' AND a.id = u.id) SELECT id, node_id FROM u"
+
+int warm_claim_tx(struct db *d, struct warm_claim *w, bc_error *err)
+{
+	const struct principal *p = w->caller;
+	struct dbp q = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&q, w->template_id);
+	dbp_i64(&q, w->instance_version);
+	dbp_str(&q, strcmp(w->network, "egress") != 0 ? CAP_SSH_HOST_ONLY "\n" CAP_NETWORK_POLICY
+						     : CAP_SSH_HOST_ONLY);
+	dbp_i64(&q, w->ttl_seconds);
+	dbp_str(&q, w->sandbox_id);
+	dbp_str(&q, *p->user_id ? p->user_id : p->id);
+	dbp_nstr(&q, *p->user_id ? p->id : NULL);
+	if ((rc = db_exec(d, &r, CLAIM_SQL, &q)) < 0)
+		return db_fail(err, rc);
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return 0;
+	}
+	snprintf(w->instance, sizeof(w->instance), "%s", db_val(r, 0, 0));
+	rc = spec_bump(d, db_val(r, 0, 1));
+	PQclear(r);
+	/* the pool is one short: wake the reconciler to refill it */
+	if (rc == 0)
+		rc = db_exec(d, NULL, "SELECT pg_notify('" SBX_WAKE_CHANNEL "', 'warm')", NULL);
+	return rc < 0 ? db_fail(err, rc) : 1;
+}
+
+/* ----------------------------------------------------------------- budget */
+
+/* The leader's answers, a minute per tenant (only its thread uses it). */
+static struct {
+	char tenant[64];
+	enum quota_budget_state state;
+	int64_t at_ms;
+} budget_cache[64];
+
+static int budget_state(struct db *d, const char *tenant, enum quota_budget_state *ret)
+{
+	size_t i, slot = 0;
+	int rc;
+
+	for (i = 0; i < ARRAY_SIZE(budget_cache); i++) {
+		if (strcmp(budget_cache[i].tenant, tenant) == 0 &&
+		    mono_ms() - budget_cache[i].at_ms < WARM_BUDGET_CACHE_MS) {
+			*ret = budget_cache[i].state;
+			return 0;
+		}
+		if (budget_cache[i].at_ms < budget_cache[slot].at_ms)
+			slot = i;
+	}
+	if ((rc = quota_billing_check(d, tenant, ret)) < 0)
+		return rc;
+	snprintf(budget_cache[slot].tenant, sizeof(budget_cache[slot].tenant), "%s", tenant);
+	budget_cache[slot].state = *ret;
+	budget_cache[slot].at_ms = mono_ms();
+	return 0;
+}
+
+/* ------------------------------------------------------------------ drain */
+
+struct pool {
+	char id[64], tenant[64];
+	int version, min, max;
+	bool deleted, needs_netpol, checks_budget;
+	int64_t live, good;
+};
+
+/* Warm instances that are not claimable any more (older instance_version,
+ * error or lost, on a host without the network-policy capability the
+ * template needs) and, among the rest, those beyond max, newest first
+ * (claims take the oldest). The UPDATE re-checks warm_template_id, so an
+ * instance claimed meanwhile is never drained. */
+#define DRAIN_SQL                                                                          \
+	"WITH live AS (SELECT i.id, i.created_at, (i.warm_instance_version IS DISTINCT FROM "  \
+	"$2::int OR i.state IN ('error', 'lost') OR ($3 AND i.node_id IS NOT NULL AND NOT "    \
+	"coalesce(n.labels ? '" CAP_NETWORK_POLICY "', false))) AS bad FROM instances i LEFT " \
+	"JOIN nodes n ON n.id = i.node_id WHERE i.warm_template_id = $1 AND i.desired_state "  \
+	"<> 'deleted'), r AS (SELECT id, bad, row_number() OVER (PARTITION BY bad ORDER BY "   \
+	"created_at, id) rn FROM live), u AS (UPDATE instances i SET desired_state = "         \
+	"'deleted', state = 'deleting', updated_at = now() FROM r WHERE i.id = r.id AND "      \
+	"(r.bad OR r.rn > $4::int) AND i.warm_template_id = $1 AND i.desired_state <> "        \
+	"'deleted' RETURNING i.id, i.node_id, i.tenant_id, r.bad) SELECT id, node_id, "        \
+	"tenant_id, bad FROM u ORDER BY id"
+
+static int drained_one(struct db *d, const struct pool *pl, const PGresult *r, int i)
+{
+	_cleanup_free_ char *data = NULL;
+	char subject[96];
+	int rc;
+
+	snprintf(subject, sizeof(subject), "instance/%s", db_val(r, i, 0));
+	data = xasprintf("{\"warmTemplateId\": \"%s\", \"reason\": \"%s\"}", pl->id,
+			 pl->deleted ? "template-deleted" : db_bool(r, i, 3) ? "warm-stale" :
+									      "warm-beyond-max");
+	if ((rc = event_publish(d, "instance.deleting", subject, db_val(r, i, 2), data)) < 0)
+		return rc;
+	if (!db_val(r, i, 1))
+		return finish_deletions(d, NULL, db_val(r, i, 0)) < 0 ? -EIO : 0;
+	return spec_bump(d, db_val(r, i, 1));
+}
+
+struct drain {
+	const struct pool *pl;
+	int max;
+	int drained;
+	int64_t good;      /* out: claimable or booting instances left */
+};
+
+static int drain_tx(struct db *d, void *arg, bc_error *err)
+{
+	struct drain *a = arg;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	_cleanup_free_ char *left = NULL;
+	int rc;
+
+	dbp_str(&p, a->pl->id);
+	dbp_i64(&p, a->pl->deleted ? -1 : a->pl->version);
+	dbp_bool(&p, a->pl->needs_netpol);
+	dbp_i64(&p, a->max);
+	if ((rc = db_exec(d, &r, DRAIN_SQL, &p)) < 0)
+		return db_fail(err, rc);
+	a->drained = PQntuples(r);
+	for (int i = 0; rc == 0 && i < PQntuples(r); i++)
+		rc = drained_one(d, a->pl, r, i);
+	PQclear(r);
+	if (rc < 0)
+		return db_fail(err, rc);
+	p.n = 1;
+	if ((rc = db_scalar(d, "SELECT count(*) FROM instances WHERE warm_template_id = $1 AND "
+			    "desired_state <> 'deleted'", &p, &left)) < 0)
+		return db_fail(err, rc);
+	a->good = left ? strtoll(left, NULL, 10) : 0;
+	return 0;
+}
+
+/* ----------------------------------------------------------------- refill */
+
+struct refill {
+	const struct pool *pl;
+	char instance[64];
+	char node[64];
+};
+
+/* The template again, in this transaction: FOR SHARE, not deleted, the
+ * same instance_version as the pass saw. */
+static int refill_template(struct db *d, const struct pool *pl, PGresult **ret, bc_error *err)
+{
+	struct dbp p = {0};
+
+	dbp_str(&p, pl->id);
+	dbp_i64(&p, pl->version);
+	return db_one(d, ret, "SELECT t.tenant_id, t.pool_id, f.name, t.image_id, t.network, "
+		      "t.user_data, t.created_by, coalesce(idn.kind, 'user') FROM sandbox_templates t "
+		      "JOIN flavors f ON f.id = t.flavor_id LEFT JOIN identities idn ON idn.id = "
+		      "t.created_by WHERE t.id = $1 AND t.deleted_at IS NULL AND t.instance_version = "
+		      "$2::int FOR SHARE OF t", &p, err, "template %s was deleted or changed since the "
+		      "pass began", pl->id);
+}
+
+static int refill_tx(struct db *d, void *arg, bc_error *err)
+{
+	struct refill *a = arg;
+	struct principal owner = {.kind = PRINCIPAL_IDENTITY};
+	struct inst_new n;
+	PGresult *t = NULL;
+	int rc;
+
+	if ((rc = refill_template(d, a->pl, &t, err)) < 0)
+		return rc;
+	snprintf(owner.id, sizeof(owner.id), "%s", db_val(t, 0, 6));
+	snprintf(owner.tenant_id, sizeof(owner.tenant_id), "%s", db_val(t, 0, 0));
+	snprintf(owner.identity_kind, sizeof(owner.identity_kind), "%s", db_val(t, 0, 7));
+	n = (struct inst_new){.tenant = db_val(t, 0, 0), .pool_id = db_val(t, 0, 1),
+			      .flavor = db_val(t, 0, 2), .image_id = db_val(t, 0, 3),
+			      .policy = db_val(t, 0, 4), .user_data = db_val(t, 0, 5),
+			      .ssh_from_host_only = true, .warm_template_id = a->pl->id,
+			      .warm_instance_version = a->pl->version, .owner = &owner};
+	rc = instance_create_tx(NULL, d, &n, err);
+	if (rc == 0 && !n.node)
+		rc = bc_error_set(err, BC_CAPACITY_UNAVAILABLE, "no host of pool %s with room "
+				  "carries the capabilities a sandbox needs", n.pool_id);
+	if (rc == 0) {
+		snprintf(a->instance, sizeof(a->instance), "%s", n.id);
+		snprintf(a->node, sizeof(a->node), "%s", n.node);
+	}
+	free(n.node);
+	PQclear(t);
+	return rc;
+}
+
+static void refill(struct db *d, const struct pool *pl, int64_t good)
+{
+	int64_t want = pl->min - good;
+	int made = 0;
+
+	for (; want > 0 && made < WARM_REFILL_PER_PASS; want--) {
+		struct refill a = {.pl = pl};
+		bc_error err = {0};
+		if (db_tx(d, "READ COMMITTED", refill_tx, &a, &err) < 0) {
+			log_warn("warm: template %s: warm sandbox instance not created: %s "
+				 "(next pass tries again)", pl->id, err.message);
+			break;
+		}
+		log_info("warm: template %s: warm instance %s created on %s", pl->id, a.instance,
+			 a.node);
+		made++;
+	}
+}
+
+/* ------------------------------------------------------------------- pass */
+
+#define POOLS_SQL                                                                          \
+	"SELECT t.id, t.tenant_id, t.instance_version, t.warm_min, t.warm_max, t.deleted_at "  \
+	"IS NOT NULL, t.network <> 'egress', p.budget_check = 'meter' OR EXISTS (SELECT 1 "     \
+	"FROM offers o WHERE o.tenant_id = t.tenant_id AND o.spend_limit_cents IS NOT NULL "    \
+	"AND o.on_budget_exceeded IN ('stop-new', 'drain')) FROM sandbox_templates t JOIN "     \
+	"pools p ON p.id = t.pool_id WHERE (t.deleted_at IS NULL AND t.warm_min > 0) OR "       \
+	"EXISTS (SELECT 1 FROM instances i WHERE i.warm_template_id = t.id AND "                \
+	"i.desired_state <> 'deleted') ORDER BY t.id"
+
+static void pool_from_row(const PGresult *r, int i, struct pool *pl)
+{
+	snprintf(pl->id, sizeof(pl->id), "%s", db_val(r, i, 0));
+	snprintf(pl->tenant, sizeof(pl->tenant), "%s", db_val(r, i, 1));
+	pl->version = (int)db_i64(r, i, 2);
+	pl->min = (int)db_i64(r, i, 3);
+	pl->max = (int)db_i64(r, i, 4);
+	pl->deleted = db_bool(r, i, 5);
+	pl->needs_netpol = db_bool(r, i, 6);
+	pl->checks_budget = db_bool(r, i, 7);
+}
+
+static void pool_pass(struct db *d, struct pool *pl)
+{
+	enum quota_budget_state b = QUOTA_BUDGET_OK;
+	struct drain a = {.pl = pl, .max = pl->deleted ? 0 : pl->max};
+	bc_error err = {0};
+
+	if (!pl->deleted && pl->checks_budget) {
+		if (budget_state(d, pl->tenant, &b) < 0) {
+			log_warn("warm: template %s: warm pool budget check failed; the pool is left "
+				 "as it is", pl->id);
+			return;
+		}
+		if (b == QUOTA_BUDGET_DRAIN)
+			a.max = 0;
+	}
+	if (db_tx(d, "READ COMMITTED", drain_tx, &a, &err) < 0) {
+		log_warn("warm: template %s: drain failed: %s", pl->id, err.message);
+		return;
+	}
+	if (a.drained)
+		log_info("warm: template %s: %d warm instances drained", pl->id, a.drained);
+	if (pl->deleted || b != QUOTA_BUDGET_OK)
+		return; /* a spent budget skips refills */
+	refill(d, pl, a.good);
+}
+
+void warm_pass(struct db *d)
+{
+	PGresult *r = NULL;
+	int rc = db_exec(d, &r, POOLS_SQL, NULL);
+
+	if (rc < 0) {
+		log_warn("warm: reading the pools failed (%d)", rc);
+		return;
+	}
+	for (int i = 0; i < PQntuples(r); i++) {
+		struct pool pl;
+		pool_from_row(r, i, &pl);
+		pool_pass(d, &pl);
+	}
+	PQclear(r);
+}
+
+/* ---------------------------------------------------------------- metrics */
+
+void warm_metrics_render(FILE *out, struct db *d)
+{
+	PGresult *r = NULL;
+
+	metrics_head(out, "better_compute_sandbox_warm_instances", "gauge",
+		     "Warm instances per template and state (deleting: being drained).");
+	if (db_exec(d, &r, "SELECT warm_template_id, CASE WHEN desired_state = 'deleted' THEN "
+		    "'deleting' ELSE state END, count(*) FROM instances WHERE warm_template_id IS "
+		    "NOT NULL AND state <> 'deleted' GROUP BY 1, 2 ORDER BY 1, 2", NULL) < 0)
+		return;
+	for (int i = 0; i < PQntuples(r); i++) {
+		char labels[160];
+		snprintf(labels, sizeof(labels), "template=\"%s\",state=\"%s\"", db_val(r, i, 0),
+			 db_val(r, i, 1));
+		metrics_line(out, "better_compute_sandbox_warm_instances", labels,
+			     (double)db_i64(r, i, 2));
+	}
+	PQclear(r);
+}
