@@ -33,6 +33,8 @@ struct act {
 	const char *iam;        /* action decided */
 	const char *event;      /* published on a change */
 	const char *desired;    /* the new desired state */
+	bool shows_starting;    /* a stopped (or failed) placed instance shows
+				   "starting" until its host reports */
 	act_check check;
 };
 
@@ -93,10 +95,11 @@ static int check_resume(const struct inst_row *r, bc_error *err)
 }
 
 static const struct act acts[] = {
-	{"Start", "compute:instances:start", "instance.starting", "running", check_start},
-	{"Stop", "compute:instances:stop", "instance.stopping", "stopped", check_stop},
-	{"Pause", "compute:instances:pause", "instance.pausing", "paused", check_pause},
-	{"Resume", "compute:instances:resume", "instance.resuming", "running", check_resume},
+	{"Start", "compute:instances:start", "instance.starting", "running", true, check_start},
+	{"Stop", "compute:instances:stop", "instance.stopping", "stopped", false, check_stop},
+	{"Pause", "compute:instances:pause", "instance.pausing", "paused", false, check_pause},
+	{"Resume", "compute:instances:resume", "instance.resuming", "running", false,
+	 check_resume},
 };
 
 struct act_tx {
@@ -116,7 +119,7 @@ static int apply(struct db *d, struct act_tx *t, const struct inst_row *r)
 
 	dbp_str(&p, t->id);
 	dbp_str(&p, t->a->desired);
-	dbp_bool(&p, t->a->check == check_start && r->node &&
+	dbp_bool(&p, t->a->shows_starting && r->node &&
 		     (strcmp(r->state, "stopped") == 0 || strcmp(r->state, "error") == 0));
 	rc = db_exec(d, NULL, "UPDATE instances SET desired_state = $2, state = CASE WHEN $3 THEN "
 		     "'starting' ELSE state END, reason = CASE WHEN $3 THEN '' ELSE reason END, "

@@ -405,7 +405,10 @@ static int report_node(struct db *d, struct report *a, bc_error *err)
  * instance never flaps back for one report. A host's admission refusal
  * (stopped, "ResourcesExhausted: ...") of an instance that never ran keeps
  * it provisioning, stamps refused_at for the reconciler's re-placement
- * (reconcile.c) and publishes instance.refused once. */
+ * (reconcile.c) and publishes instance.refused once. The node and desired
+ * state are checked again in the UPDATE itself: a row another transaction
+ * changed meanwhile (re-placed, deleted) is re-read there, never written
+ * from this host's stale view. */
 static int report_instances(struct db *d, struct report *a, bc_error *err)
 {
 	struct dbp p = {0};
@@ -427,7 +430,9 @@ static int report_instances(struct db *d, struct report *a, bc_error *err)
 		     "instances i SET state = CASE WHEN c.refused THEN i.state ELSE c.st END, reason = "
 		     "c.why, refused_at = CASE WHEN c.refused THEN coalesce(i.refused_at, now()) END, "
 		     "updated_at = now(), running_at = CASE WHEN c.st = 'running' THEN coalesce("
-		     "i.running_at, now()) ELSE i.running_at END FROM c WHERE i.id = c.id AND ("
+		     "i.running_at, now()) ELSE i.running_at END FROM c WHERE i.id = c.id AND "
+		     "i.node_id = $1 AND i.desired_state <> 'deleted' AND ($5 OR c.st = 'error' OR "
+		     "c.st = i.desired_state) AND ("
 		     "(i.state, i.reason) IS DISTINCT FROM (CASE WHEN c.refused THEN i.state ELSE c.st "
 		     "END, c.why) OR (i.refused_at IS NULL) = c.refused) RETURNING i.id, i.tenant_id, "
 		     "i.state, i.reason, c.refused) INSERT INTO events (type, subject, tenant_id, data) "
