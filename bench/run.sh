@@ -15,6 +15,8 @@
 #   per-packet cost           ping -f, 5,000 guarded taps    vs 10 (bench/net.sh; root)
 #   policy decision           10 and 1,000 statements        vs the Instances.Create
 #                             (bench/bench_policy.c)            it guards (p50, conc 1)
+#   Warm claim -> ready      1/8/32/64 clients (bench/warm.sh) vs bare PostgreSQL
+#                            transactions doing the same row updates
 #   Sandbox create -> ready   1/8/32 clients (bench/sandboxes.sh) vs a bare PostgreSQL
 #                                                              transaction of the same rows
 #   sandbox reconciler pass   10,000 live sandboxes          vs one scan of them
@@ -28,6 +30,7 @@
 #
 # Knobs: BENCH_SECONDS (rpc rows, default 3), BENCH_CONCURRENCY ("1 16"),
 # BENCH_CREATES (200), BENCH_CREATE_CONCURRENCY ("1 8 32"), BENCH_PUSHES (50),
+# BENCH_ONLY=warm (only the warm claim rows),
 # BC_BENCH (the C client; default $BC_SRC/build/bench/bc_bench), BC_BIN, BC_SRC.
 set -uo pipefail
 
@@ -62,7 +65,8 @@ export BC_POOL_SUBNET=10.64.0.0/16 BC_POOL_GATEWAY=10.64.0.1
 # the sandbox rows (bench/sandboxes.sh) read the reconciler's pass time here
 SBX_METRICS_PORT=$(free_tcp_port) || exit 1
 export BC_CTL_EXTRA_CONF="${BC_CTL_EXTRA_CONF:+$BC_CTL_EXTRA_CONF
-}metrics_listen = 127.0.0.1:$SBX_METRICS_PORT"
+}metrics_listen = 127.0.0.1:$SBX_METRICS_PORT
+sandbox_reconcile_seconds = 1"
 # room for every instance the create and push rows make
 stack_up --controllers 1 --agents 1 --agent-capacity 4096,4194304,100000 ||
 	{ log "stack_up failed"; exit 1; }
@@ -137,6 +141,16 @@ row() {
 }
 
 tls=(--ca "$BC_CA_FILE" --token "$BC_TOKEN")
+print_rows() {
+	printf '%-40s %-12s %12s  %-24s %12s %8s\n' benchmark metric bc peer "peer value" "bc/peer"
+	printf '%s\n' "${rows[@]}"
+}
+if [ "${BENCH_ONLY:-}" = warm ]; then # just the warm claim rows
+	# shellcheck source=warm.sh
+	. "$here/warm.sh"
+	print_rows
+	exit 0
+fi
 for c in $BENCH_CONCURRENCY; do
 	log "Health.Check round trips, concurrency $c"
 	bc=$(run rpc-bc rpc --target "$BC_URL" "${tls[@]}" --seconds "$BENCH_SECONDS" --concurrency "$c")
@@ -189,6 +203,8 @@ done
 
 push_row loaded
 
+# shellcheck source=warm.sh
+. "$here/warm.sh"
 # shellcheck source=sandboxes.sh
 . "$here/sandboxes.sh"
 
@@ -202,8 +218,7 @@ while IFS=$'\t' read -r n m v pn pv; do
 	row "$n" "$m" "$v" "$pn" "$pv"
 done < <(bash "$BC_SRC/bench/libvirt.sh" 2>>"$STACK_DIR/bench-client.log")
 
-printf '%-40s %-12s %12s  %-24s %12s %8s\n' benchmark metric bc peer "peer value" "bc/peer"
-printf '%s\n' "${rows[@]}"
+print_rows
 echo
 echo "bc/peer: for *_us lower is better, for calls_per_s and per_s higher is better."
 cat "$STACK_DIR/bench-notes" 2>/dev/null

@@ -9,7 +9,16 @@
  *           sandbox, booking, address lease, idempotency-free events), as
  *           bare INSERTs in one PostgreSQL transaction each
  *   sql     --conninfo S --sql Q [--count N]
- *           one statement N times: p50/p99 */
+ *           one statement N times: p50/p99
+ *   warm    as ready, with the create's wait (--wait-ms, default 20000): a
+ *           warm claim -> ready; also prints how many answers said warm
+ *   warm-peer --conninfo S [--concurrency C] [--count N]
+ *           the same row updates as a claim and its readiness, bare: in one
+ *           transaction the oldest paused row taken FOR UPDATE SKIP LOCKED
+ *           and handed over, the instance's authorization row moved, the
+ *           sandbox's inserted, the sandbox inserted, the node's generation
+ *           bumped, an event; then, as the host's report, the instance
+ *           running, the sandbox ready and its event in a second one */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,10 +33,11 @@
 
 struct opts {
 	const char *mode, *target, *ca, *token, *template_id, *conninfo, *sql;
-	int concurrency, count;
+	int concurrency, count, wait_ms;
 };
 
 static struct opts o = {.concurrency = 1, .count = 100};
+static int warm_answers;
 
 static void parse(int argc, char **argv)
 {
@@ -42,6 +52,7 @@ static void parse(int argc, char **argv)
 		else if (!strcmp(k, "sql")) o.sql = v;
 		else if (!strcmp(k, "concurrency")) o.concurrency = atoi(v);
 		else if (!strcmp(k, "count")) o.count = atoi(v);
+		else if (!strcmp(k, "wait-ms")) o.wait_ms = atoi(v);
 		else {
 			fprintf(stderr, "sbx_bench: unknown flag %s\n", argv[i]);
 			exit(1);
@@ -109,14 +120,22 @@ static rpc_client *client(void)
 
 /* ---------------------------------------------------------------- ready */
 
+/* 1 when the answer is already ready, 0 when not yet, -1 on failure. */
 static int create_one(rpc_client *c, char *ret_id, size_t len)
 {
 	Bc__Compute__V1__CreateSandboxRequest q = BC__COMPUTE__V1__CREATE_SANDBOX_REQUEST__INIT;
 	Bc__Compute__V1__Sandbox *s = NULL;
 	char path[128];
 	bc_error err;
+	int ret;
+
+	Bc__Compute__V1__Wait wait = BC__COMPUTE__V1__WAIT__INIT;
 
 	q.template_id = (char *)o.template_id;
+	if (o.wait_ms > 0) {
+		wait.timeout_ms = o.wait_ms;
+		q.wait = &wait;
+	}
 	rpc_method_path(&bc__compute__v1__sandboxes__descriptor, "Create", path, sizeof(path));
 	if (rpc_client_unary(c, path, &q.base, &bc__compute__v1__sandbox__descriptor,
 			     (ProtobufCMessage **)&s, 30000, &err) < 0) {
@@ -124,8 +143,11 @@ static int create_one(rpc_client *c, char *ret_id, size_t len)
 		return -1;
 	}
 	snprintf(ret_id, len, "%s", s->id);
+	if (s->warm)
+		__atomic_add_fetch(&warm_answers, 1, __ATOMIC_RELAXED);
+	ret = strcmp(s->state, "ready") == 0;
 	protobuf_c_message_free_unpacked(&s->base, NULL);
-	return 0;
+	return ret;
 }
 
 static bool is_ready(rpc_client *c, const char *id)
@@ -153,12 +175,13 @@ static void *ready_worker(void *arg)
 
 	for (int i = 0; i < w->todo; i++) {
 		int64_t t0 = mono_us();
-		bool ok = false;
-		if (create_one(w->c, id, sizeof(id)) < 0) {
+		int rc = create_one(w->c, id, sizeof(id));
+		bool ok = rc == 1;
+		if (rc < 0) {
 			w->errors++;
 			continue;
 		}
-		while (!(ok = is_ready(w->c, id)) && mono_us() - t0 < 30000000)
+		while (!ok && !(ok = is_ready(w->c, id)) && mono_us() - t0 < 30000000)
 			usleep(2000);
 		if (!ok) {
 			w->errors++;
@@ -197,9 +220,9 @@ static int mode_ready(void)
 	int64_t el = 0;
 	int errors = run(ready_worker, &lat, c, &el);
 
-	printf("per_s=%.1f p50_us=%lld p99_us=%lld n=%zu errors=%d\n",
+	printf("per_s=%.1f p50_us=%lld p99_us=%lld n=%zu errors=%d warm=%d\n",
 	       (double)lat.n * 1e6 / (double)el, (long long)pct(&lat, 0.5),
-	       (long long)pct(&lat, 0.99), lat.n, errors);
+	       (long long)pct(&lat, 0.99), lat.n, errors, warm_answers);
 	rpc_client_free(c);
 	return errors ? 1 : 0;
 }
@@ -269,6 +292,91 @@ static int mode_peer(void)
 	return errors ? 1 : 0;
 }
 
+/* ------------------------------------------------------------ warm peer */
+
+#define WPEER_TABLES                                                                       \
+	"DROP TABLE IF EXISTS w_inst, w_authz, w_sbx, w_node, w_event; CREATE TABLE w_inst (id " \
+	"text PRIMARY KEY, tmpl text, state text, desired text, sbx text, claimed_at "       \
+	"timestamptz, created_at timestamptz DEFAULT clock_timestamp()); CREATE INDEX ON "    \
+	"w_inst (tmpl, created_at, id) WHERE tmpl IS NOT NULL; CREATE TABLE w_authz (id text " \
+	"PRIMARY KEY, owner text, attrs jsonb); CREATE TABLE w_sbx (id text PRIMARY KEY, "    \
+	"inst text, state text, created_at timestamptz DEFAULT now(), ready_at timestamptz); " \
+	"CREATE TABLE w_node (id text PRIMARY KEY, gen bigint); INSERT INTO w_node VALUES "   \
+	"('n', 0); CREATE TABLE w_event (id bigserial PRIMARY KEY, type text, data jsonb)"
+
+#define WPEER_CLAIM                                                                        \
+	"BEGIN; WITH c AS (SELECT id FROM w_inst WHERE tmpl = 't' AND state = 'paused' ORDER " \
+	"BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED), u AS (UPDATE w_inst i SET sbx = " \
+	"$1, tmpl = NULL, claimed_at = now(), desired = 'running' FROM c WHERE i.id = c.id "  \
+	"RETURNING i.id) UPDATE w_authz a SET owner = 'o', attrs = a.attrs || "               \
+	"jsonb_build_object('sandboxId', $1::text) FROM u WHERE a.id = u.id; INSERT INTO "    \
+	"w_authz VALUES ($1, 'o', '{\"ttlSeconds\": \"3600\"}'); INSERT INTO w_sbx (id, "   \
+	"inst, state) SELECT $1, id, 'starting' FROM w_inst WHERE sbx = $1; UPDATE w_node SET " \
+	"gen = gen + 1 WHERE id = 'n'; INSERT INTO w_event (type, data) VALUES "              \
+	"('sandbox.created', '{}'); COMMIT; "                                                  \
+	"BEGIN; UPDATE w_inst SET state = 'running' WHERE sbx = $1; UPDATE w_sbx SET state = " \
+	"'ready', ready_at = now() WHERE id = $1; INSERT INTO w_event (type, data) VALUES "   \
+	"('sandbox.ready', '{}'); COMMIT"
+
+static char *with_id(const char *text, const char *id)
+{
+	char *sql = xasprintf("%s", text);
+
+	for (char *p; (p = strstr(sql, "$1"));) {
+		char *n = xasprintf("%.*s'%s'%s", (int)(p - sql), sql, id, p + 2);
+		free(sql);
+		sql = n;
+	}
+	return sql;
+}
+
+static void *wpeer_worker(void *arg)
+{
+	struct worker *w = arg;
+	PGconn *c = PQconnectdb(o.conninfo);
+
+	for (int i = 0; i < w->todo && PQstatus(c) == CONNECTION_OK; i++) {
+		char id[64], *sql;
+		int64_t t0 = mono_us();
+		PGresult *r;
+		id_new("s", id, sizeof(id));
+		/* multi-statement text cannot take parameters: the id is ours */
+		sql = with_id(WPEER_CLAIM, id);
+		r = PQexec(c, sql);
+		if (PQresultStatus(r) != PGRES_COMMAND_OK)
+			w->errors++;
+		else
+			lat_add(w->lat, mono_us() - t0);
+		PQclear(r);
+		free(sql);
+	}
+	PQfinish(c);
+	return NULL;
+}
+
+static int mode_wpeer(void)
+{
+	struct lat lat = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	PGconn *c = PQconnectdb(o.conninfo);
+	char *fill;
+	int64_t el = 0;
+	int errors;
+
+	PQclear(PQexec(c, WPEER_TABLES));
+	/* a pool as large as the run: every claim finds a paused row */
+	fill = xasprintf("INSERT INTO w_inst (id, tmpl, state, desired) SELECT 'w' || g, 't', "
+			 "'paused', 'paused' FROM generate_series(1, %d) g; INSERT INTO w_authz "
+			 "SELECT id, 'author', '{}' FROM w_inst", o.count);
+	PQclear(PQexec(c, fill));
+	free(fill);
+	PQfinish(c);
+	errors = run(wpeer_worker, &lat, NULL, &el);
+	printf("per_s=%.1f p50_us=%lld p99_us=%lld n=%zu errors=%d\n",
+	       (double)lat.n * 1e6 / (double)el, (long long)pct(&lat, 0.5),
+	       (long long)pct(&lat, 0.99), lat.n, errors);
+	return errors ? 1 : 0;
+}
+
 static int mode_sql(void)
 {
 	struct lat lat = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -299,6 +407,13 @@ int main(int argc, char **argv)
 		return mode_peer();
 	if (!strcmp(o.mode, "sql"))
 		return mode_sql();
-	fprintf(stderr, "usage: sbx_bench ready|peer|sql ...\n");
+	if (!strcmp(o.mode, "warm")) {
+		if (!o.wait_ms)
+			o.wait_ms = 20000;
+		return mode_ready();
+	}
+	if (!strcmp(o.mode, "warm-peer"))
+		return mode_wpeer();
+	fprintf(stderr, "usage: sbx_bench ready|peer|sql|warm|warm-peer ...\n");
 	return 2;
 }

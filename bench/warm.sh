@@ -1,0 +1,58 @@
+# bench/warm.sh: the warm claim rows of `make bench`, sourced by
+# bench/run.sh after its stack is up (it needs run.sh's run, field, row,
+# tls, img and conninfo, and a controller with sandbox_reconcile_seconds =
+# 1 so the pool refills between rows).
+#
+#   warm claim -> ready   Sandboxes.Create with wait against a template
+#                         holding BENCH_WARM_POOL (64) paused warm
+#                         instances, fake runtime, at 1/8/32/64 clients
+#                         (BENCH_WARM_CONCURRENCY): the create's answer
+#                         (or a Get every 2 ms after it) ready; p50/p99 and
+#                         claims per second, and how many answers said
+#                         warm, next to a bare PostgreSQL pair of
+#                         transactions doing the same row updates (claim
+#                         FOR UPDATE SKIP LOCKED, authorization rows,
+#                         sandbox, node generation, event; then the
+#                         report's instance running, sandbox ready, event)
+#
+# Each row waits until the pool is full again, so every claim of a row can
+# find a paused instance; the template is deleted afterwards (its pool
+# drains) so later rows do not carry it.
+
+: "${BENCH_WARM_CONCURRENCY:=1 8 32 64}"
+: "${BENCH_WARM_POOL:=64}"
+SBX_BENCH=${SBX_BENCH:-$BC_SRC/build/bench/sbx_bench}
+
+warm_tmpl=$(bcctl --format json sandbox-template create --name bench-warm --pool "$POOL_ID" \
+	--flavor "$FLAVOR_NAME" --image "$img" --warm-min "$BENCH_WARM_POOL" \
+	--warm-max "$BENCH_WARM_POOL" | jq -r .id)
+warm_full() {
+	[ "$(psql -d bc -XAtq -c "SELECT count(*) FROM instances i JOIN sandbox_templates t ON
+		t.id = i.warm_template_id WHERE t.id = '$warm_tmpl' AND i.state = 'paused' AND
+		i.desired_state = 'paused' AND i.warm_instance_version = t.instance_version")" \
+		-ge "$BENCH_WARM_POOL" ]
+}
+for c in $BENCH_WARM_CONCURRENCY; do
+	log "warm claim -> ready x $BENCH_WARM_POOL, concurrency $c (waiting for a full pool)"
+	eventually 600 warm_full || log "the warm pool did not fill up"
+	since=$(psql -d bc -XAtq -c "SELECT clock_timestamp()")
+	wr=$(BC_BENCH=$SBX_BENCH run warm-claim warm --target "$BC_URL" "${tls[@]}" \
+		--template "$warm_tmpl" --concurrency "$c" --count "$BENCH_WARM_POOL")
+	wp=$(BC_BENCH=$SBX_BENCH run warm-peer warm-peer --conninfo "$conninfo" --concurrency "$c" \
+		--count "$BENCH_WARM_POOL")
+	for m in per_s p50_us p99_us; do
+		row "Warm claim -> ready, conc $c" "$m" "$(field "$wr" "$m")" \
+			"PostgreSQL txns, same rows" "$(field "$wp" "$m")"
+	done
+	row "Warm claim -> ready, conc $c" warm_answers "$(field "$wr" warm)" "of claims" \
+		"$(field "$wr" n)"
+	# where the time goes: the server's own create -> ready (ready_at is
+	# stamped in the host report's transaction), without the client's polls
+	srv=$(psql -d bc -XAtq -F ' ' -c "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY x)),
+		round(percentile_cont(0.99) WITHIN GROUP (ORDER BY x)) FROM (SELECT extract(epoch FROM
+		ready_at - created_at) * 1e6 x FROM sandboxes WHERE warm AND created_at >= '$since'
+		AND ready_at IS NOT NULL) s")
+	row "  of which: created_at -> ready_at" p50_us "${srv%% *}" "" ""
+	row "  of which: created_at -> ready_at" p99_us "${srv##* }" "" ""
+done
+bcctl sandbox-template delete "$warm_tmpl" >/dev/null

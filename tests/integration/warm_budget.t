@@ -1,0 +1,48 @@
+# warm_budget.t: warm pools follow the tenant's budget. A pool that checks
+# no budget refills without asking; with a spent budget and an offer that
+# stops new work, refills are skipped and the pool is left as it is; a
+# drain offer drains it to 0 and keeps it there; the pass's answer is kept
+# a minute per tenant (a changed offer is seen only once it expires).
+. "$(dirname "$0")/../lib/stack.sh"
+
+export BC_CTL_EXTRA_CONF="sandbox_reconcile_seconds = 1"
+stack_up --controllers 1 --agents 1 --agent-capacity 64,65536,500 || bail_out "stack_up failed"
+img=$(stack_image_create budget-img) || bail_out "no image"
+
+q() { psql -d bc -XAtq -c "$1"; }
+live_n() { q "SELECT count(*) FROM instances WHERE warm_template_id = '$tmpl' AND desired_state <> 'deleted'"; }
+paused_n() { q "SELECT count(*) FROM instances WHERE warm_template_id = '$tmpl' AND desired_state <> 'deleted'
+	AND state = 'paused'"; }
+
+tmpl=$(json_get "$(bcctl --format json sandbox-template create --name b1 --pool "$POOL_ID" \
+	--flavor "$FLAVOR_NAME" --image "$img" --warm-min 2 --warm-max 4)" id) || bail_out "template"
+eventually 60 eval '[ "$(paused_n)" = 2 ]'
+ok $? 'a pool that checks no budget fills'
+
+# spent, stop-new: refills skipped, nothing drained
+bcctl tenant offer root --spend-limit-cents 100 --on-budget-exceeded stop-new >/dev/null || bail_out "offer"
+q "INSERT INTO usage (tenant_id, meter, quantity, cost_cents) VALUES ('root', 'test', 1, 500)" >/dev/null
+ctl_kill 1 && ctl_start 1 || bail_out "controller restart" # a fresh leader: nothing cached
+bcctl sandbox-template update "$tmpl" --warm-min 3 --warm-max 4 >/dev/null
+eventually 30 eval 'grep -q "sandboxes: replica .* runs the sandbox reconciler" "$STACK_DIR/ctl-1.log"'
+sleep 4
+is "$(live_n)" 2 'a spent budget skips refills (warm.min 3, still 2)'
+is "$(q "SELECT count(*) FROM instances WHERE warm_template_id = '$tmpl' AND desired_state = 'deleted'")" 0 \
+	'and stop-new drains nothing'
+
+# drain: seen once the cached answer (a minute) expires, then the pool goes to 0
+bcctl tenant offer root --spend-limit-cents 100 --on-budget-exceeded drain >/dev/null || bail_out "offer"
+t0=$SECONDS
+sleep 3
+is "$(live_n)" 2 'a minute-old answer stands: the pool is left as it was'
+eventually 90 eval '[ "$(live_n)" = 0 ]'
+ok $? 'a drain offer drains the pool to 0'
+waited=$((SECONDS - t0))
+ok "$([ "$waited" -ge 20 ] && echo 0 || echo 1)" "only once the cached answer expired (${waited}s after the change)"
+is "$(q "SELECT count(*) FROM events e JOIN instances i ON e.subject = 'instance/' || i.id
+	WHERE i.warm_template_id = '$tmpl' AND e.type = 'instance.deleting'
+	AND e.data->>'warmTemplateId' = '$tmpl'")" 2 'each drained instance published instance.deleting'
+sleep 3
+is "$(live_n)" 0 'and none is refilled while the budget is spent'
+
+done_testing
