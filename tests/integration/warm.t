@@ -5,7 +5,8 @@
 # claim (oldest first, warm: true, sandbox_id set, warm_template_id
 # cleared, claimed_at, resumed, ready; the pool refilled); a pool that has
 # not settled gets a cold create; drains (beyond warm.max newest first,
-# an older instance_version, error replaced, a deleted template's all);
+# an older instance_version, error replaced, a deleted template's all, a
+# private template's on a host without the network-policy capability);
 # refills stopped by a refusal with one log line per pass; metering split
 # at claimed_at; the gauges and the warm readiness histogram; bcctl's pool
 # sizes.
@@ -168,5 +169,25 @@ eventually 30 eval '[ "$(live_n "$tmpl")" = 0 ]'
 ok $? "a deleted template's warm instances are all drained"
 is "$(q "SELECT count(*) FROM instances WHERE id = '$w_old' AND desired_state = 'running'")" 1 \
 	"its sandboxes' instances live on"
+
+# -- a private template's warm instance on a host without the network-policy
+# capability (a downgraded bcd; the host is stopped so no report restores
+# the label): never claimed, drained, and not refilled where no host has it
+t3=$(jid "$(bcctl --format json sandbox-template create --name w3 --pool "$POOL_ID" \
+	--flavor "$FLAVOR_NAME" --image "$img" --network private --warm-min 1 --warm-max 1)") || bail_out "template 3"
+eventually 60 eval '[ "$(warm_n "$t3" paused)" = 1 ]'
+ok $? 'a private template fills its pool on a host that enforces network policies'
+w3=$(q "SELECT id FROM instances WHERE warm_template_id = '$t3'")
+agent_kill 1
+q "UPDATE nodes SET labels = labels - 'bc.dev/cap.instance.network-policy'" >/dev/null
+out=$(bcctl --format json sandbox create --template "$t3")
+is "$(json_get "$out" warm)" '' 'its warm instance on a host without the capability is not claimed (cold)'
+eventually 30 eval '[ "$(q "SELECT desired_state FROM instances WHERE id = '"'$w3'"'")" = deleted ]'
+ok $? 'and the reconciler drains it'
+is "$(q "SELECT data->>'reason' FROM events WHERE type = 'instance.deleting' AND subject = 'instance/$w3'")" \
+	warm-stale 'reason warm-stale'
+eventually 30 eval 'grep -q "template $t3: warm sandbox instance not created: no host" "$STACK_DIR/ctl-1.log"'
+ok $? 'no host carries the capability: the refill stops with its log line'
+is "$(live_n "$t3")" 0 'and leaves no unplaced warm instance'
 
 done_testing
