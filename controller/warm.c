@@ -133,8 +133,9 @@ struct pool {
 	"created_at, id) rn FROM live), u AS (UPDATE instances i SET desired_state = "         \
 	"'deleted', state = 'deleting', updated_at = now() FROM r WHERE i.id = r.id AND "      \
 	"(r.bad OR r.rn > $4::int) AND i.warm_template_id = $1 AND i.desired_state <> "        \
-	"'deleted' RETURNING i.id, i.node_id, i.tenant_id, r.bad) SELECT id, node_id, "        \
-	"tenant_id, bad FROM u ORDER BY id"
+	"'deleted' RETURNING i.id, i.node_id, i.tenant_id, r.bad) SELECT u.id, u.node_id, "    \
+	"u.tenant_id, u.bad, coalesce(n.state, '') FROM u LEFT JOIN nodes n ON n.id = "        \
+	"u.node_id ORDER BY u.id"
 
 static int drained_one(struct db *d, const struct pool *pl, const PGresult *r, int i)
 {
@@ -148,7 +149,10 @@ static int drained_one(struct db *d, const struct pool *pl, const PGresult *r, i
 									      "warm-beyond-max");
 	if ((rc = event_publish(d, "instance.deleting", subject, db_val(r, i, 2), data)) < 0)
 		return rc;
-	if (!db_val(r, i, 1))
+	/* unplaced, or on a host that will never confirm (lost, retired):
+	 * finished at once, its booking and address released */
+	if (!db_val(r, i, 1) || strcmp(db_val(r, i, 4), "lost") == 0 ||
+	    strcmp(db_val(r, i, 4), "retired") == 0)
 		return finish_deletions(d, NULL, db_val(r, i, 0)) < 0 ? -EIO : 0;
 	return spec_bump(d, db_val(r, i, 1));
 }

@@ -6,7 +6,8 @@
 # cleared, claimed_at, resumed, ready; the pool refilled); a pool that has
 # not settled gets a cold create; drains (beyond warm.max newest first,
 # an older instance_version, error replaced, a deleted template's all, a
-# private template's on a host without the network-policy capability);
+# private template's on a host without the network-policy capability, a
+# lost one finished at once); the host-certificate seam of the claim;
 # refills stopped by a refusal with one log line per pass; metering split
 # at claimed_at; the gauges and the warm readiness histogram; bcctl's pool
 # sizes.
@@ -163,6 +164,15 @@ like "$m" "better_compute_sandbox_warm_instances\\{template=\"$tmpl\",state=\"pa
 like "$m" 'better_compute_sandbox_ready_seconds_count\{source="warm"\} 2' \
 	'better_compute_sandbox_ready_seconds{source="warm"} counts the warm sandboxes'
 
+# -- host certificates (the seam: nothing mints them yet, so the column is
+# written here as a certified instance would carry it): a claim takes only
+# an instance whose certificate covers the sandbox's lifetime
+q "UPDATE instances SET host_cert_valid_before = now() + interval '10 minutes' WHERE warm_template_id = '$tmpl'" >/dev/null
+out=$(bcctl --format json sandbox create --template "$tmpl" --ttl 1h)
+is "$(json_get "$out" warm)" '' 'a certificate ending before the lifetime: not claimed (cold)'
+out=$(bcctl --format json sandbox create --template "$tmpl" --ttl 5m)
+is "$(json_get "$out" warm)" true 'one that covers the lifetime: claimed'
+
 # -- a deleted template: all drained
 bcctl sandbox-template delete "$tmpl" >/dev/null
 eventually 30 eval '[ "$(live_n "$tmpl")" = 0 ]'
@@ -189,5 +199,15 @@ is "$(q "SELECT data->>'reason' FROM events WHERE type = 'instance.deleting' AND
 eventually 30 eval 'grep -q "template $t3: warm sandbox instance not created: no host" "$STACK_DIR/ctl-1.log"'
 ok $? 'no host carries the capability: the refill stops with its log line'
 is "$(live_n "$t3")" 0 'and leaves no unplaced warm instance'
+
+# -- lost: the host is declared lost (written as node loss writes it): its
+# warm instance is drained and finished at once, booking released
+w2=$(q "SELECT id FROM instances WHERE warm_template_id = '$t2' AND desired_state <> 'deleted'")
+[ -n "$w2" ] || bail_out "no warm instance of $t2"
+q "UPDATE nodes SET state = 'lost'; UPDATE instances SET state = 'lost', reason = 'node lost' WHERE id = '$w2'" >/dev/null
+eventually 30 eval '[ "$(q "SELECT state FROM instances WHERE id = '"'$w2'"'")" = deleted ]'
+ok $? 'a lost warm instance is drained and, its host never confirming, finished at once'
+is "$(q "SELECT count(*) FROM allocations WHERE owner_id = '$w2' AND released_at IS NULL")" 0 \
+	'its booking is released'
 
 done_testing
