@@ -1,7 +1,8 @@
 # warm.t: warm pools, one rule after the other, with the fake runtime and
 # the sandbox reconciler passing every second: refill to warm.min owned by
 # the template's author (instance.created with warmTemplateId), boot then
-# pause, hidden from instances.list and refused by Instances.Delete; the
+# pause, hidden from instances.list and refused by Instances.Delete, Start,
+# Stop, Pause and Resume; the
 # claim (oldest first, warm: true, sandbox_id set, warm_template_id
 # cleared, claimed_at, resumed, ready; the pool refilled); a pool that has
 # not settled gets a cold create; drains (beyond warm.max newest first,
@@ -57,6 +58,12 @@ bcctl instance delete "$w_old" >/dev/null 2>"$STACK_DIR/err"
 is $? 6 'Instances.Delete refuses a warm instance (INVALID_STATE)'
 like "$(cat "$STACK_DIR/err")" "is a warm instance of sandbox template $tmpl" 'naming the template'
 like "$(cat "$STACK_DIR/err")" 'sandbox-managed' 'reason sandbox-managed'
+for verb in start stop pause resume; do
+	bcctl instance "$verb" "$w_old" >/dev/null 2>"$STACK_DIR/err"
+	is "$?:$(grep -c "is a warm instance of sandbox template $tmpl" "$STACK_DIR/err")" 6:1 \
+		"Instances.${verb^} refuses it too (INVALID_STATE, naming the template)"
+done
+is "$(q "SELECT desired_state FROM instances WHERE id = '$w_old'")" paused '... and nothing moved it'
 out=$(bcctl sandbox templates --format table)
 like "$(printf '%s\n' "$out" | grep w1)" "2\.\.3 +2 +0 " 'sandbox templates shows the pool: 2..3, 2 ready, 0 booting'
 

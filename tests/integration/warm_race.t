@@ -1,6 +1,7 @@
 # warm_race.t: the warm claim under load, through two controller replicas
 # on one database.
 #
+# 0. The pool fills at most 4 per pass.
 # 1. 200 concurrent Sandboxes.Create against a template holding 20 paused
 #    warm instances, half through each replica: no instance claimed twice,
 #    exactly 20 answers warm: true (the 20 pooled instances), the rest
@@ -40,6 +41,14 @@ export TMPL
 eventually 120 eval '[ "$(paused_n "$TMPL" 1)" = 20 ]'
 ok $? 'the pool holds 20 paused warm instances'
 q "SELECT id FROM instances WHERE warm_template_id = '$TMPL' AND state = 'paused' ORDER BY id" >"$STACK_DIR/pooled"
+# the fill ran as passes a second apart (no claim woke them): split the
+# creations where more than half a second passed, at most 4 a pass
+waves=$(q "SELECT count(*) || ' ' || max(n) FROM (SELECT count(*) n FROM (SELECT sum(gap) OVER (ORDER BY
+	created_at, id) wave FROM (SELECT id, created_at, CASE WHEN created_at - lag(created_at) OVER (ORDER BY
+	created_at, id) > interval '0.5 s' THEN 1 ELSE 0 END gap FROM instances WHERE warm_template_id =
+	'$TMPL') g) w GROUP BY wave) c")
+ok "$([ "${waves#* }" -le 4 ] && [ "${waves%% *}" -ge 5 ] && echo 0 || echo 1)" \
+	"refills: at most 4 per template per pass (20 made in ${waves%% *} passes, at most ${waves#* } in one)"
 
 # -- 1: 200 concurrent creates through two replicas
 agent_kill 1
