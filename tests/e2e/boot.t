@@ -72,6 +72,8 @@ ok $? "over real OpenSSH from the host to $ip4: the file the user data wrote"
 [ -s "$W/ssh.err" ] && ! ssh_up && diag "ssh: $(tail -n 3 "$W/ssh.err")"
 is "$("${SSH[@]}" 'ip -4 -o addr show dev eth0 | awk "{print \$4}"' 2>/dev/null)" "$ip4/24" \
 	"the guest has its static address from network-config"
+is "$("${SSH[@]}" 'echo "${SSH_CLIENT%% *}"' 2>/dev/null)" "$E2E_GATEWAY" \
+	"the guest sees the connection come from the host's bridge address"
 
 # -------------------------------------------------------- pause / resume
 out=$(bcctl --format json instance pause "$id" "${TENANT_ARGS[@]}" 2>&1)

@@ -56,6 +56,7 @@ objcopy -O binary --only-section=.cmdline "$W/uki.efi" "$W/cmdline"
 objcopy -O binary --only-section=.osrel "$W/uki.efi" "$W/osrel"
 like "$(cat "$W/cmdline")" 'console=ttyS0' "the command line puts the console on the serial port"
 like "$(cat "$W/cmdline")" "root=PARTUUID=$rootuuid" "and mounts the root partition by its UUID"
+like "$(cat "$W/cmdline")" 'no_timer_check' "no IO-APIC timer check (it panics under TCG on a loaded host)"
 like "$(cat "$W/osrel")" 'VERSION_ID="12"' "Debian 12"
 
 is "$(blkid -o value -s TYPE "$W/root.img")" ext4 "the root is ext4"
