@@ -74,6 +74,11 @@ is "$("${SSH[@]}" 'ip -4 -o addr show dev eth0 | awk "{print \$4}"' 2>/dev/null)
 	"the guest has its static address from network-config"
 is "$("${SSH[@]}" 'echo "${SSH_CLIENT%% *}"' 2>/dev/null)" "$E2E_GATEWAY" \
 	"the guest sees the connection come from the host's bridge address"
+# both parts of the MIME multipart: the platform's (hostname, the key that
+# let us in) and the caller's (the file above)
+is "$("${SSH[@]}" hostname 2>/dev/null)" "${id//_/-}" "the platform's part set the hostname to the instance id"
+cistat() { "${SSH[@]}" 'cloud-init status --wait >/dev/null 2>&1; cloud-init status' 2>/dev/null; }
+like "$(cistat)" 'status: done' "cloud-init finished without errors"
 
 # -------------------------------------------------------- pause / resume
 out=$(bcctl --format json instance pause "$id" "${TENANT_ARGS[@]}" 2>&1)
