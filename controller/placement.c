@@ -276,6 +276,18 @@ int lease_nic(struct db *d, const char *pool_id, const char *instance_id, char m
 	return 0;
 }
 
+/* spec_bump every node of a newline-separated list (NULL or "": none). */
+static int bump_lines(struct db *d, const char *lines)
+{
+	_cleanup_free_ char *copy = xstrdup(lines ? lines : "");
+	char *save = NULL;
+	int rc = 0;
+
+	for (char *n = strtok_r(copy, "\n", &save); n && rc >= 0; n = strtok_r(NULL, "\n", &save))
+		rc = spec_bump(d, n);
+	return rc;
+}
+
 int finish_deletions(struct db *d, const char *node_id, const char *ids_lines)
 {
 	struct dbp p = {0};
@@ -289,7 +301,7 @@ int finish_deletions(struct db *d, const char *node_id, const char *ids_lines)
 		     "updated_at = now(), refused_at = NULL WHERE desired_state = 'deleted' AND "
 		     "state <> 'deleted' AND ($1::text IS NULL OR node_id = $1::text) AND ($2::text "
 		     "IS NULL OR id = ANY (string_to_array($2::text, E'\\n'))) RETURNING id, "
-		     "tenant_id, sandbox_id, warm_template_id, user_data_ref), rel AS (UPDATE "
+		     "tenant_id, sandbox_id, warm_template_id, user_data_ref, node_id), rel AS (UPDATE "
 		     "allocations SET released_at = now() WHERE owner_kind = 'instance' AND "
 		     "released_at IS NULL AND owner_id IN (SELECT id FROM gone) RETURNING 1), lz AS "
 		     "(DELETE FROM ip_leases WHERE instance_id IN (SELECT id FROM gone) RETURNING 1), "
@@ -299,12 +311,16 @@ int finish_deletions(struct db *d, const char *node_id, const char *ids_lines)
 		     "warm_template_id)) FROM gone, (SELECT pg_advisory_xact_lock(" EVENTS_LOCK
 		     ")) l RETURNING 1) SELECT (SELECT count(*) FROM gone) + 0 * (SELECT count(*) "
 		     "FROM rel) + 0 * (SELECT count(*) FROM lz) + 0 * (SELECT count(*) FROM ev), "
-		     "(SELECT string_agg(user_data_ref, E'\\n') FROM gone)", &p);
+		     "(SELECT string_agg(user_data_ref, E'\\n') FROM gone), (SELECT string_agg(DISTINCT "
+		     "node_id, E'\\n') FROM gone)", &p);
 	if (rc < 0)
 		return rc;
 	n = (int)db_i64(r, 0, 0);
 	/* the sealed user data goes with the instance */
 	rc = sealed_delete(d, db_val(r, 0, 1));
+	/* a spec without the instance, so its host drops its taps and guards */
+	if (rc >= 0 && n > 0)
+		rc = bump_lines(d, db_val(r, 0, 2));
 	PQclear(r);
 	return rc < 0 ? rc : n;
 }

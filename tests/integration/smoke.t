@@ -95,6 +95,11 @@ node_free() {
 }
 eventually 30 node_free
 ok $? 'the node no longer counts it'
+# once the deletion finishes the host gets a spec that no longer names the
+# instance (so it drops its tap and guards); bcd persists what it accepted
+spec_clean() { [ -f "$STACK_DIR/agent-1/spec.pb" ] && ! grep -qa "$id" "$STACK_DIR/agent-1/spec.pb"; }
+eventually 30 spec_clean
+ok $? "the host's applied spec no longer names the deleted instance"
 
 # -- every daemon stops cleanly, with no sanitizer report in its log
 stack_down

@@ -185,12 +185,6 @@ skip() {
 	done
 }
 
-# todo_fail MSG: a known failure that does not count (TODO test).
-todo_fail() {
-	TAP_N=$((TAP_N + 1))
-	echo "not ok $TAP_N - ${1-} # TODO"
-}
-
 # bail_out MSG: stop the whole prove run (broken environment).
 bail_out() {
 	echo "Bail out! $*"
