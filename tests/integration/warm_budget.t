@@ -2,7 +2,8 @@
 # no budget refills without asking; with a spent budget and an offer that
 # stops new work, refills are skipped and the pool is left as it is; a
 # drain offer drains it to 0 and keeps it there; the pass's answer is kept
-# a minute per tenant (a changed offer is seen only once it expires).
+# a minute per tenant (a changed offer is seen only once it expires); a
+# failed check leaves the pool as it is and is not kept.
 . "$(dirname "$0")/../lib/stack.sh"
 
 export BC_CTL_EXTRA_CONF="sandbox_reconcile_seconds = 1"
@@ -44,5 +45,17 @@ is "$(q "SELECT count(*) FROM events e JOIN instances i ON e.subject = 'instance
 	AND e.data->>'warmTemplateId' = '$tmpl'")" 2 'each drained instance published instance.deleting'
 sleep 3
 is "$(live_n)" 0 'and none is refilled while the budget is spent'
+
+# a failed check (the spend unreadable) leaves the pool as it is, even with
+# the budget no longer spent; it is not cached: the next readable pass refills
+q "DELETE FROM usage WHERE meter = 'test'; ALTER TABLE usage RENAME TO usage_unreadable" >/dev/null
+ctl_kill 1 && ctl_start 1 || bail_out "controller restart"
+eventually 30 eval 'grep -q "template $tmpl: warm pool budget check failed" "$STACK_DIR/ctl-1.log"'
+ok $? 'a failed budget check is logged'
+sleep 3
+is "$(live_n)" 0 '... and leaves the pool as it is (no refill, though nothing is spent now)'
+q "ALTER TABLE usage_unreadable RENAME TO usage" >/dev/null
+eventually 60 eval '[ "$(paused_n)" = 3 ]'
+ok $? 'once the check answers again (not spent), the pool refills to warm.min'
 
 done_testing
