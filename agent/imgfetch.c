@@ -30,9 +30,11 @@ struct job {
 	char reason[IMAGE_REASON_MAX];
 };
 
-/* A recent failure (converge thread only). */
+/* A recent failure of one (digest, URL) (converge thread only): another
+ * URL claiming the same digest is tried on its own. */
 struct held {
 	char sha[65];
+	char *url;
 	int e;
 	char reason[IMAGE_REASON_MAX];
 	int64_t until;  /* mono ms */
@@ -82,6 +84,8 @@ void imgfetch_free(struct imgfetch *f)
 	for (size_t i = 0; i < JOBS_MAX; i++)
 		job_free(f->jobs[i]);  /* joins: the worker sees the cancel */
 	pthread_mutex_destroy(&f->lock);
+	for (size_t i = 0; i < HELD_MAX; i++)
+		free(f->held[i].url);
 	free(f->images_dir);
 	free(f->ca_file);
 	free(f);
@@ -175,16 +179,19 @@ static void hold(struct imgfetch *f, const struct job *j)
 		if (f->held[i].until < slot->until)
 			slot = &f->held[i];  /* the oldest (or an empty one) */
 	memcpy(slot->sha, j->sha, sizeof(slot->sha));
+	free(slot->url);
+	slot->url = xstrdup(j->url);
 	slot->e = j->e;
 	memcpy(slot->reason, j->reason, sizeof(slot->reason));
 	slot->until = mono_ms() + HOLD_MS;
 }
 
-/* The failure held for sha, if it is recent: its code, else 0. */
-static int held_failure(struct imgfetch *f, const char *sha, char *reason)
+/* The failure held for (sha, url), if it is recent: its code, else 0. */
+static int held_failure(struct imgfetch *f, const char *sha, const char *url, char *reason)
 {
 	for (size_t i = 0; i < HELD_MAX; i++)
-		if (strcmp(f->held[i].sha, sha) == 0 && f->held[i].until > mono_ms()) {
+		if (strcmp(f->held[i].sha, sha) == 0 && f->held[i].url &&
+		    strcmp(f->held[i].url, url) == 0 && f->held[i].until > mono_ms()) {
 			memcpy(reason, f->held[i].reason, IMAGE_REASON_MAX);
 			return f->held[i].e;
 		}
@@ -203,7 +210,7 @@ int imgfetch_get(struct imgfetch *f, const char *url, const char *sha, char **re
 		struct image_fetch o = {f->images_dir, f->ca_file, f->max_bytes, &f->cancel};
 		return image_ensure(&o, url, sha, ret_path, reason);  /* the refusal */
 	}
-	if ((e = held_failure(f, sha, reason)) < 0)
+	if ((e = held_failure(f, sha, url, reason)) < 0)
 		return e;
 	path = xasprintf("%s/%s", f->images_dir, sha);
 	pthread_mutex_lock(&f->lock);

@@ -41,16 +41,14 @@ check_refused() {
 	ok "! test -e '$(e2e_instance_dir "$id")/disk.qcow2'" "$what: no overlay"
 }
 
-# a wrong sha256: the sha256 of other bytes (of no image here: bcd holds a
-# failed digest for a while, whatever the URL)
-head -c 4096 /dev/urandom >"$W/other.bin"
-wrong=$(sha other.bin)
-bad=$(image wrong-sha plain.qcow2 "$wrong")
+# a wrong sha256: the sha256 of another file, which the next image (another
+# URL) claims truly: a failure is held per digest and URL, not per digest
+bad=$(image wrong-sha plain.qcow2 "$(sha backing.qcow2)")
 like "$bad" '^img_' "an image whose sha256 is wrong is registered"
 id=$(E2E_IMAGE=$bad e2e_instance_create --key wrong-sha)
 like "$id" '^inst_' "an instance of it ($id)"
 check_refused "$id" 'ImageDigestMismatch' "wrong sha256"
-ok "! test -e '$STACK_DIR/data-1/images/$wrong'" "wrong sha256: nothing stored under the claimed digest"
+ok "! test -e '$STACK_DIR/data-1/images/$(sha backing.qcow2)'" "wrong sha256: nothing stored under the claimed digest"
 ok "! test -e '$STACK_DIR/data-1/images/$(sha plain.qcow2)'" "wrong sha256: nothing stored under the real digest either"
 
 # a qcow2 naming a backing file, with its true sha256
