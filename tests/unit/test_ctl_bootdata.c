@@ -65,27 +65,37 @@ static int schema(const char *name, const char *text)
 	return rc;
 }
 
+/* Debian's system Python running script over data (written to a file
+ * named name, its path in sys.argv[1]): its output, with "# what: output"
+ * printed when it fails. */
+static char *python(const char *script, const char *name, const char *data, size_t len,
+		    const char *what)
+{
+	_cleanup_free_ char *path = write_tmp(name, data, len);
+	_cleanup_free_ char *cmd = xasprintf("/usr/bin/python3 -c '%s' %s 2>&1", script, path);
+	char *out = NULL;
+
+	if (run(cmd, &out) != 0)
+		printf("# %s: %s\n", what, out);
+	return out;
+}
+
 /* Python's email parser over the MIME: one line per part,
  * "<content type>|<transfer encoding>|<sha256 of the decoded payload>",
  * after a first line with the top-level type. */
 static char *mime_parts(const char *mime, size_t len)
 {
-	_cleanup_free_ char *path = write_tmp("mime", mime, len);
-	_cleanup_free_ char *cmd = xasprintf(
-		"/usr/bin/python3 -c '\n"
+	static const char script[] =
+		"\n"
 		"import email, hashlib, sys\n"
 		"m = email.message_from_bytes(open(sys.argv[1], \"rb\").read())\n"
 		"print(m.get_content_type(), m.is_multipart())\n"
 		"for p in m.get_payload():\n"
 		"    b = p.get_payload(decode=True)\n"
 		"    print(p.get_content_type() + \"|\" + p[\"Content-Transfer-Encoding\"] + \"|\" + "
-		"hashlib.sha256(b).hexdigest())\n"
-		"' %s 2>&1", path);
-	char *out = NULL;
+		"hashlib.sha256(b).hexdigest())\n";
 
-	if (run(cmd, &out) != 0)
-		printf("# python email: %s\n", out);
-	return out;
+	return python(script, "mime", mime, len, "python email");
 }
 
 /* cloud-init's UserDataProcessor (what a guest runs on its NoCloud
@@ -93,9 +103,8 @@ static char *mime_parts(const char *mime, size_t len)
  * "<content type>|<file name>|<sha256 of the payload>". */
 static char *cloudinit_parts(const char *mime, size_t len)
 {
-	_cleanup_free_ char *path = write_tmp("ud", mime, len);
-	_cleanup_free_ char *cmd = xasprintf(
-		"/usr/bin/python3 -c '\n"
+	static const char script[] =
+		"\n"
 		"import hashlib, sys, tempfile\n"
 		"from cloudinit import helpers, user_data\n"
 		"t = tempfile.mkdtemp()\n"
@@ -104,26 +113,19 @@ static char *cloudinit_parts(const char *mime, size_t len)
 		"for p in m.walk():\n"
 		"    if p.get_content_maintype() != \"multipart\":\n"
 		"        print(p.get_content_type() + \"|\" + p.get_filename() + \"|\" + "
-		"hashlib.sha256(p.get_payload(decode=True)).hexdigest())\n"
-		"' %s 2>&1", path);
-	char *out = NULL;
+		"hashlib.sha256(p.get_payload(decode=True)).hexdigest())\n";
 
-	if (run(cmd, &out) != 0)
-		printf("# cloud-init user_data: %s\n", out);
-	return out;
+	return python(script, "ud", mime, len, "cloud-init user_data");
 }
 
 /* The cloud-config read back by PyYAML as JSON (the keys in order). */
 static char *yaml_json(const char *cc)
 {
-	_cleanup_free_ char *path = write_tmp("cc.yaml", cc, strlen(cc));
-	_cleanup_free_ char *cmd = xasprintf(
-		"/usr/bin/python3 -c 'import yaml, json, sys; print(json.dumps(yaml.safe_load(open(sys.argv[1], "
-		"encoding=\"utf-8\")), ensure_ascii=True, sort_keys=True))' %s 2>&1", path);
-	char *out = NULL;
+	static const char script[] =
+		"import yaml, json, sys; print(json.dumps(yaml.safe_load(open(sys.argv[1], "
+		"encoding=\"utf-8\")), ensure_ascii=True, sort_keys=True))";
+	char *out = python(script, "cc.yaml", cc, strlen(cc), "yaml");
 
-	if (run(cmd, &out) != 0)
-		printf("# yaml: %s\n", out);
 	out[strcspn(out, "\n")] = '\0';
 	return out;
 }
