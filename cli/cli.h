@@ -108,13 +108,21 @@ typedef void (*cli_show_fn)(const ProtobufCMessage *resp, FILE *out);
 int cli_run(struct cli_ctx *ctx, const ProtobufCServiceDescriptor *svc, const char *method,
 	    const ProtobufCMessage *req, cli_show_fn show, int64_t extra_ms);
 
-/* Print "error: MSG" and the running verb's usage line to stderr; -EINVAL. */
+/* A verb whose request is a tenant and one id, "NOUN VERB ID [--tenant T]":
+ * parse argv, fill the request of svc.method (its string field id_field,
+ * and tenant_id when --tenant is given), then cli_run() it with show. what
+ * is the help line of ID ("instance id"). Returns as cli_run(), or as
+ * cli_args_parse() for a usage error or --help. */
+int cli_run_by_id(struct cli_ctx *ctx, int argc, char **argv, const ProtobufCServiceDescriptor *svc,
+		  const char *method, const char *id_field, const char *what, cli_show_fn show);
+
 /* Open a server stream svc.method with req and print each message as it
  * arrives (JSON with --format json, else show), until the stream ends or
  * max_msgs (> 0) arrived. 0, or -BC_EDOMAIN (ctx->err). No deadline. */
 int cli_stream(struct cli_ctx *ctx, const ProtobufCServiceDescriptor *svc, const char *method,
 	       const ProtobufCMessage *req, cli_show_fn show, int64_t max_msgs);
 
+/* Print "error: MSG" and the running verb's usage line to stderr; -EINVAL. */
 int cli_usage_error(const struct cli_ctx *ctx, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 

@@ -180,63 +180,34 @@ int cli_instance_list(struct cli_ctx *ctx, int argc, char **argv)
 	return cli_run(ctx, SVC, "List", &req.base, show_list, 0);
 }
 
-/* Get, Delete, Start, Stop, Pause and Resume take the same request shape. */
-static int by_id(struct cli_ctx *ctx, int argc, char **argv, char **ret_tenant, char **ret_id)
-{
-	const struct cli_flag flags[] = {
-		{.name = "ID", .type = CLI_ARG, .dst = ret_id, .required = true,
-		 .help = "instance id"},
-		{.name = "tenant", .type = CLI_STR, .dst = ret_tenant, .meta = "T",
-		 .help = "tenant (default: the caller's)"},
-	};
-
-	return cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
-}
+/* Get, Delete, Start, Stop, Pause and Resume take (tenant, instance id). */
 
 int cli_instance_get(struct cli_ctx *ctx, int argc, char **argv)
 {
-	Bc__Compute__V1__GetInstanceRequest req = BC__COMPUTE__V1__GET_INSTANCE_REQUEST__INIT;
-	int r = by_id(ctx, argc, argv, &req.tenant_id, &req.instance_id);
-
-	return r != 0 ? r : cli_run(ctx, SVC, "Get", &req.base, NULL, 0);
+	return cli_run_by_id(ctx, argc, argv, SVC, "Get", "instance_id", "instance id", NULL);
 }
 
 int cli_instance_delete(struct cli_ctx *ctx, int argc, char **argv)
 {
-	Bc__Compute__V1__DeleteInstanceRequest req = BC__COMPUTE__V1__DELETE_INSTANCE_REQUEST__INIT;
-	int r = by_id(ctx, argc, argv, &req.tenant_id, &req.instance_id);
-
-	return r != 0 ? r : cli_run(ctx, SVC, "Delete", &req.base, NULL, 0);
+	return cli_run_by_id(ctx, argc, argv, SVC, "Delete", "instance_id", "instance id", NULL);
 }
 
 int cli_instance_start(struct cli_ctx *ctx, int argc, char **argv)
 {
-	Bc__Compute__V1__StartInstanceRequest req = BC__COMPUTE__V1__START_INSTANCE_REQUEST__INIT;
-	int r = by_id(ctx, argc, argv, &req.tenant_id, &req.instance_id);
-
-	return r != 0 ? r : cli_run(ctx, SVC, "Start", &req.base, NULL, 0);
+	return cli_run_by_id(ctx, argc, argv, SVC, "Start", "instance_id", "instance id", NULL);
 }
 
 int cli_instance_stop(struct cli_ctx *ctx, int argc, char **argv)
 {
-	Bc__Compute__V1__StopInstanceRequest req = BC__COMPUTE__V1__STOP_INSTANCE_REQUEST__INIT;
-	int r = by_id(ctx, argc, argv, &req.tenant_id, &req.instance_id);
-
-	return r != 0 ? r : cli_run(ctx, SVC, "Stop", &req.base, NULL, 0);
+	return cli_run_by_id(ctx, argc, argv, SVC, "Stop", "instance_id", "instance id", NULL);
 }
 
 int cli_instance_pause(struct cli_ctx *ctx, int argc, char **argv)
 {
-	Bc__Compute__V1__PauseInstanceRequest req = BC__COMPUTE__V1__PAUSE_INSTANCE_REQUEST__INIT;
-	int r = by_id(ctx, argc, argv, &req.tenant_id, &req.instance_id);
-
-	return r != 0 ? r : cli_run(ctx, SVC, "Pause", &req.base, NULL, 0);
+	return cli_run_by_id(ctx, argc, argv, SVC, "Pause", "instance_id", "instance id", NULL);
 }
 
 int cli_instance_resume(struct cli_ctx *ctx, int argc, char **argv)
 {
-	Bc__Compute__V1__ResumeInstanceRequest req = BC__COMPUTE__V1__RESUME_INSTANCE_REQUEST__INIT;
-	int r = by_id(ctx, argc, argv, &req.tenant_id, &req.instance_id);
-
-	return r != 0 ? r : cli_run(ctx, SVC, "Resume", &req.base, NULL, 0);
+	return cli_run_by_id(ctx, argc, argv, SVC, "Resume", "instance_id", "instance id", NULL);
 }

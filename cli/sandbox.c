@@ -76,6 +76,33 @@ static int64_t secs(int64_t ms)
 	return (ms + 999) / 1000;
 }
 
+/* --warm-min and --warm-max, as template create and update take them. */
+struct warm_args {
+	int64_t min, max;
+	bool min_seen, max_seen;
+};
+
+#define WARM_FLAGS(w)                                                                        \
+	{.name = "warm-min", .type = CLI_INT, .dst = &(w)->min, .meta = "N", .min = 0,       \
+	 .max = 64, .seen = &(w)->min_seen, .help = "warm instances kept booted"},          \
+	{.name = "warm-max", .type = CLI_INT, .dst = &(w)->max, .meta = "N", .min = 0,       \
+	 .max = 64, .seen = &(w)->max_seen, .help = "at most this many warm instances"}
+
+/* Point *ret at warm, filled from w, when --warm-min was given (--warm-max
+ * defaults to it). 0, or -EINVAL (printed) for --warm-max alone. */
+static int warm_set(struct cli_ctx *ctx, const struct warm_args *w,
+		    Bc__Compute__V1__WarmPool *warm, Bc__Compute__V1__WarmPool **ret)
+{
+	if (w->max_seen && !w->min_seen)
+		return cli_usage_error(ctx, "--warm-max needs --warm-min");
+	if (w->min_seen) {
+		warm->min = (uint32_t)w->min;
+		warm->max = (uint32_t)(w->max_seen ? w->max : w->min);
+		*ret = warm;
+	}
+	return 0;
+}
+
 /* -------------------------------------------------------------- templates */
 
 int cli_template_create(struct cli_ctx *ctx, int argc, char **argv)
@@ -85,8 +112,8 @@ int cli_template_create(struct cli_ctx *ctx, int argc, char **argv)
 	Bc__Compute__V1__WarmPool warm = BC__COMPUTE__V1__WARM_POOL__INIT;
 	char *tenant = NULL, *name = NULL, *pool = NULL, *flavor = NULL, *image = NULL;
 	_cleanup_free_ char *user_data = NULL;
-	int64_t ttl = 0, max_ttl = 0, wmin = 0, wmax = 0;
-	bool warm_min_seen = false, warm_max_seen = false;
+	int64_t ttl = 0, max_ttl = 0;
+	struct warm_args wa = {0};
 	int network = 0;
 	const struct cli_flag flags[] = {
 		{.name = "name", .type = CLI_STR, .dst = &name, .meta = "N", .required = true,
@@ -105,19 +132,16 @@ int cli_template_create(struct cli_ctx *ctx, int argc, char **argv)
 		 .max = TTL_FLAG_MAX, .help = "default lifetime of a sandbox (default 1h)"},
 		{.name = "max-ttl", .type = CLI_DUR, .dst = &max_ttl, .meta = "D", .min = 1000,
 		 .max = TTL_FLAG_MAX, .help = "longest lifetime, extensions included (default 24h)"},
-		{.name = "warm-min", .type = CLI_INT, .dst = &wmin, .meta = "N", .min = 0, .max = 64,
-		 .seen = &warm_min_seen, .help = "warm instances kept booted"},
-		{.name = "warm-max", .type = CLI_INT, .dst = &wmax, .meta = "N", .min = 0, .max = 64,
-		 .seen = &warm_max_seen, .help = "at most this many warm instances"},
+		WARM_FLAGS(&wa),
 		{.name = "tenant", .type = CLI_STR, .dst = &tenant, .meta = "T",
 		 .help = "tenant (default: the caller's)"},
 	};
 	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
 
+	if (r == 0)
+		r = warm_set(ctx, &wa, &warm, &req.warm);
 	if (r != 0)
 		return r;
-	if (warm_max_seen && !warm_min_seen)
-		return cli_usage_error(ctx, "--warm-max needs --warm-min");
 	req.tenant_id = tenant ? tenant : (char *)"";
 	req.name = name;
 	req.pool_id = pool;
@@ -128,11 +152,6 @@ int cli_template_create(struct cli_ctx *ctx, int argc, char **argv)
 	req.network = (char *)networks[network];
 	req.default_ttl_seconds = secs(ttl);
 	req.max_ttl_seconds = secs(max_ttl);
-	if (warm_min_seen) {
-		warm.min = (uint32_t)wmin;
-		warm.max = (uint32_t)(warm_max_seen ? wmax : wmin);
-		req.warm = &warm;
-	}
 	return cli_run(ctx, TSVC, "Create", &req.base, NULL, 0);
 }
 
@@ -143,9 +162,9 @@ int cli_template_update(struct cli_ctx *ctx, int argc, char **argv)
 	Bc__Compute__V1__WarmPool warm = BC__COMPUTE__V1__WARM_POOL__INIT;
 	char *tenant = NULL, *id = NULL, *flavor = NULL, *image = NULL;
 	_cleanup_free_ char *user_data = NULL;
-	int64_t ttl = 0, max_ttl = 0, wmin = 0, wmax = 0;
+	int64_t ttl = 0, max_ttl = 0;
 	bool ttl_seen = false, max_seen = false, net_seen = false, no_ud = false;
-	bool warm_min_seen = false, warm_max_seen = false;
+	struct warm_args wa = {0};
 	int network = 0;
 	const struct cli_flag flags[] = {
 		{.name = "ID", .type = CLI_ARG, .dst = &id, .required = true, .help = "template id"},
@@ -163,10 +182,7 @@ int cli_template_update(struct cli_ctx *ctx, int argc, char **argv)
 		 .max = TTL_FLAG_MAX, .seen = &ttl_seen, .help = "new default lifetime"},
 		{.name = "max-ttl", .type = CLI_DUR, .dst = &max_ttl, .meta = "D", .min = 1000,
 		 .max = TTL_FLAG_MAX, .seen = &max_seen, .help = "new longest lifetime"},
-		{.name = "warm-min", .type = CLI_INT, .dst = &wmin, .meta = "N", .min = 0, .max = 64,
-		 .seen = &warm_min_seen, .help = "warm instances kept booted"},
-		{.name = "warm-max", .type = CLI_INT, .dst = &wmax, .meta = "N", .min = 0, .max = 64,
-		 .seen = &warm_max_seen, .help = "at most this many warm instances"},
+		WARM_FLAGS(&wa),
 		{.name = "tenant", .type = CLI_STR, .dst = &tenant, .meta = "T",
 		 .help = "tenant (default: the caller's)"},
 	};
@@ -176,8 +192,9 @@ int cli_template_update(struct cli_ctx *ctx, int argc, char **argv)
 		return r;
 	if (user_data && no_ud)
 		return cli_usage_error(ctx, "--user-data-file and --no-user-data exclude each other");
-	if (warm_max_seen && !warm_min_seen)
-		return cli_usage_error(ctx, "--warm-max needs --warm-min");
+	r = warm_set(ctx, &wa, &warm, &req.warm);
+	if (r != 0)
+		return r;
 	req.tenant_id = tenant ? tenant : (char *)"";
 	req.template_id = id;
 	if (flavor) {
@@ -209,43 +226,18 @@ int cli_template_update(struct cli_ctx *ctx, int argc, char **argv)
 			BC__COMPUTE__V1__UPDATE_SANDBOX_TEMPLATE_REQUEST__MAX_TTL_SECONDS_SET_MAX_TTL_SECONDS;
 		req.max_ttl_seconds = secs(max_ttl);
 	}
-	if (warm_min_seen) {
-		warm.min = (uint32_t)wmin;
-		warm.max = (uint32_t)(warm_max_seen ? wmax : wmin);
-		req.warm = &warm;
-	}
 	return cli_run(ctx, TSVC, "Update", &req.base, NULL, 0);
 }
 
 /* Get and Delete of templates, and of sandboxes, take (tenant, id). */
-static int by_id(struct cli_ctx *ctx, int argc, char **argv, const char *what,
-		 char **ret_tenant, char **ret_id)
-{
-	const struct cli_flag flags[] = {
-		{.name = "ID", .type = CLI_ARG, .dst = ret_id, .required = true, .help = what},
-		{.name = "tenant", .type = CLI_STR, .dst = ret_tenant, .meta = "T",
-		 .help = "tenant (default: the caller's)"},
-	};
-
-	return cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
-}
-
 int cli_template_delete(struct cli_ctx *ctx, int argc, char **argv)
 {
-	Bc__Compute__V1__DeleteSandboxTemplateRequest req =
-		BC__COMPUTE__V1__DELETE_SANDBOX_TEMPLATE_REQUEST__INIT;
-	int r = by_id(ctx, argc, argv, "template id", &req.tenant_id, &req.template_id);
-
-	return r != 0 ? r : cli_run(ctx, TSVC, "Delete", &req.base, NULL, 0);
+	return cli_run_by_id(ctx, argc, argv, TSVC, "Delete", "template_id", "template id", NULL);
 }
 
 int cli_template_get(struct cli_ctx *ctx, int argc, char **argv)
 {
-	Bc__Compute__V1__GetSandboxTemplateRequest req =
-		BC__COMPUTE__V1__GET_SANDBOX_TEMPLATE_REQUEST__INIT;
-	int r = by_id(ctx, argc, argv, "template id", &req.tenant_id, &req.template_id);
-
-	return r != 0 ? r : cli_run(ctx, TSVC, "Get", &req.base, NULL, 0);
+	return cli_run_by_id(ctx, argc, argv, TSVC, "Get", "template_id", "template id", NULL);
 }
 
 int cli_sandbox_templates(struct cli_ctx *ctx, int argc, char **argv)
@@ -309,18 +301,12 @@ int cli_sandbox_create(struct cli_ctx *ctx, int argc, char **argv)
 
 int cli_sandbox_get(struct cli_ctx *ctx, int argc, char **argv)
 {
-	Bc__Compute__V1__GetSandboxRequest req = BC__COMPUTE__V1__GET_SANDBOX_REQUEST__INIT;
-	int r = by_id(ctx, argc, argv, "sandbox id", &req.tenant_id, &req.sandbox_id);
-
-	return r != 0 ? r : cli_run(ctx, SSVC, "Get", &req.base, NULL, 0);
+	return cli_run_by_id(ctx, argc, argv, SSVC, "Get", "sandbox_id", "sandbox id", NULL);
 }
 
 int cli_sandbox_delete(struct cli_ctx *ctx, int argc, char **argv)
 {
-	Bc__Compute__V1__DeleteSandboxRequest req = BC__COMPUTE__V1__DELETE_SANDBOX_REQUEST__INIT;
-	int r = by_id(ctx, argc, argv, "sandbox id", &req.tenant_id, &req.sandbox_id);
-
-	return r != 0 ? r : cli_run(ctx, SSVC, "Delete", &req.base, NULL, 0);
+	return cli_run_by_id(ctx, argc, argv, SSVC, "Delete", "sandbox_id", "sandbox id", NULL);
 }
 
 int cli_sandbox_list(struct cli_ctx *ctx, int argc, char **argv)
