@@ -60,8 +60,12 @@ static int publish(struct db *d, const char *type, const char *id, const char *t
 	return event_publish(d, type, subject, tenant, data);
 }
 
-/* The refusal stood its time and REPLACE_MAX re-placements are used up. */
-static int fail_refused(struct db *d, const PGresult *r, bc_error *err)
+/* Run sql, an UPDATE of the instance of refused_tx()'s row r ($1 its id,
+ * $2 its host) returning the reason and the event's data first; publish
+ * type with that data and bump the host's spec. The UPDATE's row into
+ * *ret_u (caller clears) on success. */
+static int refused_update(struct db *d, const PGresult *r, const char *sql, const char *type,
+			  PGresult **ret_u, bc_error *err)
 {
 	const char *id = db_val(r, 0, 0), *node = db_val(r, 0, 1);
 	struct dbp p = {0};
@@ -70,52 +74,56 @@ static int fail_refused(struct db *d, const PGresult *r, bc_error *err)
 
 	dbp_str(&p, id);
 	dbp_str(&p, node);
-	rc = db_exec(d, &u, "UPDATE instances SET refused_nodes = array_append(refused_nodes, "
-		     "node_id), state = 'error', reason = format('ResourcesExhausted: refused by %s "
-		     "hosts (%s); the last said: %s', cardinality(refused_nodes) + 1, "
-		     "array_to_string(array_append(refused_nodes, node_id), ', '), reason), node_id = "
-		     "NULL, refused_at = NULL, updated_at = now() WHERE id = $1 RETURNING reason, "
-		     "jsonb_build_object('nodeId', $2::text, 'reason', reason, 'refusedNodes', "
-		     "to_jsonb(refused_nodes), 'replacements', replacements)::text", &p);
-	if (rc == 0) {
-		log_warn("instance %s: %s", id, db_val(u, 0, 0));
-		rc = publish(d, "instance.error", id, db_val(r, 0, 2), db_val(u, 0, 1));
-		PQclear(u);
-	}
+	rc = db_exec(d, &u, sql, &p);
 	if (rc == 0)
-		rc = spec_bump(d, node);
-	return rc < 0 ? db_fail(err, rc) : 0;
-}
-
-/* Away from every host that refused it. */
-static int move_refused(struct db *d, const PGresult *r, bc_error *err)
-{
-	const char *id = db_val(r, 0, 0), *node = db_val(r, 0, 1);
-	struct dbp p = {0};
-	PGresult *u = NULL;
-	int rc;
-
-	dbp_str(&p, id);
-	dbp_str(&p, node);
-	rc = db_exec(d, &u, "UPDATE instances SET refused_nodes = array_append(refused_nodes, "
-		     "node_id), replacements = replacements + 1, state = 'provisioning', reason = "
-		     "'Rescheduling: node ' || node_id || ' refused it (' || reason || ')', node_id = "
-		     "NULL, refused_at = NULL, updated_at = now() WHERE id = $1 RETURNING reason, "
-		     "jsonb_build_object('fromNodeId', $2::text, 'reason', reason, 'refusedNodes', "
-		     "to_jsonb(refused_nodes), 'replacements', replacements)::text, replacements, "
-		     "mac::text", &p);
-	if (rc < 0)
-		return db_fail(err, rc);
-	log_info("instance %s: %s; placing it elsewhere (re-placement %s of %d)", id,
-		 db_val(u, 0, 0), db_val(u, 0, 2), REPLACE_MAX);
-	rc = publish(d, "instance.rescheduling", id, db_val(r, 0, 2), db_val(u, 0, 1));
+		rc = publish(d, type, id, db_val(r, 0, 2), db_val(u, 0, 1));
 	if (rc == 0)
 		rc = spec_bump(d, node);
 	if (rc < 0) {
 		PQclear(u);
 		return db_fail(err, rc);
 	}
-	rc = lease_and_place(d, id, db_val(r, 0, 4), db_val(u, 0, 3), err);
+	*ret_u = u;
+	return 0;
+}
+
+/* The refusal stood its time and REPLACE_MAX re-placements are used up. */
+static int fail_refused(struct db *d, const PGresult *r, bc_error *err)
+{
+	PGresult *u = NULL;
+	int rc = refused_update(d, r, "UPDATE instances SET refused_nodes = array_append("
+		"refused_nodes, node_id), state = 'error', reason = format('ResourcesExhausted: "
+		"refused by %s hosts (%s); the last said: %s', cardinality(refused_nodes) + 1, "
+		"array_to_string(array_append(refused_nodes, node_id), ', '), reason), node_id = "
+		"NULL, refused_at = NULL, updated_at = now() WHERE id = $1 RETURNING reason, "
+		"jsonb_build_object('nodeId', $2::text, 'reason', reason, 'refusedNodes', "
+		"to_jsonb(refused_nodes), 'replacements', replacements)::text", "instance.error",
+		&u, err);
+
+	if (rc < 0)
+		return rc;
+	log_warn("instance %s: %s", db_val(r, 0, 0), db_val(u, 0, 0));
+	PQclear(u);
+	return 0;
+}
+
+/* Away from every host that refused it. */
+static int move_refused(struct db *d, const PGresult *r, bc_error *err)
+{
+	PGresult *u = NULL;
+	int rc = refused_update(d, r, "UPDATE instances SET refused_nodes = array_append("
+		"refused_nodes, node_id), replacements = replacements + 1, state = 'provisioning', "
+		"reason = 'Rescheduling: node ' || node_id || ' refused it (' || reason || ')', "
+		"node_id = NULL, refused_at = NULL, updated_at = now() WHERE id = $1 RETURNING "
+		"reason, jsonb_build_object('fromNodeId', $2::text, 'reason', reason, "
+		"'refusedNodes', to_jsonb(refused_nodes), 'replacements', replacements)::text, "
+		"replacements, mac::text", "instance.rescheduling", &u, err);
+
+	if (rc < 0)
+		return rc;
+	log_info("instance %s: %s; placing it elsewhere (re-placement %s of %d)", db_val(r, 0, 0),
+		 db_val(u, 0, 0), db_val(u, 0, 2), REPLACE_MAX);
+	rc = lease_and_place(d, db_val(r, 0, 0), db_val(r, 0, 4), db_val(u, 0, 3), err);
 	PQclear(u);
 	return rc;
 }
