@@ -97,6 +97,18 @@ usage_err "ttl not in whole seconds" "--ttl: whole seconds only" node join-token
 usage_err "bad --format" "--format: 'yaml' is not one of" --format yaml pool list
 usage_err "bad --timeout" "--timeout" --timeout never pool list
 usage_err "missing ID" "missing ID" pool get
+usage_err "missing ID (tenant, id verbs)" "missing ID" instance pause
+usage_err "extra argument (tenant, id verbs)" "unexpected argument 'b'" sandbox get a b
+run sandbox-template get --help
+is "$RC" 0 "sandbox-template get --help exits 0"
+like "$OUT" "ID +template id" "... names what its ID is"
+like "$OUT" "--tenant T" "... and lists --tenant"
+usage_err "--warm-max alone (create)" "--warm-max needs --warm-min" \
+	sandbox-template create --name t --pool p --flavor f --image i --warm-max 2
+usage_err "--warm-max alone (update)" "--warm-max needs --warm-min" \
+	sandbox-template update tmpl_x --warm-max 2
+usage_err "--warm-min out of range" "--warm-min: 65 is out of range" \
+	sandbox-template update tmpl_x --warm-min 65
 usage_err "extra argument" "unexpected argument 'b'" node get a b
 usage_err "missing user data file" "--user-data-file $TMP/none: No such file" \
 	instance create --pool p --flavor f --image i --user-data-file "$TMP/none"
