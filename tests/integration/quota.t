@@ -11,6 +11,7 @@
 #   spec keeps NOT_FOUND for other tenants, drafts and an agent's view), and
 #   list leaves it out.
 . "$(dirname "$0")/../lib/stack.sh"
+. "$(dirname "$0")/../lib/tenant.sh"
 
 # the host is away on purpose for a while: it must not be declared lost meanwhile
 export BC_NODE_LOST_SECONDS=600
@@ -18,26 +19,15 @@ export BC_NODE_LOST_SECONDS=600
 stack_up --controllers 1 --agents 1 --agent-capacity 8,16384,200 || bail_out "stack_up failed"
 img=$(stack_image_create quota-img) || bail_out "no image"
 
-q() { psql -d bc -XAtq -c "$1"; }
-jid() { json_get "$1" id; }
-as() { local tok=$1; shift; BC_TOKEN=$tok bcctl "$@"; }
-refused() { # TOKEN EXIT DETAIL MSG -- ARGS
-	local tok=$1 want=$2 detail=$3 msg=$4 rc
-	shift 5
-	as "$tok" "$@" >/dev/null 2>"$STACK_DIR/err"
-	rc=$?
-	is "$rc" "$want" "$msg: exit $want"
-	[ -z "$detail" ] || like "$(cat "$STACK_DIR/err")" "$detail" "$msg: names $detail"
-}
 st() { q "SELECT state FROM instances WHERE id = '$1'"; }
 st_is() { [ "$(st "$1")" = "$2" ]; }
 
 bcctl tenant create acme >/dev/null || bail_out "tenant"
 TENANT_ARGS=(--tenant acme)
-alice=$(jid "$(bcctl --format json identity create --tenant acme --kind user --name alice)")
-bob=$(jid "$(bcctl --format json identity create --tenant acme --kind user --name bob)")
-A=$(json_get "$(bcctl --format json token create --identity "$alice")" token)
-B=$(json_get "$(bcctl --format json token create --identity "$bob")" token)
+alice=$(tenant_identity acme user alice)
+bob=$(tenant_identity acme user bob)
+A=$(tenant_token "$alice")
+B=$(tenant_token "$bob")
 printf '{"effect":"allow","actions":"compute:instances:*","resources":"*"}' >"$STACK_DIR/a.json"
 printf '{"effect":"allow","actions":"compute:instances:create","resources":"*"}' >"$STACK_DIR/b.json"
 bcctl policy attach "$(jid "$(bcctl --format json policy create --tenant acme --name a --file "$STACK_DIR/a.json")")" --identity "$alice" >/dev/null

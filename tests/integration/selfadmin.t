@@ -9,32 +9,21 @@
 #   users but never makes, changes or hands a token to an administrator
 #   (admin-required); no identity changes its own state.
 . "$(dirname "$0")/../lib/stack.sh"
+. "$(dirname "$0")/../lib/tenant.sh"
 
 HTTP_PORT=$(free_tcp_port) || bail_out "no free port"
 export BC_CTL_EXTRA_CONF="http_listen = 127.0.0.1:$HTTP_PORT"
 stack_up --controllers 1 --agents 0 || bail_out "stack_up failed"
 
-q() { psql -d bc -XAtq -c "$1"; }
-jid() { json_get "$1" id; }
-as() { local tok=$1; shift; BC_TOKEN=$tok bcctl "$@"; }
-refused() { # TOKEN EXIT DETAIL MSG -- ARGS
-	local tok=$1 want=$2 detail=$3 msg=$4 rc
-	shift 5
-	as "$tok" "$@" >/dev/null 2>"$STACK_DIR/err"
-	rc=$?
-	is "$rc" "$want" "$msg: exit $want"
-	[ -z "$detail" ] || like "$(cat "$STACK_DIR/err")" "$detail" "$msg: names $detail"
-}
-mk() { jid "$(bcctl --format json identity create --tenant "$1" --kind user --name "$2" ${3:-})"; }
-tok() { json_get "$(bcctl --format json token create --identity "$1")" token; }
 pol() { # TOKEN NAME JSON [TENANT]
 	printf '%s' "$3" >"$STACK_DIR/p.json"
 	jid "$(as "$1" --format json policy create ${4:+--tenant "$4"} --name "$2" --file "$STACK_DIR/p.json")"
 }
 
 bcctl tenant create acme >/dev/null && bcctl tenant create beta >/dev/null || bail_out "tenants"
-adm=$(mk acme adm --admin); usr=$(mk acme usr); mgr=$(mk acme mgr); bx=$(mk beta bx --admin)
-D=$(tok "$adm"); U=$(tok "$usr"); M=$(tok "$mgr"); X=$(tok "$bx")
+adm=$(tenant_identity acme user adm --admin); usr=$(tenant_identity acme user usr)
+mgr=$(tenant_identity acme user mgr); bx=$(tenant_identity beta user bx --admin)
+D=$(tenant_token "$adm"); U=$(tenant_token "$usr"); M=$(tenant_token "$mgr"); X=$(tenant_token "$bx")
 bcctl policy attach "$(pol "$BC_TOKEN" managers '{"effect":"allow","actions":["iam:identities:*","iam:tokens:*"],"resources":"*"}' acme)" \
 	--identity "$mgr" >/dev/null || bail_out "manager policy"
 

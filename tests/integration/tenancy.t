@@ -13,6 +13,7 @@
 #   offer and usage kept, and the tenant becomes deleted, all exactly once;
 # - an instance whose host was retired is finished by the teardown at once.
 . "$(dirname "$0")/../lib/stack.sh"
+. "$(dirname "$0")/../lib/tenant.sh"
 
 # the host is away on purpose for a while: it must not be declared lost meanwhile
 export BC_NODE_LOST_SECONDS=600
@@ -20,24 +21,13 @@ export BC_NODE_LOST_SECONDS=600
 stack_up --controllers 2 --agents 1 --agent-capacity 4,8192,100 || bail_out "stack_up failed"
 img=$(stack_image_create ten-img) || bail_out "no image"
 
-q() { psql -d bc -XAtq -c "$1"; }
-jid() { json_get "$1" id; }
-as() { local tok=$1; shift; BC_TOKEN=$tok bcctl "$@"; }
-refused() { # TOKEN EXIT DETAIL MSG -- ARGS
-	local tok=$1 want=$2 detail=$3 msg=$4 rc
-	shift 5
-	as "$tok" "$@" >/dev/null 2>"$STACK_DIR/err"
-	rc=$?
-	is "$rc" "$want" "$msg: exit $want"
-	[ -z "$detail" ] || like "$(cat "$STACK_DIR/err")" "$detail" "$msg: names $detail"
-}
 tstate() { q "SELECT state FROM tenants WHERE id = 'acme'"; }
 
 bcctl tenant create acme >/dev/null || bail_out "tenant"
-adm=$(jid "$(bcctl --format json identity create --tenant acme --kind user --name adm --admin)")
-agent=$(jid "$(bcctl --format json identity create --tenant acme --kind agent --name bot)")
-A=$(json_get "$(bcctl --format json token create --identity "$adm")" token)
-G=$(json_get "$(bcctl --format json token create --identity "$agent")" token)
+adm=$(tenant_identity acme user adm --admin)
+agent=$(tenant_identity acme agent bot)
+A=$(tenant_token "$adm")
+G=$(tenant_token "$agent")
 bcctl delegation create --agent "$agent" --user "$adm" >/dev/null
 printf '{"effect":"allow","actions":"compute:*","resources":"*"}' >"$STACK_DIR/p.json"
 pol=$(jid "$(bcctl --format json policy create --tenant acme --name all --file "$STACK_DIR/p.json")")

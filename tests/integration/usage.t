@@ -14,30 +14,20 @@
 # - refusals: Usage.List's limit, to, identityId, another tenant,
 #   no compute:usage:read; the offer's prices.
 . "$(dirname "$0")/../lib/stack.sh"
+. "$(dirname "$0")/../lib/tenant.sh"
 
 export BC_CTL_EXTRA_CONF="metering_interval_seconds = 1"
 stack_up --controllers 2 --agents 1 || bail_out "stack_up failed"
 img=$(stack_image_create usage-img) || bail_out "no image"
 
-q() { psql -d bc -XAtq -c "$1"; }
-jid() { json_get "$1" id; }
-as() { local tok=$1; shift; BC_TOKEN=$tok bcctl "$@"; }
-refused() { # TOKEN EXIT DETAIL MSG -- ARGS
-	local tok=$1 want=$2 detail=$3 msg=$4 rc
-	shift 5
-	as "$tok" "$@" >/dev/null 2>"$STACK_DIR/err"
-	rc=$?
-	is "$rc" "$want" "$msg: exit $want"
-	[ -z "$detail" ] || like "$(cat "$STACK_DIR/err")" "$detail" "$msg: names $detail"
-}
 meter() { "$BC_BIN/bc-controller" meter --config "$STACK_DIR/ctl-1.conf" 2>>"$STACK_DIR/meter.log"; }
 
 bcctl tenant create acme >/dev/null || bail_out "tenant"
 TENANT_ARGS=(--tenant acme)
-owner=$(jid "$(bcctl --format json identity create --tenant acme --kind user --name owner --admin)")
-reader=$(jid "$(bcctl --format json identity create --tenant acme --kind user --name reader)")
-O=$(json_get "$(bcctl --format json token create --identity "$owner")" token)
-R=$(json_get "$(bcctl --format json token create --identity "$reader")" token)
+owner=$(tenant_identity acme user owner --admin)
+reader=$(tenant_identity acme user reader)
+O=$(tenant_token "$owner")
+R=$(tenant_token "$reader")
 like "$O" '^bct_' 'a tenant administrator and a plain user with tokens'
 
 # 1,000 cents a second per vCPU: a running instance spends 3,000 in seconds
