@@ -88,47 +88,47 @@ static int expire_tx(struct db *d, void *arg, bc_error *err)
 	return rc < 0 ? db_fail(err, rc) : 0;
 }
 
-static int settle_tx(struct db *d, void *arg, bc_error *err)
-{
-	int rc;
-
-	(void)arg;
-	if ((rc = db_exec(d, NULL, EVENTS_LOCK_SQL, NULL)) < 0)
-		return db_fail(err, rc);
+/* settle_tx's statements, in this order. */
+static const char *const settle_sql[] = {
+	EVENTS_LOCK_SQL,
 	/* ready: the fallback for the instance's own transaction */
-	rc = db_exec(d, NULL, "WITH s AS (UPDATE sandboxes s SET state = 'ready', ready_at = now(), "
-		     "ready_source = 'reconciler', updated_at = now() FROM instances i WHERE i.id = "
-		     "s.instance_id AND s.state = 'starting' AND i.state = 'running' RETURNING s.id, "
-		     "s.tenant_id, s.template_id, s.instance_id, s.pool_id, s.warm) INSERT INTO "
-		     "events (type, subject, tenant_id, data) SELECT 'sandbox.ready', 'sandbox/' || "
-		     "id, tenant_id, " EVENT_DATA(", 'warm', warm") " FROM s", NULL);
-	if (rc == 0)
-		rc = db_exec(d, NULL, "WITH s AS (UPDATE sandboxes s SET state = 'failed', updated_at "
-			     "= now() FROM instances i WHERE i.id = s.instance_id AND s.state IN "
-			     "('starting', 'ready') AND i.state = 'error' RETURNING s.id, s.tenant_id, "
-			     "s.template_id, s.instance_id, s.pool_id, i.reason) INSERT INTO events "
-			     "(type, subject, tenant_id, data) SELECT 'sandbox.failed', 'sandbox/' || "
-			     "id, tenant_id, " EVENT_DATA(", 'reason', reason") " FROM s", NULL);
+	"WITH s AS (UPDATE sandboxes s SET state = 'ready', ready_at = now(), ready_source = "
+	"'reconciler', updated_at = now() FROM instances i WHERE i.id = s.instance_id AND s.state "
+	"= 'starting' AND i.state = 'running' RETURNING s.id, s.tenant_id, s.template_id, "
+	"s.instance_id, s.pool_id, s.warm) INSERT INTO events (type, subject, tenant_id, data) "
+	"SELECT 'sandbox.ready', 'sandbox/' || id, tenant_id, " EVENT_DATA(", 'warm', warm")
+	" FROM s",
+	"WITH s AS (UPDATE sandboxes s SET state = 'failed', updated_at = now() FROM instances i "
+	"WHERE i.id = s.instance_id AND s.state IN ('starting', 'ready') AND i.state = 'error' "
+	"RETURNING s.id, s.tenant_id, s.template_id, s.instance_id, s.pool_id, i.reason) INSERT "
+	"INTO events (type, subject, tenant_id, data) SELECT 'sandbox.failed', 'sandbox/' || id, "
+	"tenant_id, " EVENT_DATA(", 'reason', reason") " FROM s",
 	/* a recreate after host loss takes a ready sandbox back to starting
 	 * (the trigger does it in the instance's transaction when the
 	 * instance passed through lost; this catches a direct re-placement) */
-	if (rc == 0)
-		rc = db_exec(d, NULL, "UPDATE sandboxes s SET state = 'starting', updated_at = now() "
-			     "FROM instances i WHERE i.id = s.instance_id AND s.state = 'ready' AND "
-			     "i.state IN ('provisioning', 'starting') AND i.desired_state <> 'deleted'",
-			     NULL);
+	"UPDATE sandboxes s SET state = 'starting', updated_at = now() FROM instances i WHERE i.id "
+	"= s.instance_id AND s.state = 'ready' AND i.state IN ('provisioning', 'starting') AND "
+	"i.desired_state <> 'deleted'",
 	/* deleted: right after the instance, which woke us */
-	if (rc == 0)
-		rc = db_exec(d, NULL, "WITH s AS (UPDATE sandboxes s SET state = 'deleted', "
-			     "deleted_at = now(), updated_at = now() FROM instances i WHERE i.id = "
-			     "s.instance_id AND s.state <> 'deleted' AND i.state = 'deleted' RETURNING "
-			     "s.id, s.tenant_id, s.template_id, s.instance_id, s.pool_id, "
-			     "s.expired_at IS NOT NULL expired), z AS (DELETE FROM authz_resources a "
-			     "USING s WHERE a.type = 'compute-sandbox' AND a.id = s.id) INSERT INTO "
-			     "events (type, subject, tenant_id, data) SELECT 'sandbox.deleted', "
-			     "'sandbox/' || id, tenant_id, " EVENT_DATA(", 'expired', expired")
-			     " FROM s", NULL);
-	return rc < 0 ? db_fail(err, rc) : 0;
+	"WITH s AS (UPDATE sandboxes s SET state = 'deleted', deleted_at = now(), updated_at = "
+	"now() FROM instances i WHERE i.id = s.instance_id AND s.state <> 'deleted' AND i.state = "
+	"'deleted' RETURNING s.id, s.tenant_id, s.template_id, s.instance_id, s.pool_id, "
+	"s.expired_at IS NOT NULL expired), z AS (DELETE FROM authz_resources a USING s WHERE "
+	"a.type = 'compute-sandbox' AND a.id = s.id) INSERT INTO events (type, subject, tenant_id, "
+	"data) SELECT 'sandbox.deleted', 'sandbox/' || id, tenant_id, "
+	EVENT_DATA(", 'expired', expired") " FROM s",
+};
+
+static int settle_tx(struct db *d, void *arg, bc_error *err)
+{
+	(void)arg;
+	for (size_t i = 0; i < ARRAY_SIZE(settle_sql); i++) {
+		int rc = db_exec(d, NULL, settle_sql[i], NULL);
+
+		if (rc < 0)
+			return db_fail(err, rc);
+	}
+	return 0;
 }
 
 /* The leader's last pass, for /metrics (this replica's own figures). */
