@@ -8,6 +8,7 @@
 # hides the template and frees its name; list by name; the decision
 # compute:sandboxes:manage on the tenant for writes.
 . "$(dirname "$0")/../lib/stack.sh"
+. "$(dirname "$0")/../lib/compute_http.sh"
 
 HTTP_PORT=$(free_tcp_port) || bail_out "no free port"
 export BC_CTL_EXTRA_CONF="http_listen = 127.0.0.1:$HTTP_PORT"
@@ -16,24 +17,6 @@ img=$(stack_image_create tmpl-img) || bail_out "no image"
 
 q() { psql -d bc -XAtq -c "$1"; }
 jid() { json_get "$1" id; }
-# api TOKEN METHOD JSON: POST /api/compute/<method>; body, then status line
-api() {
-	curl -sS --cacert "$BC_CA_FILE" -H "Authorization: Bearer $1" \
-		-H 'Content-Type: application/json' -w '\n%{http_code}' --data-binary "$3" \
-		"https://127.0.0.1:$HTTP_PORT/api/compute/$2"
-}
-# refused TOKEN METHOD JSON STATUS CODE DETAIL=VALUE MSG
-refused() {
-	local out k=${6%%=*} v=${6#*=}
-	out=$(api "$1" "$2" "$3")
-	is "$(printf '%s\n' "$out" | tail -n 1)" "$4" "$7: HTTP $4"
-	if [ "$6" = - ]; then
-		is "$(printf '%s\n' "$out" | sed '$d' | jq -r .error.code)" "$5" "$7: $5"
-	else
-		is "$(printf '%s\n' "$out" | sed '$d' | jq -r ".error.code + \" \" + (.error.details.\"$k\" // \"-\")")" \
-			"$5 $v" "$7: $5 with $k=$v"
-	fi
-}
 
 T=$BC_TOKEN
 base="\"poolId\":\"$POOL_ID\",\"flavor\":\"$FLAVOR_NAME\",\"imageId\":\"$img\""
@@ -51,55 +34,55 @@ is "$(json_get "$out" runtime)" fake "runtime is the pool's"
 is "$(q "SELECT count(*) FROM events WHERE type LIKE 'sandbox%'")" 0 'no event is published'
 
 # -- refusals
-refused "$T" sandboxtemplates/create "{\"name\":\"x\",$base,\"maxTtlSeconds\":86401}" 400 \
+api_refused "$T" sandboxtemplates/create "{\"name\":\"x\",$base,\"maxTtlSeconds\":86401}" 400 \
 	INVALID_INPUT field=maxTtlSeconds 'maxTtlSeconds above 86400'
-refused "$T" sandboxtemplates/create "{\"name\":\"x\",$base,\"defaultTtlSeconds\":7200,\"maxTtlSeconds\":3600}" \
+api_refused "$T" sandboxtemplates/create "{\"name\":\"x\",$base,\"defaultTtlSeconds\":7200,\"maxTtlSeconds\":3600}" \
 	400 INVALID_INPUT field=defaultTtlSeconds 'defaultTtlSeconds above maxTtlSeconds'
-refused "$T" sandboxtemplates/create "{\"name\":\"x\",$base,\"network\":\"open\"}" 400 \
+api_refused "$T" sandboxtemplates/create "{\"name\":\"x\",$base,\"network\":\"open\"}" 400 \
 	INVALID_INPUT field=network 'an unknown network'
-refused "$T" sandboxtemplates/create "{\"name\":\"x\",$base,\"bogus\":1}" 400 \
+api_refused "$T" sandboxtemplates/create "{\"name\":\"x\",$base,\"bogus\":1}" 400 \
 	INVALID_INPUT - 'an unknown field'
-refused "$T" sandboxtemplates/create "{\"name\":\"x y\",$base}" 400 INVALID_INPUT field=name \
+api_refused "$T" sandboxtemplates/create "{\"name\":\"x y\",$base}" 400 INVALID_INPUT field=name \
 	'a name with a space'
-refused "$T" sandboxtemplates/create "{\"name\":\"x\",\"poolId\":\"$POOL_ID\",\"flavor\":\"nope\",\"imageId\":\"$img\"}" \
+api_refused "$T" sandboxtemplates/create "{\"name\":\"x\",\"poolId\":\"$POOL_ID\",\"flavor\":\"nope\",\"imageId\":\"$img\"}" \
 	400 INVALID_INPUT field=flavor 'an unknown flavor'
-refused "$T" sandboxtemplates/create "{\"name\":\"x\",\"poolId\":\"$POOL_ID\",\"flavor\":\"$FLAVOR_NAME\",\"imageId\":\"nope\"}" \
+api_refused "$T" sandboxtemplates/create "{\"name\":\"x\",\"poolId\":\"$POOL_ID\",\"flavor\":\"$FLAVOR_NAME\",\"imageId\":\"nope\"}" \
 	400 INVALID_INPUT field=imageId 'an unknown image'
-refused "$T" sandboxtemplates/create "{\"name\":\"x\",\"poolId\":\"pool_00000000000000000000000000\",\"flavor\":\"$FLAVOR_NAME\",\"imageId\":\"$img\"}" \
+api_refused "$T" sandboxtemplates/create "{\"name\":\"x\",\"poolId\":\"pool_00000000000000000000000000\",\"flavor\":\"$FLAVOR_NAME\",\"imageId\":\"$img\"}" \
 	404 NOT_FOUND - 'an unknown pool'
-refused "$T" sandboxtemplates/create "{\"name\":\"x\",$base,\"env\":{\"K\":\"secret://x/y\"}}" 501 \
+api_refused "$T" sandboxtemplates/create "{\"name\":\"x\",$base,\"env\":{\"K\":\"secret://x/y\"}}" 501 \
 	UNSUPPORTED field=env 'env (until the secrets issue)'
-refused "$T" sandboxtemplates/create "{\"name\":\"x\",$base,\"volumes\":[{\"name\":\"v\",\"mountPath\":\"/w\"}]}" \
+api_refused "$T" sandboxtemplates/create "{\"name\":\"x\",$base,\"volumes\":[{\"name\":\"v\",\"mountPath\":\"/w\"}]}" \
 	501 UNSUPPORTED field=volumes 'volumes (until the volumes issue)'
-refused "$T" sandboxtemplates/create "{\"name\":\"py-small\",$base}" 409 CONFLICT reason=name-taken \
+api_refused "$T" sandboxtemplates/create "{\"name\":\"py-small\",$base}" 409 CONFLICT reason=name-taken \
 	'a name in use'
 # a pool without an IP range: private and none are INVALID_STATE
 bare=$(jid "$(bcctl --format json pool create --name bare --runtime fake --bridge bcbr9)")
 for net in private none; do
-	refused "$T" sandboxtemplates/create "{\"name\":\"n-$net\",\"poolId\":\"$bare\",\"flavor\":\"$FLAVOR_NAME\",\"imageId\":\"$img\",\"network\":\"$net\"}" \
+	api_refused "$T" sandboxtemplates/create "{\"name\":\"n-$net\",\"poolId\":\"$bare\",\"flavor\":\"$FLAVOR_NAME\",\"imageId\":\"$img\",\"network\":\"$net\"}" \
 		409 INVALID_STATE reason=pool-without-ip-range "$net on a pool without an IP range"
 done
 # a runtime that passes no GPUs through
 ch=$(jid "$(bcctl --format json pool create --name chp --runtime cloud-hypervisor --bridge bcbr8)")
 gpu=$(jid "$(bcctl --format json flavor create --name g1 --vcpus 1 --memory-mib 512 --disk-gib 1 --gpus 1)")
-refused "$T" sandboxtemplates/create "{\"name\":\"g\",\"poolId\":\"$ch\",\"flavor\":\"g1\",\"imageId\":\"$img\"}" \
+api_refused "$T" sandboxtemplates/create "{\"name\":\"g\",\"poolId\":\"$ch\",\"flavor\":\"g1\",\"imageId\":\"$img\"}" \
 	400 INVALID_INPUT reason=gpus-unsupported 'GPUs on cloud-hypervisor'
 # another tenant's pool is NOT_FOUND to it
 bcctl tenant create acme >/dev/null || bail_out "tenant"
 alice=$(jid "$(bcctl --format json identity create --tenant acme --kind user --name alice)")
 A=$(json_get "$(bcctl --format json token create --identity "$alice")" token)
 only=$(jid "$(bcctl --format json pool create --name other --runtime fake --bridge bcbr7 --tenant root)")
-refused "$A" sandboxtemplates/create "{\"name\":\"x\",\"poolId\":\"$only\",\"flavor\":\"$FLAVOR_NAME\",\"imageId\":\"$img\"}" \
+api_refused "$A" sandboxtemplates/create "{\"name\":\"x\",\"poolId\":\"$only\",\"flavor\":\"$FLAVOR_NAME\",\"imageId\":\"$img\"}" \
 	403 ACCESS_DENIED action=compute:sandboxes:manage 'a user without compute:sandboxes:manage'
 printf '{"effect":"allow","actions":["compute:sandboxes:manage","compute:sandboxes:read"],"resources":["*"]}' >"$STACK_DIR/p.json"
 pol=$(jid "$(bcctl --format json policy create --tenant acme --name m --file "$STACK_DIR/p.json")")
 bcctl policy attach "$pol" --identity "$alice" >/dev/null || bail_out "attach"
-refused "$A" sandboxtemplates/create "{\"name\":\"x\",\"poolId\":\"$only\",\"flavor\":\"$FLAVOR_NAME\",\"imageId\":\"$img\"}" \
+api_refused "$A" sandboxtemplates/create "{\"name\":\"x\",\"poolId\":\"$only\",\"flavor\":\"$FLAVOR_NAME\",\"imageId\":\"$img\"}" \
 	404 NOT_FOUND - "a pool not offered to the tenant"
 out=$(api "$A" sandboxtemplates/create "{\"name\":\"mine\",$base}")
 is "$(printf '%s\n' "$out" | tail -n 1)" 200 'with the grant, alice creates a template over JSON/HTTP'
 ta=$(printf '%s\n' "$out" | sed '$d' | jq -r .id)
-refused "$A" sandboxtemplates/get "{\"templateId\":\"$t1\"}" 404 NOT_FOUND - "another tenant's template"
+api_refused "$A" sandboxtemplates/get "{\"templateId\":\"$t1\"}" 404 NOT_FOUND - "another tenant's template"
 is "$(q "SELECT count(*) FROM sandbox_templates")" 2 'refusals wrote no template'
 
 # -- update
@@ -119,15 +102,15 @@ is "$(iv)" 3 'a network change raises instance_version'
 out=$(bcctl --format json sandbox-template update "$t1" --warm-min 1 --warm-max 2) || fail 'update warm'
 is "$(iv)" 3 'a warm pool change leaves instance_version'
 is "$(json_get "$out" version)" 5 'version 5'
-refused "$T" sandboxtemplates/update "{\"templateId\":\"$t1\",\"poolId\":\"$bare\"}" 400 \
+api_refused "$T" sandboxtemplates/update "{\"templateId\":\"$t1\",\"poolId\":\"$bare\"}" 400 \
 	INVALID_INPUT field=poolId 'the pool cannot change'
-refused "$T" sandboxtemplates/update "{\"templateId\":\"$t1\",\"name\":\"other\"}" 400 \
+api_refused "$T" sandboxtemplates/update "{\"templateId\":\"$t1\",\"name\":\"other\"}" 400 \
 	INVALID_INPUT field=name 'the name cannot change'
-refused "$T" sandboxtemplates/update "{\"templateId\":\"$t1\",\"runtime\":\"libvirt\"}" 400 \
+api_refused "$T" sandboxtemplates/update "{\"templateId\":\"$t1\",\"runtime\":\"libvirt\"}" 400 \
 	INVALID_INPUT field=runtime 'the runtime cannot change'
-refused "$T" sandboxtemplates/update "{\"templateId\":\"$t1\",\"flavor\":\"nope\"}" 400 \
+api_refused "$T" sandboxtemplates/update "{\"templateId\":\"$t1\",\"flavor\":\"nope\"}" 400 \
 	INVALID_INPUT field=flavor 'a new flavor is checked again'
-refused "$T" sandboxtemplates/update "{\"templateId\":\"$t1\",\"defaultTtlSeconds\":20000}" 400 \
+api_refused "$T" sandboxtemplates/update "{\"templateId\":\"$t1\",\"defaultTtlSeconds\":20000}" 400 \
 	INVALID_INPUT field=defaultTtlSeconds 'defaultTtlSeconds above the (current) max'
 is "$(q "SELECT version FROM sandbox_templates WHERE id = '$t1'")" 5 'refused updates changed nothing'
 
@@ -139,7 +122,7 @@ bcctl sandbox templates | grep -q 'py-small' ; ok $? 'the table shows the templa
 out=$(bcctl --format json sandbox-template delete "$t1") ; ok $? 'delete'
 bcctl sandbox-template get "$t1" >/dev/null 2>&1
 is $? 3 'a deleted template is NOT_FOUND (exit 3)'
-refused "$T" sandboxtemplates/update "{\"templateId\":\"$t1\",\"defaultTtlSeconds\":60}" 404 \
+api_refused "$T" sandboxtemplates/update "{\"templateId\":\"$t1\",\"defaultTtlSeconds\":60}" 404 \
 	NOT_FOUND - 'a deleted template cannot be updated'
 out=$(bcctl --format json sandbox-template create --name py-small --pool "$POOL_ID" \
 	--flavor "$FLAVOR_NAME" --image "$img") ; ok $? 'delete frees the name'

@@ -9,6 +9,7 @@
 # replaced, refusals leaving no row in any table, events with templateId,
 # instanceId and poolId, and the metrics on /metrics.
 . "$(dirname "$0")/../lib/stack.sh"
+. "$(dirname "$0")/../lib/compute_http.sh"
 
 HTTP_PORT=$(free_tcp_port) || bail_out "no free port"
 MET_PORT=$(free_tcp_port) || bail_out "no free port"
@@ -20,22 +21,6 @@ img=$(stack_image_create sbx-img) || bail_out "no image"
 
 q() { psql -d bc -XAtq -c "$1"; }
 jid() { json_get "$1" id; }
-api() { # TOKEN METHOD JSON: body, then the HTTP status on its own line
-	curl -sS --cacert "$BC_CA_FILE" -H "Authorization: Bearer $1" \
-		-H 'Content-Type: application/json' -w '\n%{http_code}' --data-binary "$3" \
-		"https://127.0.0.1:$HTTP_PORT/api/compute/$2"
-}
-refused() { # TOKEN METHOD JSON STATUS CODE KEY=VALUE|- MSG
-	local out k=${6%%=*} v=${6#*=}
-	out=$(api "$1" "$2" "$3")
-	is "$(printf '%s\n' "$out" | tail -n 1)" "$4" "$7: HTTP $4"
-	if [ "$6" = - ]; then
-		is "$(printf '%s\n' "$out" | sed '$d' | jq -r .error.code)" "$5" "$7: $5"
-	else
-		is "$(printf '%s\n' "$out" | sed '$d' | jq -r ".error.code + \" \" + (.error.details.\"$k\" // \"-\")")" \
-			"$5 $v" "$7: $5 with $k=$v"
-	fi
-}
 all_rows() {
 	local t
 	for t in $(q "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1"); do
@@ -78,30 +63,30 @@ is "$(json_items "$out" | jq -r "select(.id == \"$inst\") | .sandboxId")" "$s1" 
 bcctl instance delete "$inst" >/dev/null 2>"$STACK_DIR/err"
 is $? 6 "Instances.Delete refuses a sandbox's instance (INVALID_STATE)"
 like "$(cat "$STACK_DIR/err")" "managed by sandbox $s1" 'naming the sandbox'
-refused "$T" instances/delete "{\"instanceId\":\"$inst\"}" 409 INVALID_STATE reason=sandbox-managed \
+api_refused "$T" instances/delete "{\"instanceId\":\"$inst\"}" 409 INVALID_STATE reason=sandbox-managed \
 	'and over JSON/HTTP'
 out=$(bcctl --format json sandbox get "$s1")
 is "$(printf '%s' "$out" | jq '.snapshots | length')" 0 'get: the snapshots list is empty'
 
 # -- lifetime, wait and template refusals
-refused "$T" sandboxes/create "{\"templateId\":\"$tmpl\",\"ttlSeconds\":7201}" 400 INVALID_INPUT \
+api_refused "$T" sandboxes/create "{\"templateId\":\"$tmpl\",\"ttlSeconds\":7201}" 400 INVALID_INPUT \
 	maxTtlSeconds=7200 "ttlSeconds above the template's maxTtlSeconds"
-refused "$T" sandboxes/create "{\"templateId\":\"$tmpl\",\"wait\":{\"timeoutMs\":30001}}" 400 \
+api_refused "$T" sandboxes/create "{\"templateId\":\"$tmpl\",\"wait\":{\"timeoutMs\":30001}}" 400 \
 	INVALID_INPUT field=wait.timeoutMs 'a wait above 30 s'
-refused "$T" sandboxes/create "{\"templateId\":\"$tmpl\",\"fromSnapshot\":\"snap_x\"}" 501 \
+api_refused "$T" sandboxes/create "{\"templateId\":\"$tmpl\",\"fromSnapshot\":\"snap_x\"}" 501 \
 	UNSUPPORTED field=fromSnapshot 'fromSnapshot (the snapshots issue)'
-refused "$T" sandboxes/create "{\"templateId\":\"sbxt_00000000000000000000000000\"}" 404 NOT_FOUND - \
+api_refused "$T" sandboxes/create "{\"templateId\":\"sbxt_00000000000000000000000000\"}" 404 NOT_FOUND - \
 	'an unknown template'
-refused "$T" sandboxes/create "{\"templateId\":\"$tmpl\",\"bogus\":1}" 400 INVALID_INPUT - \
+api_refused "$T" sandboxes/create "{\"templateId\":\"$tmpl\",\"bogus\":1}" 400 INVALID_INPUT - \
 	'an unknown field'
 out=$(api "$T" sandboxes/create "{\"templateId\":\"$tmpl\",\"ttlSeconds\":900}")
 is "$(printf '%s\n' "$out" | tail -n 1)" 200 'POST /api/compute/sandboxes/create'
 s2=$(printf '%s\n' "$out" | sed '$d' | jq -r .id)
 is "$(printf '%s\n' "$out" | sed '$d' | jq -r .ttlSeconds)" 900 'with ttlSeconds 900'
 
-refused "$T" sandboxes/extend "{\"sandboxId\":\"$s1\"}" 400 INVALID_INPUT field=until \
+api_refused "$T" sandboxes/extend "{\"sandboxId\":\"$s1\"}" 400 INVALID_INPUT field=until \
 	'extend with neither until nor by'
-refused "$T" sandboxes/extend "{\"sandboxId\":\"$s1\",\"by\":\"30m\",\"until\":1}" 400 INVALID_INPUT \
+api_refused "$T" sandboxes/extend "{\"sandboxId\":\"$s1\",\"by\":\"30m\",\"until\":1}" 400 INVALID_INPUT \
 	field=until 'extend with both until and by'
 
 # -- idempotency
@@ -127,10 +112,10 @@ at=$(printf '%s' "$(api "$A" sandboxtemplates/create "{\"name\":\"t\",\"poolId\"
 like "$at" '^sbxt_' "acme's template"
 bcctl tenant quota acme --instances 0 >/dev/null
 before=$(all_rows)
-refused "$B" sandboxes/create "{\"templateId\":\"$at\"}" 403 ACCESS_DENIED sid=NoLong \
+api_refused "$B" sandboxes/create "{\"templateId\":\"$at\"}" 403 ACCESS_DENIED sid=NoLong \
 	'a deny on resource.ttlSeconds > 1800 (the default 3600)'
-refused "$A" sandboxes/create "{\"templateId\":\"$tmpl\"}" 404 NOT_FOUND - "another tenant's template"
-refused "$A" sandboxes/create "{\"templateId\":\"$at\"}" 429 QUOTA_EXCEEDED resource=instances \
+api_refused "$A" sandboxes/create "{\"templateId\":\"$tmpl\"}" 404 NOT_FOUND - "another tenant's template"
+api_refused "$A" sandboxes/create "{\"templateId\":\"$at\"}" 429 QUOTA_EXCEEDED resource=instances \
 	'past the quota'
 is "$(all_rows)" "$before" 'the refused creates left no row in any table'
 bcctl tenant quota acme --instances 100 >/dev/null
@@ -147,7 +132,7 @@ is "$(ids "$(api "$B" sandboxes/list '{"scope":"all"}')")" "$sa $sb" 'all: the t
 p3=$(pol noread "{\"effect\":\"deny\",\"actions\":[\"compute:sandboxes:read\"],\"resources\":[\"compute-sandbox/$sa\"]}")
 bcctl policy attach "$p3" --identity "$bob" >/dev/null
 is "$(ids "$(api "$B" sandboxes/list '{"scope":"all"}')")" "$sb" 'all leaves out what bob may not read'
-refused "$B" sandboxes/get "{\"sandboxId\":\"$sa\"}" 403 ACCESS_DENIED action=compute:sandboxes:read \
+api_refused "$B" sandboxes/get "{\"sandboxId\":\"$sa\"}" 403 ACCESS_DENIED action=compute:sandboxes:read \
 	'get is decided too'
 out=$(bcctl --format json sandbox list --template "$tmpl" --limit 2)
 is "$(json_items "$out" | wc -l)" 2 'limit 2'
@@ -156,8 +141,8 @@ out2=$(bcctl --format json sandbox list --template "$tmpl" --limit 2 --cursor "$
 is "$(json_items "$out2" | wc -l)" 1 'the next page holds the rest'
 is "$( (json_items "$out"; json_items "$out2") | jq -r .id | sort -r | tr '\n' ' ')" \
 	"$( (json_items "$out"; json_items "$out2") | jq -r .id | tr '\n' ' ')" 'newest first'
-refused "$T" sandboxes/list '{"limit":201}' 400 INVALID_INPUT field=limit 'limit above 200'
-refused "$T" sandboxes/list '{"scope":"some"}' 400 INVALID_INPUT field=scope 'an unknown scope'
+api_refused "$T" sandboxes/list '{"limit":201}' 400 INVALID_INPUT field=limit 'limit above 200'
+api_refused "$T" sandboxes/list '{"scope":"some"}' 400 INVALID_INPUT field=scope 'an unknown scope'
 
 # -- delete: idempotent, deleted right after its instance (no pass for an hour)
 out=$(bcctl --format json sandbox delete "$s2") ; ok $? 'delete'
