@@ -65,6 +65,11 @@ struct cli_flag {
 	bool *seen;                       /* if set: true once given */
 };
 
+/* The usual --tenant flag, into the char * at ptr. */
+#define CLI_FLAG_TENANT(ptr)                                                                 \
+	{.name = "tenant", .type = CLI_STR, .dst = (ptr), .meta = "T",                       \
+	 .help = "tenant (default: the caller's)"}
+
 struct cli_ctx;
 typedef int (*cli_verb_fn)(struct cli_ctx *ctx, int argc, char **argv);
 

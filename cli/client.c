@@ -300,8 +300,7 @@ int cli_run_by_id(struct cli_ctx *ctx, int argc, char **argv, const ProtobufCSer
 	char *tenant = NULL, *id = NULL;
 	const struct cli_flag flags[] = {
 		{.name = "ID", .type = CLI_ARG, .dst = &id, .required = true, .help = what},
-		{.name = "tenant", .type = CLI_STR, .dst = &tenant, .meta = "T",
-		 .help = "tenant (default: the caller's)"},
+		CLI_FLAG_TENANT(&tenant),
 	};
 	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
 

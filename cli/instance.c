@@ -150,8 +150,7 @@ int cli_instance_list(struct cli_ctx *ctx, int argc, char **argv)
 	bool deleted = false;
 	int64_t limit = 0;
 	const struct cli_flag flags[] = {
-		{.name = "tenant", .type = CLI_STR, .dst = &tenant, .meta = "T",
-		 .help = "tenant (default: the caller's)"},
+		CLI_FLAG_TENANT(&tenant),
 		{.name = "pool", .type = CLI_STR, .dst = &pool, .meta = "ID",
 		 .help = "only instances of this pool"},
 		{.name = "deleted", .type = CLI_BOOL, .dst = &deleted,

@@ -133,8 +133,7 @@ int cli_template_create(struct cli_ctx *ctx, int argc, char **argv)
 		{.name = "max-ttl", .type = CLI_DUR, .dst = &max_ttl, .meta = "D", .min = 1000,
 		 .max = TTL_FLAG_MAX, .help = "longest lifetime, extensions included (default 24h)"},
 		WARM_FLAGS(&wa),
-		{.name = "tenant", .type = CLI_STR, .dst = &tenant, .meta = "T",
-		 .help = "tenant (default: the caller's)"},
+		CLI_FLAG_TENANT(&tenant),
 	};
 	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
 
@@ -183,8 +182,7 @@ int cli_template_update(struct cli_ctx *ctx, int argc, char **argv)
 		{.name = "max-ttl", .type = CLI_DUR, .dst = &max_ttl, .meta = "D", .min = 1000,
 		 .max = TTL_FLAG_MAX, .seen = &max_seen, .help = "new longest lifetime"},
 		WARM_FLAGS(&wa),
-		{.name = "tenant", .type = CLI_STR, .dst = &tenant, .meta = "T",
-		 .help = "tenant (default: the caller's)"},
+		CLI_FLAG_TENANT(&tenant),
 	};
 	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
 
@@ -246,8 +244,7 @@ int cli_sandbox_templates(struct cli_ctx *ctx, int argc, char **argv)
 		BC__COMPUTE__V1__LIST_SANDBOX_TEMPLATES_REQUEST__INIT;
 	char *tenant = NULL;
 	const struct cli_flag flags[] = {
-		{.name = "tenant", .type = CLI_STR, .dst = &tenant, .meta = "T",
-		 .help = "tenant (default: the caller's)"},
+		CLI_FLAG_TENANT(&tenant),
 	};
 	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
 
@@ -278,8 +275,7 @@ int cli_sandbox_create(struct cli_ctx *ctx, int argc, char **argv)
 		 .help = "let the server wait up to this long for readiness (max 30s)"},
 		{.name = "from-snapshot", .type = CLI_STR, .dst = &snap, .meta = "ID",
 		 .help = "restore a snapshot (not supported yet)"},
-		{.name = "tenant", .type = CLI_STR, .dst = &tenant, .meta = "T",
-		 .help = "tenant (default: the caller's)"},
+		CLI_FLAG_TENANT(&tenant),
 	};
 	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
 
@@ -326,8 +322,7 @@ int cli_sandbox_list(struct cli_ctx *ctx, int argc, char **argv)
 		 .help = "page size, 1..200 (default 50)"},
 		{.name = "cursor", .type = CLI_STR, .dst = &cursor, .meta = "C",
 		 .help = "continue after this cursor"},
-		{.name = "tenant", .type = CLI_STR, .dst = &tenant, .meta = "T",
-		 .help = "tenant (default: the caller's)"},
+		CLI_FLAG_TENANT(&tenant),
 	};
 	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
 
@@ -372,8 +367,7 @@ int cli_sandbox_extend(struct cli_ctx *ctx, int argc, char **argv)
 		 .help = "add to the current expiry: 30m, 8h, 7d or milliseconds (at most 30 days)"},
 		{.name = "until", .type = CLI_STR, .dst = &until, .meta = "TIME",
 		 .help = "new expiry: 2026-10-01T12:00:00Z, or +2h from now"},
-		{.name = "tenant", .type = CLI_STR, .dst = &tenant, .meta = "T",
-		 .help = "tenant (default: the caller's)"},
+		CLI_FLAG_TENANT(&tenant),
 	};
 	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
 
