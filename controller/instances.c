@@ -19,6 +19,7 @@
 #include "nodes.h"
 #include "rowmsg.h"
 #include "util.h"
+#include "watch.h"
 
 #define WAIT_MAX_MS 30000
 #define SSH_KEYS_MAX BOOTDATA_KEYS_MAX
@@ -445,13 +446,17 @@ static int create_tx(struct db *d, void *arg, bc_error *err)
  * the last read is the answer either way. A wait holds a worker thread and
  * its database connection, so at most half the workers wait at once: past
  * that a create answers with its first read, as if its time had run out,
- * and the API stays responsive under many waiting creates. */
+ * and the API stays responsive under many waiting creates. The wait sleeps
+ * on the instance's key in the watch registry: a host report through this
+ * controller that changes its state wakes it at once (nodeapi.c); anything
+ * else is seen at the next re-read, every 50 ms. */
 static int wait_settled(rpc_call *c, const char *tenant, const char *id, int timeout_ms,
 			Bc__Compute__V1__Instance **inst, bc_error *err)
 {
 	struct ctl_app *app = ctl_app(c);
 	int64_t end = mono_ms() + timeout_ms;
-	const struct timespec tick = {0, 50 * 1000000L};
+	struct watch_entry *e;
+	uint64_t seen = 0;
 	int r = 0;
 
 	int cap = app->cfg.workers > 1 ? app->cfg.workers / 2 : 1;
@@ -461,12 +466,15 @@ static int wait_settled(rpc_call *c, const char *tenant, const char *id, int tim
 		log_debug("instance %s: answering at once, %d creates already wait", id, cap);
 		return 0;
 	}
+	e = watch_add(app->watches, id);
 	while (mono_ms() < end && (strcmp((*inst)->state, "provisioning") == 0 ||
 				   strcmp((*inst)->state, "starting") == 0)) {
-		nanosleep(&tick, NULL);
+		int64_t left = end - mono_ms();
+		seen = watch_wait(app->watches, e, seen, (int)(left < 50 ? left : 50));
 		if ((r = inst_fetch(c, tenant, id, inst, NULL, err)) < 0)
 			break;
 	}
+	watch_remove(app->watches, e);
 	__atomic_sub_fetch(&app->waiting, 1, __ATOMIC_SEQ_CST);
 	return r;
 }

@@ -350,6 +350,7 @@ struct report {
 	const char *node;
 	uint64_t spec_generation;
 	struct lines ids, st, reasons, deleted, caps, lkeys, lvals;
+	struct lines changed; /* instances whose state this report changed */
 };
 
 static int report_node(struct db *d, struct report *a, bc_error *err)
@@ -412,6 +413,7 @@ static int report_node(struct db *d, struct report *a, bc_error *err)
 static int report_instances(struct db *d, struct report *a, bc_error *err)
 {
 	struct dbp p = {0};
+	PGresult *r = NULL;
 	int rc;
 
 	dbp_str(&p, a->node);
@@ -419,7 +421,7 @@ static int report_instances(struct db *d, struct report *a, bc_error *err)
 	dbp_str(&p, lines_str(&a->st));
 	dbp_str(&p, lines_str(&a->reasons));
 	dbp_bool(&p, a->q->applied_generation >= a->spec_generation);
-	rc = db_exec(d, NULL,
+	rc = db_exec(d, &r,
 		     "WITH r AS (SELECT * FROM unnest(string_to_array($2, E'\\n'), string_to_array("
 		     "$3, E'\\n'), string_to_array($4, E'\\n')) AS r(id, state, reason)), c AS ("
 		     "SELECT i.id, r.state AS st, coalesce(r.reason, '') AS why, (r.state = 'stopped' "
@@ -438,9 +440,18 @@ static int report_instances(struct db *d, struct report *a, bc_error *err)
 		     "i.state, i.reason, c.refused) INSERT INTO events (type, subject, tenant_id, data) "
 		     "SELECT CASE WHEN u.refused THEN 'instance.refused' ELSE 'instance.' || u.state "
 		     "END, 'instance/' || u.id, u.tenant_id, jsonb_build_object('nodeId', $1::text, "
-		     "'reason', u.reason) FROM u, (SELECT pg_advisory_xact_lock(" EVENTS_LOCK ")) l",
+		     "'reason', u.reason) FROM u, (SELECT pg_advisory_xact_lock(" EVENTS_LOCK ")) l "
+		     "RETURNING substr(subject, 10)",
 		     &p);
-	return rc < 0 ? db_fail(err, rc) : 0;
+	if (rc < 0)
+		return db_fail(err, rc);
+	a->changed.len = a->changed.n = 0; /* a retried transaction starts over */
+	if (a->changed.buf)
+		a->changed.buf[0] = '\0';
+	for (int i = 0; i < PQntuples(r); i++)
+		lines_add(&a->changed, db_val(r, i, 0));
+	PQclear(r);
+	return 0;
 }
 
 /* Deletions the host confirmed: reported deleted, or missing from a
@@ -524,6 +535,18 @@ static void report_free(struct report *a)
 	free(a->caps.buf);
 	free(a->lkeys.buf);
 	free(a->lvals.buf);
+	free(a->changed.buf);
+}
+
+/* Wake the creates waiting in this controller on an instance whose state
+ * the report changed (sandboxes.c, instances.c wait_settled). */
+static void wake_waiters(struct ctl_app *app, const struct lines *changed)
+{
+	char *ids = xstrdup(lines_str(changed)), *save = NULL;
+
+	for (char *id = strtok_r(ids, "\n", &save); id; id = strtok_r(NULL, "\n", &save))
+		watch_notify(app->watches, id);
+	free(ids);
 }
 
 static int node_report(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
@@ -535,6 +558,8 @@ static int node_report(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage 
 
 	if (r == 0)
 		r = db_tx(ctl_db(c), "READ COMMITTED", report_tx, &a, err);
+	if (r == 0)
+		wake_waiters(ctl_app(c), &a.changed);
 	report_free(&a);
 	if (r < 0)
 		return r;

@@ -14,7 +14,6 @@
  * pending value (a server-minted hold), and only the absolute expiry that
  * was decided is applied. */
 #include <errno.h>
-#include <poll.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,6 +30,7 @@
 #include "sandboxes.h"
 #include "util.h"
 #include "warm.h"
+#include "watch.h"
 
 #define WAIT_MAX_MS 30000
 
@@ -366,66 +366,44 @@ out:
 	return rc;
 }
 
-/* Sleep until a NOTIFY on the thread's connection (any event: readiness
- * publishes sandbox.ready) or ms pass; false when the connection broke. */
-static bool wait_notify(struct db *d, int ms)
-{
-	struct pollfd pfd = {.fd = PQsocket(d->conn), .events = POLLIN};
-	PGnotify *n;
-
-	if (poll(&pfd, 1, ms) < 0 && errno != EINTR)
-		return false;
-	if (!PQconsumeInput(d->conn))
-		return false;
-	while ((n = PQnotifies(d->conn)))
-		PQfreemem(n);
-	return true;
-}
-
-/* LISTEN (on) or UNLISTEN (off) bc_events on this thread's connection,
- * dropping any notification left over. */
-static void listen_events(struct db *d, bool on)
-{
-	PGnotify *n;
-
-	PQclear(PQexec(d->conn, on ? "LISTEN bc_events" : "UNLISTEN bc_events"));
-	PQconsumeInput(d->conn);
-	while ((n = PQnotifies(d->conn)))
-		PQfreemem(n);
-}
-
 /* Re-read until the sandbox leaves starting or time is up; the last read
  * is the answer either way. At most half the workers wait at once (as for
  * instances): past that a create answers with its first read. A waiting
- * create listens for events (the readiness publishes sandbox.ready in its
- * transaction) and re-reads when one arrives, or every 50 ms at the
- * latest: a warm claim is ready within tens of milliseconds, and a fixed
- * tick would be most of its wait. */
+ * create sleeps on its instance's key in the watch registry: the host
+ * report that changes the instance's state (and stamps readiness in its
+ * transaction) wakes it once committed, when the report reached this
+ * controller (nodeapi.c); a report through another replica, or readiness
+ * stamped by the reconciler, is seen at the next re-read, every
+ * WAIT_REREAD_MS. Nothing else wakes it, so waiting creates cost no reads
+ * while other claims' events go by. */
+#define WAIT_REREAD_MS 20
+
 static int wait_settled(rpc_call *c, const char *tenant, const char *id, int timeout_ms,
 			struct sbx_row *o, bc_error *err)
 {
 	struct ctl_app *app = ctl_app(c);
-	struct db *d = ctl_db(c);
 	int64_t end = mono_ms() + timeout_ms;
 	int cap = app->cfg.workers > 1 ? app->cfg.workers / 2 : 1, r = 0;
+	struct watch_entry *e;
+	uint64_t seen = 0;
 
 	if (__atomic_add_fetch(&app->waiting, 1, __ATOMIC_SEQ_CST) > cap) {
 		__atomic_sub_fetch(&app->waiting, 1, __ATOMIC_SEQ_CST);
 		return 0;
 	}
-	listen_events(d, true);
-	/* re-read once after LISTEN: readiness committed before it is seen */
+	e = watch_add(app->watches, o->x->instance_id);
+	/* re-read once registered: readiness committed before it is seen */
 	if ((r = sbx_fetch(c, tenant, id, o, err)) < 0)
 		goto out;
 	while (mono_ms() < end && strcmp(o->x->state, "starting") == 0) {
 		int64_t left = end - mono_ms();
-		if (!wait_notify(d, (int)(left < 50 ? left : 50)))
-			break;
+		seen = watch_wait(app->watches, e, seen,
+				  (int)(left < WAIT_REREAD_MS ? left : WAIT_REREAD_MS));
 		if ((r = sbx_fetch(c, tenant, id, o, err)) < 0)
 			break;
 	}
 out:
-	listen_events(d, false);
+	watch_remove(app->watches, e);
 	__atomic_sub_fetch(&app->waiting, 1, __ATOMIC_SEQ_CST);
 	return r;
 }
