@@ -186,6 +186,7 @@ struct screate {
 	struct idem k;
 	char id[64];
 	char instance[64];
+	char node[64];           /* a warm claim's node: its spec is bumped last */
 	bool reused;
 	bool warm;               /* claimed from the template's warm pool */
 };
@@ -313,6 +314,7 @@ static int claim_warm(struct db *d, struct screate *a, const PGresult *t, int64_
 		return rc;
 	a->warm = true;
 	snprintf(a->instance, sizeof(a->instance), "%s", w.instance);
+	snprintf(a->node, sizeof(a->node), "%s", w.node);
 	return 0;
 }
 
@@ -357,6 +359,13 @@ static int screate_tx(struct db *d, void *arg, bc_error *err)
 	    (rc = authz_commit(d, "compute-sandbox", a->id, err)) < 0 ||
 	    (rc = idem_record(d, &a->k, a->id, err)) < 0)
 		goto out;
+	/* The node's row stays locked from the bump to the commit (warm.h), so
+	 * the bump comes late; but before the event, as in a host's report
+	 * (the node's row, then the events lock), or the two deadlock. */
+	if (a->warm && (rc = spec_bump(d, a->node)) < 0) {
+		rc = db_fail(err, rc);
+		goto out;
+	}
 	rc = publish(d, "sandbox.created", a->id, a->tenant, a->q->template_id, a->instance,
 		     n.pool_id, a->warm ? "\"warm\": true" : "\"warm\": false");
 	rc = rc < 0 ? db_fail(err, rc) : 0;

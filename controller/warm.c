@@ -71,11 +71,10 @@ int warm_claim_tx(struct db *d, struct warm_claim *w, bc_error *err)
 		return 0;
 	}
 	snprintf(w->instance, sizeof(w->instance), "%s", db_val(r, 0, 0));
-	rc = spec_bump(d, db_val(r, 0, 1));
+	snprintf(w->node, sizeof(w->node), "%s", db_val(r, 0, 1));
 	PQclear(r);
 	/* the pool is one short: wake the reconciler to refill it */
-	if (rc == 0)
-		rc = db_exec(d, NULL, "SELECT pg_notify('" SBX_WAKE_CHANNEL "', 'warm')", NULL);
+	rc = db_exec(d, NULL, "SELECT pg_notify('" SBX_WAKE_CHANNEL "', 'warm')", NULL);
 	return rc < 0 ? db_fail(err, rc) : 1;
 }
 

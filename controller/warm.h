@@ -19,6 +19,7 @@ struct warm_claim {
 	int64_t ttl_seconds;
 	const struct principal *caller;
 	char instance[64];   /* out: the claimed instance */
+	char node[64];       /* out: its node, whose spec the caller bumps */
 };
 
 /* Inside the caller's READ COMMITTED transaction: take the oldest
@@ -28,9 +29,13 @@ struct warm_claim {
  * lifetime; FOR UPDATE SKIP LOCKED, so concurrent claims never take one
  * twice and never wait for each other). The instance gets sandbox_id and
  * claimed_at, loses warm_template_id, is desired running again and its
- * authorization row becomes the caller's; its node's spec is bumped and
- * the pool reconciler woken to refill. 1 when claimed, 0 when nothing is
- * claimable (the caller creates cold), <0 with err. */
+ * authorization row becomes the caller's; the pool reconciler is woken
+ * to refill. The caller bumps the spec of w->node (spec_bump) late in its
+ * transaction, but before taking the events lock (a host's report takes
+ * the node's row, then the events lock): the node's row stays locked from
+ * the bump to the commit, and concurrent claims on one node queue on that
+ * lock, so the shorter the better. 1 when claimed, 0 when nothing is claimable (the
+ * caller creates cold), <0 with err. */
 int warm_claim_tx(struct db *d, struct warm_claim *w, bc_error *err);
 
 /* One pass over every pool (the sandbox reconciler's leader): drains
