@@ -191,9 +191,14 @@ $(NODE_DEPS): tests/interop/package-lock.json tests/interop/package.json
 	$(Q)cd tests/interop && npm ci --no-audit --no-fund --silent
 	$(Q)touch $@
 
+# Integration files run CHECK_JOBS at a time: each has its own PostgreSQL,
+# ports and directories, and most of their time is spent waiting on the
+# stack. The net and e2e layers share the host's nftables tables and run one
+# file at a time.
+CHECK_JOBS ?= 3
 check-integration: bins node-deps
 	$(Q)$(MAKE) --no-print-directory asan
-	$(Q)BC_BIN=$(CURDIR)/$(ASAN_BUILD)/bin prove --exec bash $(sort $(wildcard tests/lib/*.t)) \
+	$(Q)BC_BIN=$(CURDIR)/$(ASAN_BUILD)/bin prove -j$(CHECK_JOBS) --exec bash $(sort $(wildcard tests/lib/*.t)) \
 		$(sort $(wildcard tests/integration/*.t))
 
 check-net: $(NETDRV)
