@@ -330,6 +330,11 @@ void rpc_call_run_stream(rpc_call *c)
 	} else if (r >= 0) {
 		r = c->method->h.fn.bidi(c, &err);
 	}
+	/* A stream that ended because the server is going away must not look
+	 * like a finished one to the client: the handler may have seen
+	 * `stopping` before the shutdown's cancel reached its call. */
+	if (r >= 0 && c->srv && rpc_server_stopping(c->srv))
+		r = bc_error_set(&err, BC_UNAVAILABLE, "server shutting down");
 	rpc_call_finish(c, r, NULL, &err);
 	if (req)
 		protobuf_c_message_free_unpacked(req, NULL);
