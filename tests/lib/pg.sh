@@ -119,6 +119,7 @@ max_wal_size = 1GB
 logging_collector = off
 log_min_messages = warning
 log_line_prefix = '%m [%p] %d '
+${BC_PG_EXTRA_CONF:-}
 EOF
 	chown postgres: "$dir/data/bc.conf"
 }
