@@ -14,7 +14,7 @@
 
 /* The newest schema version this binary knows; equals the number of files in
  * migrations/ (checked by a unit test). serve refuses any other version. */
-#define CTL_SCHEMA_VERSION 6
+#define CTL_SCHEMA_VERSION 7
 
 struct ctl_config {
 	char *database;
@@ -108,8 +108,11 @@ int iam_tenants_register(rpc_server *s);
 int events_register(rpc_server *s);
 int iam_policies_register(rpc_server *s);
 
-/* spec.c: bump a node's generation and NOTIFY, inside the caller's tx. */
+/* events.c: record a change to what a node runs, inside the caller's tx
+ * (a node_spec_changes row and a NOTIFY; the node's stream bumps the
+ * generation when it takes them: spec_take_changes, 1 if it moved). */
 int spec_bump(struct db *d, const char *node_id);
+int spec_take_changes(struct db *d, const char *node_id);
 
 /* watch.c: the LISTEN thread and the registry of open WatchSpec streams. */
 struct watch_registry *watch_registry_new(void);
@@ -173,10 +176,12 @@ int ipam_eui64(const unsigned char net[16], const char *mac, char *out, size_t l
 void ipam_tap_name(const char *instance_id, int idx, char out[16]);
 
 /* events.c: publish an event inside the caller's transaction. data_json
- * may be NULL ("{}"). Statements that insert events themselves take
- * pg_advisory_xact_lock(EVENTS_LOCK) first, so ids follow commit order. */
-#define EVENTS_LOCK "4242001"
+ * may be NULL ("{}"). Statements may insert events themselves: no lock is
+ * needed, the order is given after commit (events_sequence). */
 int event_publish(struct db *d, const char *type, const char *subject, const char *tenant_id,
 		  const char *data_json);
+/* Number the committed events that have no seq yet (bc_events_sequence);
+ * readers call it before reading, in a transaction of its own. */
+int events_sequence(struct db *d);
 
 #endif

@@ -1,11 +1,10 @@
 /* events.c: the events outbox. Every state change inserts its event in the
  * same transaction as the change, so an event exists exactly when the change
- * committed. A transaction-scoped advisory lock taken before the insert
- * hands out ids in commit order (Events.Watch resumes on "id > last"). */
+ * committed. Inserting takes no lock: the order readers see is given after
+ * commit by bc_events_sequence (migration 0007), which numbers every
+ * committed, unsequenced event (events.seq) one sequencer at a time, so
+ * "seq > last seen" is a complete resume point (events_api.c). */
 #include "ctl.h"
-
-/* the advisory lock key of event ids (migrate.c uses another) */
-#define EVENTS_LOCK "4242001"
 
 int event_publish(struct db *d, const char *type, const char *subject, const char *tenant_id,
 		  const char *data_json)
@@ -16,22 +15,48 @@ int event_publish(struct db *d, const char *type, const char *subject, const cha
 	dbp_str(&p, subject);
 	dbp_nstr(&p, tenant_id);
 	dbp_str(&p, data_json ? data_json : "{}");
-	/* the lock is taken before the row's id is drawn, in one round trip */
-	return db_exec(d, NULL, "INSERT INTO events (type, subject, tenant_id, data) SELECT $1, $2, "
-		       "$3, $4::jsonb FROM (SELECT pg_advisory_xact_lock(" EVENTS_LOCK ")) l", &p);
+	return db_exec(d, NULL, "INSERT INTO events (type, subject, tenant_id, data) VALUES ($1, $2, "
+		       "$3, $4::jsonb)", &p);
 }
 
+int events_sequence(struct db *d)
+{
+	return db_exec(d, NULL, "SELECT bc_events_sequence()", NULL);
+}
+
+/* A change to what node_id runs: a row in node_spec_changes (insert-only,
+ * so writers on one node never wait for each other) and a notification to
+ * the node's spec stream, which takes the rows and bumps the generation
+ * (spec_take_changes). */
 int spec_bump(struct db *d, const char *node_id)
 {
 	struct dbp p = {0};
-	int r;
 
 	if (!node_id)
 		return 0;
 	dbp_str(&p, node_id);
-	r = db_exec(d, NULL, "UPDATE nodes SET spec_generation = spec_generation + 1 "
-		    "WHERE id = $1", &p);
-	if (r == 0)
-		r = db_exec(d, NULL, "SELECT pg_notify('bc_node_spec', $1)", &p);
-	return r;
+	return db_exec(d, NULL, "WITH c AS (INSERT INTO node_spec_changes (node_id) VALUES ($1) "
+		       "RETURNING 1) SELECT pg_notify('bc_node_spec', $1) FROM c", &p);
+}
+
+/* The node's spec stream: take every change row this statement sees and,
+ * if there was any, bump the generation once. A spec built afterwards
+ * (nodespec_build, a later snapshot) carries every change taken here; a
+ * change committed later keeps its row for the next take. Returns 1 if the
+ * generation moved, 0 if not, <0 on failure. */
+int spec_take_changes(struct db *d, const char *node_id)
+{
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, node_id);
+	rc = db_exec(d, &r, "WITH c AS (DELETE FROM node_spec_changes WHERE node_id = $1 RETURNING "
+		     "1) UPDATE nodes SET spec_generation = spec_generation + 1 WHERE id = $1 AND "
+		     "EXISTS (SELECT 1 FROM c) RETURNING spec_generation", &p);
+	if (rc < 0)
+		return rc;
+	rc = PQntuples(r) > 0;
+	PQclear(r);
+	return rc;
 }

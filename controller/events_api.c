@@ -1,10 +1,12 @@
-/* events_api.c: Events.List and Events.Watch over the outbox. event_publish
- * takes one transaction-scoped advisory lock before it inserts, so event
- * ids are handed out in commit order: once an id is visible every smaller
- * one is committed or gone, and "id > last seen" is a complete resume
- * point. Watch streams wake on NOTIFY bc_events (a trigger on events; the
- * LISTEN thread in watch.c) and poll every few seconds besides. Both calls
- * are decided as compute:events:read on compute-events/<tenant>. */
+/* events_api.c: Events.List and Events.Watch over the outbox. An event's id
+ * is its seq, given after commit by one sequencer at a time (events.c,
+ * migration 0007): once a seq is visible every smaller one is, so "seq >
+ * last seen" is a complete resume point. Every read first sequences what
+ * committed before it (a transaction of its own), so a caller's List sees
+ * the events of the changes it made. Watch streams wake on NOTIFY bc_events
+ * (a trigger on events; the LISTEN thread in watch.c) and poll every few
+ * seconds besides. Both calls are decided as compute:events:read on
+ * compute-events/<tenant>. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -38,13 +40,15 @@ static int ev_page(rpc_call *c, const char *tenant, uint64_t after, const char *
 	struct dbp p = {0};
 	int rc;
 
+	if ((rc = events_sequence(ctl_db(c))) < 0)
+		return db_fail(err, rc);
 	dbp_str(&p, tenant);
 	dbp_u64(&p, after);
 	dbp_str(&p, prefix);
 	dbp_i64(&p, limit);
-	rc = db_exec(ctl_db(c), ret, "SELECT id, type, subject, coalesce(tenant_id, ''), data::text, "
-		     MS("created_at") " FROM events WHERE tenant_id = $1 AND id > $2 AND ($3 = '' OR "
-		     "starts_with(type, $3)) ORDER BY id LIMIT $4", &p);
+	rc = db_exec(ctl_db(c), ret, "SELECT seq, type, subject, coalesce(tenant_id, ''), data::text, "
+		     MS("created_at") " FROM events WHERE tenant_id = $1 AND seq > $2 AND ($3 = '' OR "
+		     "starts_with(type, $3)) ORDER BY seq LIMIT $4", &p);
 	return rc < 0 ? db_fail(err, rc) : 0;
 }
 

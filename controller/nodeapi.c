@@ -291,6 +291,13 @@ static int node_watch(rpc_call *c, const ProtobufCMessage *m, bc_error *err)
 		if (seq != seen || mono_ms() >= resync) {
 			seen = seq;
 			resync = mono_ms() + app->cfg.spec_resync_seconds * 1000LL;
+			/* the changes committed since the last take move the
+			 * generation once; the spec is built after, so it
+			 * carries all of them */
+			if ((r = spec_take_changes(ctl_db(c), node)) < 0) {
+				r = db_fail(err, r);
+				break;
+			}
 			if ((r = read_generation(ctl_db(c), node, &gen, err)) < 0)
 				break;
 			if (gen > sent && (r = send_spec(c, node, &sent, err)) < 0)
@@ -440,7 +447,7 @@ static int report_instances(struct db *d, struct report *a, bc_error *err)
 		     "i.state, i.reason, c.refused) INSERT INTO events (type, subject, tenant_id, data) "
 		     "SELECT CASE WHEN u.refused THEN 'instance.refused' ELSE 'instance.' || u.state "
 		     "END, 'instance/' || u.id, u.tenant_id, jsonb_build_object('nodeId', $1::text, "
-		     "'reason', u.reason) FROM u, (SELECT pg_advisory_xact_lock(" EVENTS_LOCK ")) l "
+		     "'reason', u.reason) FROM u "
 		     "RETURNING substr(subject, 10)",
 		     &p);
 	if (rc < 0)

@@ -308,8 +308,7 @@ int finish_deletions(struct db *d, const char *node_id, const char *ids_lines)
 		     "ev AS (INSERT INTO events (type, subject, tenant_id, data) SELECT "
 		     "'instance.deleted', 'instance/' || id, tenant_id, jsonb_strip_nulls("
 		     "jsonb_build_object('sandboxId', sandbox_id, 'warmTemplateId', "
-		     "warm_template_id)) FROM gone, (SELECT pg_advisory_xact_lock(" EVENTS_LOCK
-		     ")) l RETURNING 1) SELECT (SELECT count(*) FROM gone) + 0 * (SELECT count(*) "
+		     "warm_template_id)) FROM gone RETURNING 1) SELECT (SELECT count(*) FROM gone) + 0 * (SELECT count(*) "
 		     "FROM rel) + 0 * (SELECT count(*) FROM lz) + 0 * (SELECT count(*) FROM ev), "
 		     "(SELECT string_agg(user_data_ref, E'\\n') FROM gone), (SELECT string_agg(DISTINCT "
 		     "node_id, E'\\n') FROM gone)", &p);
@@ -340,6 +339,5 @@ int nodes_abandon(struct db *d, const char *node_id, const char *reason)
 		       "'deleting', 'lost') "
 		       "RETURNING id, tenant_id) INSERT INTO events (type, subject, tenant_id, data) "
 		       "SELECT 'instance.lost', 'instance/' || id, tenant_id, jsonb_build_object("
-		       "'nodeId', $1::text, 'reason', $2::text) FROM l, (SELECT "
-		       "pg_advisory_xact_lock(" EVENTS_LOCK ")) x", &p);
+		       "'nodeId', $1::text, 'reason', $2::text) FROM l", &p);
 }

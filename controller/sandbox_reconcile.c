@@ -30,7 +30,6 @@
 #include "warm.h"
 
 #define SBX_LEADER_LOCK "7164930317812343"
-#define EVENTS_LOCK_SQL "SELECT pg_advisory_xact_lock(4242001)"
 #define EXPIRE_BATCH 100
 
 #define EVENT_DATA(extra)                                                                  \
@@ -44,8 +43,6 @@ static int expiring_tx(struct db *d, void *arg, bc_error *err)
 	int rc;
 
 	dbp_i64(&p, *min_lead);
-	if ((rc = db_exec(d, NULL, EVENTS_LOCK_SQL, NULL)) < 0)
-		return db_fail(err, rc);
 	rc = db_exec(d, NULL, "WITH s AS (UPDATE sandboxes s SET expiring_at = s.expires_at, "
 		     "updated_at = now() WHERE s.deleting_at IS NULL AND s.expires_at > now() AND "
 		     "s.expiring_at IS DISTINCT FROM s.expires_at AND s.expires_at - make_interval("
@@ -69,8 +66,6 @@ static int expire_tx(struct db *d, void *arg, bc_error *err)
 
 	*count = 0;
 	dbp_i64(&p, EXPIRE_BATCH);
-	if ((rc = db_exec(d, NULL, EVENTS_LOCK_SQL, NULL)) < 0)
-		return db_fail(err, rc);
 	rc = db_exec(d, &r, "WITH c AS (SELECT id FROM sandboxes WHERE deleting_at IS NULL AND "
 		     "expires_at <= now() ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED), s AS "
 		     "(UPDATE sandboxes s SET expired_at = now(), updated_at = now() FROM c WHERE "
@@ -90,7 +85,6 @@ static int expire_tx(struct db *d, void *arg, bc_error *err)
 
 /* settle_tx's statements, in this order. */
 static const char *const settle_sql[] = {
-	EVENTS_LOCK_SQL,
 	/* ready: the fallback for the instance's own transaction */
 	"WITH s AS (UPDATE sandboxes s SET state = 'ready', ready_at = now(), ready_source = "
 	"'reconciler', updated_at = now() FROM instances i WHERE i.id = s.instance_id AND s.state "

@@ -34,9 +34,6 @@
 
 #define TEARDOWN_BATCH 100
 #define TEARDOWN_TENANTS 10
-/* events.c's lock: bulk event inserts below take it first, so their ids
- * stay in commit order */
-#define EVENTS_LOCK "4242001"
 
 struct td {
 	const char *tenant;
@@ -51,12 +48,6 @@ static int step(struct db *d, const char *tenant, const char *sql)
 
 	dbp_str(&p, tenant);
 	return db_exec(d, NULL, sql, &p);
-}
-
-/* events.c's lock, taken before the bulk event inserts below */
-static int events_lock(struct db *d)
-{
-	return db_exec(d, NULL, "SELECT pg_advisory_xact_lock(" EVENTS_LOCK ")", NULL);
 }
 
 static const char *const access_steps[] = {
@@ -158,7 +149,7 @@ static int teardown_tx(struct db *d, void *arg, bc_error *err)
 	PQclear(r);
 	if (!a->locked)
 		return 0; /* another pass has it, or it is no longer deleting */
-	rc = events_lock(d);
+	rc = 0;
 	for (size_t i = 0; rc == 0 && i < ARRAY_SIZE(access_steps); i++)
 		rc = step(d, a->tenant, access_steps[i]);
 	if (rc == 0)

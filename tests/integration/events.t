@@ -50,7 +50,7 @@ is "$(wc -l <"$STACK_DIR/ids")" "$total" "$total events delivered"
 is "$(sort -u "$STACK_DIR/ids" | wc -l)" "$total" 'none twice'
 ok "sort -n -c '$STACK_DIR/ids'" 'in id order'
 is "$(tr '\n' ' ' <"$STACK_DIR/ids" | sed 's/ $//')" \
-	"$(q "SELECT string_agg(id::text, ' ' ORDER BY id) FROM events WHERE tenant_id = 'evt'")" \
+	"$(q "SELECT string_agg(seq::text, ' ' ORDER BY seq) FROM events WHERE tenant_id = 'evt'")" \
 	'exactly the tenant'"'"'s events, as committed'
 is "$(cut -f2 "$w1" "$w2" | sort | uniq -c | awk '{print $2 "=" $1}' | tr '\n' ' ')" \
 	"quota.set=$N tenant.created=1 " 'every change once, by type'
@@ -76,16 +76,36 @@ refused() { # EXIT MSG -- ARGS
 refused 1 'bcctl refuses a limit past 1000 itself' -- events list --limit 5000
 refused 3 'an unknown tenant' -- events list --tenant nobody
 
-# -- every insert into events takes the ids' lock first, whatever code path
-# writes it: a raw INSERT waits while another transaction holds the lock
-psql -d bc -XAtq -c "BEGIN; SELECT pg_advisory_xact_lock(4242001); SELECT pg_sleep(5); COMMIT;" >/dev/null &
+# -- writers take no lock: a raw INSERT does not wait while another
+# transaction holds the sequencer's lock
+psql -d bc -XAtq -c "BEGIN; SELECT pg_advisory_xact_lock(4242001); SELECT pg_sleep(3); COMMIT;" >/dev/null &
 holder=$!
 held() { [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242001 AND granted")" = 1 ]; }
 eventually 30 held
-ok $? 'another transaction holds the ids lock'
-out=$(psql -d bc -XAtq -c "SET statement_timeout = 500; INSERT INTO events (type, subject) VALUES ('test.raw', 'x/1')" 2>&1)
-like "$out" 'statement timeout' 'a raw INSERT INTO events waits for the ids lock (statement trigger)'
+ok $? "another transaction holds the sequencer's lock"
+out=$(psql -d bc -XAtq -v ON_ERROR_STOP=1 -c "SET statement_timeout = 1000; INSERT INTO events (type, subject, tenant_id) VALUES ('test.raw', 'x/1', 'evt') RETURNING type" 2>&1)
+is "$out" "test.raw" 'a raw INSERT INTO events does not wait for it'
 wait "$holder"
-is "$(q "SELECT count(*) FROM events WHERE type = 'test.raw'")" 0 '... and wrote nothing meanwhile'
+
+# -- an event committed after a later-drawn one is still delivered after the
+# last seq a reader saw: the order is given at commit, not at insert
+first_id() { json_items "$(bcctl --format json events list --tenant evt --type test. "$@")" | head -1 | jq -r .id; }
+last=$(first_id)
+like "$last" '^[0-9]+$' "the raw event listed (id $last)"
+psql -d bc -XAtq -c "BEGIN; INSERT INTO events (type, subject, tenant_id) VALUES ('test.late', 'x/2', 'evt'); SELECT pg_sleep(2); COMMIT;" >/dev/null &
+slow=$!
+in_flight() { [ "$(q "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%test.late%' AND state = 'active' AND pid <> pg_backend_pid()")" = 1 ]; }
+eventually 30 in_flight
+ok $? 'a transaction drew an event id and has not committed'
+q "INSERT INTO events (type, subject, tenant_id) VALUES ('test.early', 'x/3', 'evt')" >/dev/null
+out=$(bcctl events list --tenant evt --type test. --after "$last")
+like "$out" 'test.early' 'the later-drawn event, committed first, is listed'
+unlike "$out" 'test.late' '... the uncommitted one is not'
+early=$(first_id --after "$last")
+wait "$slow"
+ok "[ '$(q "SELECT id FROM events WHERE type = 'test.late'")' -lt '$(q "SELECT id FROM events WHERE type = 'test.early'")' ]" \
+	'test.late drew the smaller insert id'
+out=$(bcctl events list --tenant evt --type test. --after "$early")
+like "$out" 'test.late' 'resuming after the last id seen delivers the one that committed later'
 
 done_testing
