@@ -295,14 +295,14 @@ static int mode_peer(void)
 /* ------------------------------------------------------------ warm peer */
 
 #define WPEER_TABLES                                                                       \
-	"DROP TABLE IF EXISTS w_inst, w_authz, w_sbx, w_node, w_event; CREATE TABLE w_inst (id " \
+	"DROP TABLE IF EXISTS w_inst, w_authz, w_sbx, w_change, w_event; CREATE TABLE w_inst (id " \
 	"text PRIMARY KEY, tmpl text, state text, desired text, sbx text, claimed_at "       \
 	"timestamptz, created_at timestamptz DEFAULT clock_timestamp()); CREATE INDEX ON "    \
 	"w_inst (tmpl, created_at, id) WHERE tmpl IS NOT NULL; CREATE TABLE w_authz (id text " \
 	"PRIMARY KEY, owner text, attrs jsonb); CREATE TABLE w_sbx (id text PRIMARY KEY, "    \
 	"inst text, state text, created_at timestamptz DEFAULT now(), ready_at timestamptz); " \
-	"CREATE TABLE w_node (id text PRIMARY KEY, gen bigint); INSERT INTO w_node VALUES "   \
-	"('n', 0); CREATE TABLE w_event (id bigserial PRIMARY KEY, type text, data jsonb)"
+	"CREATE TABLE w_change (id bigserial PRIMARY KEY, node text); CREATE TABLE w_event "  \
+	"(id bigserial PRIMARY KEY, type text, data jsonb)"
 
 #define WPEER_CLAIM                                                                        \
 	"BEGIN; WITH c AS (SELECT id FROM w_inst WHERE tmpl = 't' AND state = 'paused' ORDER " \
@@ -311,8 +311,8 @@ static int mode_peer(void)
 	"RETURNING i.id) UPDATE w_authz a SET owner = 'o', attrs = a.attrs || "               \
 	"jsonb_build_object('sandboxId', $1::text) FROM u WHERE a.id = u.id; INSERT INTO "    \
 	"w_authz VALUES ($1, 'o', '{\"ttlSeconds\": \"3600\"}'); INSERT INTO w_sbx (id, "   \
-	"inst, state) SELECT $1, id, 'starting' FROM w_inst WHERE sbx = $1; UPDATE w_node SET " \
-	"gen = gen + 1 WHERE id = 'n'; INSERT INTO w_event (type, data) VALUES "              \
+	"inst, state) SELECT $1, id, 'starting' FROM w_inst WHERE sbx = $1; INSERT INTO "      \
+	"w_change (node) VALUES ('n'); INSERT INTO w_event (type, data) VALUES "              \
 	"('sandbox.created', '{}'); COMMIT; "                                                  \
 	"BEGIN; UPDATE w_inst SET state = 'running' WHERE sbx = $1; UPDATE w_sbx SET state = " \
 	"'ready', ready_at = now() WHERE id = $1; INSERT INTO w_event (type, data) VALUES "   \
