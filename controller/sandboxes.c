@@ -359,9 +359,7 @@ static int screate_tx(struct db *d, void *arg, bc_error *err)
 	    (rc = authz_commit(d, "compute-sandbox", a->id, err)) < 0 ||
 	    (rc = idem_record(d, &a->k, a->id, err)) < 0)
 		goto out;
-	/* The node's row stays locked from the bump to the commit (warm.h), so
-	 * the bump comes late; but before the event, as in a host's report
-	 * (the node's row, then the events lock), or the two deadlock. */
+	/* the claimed instance's node hears of it (warm.h) */
 	if (a->warm && (rc = spec_bump(d, a->node)) < 0) {
 		rc = db_fail(err, rc);
 		goto out;

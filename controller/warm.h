@@ -30,11 +30,9 @@ struct warm_claim {
  * twice and never wait for each other). The instance gets sandbox_id and
  * claimed_at, loses warm_template_id, is desired running again and its
  * authorization row becomes the caller's; the pool reconciler is woken
- * to refill. The caller bumps the spec of w->node (spec_bump) late in its
- * transaction, but before taking the events lock (a host's report takes
- * the node's row, then the events lock): the node's row stays locked from
- * the bump to the commit, and concurrent claims on one node queue on that
- * lock, so the shorter the better. 1 when claimed, 0 when nothing is claimable (the
+ * to refill. The caller records the change of w->node (spec_bump: an
+ * insert-only change row, so concurrent claims on one node do not wait
+ * for each other). 1 when claimed, 0 when nothing is claimable (the
  * caller creates cold), <0 with err. */
 int warm_claim_tx(struct db *d, struct warm_claim *w, bc_error *err);
 
