@@ -6,6 +6,13 @@
  * on disk before the converge thread sees it. While disconnected the
  * converge thread keeps converging the last spec.
  *
+ * A burst of updates already received (the controller sends a spec per
+ * change, faster than a spec can be persisted) is taken whole before any
+ * is handled: of consecutive specs only the newest is persisted and
+ * converged (each is the node's whole desired state, so nothing a skipped
+ * one said is lost), and commands keep their place after the specs sent
+ * before them. One fsync per burst instead of one per generation.
+ *
  * Commands: every command id is recorded before anything else happens, so
  * none runs twice. No command kind is implemented yet: each new one is
  * answered ok=false "UNSUPPORTED: ..." in the next report. */
@@ -106,6 +113,57 @@ static void healthy(struct backoff *b, bool *down)
 	*down = false;
 }
 
+static bool is_spec(const ProtobufCMessage *m)
+{
+	return ((const Bc__Node__V1__NodeUpdate *)m)->update_case ==
+	       BC__NODE__V1__NODE_UPDATE__UPDATE_SPEC;
+}
+
+/* Handle a spec held back, then forget it; a persisting failure wins over
+ * what came before. */
+static int flush_spec(struct watch *w, ProtobufCMessage **held, int r)
+{
+	int e;
+
+	if (!*held)
+		return r;
+	e = watch_handle(w, (const Bc__Node__V1__NodeUpdate *)*held);
+	protobuf_c_message_free_unpacked(*held, NULL);
+	*held = NULL;
+	return e < 0 && e != -ESTALE && e != -EINVAL ? e : (r < 0 ? r : e);
+}
+
+/* m and every update the stream already holds (a receive that does not
+ * wait): of consecutive specs only the newest is handled. Frees them all;
+ * returns what handling them returned (the worst). A stream that ended
+ * meanwhile says so again at the caller's next receive. */
+static int handle_burst(struct watch *w, rpc_stream *st, ProtobufCMessage *m, bc_error *err)
+{
+	ProtobufCMessage *held = NULL;
+	size_t skipped = 0;
+	int r = 0;
+
+	do {
+		if (!is_spec(m)) {
+			r = flush_spec(w, &held, r);
+			watch_handle(w, (const Bc__Node__V1__NodeUpdate *)m);
+			protobuf_c_message_free_unpacked(m, NULL);
+		} else if (held) {
+			skipped++;
+			protobuf_c_message_free_unpacked(held, NULL);
+			held = m;
+		} else {
+			held = m;
+		}
+		m = NULL;
+	} while (rpc_stream_recv(st, &bc__node__v1__node_update__descriptor, &m, 0, err) == 1);
+	if (skipped) {
+		atomic_fetch_add(&w->superseded, skipped);
+		log_debug("watch: %zu spec(s) superseded before persisting", skipped);
+	}
+	return flush_spec(w, &held, r);
+}
+
 /* One stream: open, receive until it ends, fails, is kicked or we stop.
  * 0 if it ended cleanly (or was kicked), -BC_EDOMAIN with err otherwise. */
 static int session(struct watch *w, struct backoff *b, bool *down, bc_error *err)
@@ -133,8 +191,7 @@ static int session(struct watch *w, struct backoff *b, bool *down, bc_error *err
 			r = 0;
 			continue;
 		}
-		r = watch_handle(w, (const Bc__Node__V1__NodeUpdate *)m);
-		protobuf_c_message_free_unpacked(m, NULL);
+		r = handle_burst(w, st, m, err);
 		if (r < 0 && r != -ESTALE && r != -EINVAL) {
 			r = bc_error_set(err, BC_INTERNAL, "spec not persisted: %s", strerror(-r));
 			break;

@@ -27,6 +27,7 @@ struct watch {
 	struct backoff_stop *stop;    /* borrowed */
 	_Atomic uint64_t applied;     /* newest persisted generation */
 	atomic_bool kick;             /* reopen the stream */
+	_Atomic uint64_t superseded;  /* specs skipped: a newer one came in the same burst */
 };
 
 /* Thread body: until stop is requested. w->applied must hold the

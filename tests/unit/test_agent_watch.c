@@ -2,8 +2,11 @@
  * without a network: newer specs are persisted then handed to converge,
  * older/equal ones and specs for another node are refused (nothing on disk
  * changes, converge never sees them), commands are recorded once and
- * answered; and the reconnect backoff stays in its bounds. */
+ * answered; and the reconnect backoff stays in its bounds. Then over a
+ * real stream (an in-process plaintext Node.WatchSpec): a burst of specs
+ * is taken whole, only the newest persisted, a command in it kept. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +16,9 @@
 #include "agent/runtime.h"
 #include "agent/state.h"
 #include "agent/watch.h"
+#include "bc/node/v1/node.pb-c.h"
 #include "log.h"
+#include "rpc.h"
 #include "tap.h"
 #include "util.h"
 
@@ -164,6 +169,99 @@ static void test_backoff(void)
 	backoff_stop_destroy(&stop);
 }
 
+/* ------------------------------------------------------- over a stream */
+
+#define BURST_FIRST 100
+#define BURST_N 50
+
+static struct watch *burst_w;
+
+static void burst_send_spec(rpc_call *c, uint64_t gen)
+{
+	Bc__Node__V1__NodeUpdate u = BC__NODE__V1__NODE_UPDATE__INIT;
+	Bc__Node__V1__NodeSpec s = BC__NODE__V1__NODE_SPEC__INIT;
+
+	s.generation = gen;
+	s.node_id = "node_me";
+	u.update_case = BC__NODE__V1__NODE_UPDATE__UPDATE_SPEC;
+	u.spec = &s;
+	rpc_call_send(c, &u.base);
+}
+
+/* WatchSpec: one spec, and once the agent applied it, a burst of specs
+ * with a command among them, then one more spec; then hang. */
+static int burst_watch(rpc_call *c, const ProtobufCMessage *req, bc_error *err)
+{
+	Bc__Node__V1__NodeUpdate u = BC__NODE__V1__NODE_UPDATE__INIT;
+	Bc__Node__V1__Command cmd = BC__NODE__V1__COMMAND__INIT;
+	int64_t end = mono_ms() + 10000;
+
+	(void)req;
+	(void)err;
+	burst_send_spec(c, BURST_FIRST);
+	while (watch_applied(burst_w) < BURST_FIRST && mono_ms() < end)
+		usleep(1000);
+	for (int i = 1; i < BURST_N; i++)
+		burst_send_spec(c, BURST_FIRST + (uint64_t)i);
+	cmd.id = "cmd_burst";
+	cmd.kind = "instance.snapshot";
+	cmd.instance_id = "ins_a";
+	u.update_case = BC__NODE__V1__NODE_UPDATE__UPDATE_COMMAND;
+	u.command = &cmd;
+	rpc_call_send(c, &u.base);
+	burst_send_spec(c, BURST_FIRST + BURST_N);
+	while (!rpc_call_wait_cancelled(c, 100))
+		;
+	return 0;
+}
+
+static void *burst_thread(void *arg)
+{
+	watch_run(arg);
+	return NULL;
+}
+
+static void test_burst(struct watch *w)
+{
+	static const struct rpc_handler h[] = {
+		{"WatchSpec", RPC_SERVER_STREAM, {.sstream = burst_watch}},
+	};
+	struct rpc_server_opts o = {.listen = "127.0.0.1:0", .workers = 1};
+	char target[64];
+	struct rpc_client_opts co = {.target = target};
+	rpc_server *s = rpc_server_new(&o, NULL);
+	int port = 0;
+	int64_t end;
+	pthread_t t;
+
+	burst_w = w;
+	if (!s || rpc_server_add_service(s, &bc__node__v1__node__descriptor, h, 1) < 0 ||
+	    rpc_server_start(s, &port) < 0) {
+		ok(0, "a plaintext WatchSpec server");
+		rpc_server_free(s, 0);
+		return;
+	}
+	snprintf(target, sizeof(target), "127.0.0.1:%d", port);
+	w->client = rpc_client_new(&co);
+	atomic_store(&w->superseded, 0);
+	pthread_create(&t, NULL, burst_thread, w);
+	end = mono_ms() + 20000;
+	while (watch_applied(w) < BURST_FIRST + BURST_N && mono_ms() < end)
+		usleep(2000);
+	is_int(watch_applied(w), BURST_FIRST + BURST_N, "the last spec of the stream applied");
+	is_int(disk_generation(), BURST_FIRST + BURST_N, "... and on disk");
+	ok(atomic_load(&w->superseded) > 0,
+	   "specs that came in one burst were not each persisted (%llu of %d skipped)",
+	   (unsigned long long)atomic_load(&w->superseded), BURST_N - 1);
+	ok(state_cmds_has(w->cmds, "cmd_burst"), "the command inside the burst was handled");
+	backoff_stop_request(w->stop);
+	watch_kick(w);
+	pthread_join(t, NULL);
+	rpc_client_free(w->client);
+	w->client = NULL;
+	rpc_server_free(s, 0);
+}
+
 int main(void)
 {
 	struct rt_config cfg = {.capacity_vcpus = 8, .capacity_memory_mib = 8192};
@@ -192,6 +290,7 @@ int main(void)
 	test_specs(&w, rt);
 	test_commands(&w);
 	test_backoff();
+	test_burst(&w);
 	conv_free(w.conv);
 	state_cmds_free(cmds);
 	backoff_stop_destroy(&stop);
