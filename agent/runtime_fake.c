@@ -8,6 +8,18 @@
  * survives them: after a SIGKILL, list() returns the same instances in the
  * same states and nothing is created twice.
  *
+ * The records are read from disk once, when the runtime is opened (after
+ * sweeping the temporary files a killed bcd left), and kept in memory,
+ * sorted by id: list(), admission, transitions and live updates read memory,
+ * never the directory (a converge pass lists the runtime, and a bench node
+ * holds hundreds of records). Every change is written through: the record
+ * file is replaced atomically (or unlinked, for destroy) and only then is
+ * memory changed, so a failed write leaves both as they were and a new
+ * open after a SIGKILL sees exactly what the last one had. Records changed
+ * or removed on disk behind an open runtime's back are seen at the next
+ * open, not before. A record that does not parse is listed in state error;
+ * every operation on it but destroy fails with the load error.
+ *
  * Every operation that changes a record appends one line to
  * state_dir/fake/ledger.log after the record is on disk:
  *   ts=<epoch ms> op=<create|adopt|update|start|pause|resume|stop|destroy> id=<id> ...
@@ -18,17 +30,23 @@
  * capacity_memory_mib; otherwise create answers -ENOSPC with
  * "ResourcesExhausted: memory" (or vcpus). A capacity of 0 is not enforced.
  *
- * Test hooks: a file state_dir/fake/<id>.fail holding operation names
+ * Test hooks, read from disk on every use (one small file each, no
+ * directory scan): a file state_dir/fake/<id>.fail holding operation names
  * ("start", "destroy", ...) makes those operations fail with -EIO; a file
  * state_dir/fake/admission of `capacity_memory_mib=N` / `capacity_vcpus=N`
  * lines makes admission use those limits instead of the configured ones,
  * as a host whose real room is smaller than what it offers (huge pages
  * taken, another tenant of the machine): it then refuses instances the
- * controller booked on it. */
+ * controller booked on it.
+ *
+ * Only the converge thread calls a runtime (runtime.h); a mutex guards the
+ * records all the same, so a list() from another thread (tests do) is safe. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -40,15 +58,6 @@
 #define FAKE_REC_MAX (256 * 1024)
 #define FAKE_FIELD_MAX 128
 #define GIB (1024ull * 1024 * 1024)
-
-struct rt_fake {
-	struct rt base;
-	char *dir;                 /* state_dir/fake */
-	char *ledger;              /* state_dir/fake/ledger.log */
-	struct rt_config cap;      /* capacity_* used; state_dir not kept */
-	uint64_t used_vcpus;       /* sums over every record, kept by list(), */
-	uint64_t used_memory_mib;  /* create() and destroy() */
-};
 
 /* One record. Lines the fake does not interpret (nic=, volume=) are kept
  * verbatim in extra so rewriting a record never loses them. */
@@ -65,6 +74,17 @@ struct fake_rec {
 	int64_t created_at;
 	uint32_t creates;
 	char *extra;
+	int load_err;              /* its file did not load: -errno, else 0 */
+};
+
+struct rt_fake {
+	struct rt base;
+	char *dir;                 /* state_dir/fake */
+	char *ledger;              /* state_dir/fake/ledger.log */
+	struct rt_config cap;      /* capacity_* used; state_dir not kept */
+	pthread_mutex_t lock;      /* guards recs, n_recs, cap_recs */
+	struct fake_rec *recs;     /* what is on disk, sorted by id */
+	size_t n_recs, cap_recs;
 };
 
 static struct rt_fake *fake_of(struct rt *rt)
@@ -205,6 +225,61 @@ static bool fail_injected(const struct rt_fake *f, const char *id, const char *o
 	return false;
 }
 
+/* ------------------------------------------------------ the records held */
+
+static int rec_cmp(const void *key, const void *elem)
+{
+	return strcmp(key, ((const struct fake_rec *)elem)->id);
+}
+
+/* The held record of id, or NULL. Caller holds f->lock; the pointer is
+ * good until the next insert or remove. */
+static struct fake_rec *held(const struct rt_fake *f, const char *id)
+{
+	if (!f->n_recs)
+		return NULL;
+	return bsearch(id, f->recs, f->n_recs, sizeof(*f->recs), rec_cmp);
+}
+
+/* Hold r (taking its extra), keeping the array sorted; r->id not held yet. */
+static void hold(struct rt_fake *f, struct fake_rec *r)
+{
+	size_t i = 0;
+
+	if (f->n_recs == f->cap_recs) {
+		f->cap_recs = f->cap_recs ? f->cap_recs * 2 : 16;
+		f->recs = realloc(f->recs, f->cap_recs * sizeof(*f->recs));
+		if (!f->recs)
+			abort();
+	}
+	while (i < f->n_recs && strcmp(f->recs[i].id, r->id) < 0)
+		i++;
+	memmove(&f->recs[i + 1], &f->recs[i], (f->n_recs - i) * sizeof(*f->recs));
+	f->recs[i] = *r;
+	r->extra = NULL;
+	f->n_recs++;
+}
+
+static void unhold(struct rt_fake *f, struct fake_rec *r)
+{
+	size_t i = (size_t)(r - f->recs);
+
+	rec_clear(r);
+	memmove(&f->recs[i], &f->recs[i + 1], (f->n_recs - i - 1) * sizeof(*f->recs));
+	f->n_recs--;
+}
+
+/* vCPUs and memory of every held instance, whatever its state. */
+static void usage(const struct rt_fake *f, uint64_t *vcpus, uint64_t *memory_mib)
+{
+	*vcpus = 0;
+	*memory_mib = 0;
+	for (size_t i = 0; i < f->n_recs; i++) {
+		*vcpus += f->recs[i].vcpus;
+		*memory_mib += f->recs[i].memory_mib;
+	}
+}
+
 /* ---------------------------------------------------------- the vtable */
 
 static void fake_close(struct rt *rt)
@@ -213,6 +288,10 @@ static void fake_close(struct rt *rt)
 
 	if (!f)
 		return;
+	for (size_t i = 0; i < f->n_recs; i++)
+		rec_clear(&f->recs[i]);
+	free(f->recs);
+	pthread_mutex_destroy(&f->lock);
 	free(f->dir);
 	free(f->ledger);
 	free(f);
@@ -230,56 +309,32 @@ static bool entry_id(const char *name, char *id)
 	return rt_id_valid(id);
 }
 
-/* Every record, fully loaded; a record that does not parse is listed in
- * state error. *ret is freed with recs_free. */
-static int recs_load(const struct rt_fake *f, struct fake_rec **ret, size_t *ret_n)
+/* Hold every record of the directory; a record that does not load is held
+ * in state error with its load error. Called once, by open. */
+static int recs_load(struct rt_fake *f)
 {
 	DIR *d = opendir(f->dir);
-	struct fake_rec *v = NULL;
-	size_t n = 0, cap = 0;
 	struct dirent *de;
 
 	if (!d)
 		return -errno;
 	while ((de = readdir(d))) {
+		struct fake_rec r = {.state = RT_STATE_ERROR};
 		char id[RT_ID_MAX + 1];
-		if (!entry_id(de->d_name, id))
+		int e;
+
+		if (!entry_id(de->d_name, id) || held(f, id))
 			continue;
-		if (n == cap) {
-			cap = cap ? cap * 2 : 16;
-			v = realloc(v, cap * sizeof(*v));
-			if (!v)
-				abort();
-		}
-		int e = rec_load(f, id, &v[n]);
+		e = rec_load(f, id, &r);
 		if (e == -ENOENT)
-			continue;  /* destroyed while we listed */
+			continue;
 		if (e < 0)
-			v[n] = (struct fake_rec){.state = RT_STATE_ERROR};
-		snprintf(v[n].id, sizeof(v[n].id), "%s", id);
-		n++;
+			r = (struct fake_rec){.state = RT_STATE_ERROR, .load_err = e};
+		snprintf(r.id, sizeof(r.id), "%s", id);
+		hold(f, &r);
 	}
 	closedir(d);
-	*ret = v;
-	*ret_n = n;
 	return 0;
-}
-
-static void recs_free(struct fake_rec *v, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		rec_clear(&v[i]);
-	free(v);
-}
-
-static void usage_set(struct rt_fake *f, const struct fake_rec *recs, size_t n)
-{
-	f->used_vcpus = 0;
-	f->used_memory_mib = 0;
-	for (size_t i = 0; i < n; i++) {
-		f->used_vcpus += recs[i].vcpus;
-		f->used_memory_mib += recs[i].memory_mib;
-	}
 }
 
 /* Remove temporary files a killed bcd left behind (file_write_atomic's
@@ -301,15 +356,14 @@ static void sweep_tmp(const char *dir)
 
 static int fake_open(const struct rt_config *cfg, struct rt **ret)
 {
-	struct fake_rec *recs = NULL;
 	struct rt_fake *f;
-	size_t n = 0;
 	int e;
 
 	if (!cfg || !cfg->state_dir)
 		return -EINVAL;
 	f = xcalloc(1, sizeof(*f));
 	f->base.ops = &rt_fake_ops;
+	pthread_mutex_init(&f->lock, NULL);
 	f->dir = xasprintf("%s/fake", cfg->state_dir);
 	f->ledger = xasprintf("%s/ledger.log", f->dir);
 	f->cap = *cfg;
@@ -317,39 +371,32 @@ static int fake_open(const struct rt_config *cfg, struct rt **ret)
 	e = mkdir_p(f->dir, 0700);
 	if (e == 0 && access(f->dir, W_OK) < 0)
 		e = -errno;
+	if (e == 0) {
+		sweep_tmp(f->dir);
+		e = recs_load(f);
+	}
 	if (e < 0) {
 		fake_close(&f->base);
 		return e;
 	}
-	sweep_tmp(f->dir);
-	e = recs_load(f, &recs, &n);
-	if (e < 0) {
-		fake_close(&f->base);
-		return e;
-	}
-	usage_set(f, recs, n);
-	recs_free(recs, n);
 	*ret = &f->base;
 	return 0;
 }
 
 static int fake_list(struct rt *rt, struct rt_instance **ret, size_t *ret_n)
 {
-	struct fake_rec *recs = NULL;
+	struct rt_fake *f = fake_of(rt);
 	struct rt_instance *out;
-	size_t n = 0;
-	int e;
+	size_t n;
 
-	e = recs_load(fake_of(rt), &recs, &n);
-	if (e < 0)
-		return e;
-	usage_set(fake_of(rt), recs, n);
+	pthread_mutex_lock(&f->lock);
+	n = f->n_recs;
 	out = n ? xcalloc(n, sizeof(*out)) : NULL;
 	for (size_t i = 0; i < n; i++) {
-		memcpy(out[i].id, recs[i].id, sizeof(out[i].id));
-		out[i].state = recs[i].state;
+		memcpy(out[i].id, f->recs[i].id, sizeof(out[i].id));
+		out[i].state = f->recs[i].state;
 	}
-	recs_free(recs, n);
+	pthread_mutex_unlock(&f->lock);
 	*ret = out;
 	*ret_n = n;
 	return 0;
@@ -373,17 +420,19 @@ static void admission_hook(const struct rt_fake *f, struct rt_config *cap)
 }
 
 /* Host admission against the configured capacity (or the hook's); -ENOSPC
- * with reason. */
+ * with reason. Caller holds f->lock. */
 static int admit(const struct rt_fake *f, const Bc__Node__V1__InstanceSpec *s, char *reason)
 {
 	struct rt_config cap = f->cap;
+	uint64_t used_vcpus, used_memory_mib;
 
 	admission_hook(f, &cap);
-	if (cap.capacity_memory_mib && f->used_memory_mib + s->memory_mib > cap.capacity_memory_mib) {
+	usage(f, &used_vcpus, &used_memory_mib);
+	if (cap.capacity_memory_mib && used_memory_mib + s->memory_mib > cap.capacity_memory_mib) {
 		snprintf(reason, RT_REASON_MAX, "ResourcesExhausted: memory");
 		return -ENOSPC;
 	}
-	if (cap.capacity_vcpus && f->used_vcpus + s->vcpus > cap.capacity_vcpus) {
+	if (cap.capacity_vcpus && used_vcpus + s->vcpus > cap.capacity_vcpus) {
 		snprintf(reason, RT_REASON_MAX, "ResourcesExhausted: vcpus");
 		return -ENOSPC;
 	}
@@ -430,27 +479,11 @@ static bool spec_strings_printable(const Bc__Node__V1__InstanceSpec *s)
 	return true;
 }
 
-static int fake_create(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, char *reason)
+/* A new record of s (its extra owned). */
+static struct fake_rec rec_of_spec(const Bc__Node__V1__InstanceSpec *s)
 {
-	struct rt_fake *f = fake_of(rt);
-	_cleanup_free_ char *path = NULL;
 	struct fake_rec r = {.state = RT_STATE_STOPPED};
-	int e;
 
-	if (!rt_id_valid(s->id) || !spec_strings_printable(s)) {
-		snprintf(reason, RT_REASON_MAX, "InvalidSpec: unusable field");
-		return -EINVAL;
-	}
-	path = rec_path(f, s->id, FAKE_SUFFIX);
-	if (access(path, F_OK) == 0)
-		return -EEXIST;
-	if (fail_injected(f, s->id, "create")) {
-		snprintf(reason, RT_REASON_MAX, "create failed: injected");
-		return -EIO;
-	}
-	e = admit(f, s, reason);
-	if (e < 0)
-		return e;
 	snprintf(r.id, sizeof(r.id), "%s", s->id);
 	r.vcpus = s->vcpus;
 	r.memory_mib = s->memory_mib;
@@ -462,40 +495,101 @@ static int fake_create(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, char 
 	r.created_at = now_ms();
 	r.creates = 1;
 	r.extra = rec_extra(s);
+	return r;
+}
+
+/* Caller holds f->lock. */
+static int create_locked(struct rt_fake *f, const Bc__Node__V1__InstanceSpec *s, char *reason)
+{
+	struct fake_rec r;
+	int e;
+
+	if (held(f, s->id))
+		return -EEXIST;
+	if (fail_injected(f, s->id, "create")) {
+		snprintf(reason, RT_REASON_MAX, "create failed: injected");
+		return -EIO;
+	}
+	e = admit(f, s, reason);
+	if (e < 0)
+		return e;
+	r = rec_of_spec(s);
 	e = rec_save(f, &r);
 	if (e == 0) {
-		f->used_vcpus += r.vcpus;
-		f->used_memory_mib += r.memory_mib;
 		ledger(f, "create", &r);
+		hold(f, &r);
 	}
 	rec_clear(&r);
 	return e;
 }
 
-/* Record spec's live settings if they differ; op names the ledger line. */
+static int fake_create(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, char *reason)
+{
+	struct rt_fake *f = fake_of(rt);
+	int e;
+
+	if (!rt_id_valid(s->id) || !spec_strings_printable(s)) {
+		snprintf(reason, RT_REASON_MAX, "InvalidSpec: unusable field");
+		return -EINVAL;
+	}
+	pthread_mutex_lock(&f->lock);
+	e = create_locked(f, s, reason);
+	pthread_mutex_unlock(&f->lock);
+	return e;
+}
+
+/* The held record of id for an operation on it: 0, -ENOENT if the fake has
+ * no such instance, or the error its file failed to load with. Caller holds
+ * f->lock. */
+static int held_for_op(const struct rt_fake *f, const char *id, struct fake_rec **ret)
+{
+	struct fake_rec *r = held(f, id);
+
+	if (!r)
+		return -ENOENT;
+	if (r->load_err < 0)
+		return r->load_err;
+	*ret = r;
+	return 0;
+}
+
+/* Record spec's live settings if they differ; op names the ledger line.
+ * Caller holds f->lock. */
+static int apply_live_locked(struct rt_fake *f, const Bc__Node__V1__InstanceSpec *s,
+			     const char *op, bool always_log)
+{
+	struct fake_rec *cur = NULL, next;
+	bool changed;
+	int e;
+
+	if (fail_injected(f, s->id, op))
+		return -EIO;
+	e = held_for_op(f, s->id, &cur);
+	if (e < 0)
+		return e;
+	next = *cur;  /* shares cur's extra: only read */
+	copy_field(next.network_policy, s->network_policy);
+	next.ssh_from_host_only = s->ssh_from_host_only;
+	changed = strcmp(cur->network_policy, next.network_policy) != 0 ||
+		  cur->ssh_from_host_only != next.ssh_from_host_only;
+	if (changed && (e = rec_save(f, &next)) < 0)
+		return e;
+	*cur = next;
+	if (changed || always_log)
+		ledger(f, op, cur);
+	return 0;
+}
+
 static int apply_live(struct rt_fake *f, const Bc__Node__V1__InstanceSpec *s, const char *op,
 		      bool always_log)
 {
-	struct fake_rec r = {0};
-	bool changed;
 	int e;
 
 	if (!rt_id_valid(s->id) || !str_is_printable(s->network_policy, FAKE_FIELD_MAX - 1))
 		return -EINVAL;
-	if (fail_injected(f, s->id, op))
-		return -EIO;
-	e = rec_load(f, s->id, &r);
-	if (e < 0)
-		return e;
-	changed = strcmp(r.network_policy, s->network_policy) != 0 ||
-		  r.ssh_from_host_only != (bool)s->ssh_from_host_only;
-	copy_field(r.network_policy, s->network_policy);
-	r.ssh_from_host_only = s->ssh_from_host_only;
-	if (changed)
-		e = rec_save(f, &r);
-	if (e == 0 && (changed || always_log))
-		ledger(f, op, &r);
-	rec_clear(&r);
+	pthread_mutex_lock(&f->lock);
+	e = apply_live_locked(f, s, op, always_log);
+	pthread_mutex_unlock(&f->lock);
 	return e;
 }
 
@@ -509,36 +603,45 @@ static int fake_update(struct rt *rt, const Bc__Node__V1__InstanceSpec *s)
 	return apply_live(fake_of(rt), s, "update", false);
 }
 
+/* transition's body; caller holds f->lock. */
+static int transition_locked(struct rt_fake *f, const char *id, const char *op, unsigned from,
+			     enum rt_state to)
+{
+	struct fake_rec *cur = NULL, next;
+	int e;
+
+	e = held_for_op(f, id, &cur);
+	if (e < 0)
+		return e;
+	if (cur->state == to)
+		return 0;
+	if (!(from & (1u << cur->state)))
+		return -EINVAL;
+	if (fail_injected(f, id, op))
+		return -EIO;
+	next = *cur;  /* shares cur's extra: only read */
+	next.state = to;
+	e = rec_save(f, &next);
+	if (e < 0)
+		return e;
+	cur->state = to;
+	ledger(f, op, cur);
+	return 0;
+}
+
 /* Move id from one of the states in `from` (bitmask of 1 << rt_state) to
  * `to`. Already in `to`: 0, nothing written. Another state: -EINVAL. */
 static int transition(struct rt *rt, const char *id, const char *op, unsigned from,
 		      enum rt_state to)
 {
 	struct rt_fake *f = fake_of(rt);
-	struct fake_rec r = {0};
 	int e;
 
 	if (!rt_id_valid(id))
 		return -EINVAL;
-	e = rec_load(f, id, &r);
-	if (e < 0)
-		return e;
-	if (r.state == to)
-		goto out;
-	if (!(from & (1u << r.state))) {
-		e = -EINVAL;
-		goto out;
-	}
-	if (fail_injected(f, id, op)) {
-		e = -EIO;
-		goto out;
-	}
-	r.state = to;
-	e = rec_save(f, &r);
-	if (e == 0)
-		ledger(f, op, &r);
-out:
-	rec_clear(&r);
+	pthread_mutex_lock(&f->lock);
+	e = transition_locked(f, id, op, from, to);
+	pthread_mutex_unlock(&f->lock);
 	return e;
 }
 
@@ -566,34 +669,36 @@ static int fake_stop(struct rt *rt, const char *id)
 			  RT_STATE_STOPPED);
 }
 
+/* Unlink the record of id and forget it (an unreadable record too); 0 if
+ * the fake has no such instance. Caller holds f->lock. */
+static int destroy_locked(struct rt_fake *f, const char *id)
+{
+	_cleanup_free_ char *path = NULL;
+	struct fake_rec *cur = held(f, id);
+
+	if (!cur)
+		return 0;
+	path = rec_path(f, id, FAKE_SUFFIX);
+	if (unlink(path) < 0 && errno != ENOENT)
+		return -errno;
+	ledger(f, "destroy", cur);
+	unhold(f, cur);
+	return 0;
+}
+
 static int fake_destroy(struct rt *rt, const char *id)
 {
 	struct rt_fake *f = fake_of(rt);
-	_cleanup_free_ char *path = NULL;
-	struct fake_rec r = {0};
 	int e;
 
 	if (!rt_id_valid(id))
 		return -EINVAL;
 	if (fail_injected(f, id, "destroy"))
 		return -EIO;
-	e = rec_load(f, id, &r);
-	if (e == -ENOENT)
-		return 0;
-	if (e < 0)  /* unreadable record: destroy it all the same */
-		r = (struct fake_rec){.state = RT_STATE_ERROR};
-	snprintf(r.id, sizeof(r.id), "%s", id);
-	path = rec_path(f, id, FAKE_SUFFIX);
-	if (unlink(path) < 0 && errno != ENOENT) {
-		e = -errno;
-		rec_clear(&r);
-		return e;
-	}
-	f->used_vcpus -= r.vcpus < f->used_vcpus ? r.vcpus : f->used_vcpus;
-	f->used_memory_mib -= r.memory_mib < f->used_memory_mib ? r.memory_mib : f->used_memory_mib;
-	ledger(f, "destroy", &r);
-	rec_clear(&r);
-	return 0;
+	pthread_mutex_lock(&f->lock);
+	e = destroy_locked(f, id);
+	pthread_mutex_unlock(&f->lock);
+	return e;
 }
 
 /* The fake writes nothing: its store holds the configured disk capacity,
