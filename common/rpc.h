@@ -160,6 +160,45 @@ int rpc_call_recv(rpc_call *call, ProtobufCMessage **ret, int timeout_ms);
  * that to happen (0: poll; < 0: no limit). A unary call: true at once. */
 bool rpc_call_wait_cancelled(rpc_call *call, int timeout_ms);
 
+/* Detached unary calls. A unary handler that would otherwise wait (e.g.
+ * for a resource to become ready) can hand its call to another thread and
+ * free its worker:
+ *
+ *	if (rpc_call_can_detach(call) && rpc_call_detach(call) == 0) {
+ *		hand call to its new owner;      // may complete it at once
+ *		return RPC_DETACHED;             // never touch call again
+ *	}
+ *
+ * The request message is freed when the handler returns: copy what the
+ * owner needs into the call (rpc_strdup). The owner then calls
+ * rpc_call_complete() exactly once, from any thread, even after the server
+ * was freed. Until then the layer watches the call: a client that went
+ * away or a deadline that passed ends it (rpc_call_detached_over() turns
+ * true; the answer given later is dropped); rpc_server_free() waits up to
+ * its grace for the owners to complete their calls (rpc_server_stopping()
+ * is true), then answers the rest UNAVAILABLE "server shutting down".
+ * Only gRPC unary calls can be detached: on the JSON/HTTP transport,
+ * while the server stops, or for a streaming call rpc_call_can_detach()
+ * is false and the handler answers inline as usual. */
+#define RPC_DETACHED 1
+
+/* True if call may be detached now. */
+bool rpc_call_can_detach(const rpc_call *call);
+/* Detach call from its worker: 0, or -EOPNOTSUPP when it cannot be
+ * (nothing changed; answer inline). On 0 the handler must return
+ * RPC_DETACHED without touching call again. */
+int rpc_call_detach(rpc_call *call);
+/* Answer a detached call (rc, resp, err as a handler's result; resp
+ * allocated from the call) and free it. Exactly once per detached call;
+ * call is invalid afterwards. */
+void rpc_call_complete(rpc_call *call, int rc, const ProtobufCMessage *resp, bc_error *err);
+/* True once the layer ended a detached call (client gone, deadline
+ * passed, server shutting down): its owner should complete it now. */
+bool rpc_call_detached_over(const rpc_call *call);
+/* Replace the per-thread state rpc_call_thread() returns (the new owner
+ * of a detached call sets its own, e.g. its database connection). */
+void rpc_call_set_thread(rpc_call *call, void *thread_state);
+
 /* ---------------------------------------------------------- client */
 
 struct rpc_client_opts {

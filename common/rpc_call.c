@@ -227,18 +227,26 @@ void rpc_call_finish(rpc_call *c, int rc, const ProtobufCMessage *resp, bc_error
 }
 
 /* See rpc_internal.h. */
-void rpc_call_release(rpc_call *c)
+void rpc_call_release_grpc(rpc_call *c)
 {
-	if (!c)
-		return;
-	if (c->principal_free && c->principal)
-		c->principal_free(c->principal);
 	if (c->call)
 		grpc_call_unref(c->call);
 	if (c->cq) {
 		grpc_completion_queue_shutdown(c->cq);
 		grpc_completion_queue_destroy(c->cq);
 	}
+	c->call = NULL;
+	c->cq = NULL;
+}
+
+/* See rpc_internal.h. */
+void rpc_call_release(rpc_call *c)
+{
+	if (!c)
+		return;
+	if (c->principal_free && c->principal)
+		c->principal_free(c->principal);
+	rpc_call_release_grpc(c);
 	rpc_arena_free(&c->arena);
 	free(c);
 }
@@ -282,6 +290,10 @@ int rpc_call_invoke_unary(rpc_call *c, const ProtobufCMessage *req,
 	ProtobufCMessage *resp = NULL;
 	int r = c->method->h.fn.unary(c, req, &resp, err);
 
+	/* A detached call may be answered and gone already: do not look at
+	 * it (whatever the handler returned). */
+	if (rpc_detach_taken(c))
+		return RPC_DETACHED;
 	if (r >= 0 && resp && resp->descriptor != c->method->md->output) {
 		log_debug("rpc: %s: handler answered a %s", c->path, resp->descriptor->name);
 		r = bc_error_set(err, BC_INTERNAL, "internal error");
@@ -296,7 +308,7 @@ int rpc_call_invoke_unary(rpc_call *c, const ProtobufCMessage *req,
 }
 
 /* See rpc_internal.h. */
-void rpc_call_run_unary(rpc_call *c)
+bool rpc_call_run_unary(rpc_call *c)
 {
 	ProtobufCMessage *req = NULL, *resp = NULL;
 	bc_error err;
@@ -308,9 +320,11 @@ void rpc_call_run_unary(rpc_call *c)
 		r = recv_request(c, &req, &err);
 	if (r >= 0)
 		r = rpc_call_invoke_unary(c, req, &resp, &err);
-	rpc_call_finish(c, r, resp, &err);
+	if (r != RPC_DETACHED)
+		rpc_call_finish(c, r, resp, &err);
 	if (req)
 		protobuf_c_message_free_unpacked(req, NULL);
+	return r != RPC_DETACHED;
 }
 
 /* See rpc_internal.h. */
@@ -352,6 +366,12 @@ void *rpc_call_user(const rpc_call *call)
 void *rpc_call_thread(const rpc_call *call)
 {
 	return call->thread_state;
+}
+
+/* See rpc.h. */
+void rpc_call_set_thread(rpc_call *call, void *thread_state)
+{
+	call->thread_state = thread_state;
 }
 
 /* See rpc.h. */

@@ -7,6 +7,8 @@
  *                 stream threads, graceful shutdown
  * rpc_call.c      one server call, whichever transport brought it: metadata,
  *                 peer, pre_call + handler, gRPC send/recv and finishing
+ * rpc_detach.c    unary calls handed off by their handler: completion from
+ *                 any thread, client cancel/deadline, shutdown
  * rpc_http.c      the JSON/HTTP transport: TLS listener, connections,
  *                 worker pool, dispatch into the same method table
  * rpc_http_parse.c  HTTP/1.1 request heads, routes, JSON error bodies (pure)
@@ -115,6 +117,13 @@ struct rpc_server {
 	bool started, shutdown_done;
 	struct rpc_stream_thread *streams;
 	int n_streams;
+
+	/* detached unary calls (rpc_detach.c), under rpc_detach_mu */
+	rpc_call *detached;
+	int n_detached;
+	bool reaper_stop;             /* under lock */
+	pthread_t reaper;
+	bool reaper_started;
 };
 
 /* Health service registration, done by rpc_server_new. */
@@ -152,6 +161,11 @@ struct rpc_call {
 	bool recv_pending, recv_eof;
 	grpc_byte_buffer *recv_bb;
 	int tag_op, tag_recv, tag_close; /* their addresses are the tags */
+	/* detached (rpc_detach.c): list links and who ended it, under
+	 * rpc_detach_mu; `claimed` once the owner or the layer took the
+	 * answer, `layer_done` once the layer has sent its own and let go */
+	bool detached, claimed, layer_done;
+	rpc_call *dnext, *dprev;
 	/* JSON/HTTP server stream: its connection (struct http_conn) and state */
 	void *http_conn;
 	bool http_head_sent, http_chunked, http_gone, http_deadline_hit;
@@ -188,8 +202,23 @@ void rpc_call_watch_close(rpc_call *c);
  * the ErrorInfo trailer if rc < 0; wait for every outstanding op. */
 void rpc_call_finish(rpc_call *c, int rc, const ProtobufCMessage *resp, bc_error *err);
 
-/* Run the unary method of c (pre_call, receive, handler, finish). */
-void rpc_call_run_unary(rpc_call *c);
+/* Run the unary method of c (pre_call, receive, handler, finish). False
+ * if the handler detached c (it is no longer the caller's to release). */
+bool rpc_call_run_unary(rpc_call *c);
+
+/* Drop c's gRPC side (unref the call, destroy its queue); the struct and
+ * its arena stay. */
+void rpc_call_release_grpc(rpc_call *c);
+
+/* rpc_detach.c: true (once) if the handler that just returned on this
+ * thread detached c; compares the pointer only, never reads c. */
+bool rpc_detach_taken(const rpc_call *c);
+/* The detached calls of a server. Start the thread that
+ * ends those whose client went away or whose deadline passed. */
+void rpc_detach_start(rpc_server *s);
+/* Answer every detached call not yet answered UNAVAILABLE "server
+ * shutting down", wait until none is left, stop the thread. */
+void rpc_detach_stop(rpc_server *s);
 /* Run the streaming method of c on the current (stream) thread. */
 void rpc_call_run_stream(rpc_call *c);
 

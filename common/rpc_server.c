@@ -14,7 +14,10 @@
  * request starts afterwards), cancel the streaming calls, shutdown and
  * notify, wait grace_ms for unary calls, then cancel all calls, wait for
  * the notification, destroy the server, shut every worker queue down and
- * let its worker drain it to GRPC_QUEUE_SHUTDOWN, join everything. */
+ * let its worker drain it to GRPC_QUEUE_SHUTDOWN, join everything.
+ * Detached unary calls (rpc_detach.c) count as in flight: their owners
+ * have the grace to answer them, then they are answered UNAVAILABLE
+ * before the remaining calls are cancelled. */
 #include "rpc_internal.h"
 
 #include <errno.h>
@@ -356,8 +359,8 @@ static void serve(struct rpc_worker *w, struct rpc_request *r)
 		log_debug("rpc: %s: unimplemented", c->path);
 		refuse(c, BC_UNSUPPORTED, "method not implemented");
 	} else if (c->method->h.kind == RPC_UNARY) {
-		rpc_call_run_unary(c);
-		rpc_call_release(c);
+		if (rpc_call_run_unary(c))
+			rpc_call_release(c);
 	} else if (!stream_spawn(s, c)) {
 		refuse(c, BC_UNAVAILABLE, "too many streams");
 	}
@@ -498,6 +501,7 @@ int rpc_server_start(rpc_server *s, int *ret_port)
 	}
 	grpc_server_start(s->server);
 	s->started = true;
+	rpc_detach_start(s);
 	for (int i = 0; i < s->opts.workers; i++)
 		if (pthread_create(&s->workers[i].tid, NULL, worker_main, &s->workers[i]) != 0)
 			abort();
@@ -539,13 +543,17 @@ static bool wait_shutdown_done(rpc_server *s, int timeout_ms)
 static void server_stop(rpc_server *s, int grace_ms)
 {
 	struct rpc_stream_thread *all;
+	bool done;
 
 	pthread_mutex_lock(&s->lock);
 	atomic_store(&s->stopping, true);
 	streams_cancel_locked(s);
 	pthread_mutex_unlock(&s->lock);
 	grpc_server_shutdown_and_notify(s->server, s->workers[0].cq, &s->shutdown_tag);
-	if (!wait_shutdown_done(s, grace_ms > 0 ? grace_ms : 0)) {
+	done = wait_shutdown_done(s, grace_ms > 0 ? grace_ms : 0);
+	/* detached calls their owners did not answer within the grace */
+	rpc_detach_stop(s);
+	if (!done) {
 		grpc_server_cancel_all_calls(s->server);
 		wait_shutdown_done(s, -1);
 	}

@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <grpc/grpc_security.h>
+
 #include "google/rpc/status.pb-c.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "log.h"
@@ -29,6 +31,7 @@ typedef Google__Rpc__Status Msg;
 static const ProtobufCMethodDescriptor test_methods[] = {
 	{"Bidi", MSG_D, MSG_D},
 	{"Count", MSG_D, MSG_D},
+	{"Defer", MSG_D, MSG_D},
 	{"Echo", MSG_D, MSG_D},
 	{"Fail", MSG_D, MSG_D},
 	{"Hang", MSG_D, MSG_D},
@@ -39,7 +42,7 @@ static const ProtobufCMethodDescriptor test_methods[] = {
 	{"Unhandled", MSG_D, MSG_D},
 	{"WhoAmI", MSG_D, MSG_D},
 };
-static const unsigned test_method_index[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+static const unsigned test_method_index[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
 static const ProtobufCServiceDescriptor test_service = {
 	PROTOBUF_C__SERVICE_DESCRIPTOR_MAGIC,
 	"bc.test.Test", "Test", "Bc__Test__Test", "bc.test",
@@ -161,9 +164,85 @@ static int h_bidi(rpc_call *call, bc_error *err)
 	}
 }
 
+/* Defer: detach and hold the call for a test to complete (code and text
+ * kept in the call); answered inline "inline" where it cannot detach. */
+struct held {
+	rpc_call *call;
+	int code;
+	const char *text;
+};
+
+static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t held_cond = PTHREAD_COND_INITIALIZER;
+static struct held held[256];
+static int n_held;
+
+static int h_defer(rpc_call *call, const ProtobufCMessage *req, ProtobufCMessage **ret,
+		   bc_error *err)
+{
+	const Msg *in = (const Msg *)req;
+	struct held h = {.call = call, .code = in->code, .text = rpc_strdup(call, in->message)};
+
+	if (n_held >= (int)ARRAY_SIZE(held) || rpc_call_detach(call) < 0) {
+		*ret = &msg_new(call, in->code, "inline")->base;
+		return 0;
+	}
+	pthread_mutex_lock(&held_mu);
+	held[n_held++] = h;
+	pthread_cond_broadcast(&held_cond);
+	pthread_mutex_unlock(&held_mu);
+	return RPC_DETACHED;
+}
+
+/* Wait up to 10 s until n calls are held; the number held. */
+static int held_wait(int n)
+{
+	int64_t end = mono_ms() + 10000;
+	int got;
+
+	pthread_mutex_lock(&held_mu);
+	while (n_held < n && mono_ms() < end) {
+		pthread_mutex_unlock(&held_mu);
+		usleep(5000);
+		pthread_mutex_lock(&held_mu);
+	}
+	got = n_held;
+	pthread_mutex_unlock(&held_mu);
+	return got;
+}
+
+static struct held held_take(void)
+{
+	struct held h = {0};
+
+	pthread_mutex_lock(&held_mu);
+	if (n_held > 0)
+		h = held[--n_held];
+	pthread_mutex_unlock(&held_mu);
+	return h;
+}
+
+/* Answer a held call "done:<text>" with its code (or an error if code < 0). */
+static void held_complete(struct held h)
+{
+	bc_error err;
+
+	bc_error_clear(&err);
+	if (h.code < 0) {
+		bc_error_set(&err, BC_CONFLICT, "held %s", h.text);
+		bc_error_detail(&err, "reason", "extend-in-flight");
+		rpc_call_complete(h.call, -BC_EDOMAIN, NULL, &err);
+		return;
+	}
+	char text[128];
+	snprintf(text, sizeof(text), "done:%s", h.text);
+	rpc_call_complete(h.call, 0, &msg_new(h.call, h.code, text)->base, &err);
+}
+
 static const struct rpc_handler test_handlers[] = {
 	{.method = "Bidi", .kind = RPC_BIDI, .fn.bidi = h_bidi},
 	{.method = "Count", .kind = RPC_SERVER_STREAM, .fn.sstream = h_count},
+	{.method = "Defer", .kind = RPC_UNARY, .fn.unary = h_defer},
 	{.method = "Echo", .kind = RPC_UNARY, .fn.unary = h_echo},
 	{.method = "Fail", .kind = RPC_UNARY, .fn.unary = h_fail},
 	{.method = "Hang", .kind = RPC_SERVER_STREAM, .fn.sstream = h_hang},
@@ -267,12 +346,12 @@ static void remove_certs(void)
 	free(cli_key);
 }
 
-static rpc_server *server_up(const struct rpc_tls *tls, int port, int max_streams,
-			     int *ret_port)
+static rpc_server *server_up_w(const struct rpc_tls *tls, int port, int max_streams,
+			       int workers, int *ret_port)
 {
 	char listen[64];
 	struct rpc_server_opts o = {
-		.listen = listen, .tls = tls, .workers = 4, .max_streams = max_streams,
+		.listen = listen, .tls = tls, .workers = workers, .max_streams = max_streams,
 		.max_message_bytes = 64 * 1024, .thread_init = t_init, .thread_fini = t_fini,
 		.pre_call = pre_call,
 	};
@@ -289,6 +368,12 @@ static rpc_server *server_up(const struct rpc_tls *tls, int port, int max_stream
 		return NULL;
 	}
 	return s;
+}
+
+static rpc_server *server_up(const struct rpc_tls *tls, int port, int max_streams,
+			     int *ret_port)
+{
+	return server_up_w(tls, port, max_streams, 4, ret_port);
 }
 
 static rpc_client *client_new(int port, const struct rpc_tls *tls, const char *bearer)
@@ -819,6 +904,268 @@ static void test_shutdown_grace(void)
 	}
 }
 
+/* --------------------------------------------------- detached calls */
+
+/* A unary call on a thread of its own. */
+struct acall {
+	rpc_client *c;
+	const char *method;
+	int code, timeout_ms, r;
+	char text[64], out[128];
+	bc_error err;
+	pthread_t t;
+};
+
+static void *acall_main(void *arg)
+{
+	struct acall *a = arg;
+
+	a->r = call(a->c, a->method, a->code, a->text, a->timeout_ms, a->out, sizeof(a->out),
+		    &a->err);
+	return NULL;
+}
+
+static void acall_start(struct acall *a, rpc_client *c, const char *method, int code,
+			const char *text, int timeout_ms)
+{
+	*a = (struct acall){.c = c, .method = method, .code = code, .timeout_ms = timeout_ms};
+	snprintf(a->text, sizeof(a->text), "%s", text);
+	pthread_create(&a->t, NULL, acall_main, a);
+}
+
+static void *complete_main(void *arg)
+{
+	struct held h = *(struct held *)arg;
+
+	usleep(50 * 1000);
+	held_complete(h);
+	return NULL;
+}
+
+/* Wait up to 5 s for the layer to end a held call. */
+static bool over_within(rpc_call *call)
+{
+	for (int i = 0; i < 250; i++) {
+		if (rpc_call_detached_over(call))
+			return true;
+		usleep(20 * 1000);
+	}
+	return false;
+}
+
+static void test_detach_later(rpc_client *c)
+{
+	struct acall a;
+	struct held h;
+	pthread_t t;
+
+	acall_start(&a, c, "Defer", 3, "a", 10000);
+	is_int(held_wait(1), 1, "detach: the handler handed its call off");
+	h = held_take();
+	ok(!rpc_call_detached_over(h.call), "detach: a live call is not over");
+	pthread_create(&t, NULL, complete_main, &h);
+	pthread_join(a.t, NULL);
+	pthread_join(t, NULL);
+	is_int(a.r, 0, "detach: completed from another thread");
+	is_str(a.out, "done:a", "... with the owner's answer");
+
+	acall_start(&a, c, "Defer", -1, "b", 10000);
+	is_int(held_wait(1), 1, "detach: second call held");
+	held_complete(held_take());
+	pthread_join(a.t, NULL);
+	is_int(a.r, -BC_EDOMAIN, "detach: completed with an error");
+	is_int(a.err.code, BC_CONFLICT, "... its code");
+	is_str(a.err.message, "held b", "... its message");
+	is_str(bc_error_get_detail(&a.err, "reason"), "extend-in-flight", "... its details");
+}
+
+static void *drain_main(void *arg)
+{
+	struct held h;
+
+	(void)arg;
+	while ((h = held_take()).call)
+		held_complete(h);
+	return NULL;
+}
+
+/* More detached calls than workers; other calls go on meanwhile. */
+static void test_detach_many(void)
+{
+	enum { N = 40 };
+	static struct acall a[N];
+	pthread_t d[4];
+	char out[64], want[64];
+	rpc_client *c, *other;
+	rpc_server *s;
+	bc_error err;
+	int port = 0, served = 0, answered = 0;
+
+	s = server_up_w(NULL, 0, 0, 2, &port);
+	c = client_new(port, NULL, NULL);
+	other = client_new(port, NULL, NULL);
+	for (int i = 0; i < N; i++) {
+		snprintf(want, sizeof(want), "m%d", i);
+		acall_start(&a[i], c, "Defer", i, want, 20000);
+	}
+	is_int(held_wait(N), N, "detach: %d calls held on 2 workers", N);
+	for (int i = 0; i < 20; i++)
+		if (call(other, "Echo", i, "e", 5000, out, sizeof(out), &err) == 0 &&
+		    strcmp(out, "e") == 0)
+			served++;
+	is_int(served, 20, "detach: other calls served while they wait");
+	for (int i = 0; i < 4; i++)
+		pthread_create(&d[i], NULL, drain_main, NULL);
+	for (int i = 0; i < 4; i++)
+		pthread_join(d[i], NULL);
+	for (int i = 0; i < N; i++) {
+		pthread_join(a[i].t, NULL);
+		snprintf(want, sizeof(want), "done:m%d", i);
+		if (a[i].r == 0 && strcmp(a[i].out, want) == 0)
+			answered++;
+	}
+	is_int(answered, N, "detach: every held call answered by its owner");
+	rpc_client_free(other);
+	rpc_client_free(c);
+	rpc_server_free(s, 1000);
+}
+
+/* A raw call the client cancels once the server holds it: the grpc status
+ * the client sees. */
+static int cancel_raw(int port, struct held *ret)
+{
+	char target[64];
+	grpc_channel_credentials *cr = grpc_insecure_credentials_create();
+	grpc_channel *ch;
+	grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+	Msg req = GOOGLE__RPC__STATUS__INIT;
+	grpc_metadata_array md;
+	grpc_status_code st = GRPC_STATUS_OK;
+	grpc_slice details = grpc_empty_slice();
+	grpc_byte_buffer *bb;
+	grpc_call *gc;
+	grpc_op ops[4];
+	gpr_timespec inf = gpr_inf_future(GPR_CLOCK_MONOTONIC);
+	int tag1, tag2;
+
+	snprintf(target, sizeof(target), "127.0.0.1:%d", port);
+	ch = grpc_channel_create(target, cr, NULL);
+	grpc_channel_credentials_release(cr);
+	gc = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
+				      grpc_slice_from_static_string(P("Defer")), NULL,
+				      gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+	req.message = "c";
+	bb = rpc_bb_pack(&req.base);
+	memset(ops, 0, sizeof(ops));
+	ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+	ops[1].op = GRPC_OP_SEND_MESSAGE;
+	ops[1].data.send_message.send_message = bb;
+	ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+	grpc_call_start_batch(gc, ops, 3, &tag1, NULL);
+	grpc_completion_queue_pluck(cq, &tag1, inf, NULL);
+	grpc_byte_buffer_destroy(bb);
+	if (held_wait(1) == 1)
+		*ret = held_take();
+	grpc_call_cancel(gc, NULL);
+	grpc_metadata_array_init(&md);
+	memset(ops, 0, sizeof(ops));
+	ops[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+	ops[0].data.recv_status_on_client.trailing_metadata = &md;
+	ops[0].data.recv_status_on_client.status = &st;
+	ops[0].data.recv_status_on_client.status_details = &details;
+	grpc_call_start_batch(gc, ops, 1, &tag2, NULL);
+	grpc_completion_queue_pluck(cq, &tag2, inf, NULL);
+	grpc_metadata_array_destroy(&md);
+	grpc_slice_unref(details);
+	grpc_call_unref(gc);
+	grpc_completion_queue_shutdown(cq);
+	grpc_completion_queue_destroy(cq);
+	grpc_channel_destroy(ch);
+	return (int)st;
+}
+
+/* The client's deadline passes, or the client cancels: the layer ends the
+ * call; the owner's late answer is dropped and the call freed. */
+static void test_detach_cancel(rpc_client *c, int port)
+{
+	struct held h = {0};
+	struct acall a;
+	int st;
+
+	acall_start(&a, c, "Defer", 1, "d", 300);
+	is_int(held_wait(1), 1, "detach: call with a 300 ms deadline held");
+	h = held_take();
+	pthread_join(a.t, NULL);
+	is_int(a.err.code, BC_DEADLINE_EXCEEDED, "detach: client sees DEADLINE_EXCEEDED");
+	ok(over_within(h.call), "detach: the layer ended the call past its deadline");
+	held_complete(h); /* dropped, freed */
+
+	h = (struct held){0};
+	st = cancel_raw(port, &h);
+	is_int(st, GRPC_STATUS_CANCELLED, "detach: client cancelled its held call");
+	ok(h.call && over_within(h.call), "detach: the layer saw the client go away");
+	if (h.call)
+		held_complete(h);
+	is_int(call(c, "Echo", 1, "after", 5000, NULL, 0, &(bc_error){0}), 0,
+	       "detach: server fine after the cancels");
+}
+
+static void *owner_at_stop(void *arg)
+{
+	rpc_server *s = arg;
+	struct held h;
+
+	while (!rpc_server_stopping(s))
+		usleep(5000);
+	h = held_take();
+	h.text = "last";
+	held_complete(h);
+	return NULL;
+}
+
+/* Shutdown with detached calls: the owner answers within the grace, or
+ * the layer answers UNAVAILABLE; an owner may complete after the free. */
+static void test_detach_shutdown(void)
+{
+	struct acall a[3];
+	struct held h[2];
+	rpc_server *s;
+	rpc_client *c;
+	pthread_t t;
+	int port = 0;
+
+	s = server_up_w(NULL, 0, 0, 2, &port);
+	c = client_new(port, NULL, NULL);
+	acall_start(&a[0], c, "Defer", 1, "x", 20000);
+	is_int(held_wait(1), 1, "shutdown: first call held");
+	pthread_create(&t, NULL, owner_at_stop, s);
+	rpc_server_free(s, 5000);
+	pthread_join(t, NULL);
+	pthread_join(a[0].t, NULL);
+	is_int(a[0].r, 0, "shutdown: owner answered within the grace");
+	is_str(a[0].out, "done:last", "... with its last answer");
+	rpc_client_free(c);
+
+	s = server_up_w(NULL, 0, 0, 2, &port);
+	c = client_new(port, NULL, NULL);
+	acall_start(&a[1], c, "Defer", 1, "y", 20000);
+	acall_start(&a[2], c, "Defer", 2, "z", 20000);
+	is_int(held_wait(2), 2, "shutdown: two calls held");
+	h[0] = held_take();
+	h[1] = held_take();
+	rpc_server_free(s, 200);
+	for (int i = 1; i < 3; i++) {
+		pthread_join(a[i].t, NULL);
+		is_int(a[i].err.code, BC_UNAVAILABLE, "shutdown: held call %d answered UNAVAILABLE",
+		       i);
+		is_str(a[i].err.message, "server shutting down", "... server shutting down");
+	}
+	ok(rpc_call_detached_over(h[0].call), "shutdown: the calls are over");
+	held_complete(h[0]); /* after the server is gone: freed, nothing sent */
+	held_complete(h[1]);
+	rpc_client_free(c);
+}
+
 static void test_no_server(void)
 {
 	Msg req = GOOGLE__RPC__STATUS__INIT;
@@ -980,11 +1327,15 @@ int main(void)
 	test_health(c);
 	test_cancel_by_client(c);
 	test_concurrency(c);
+	test_detach_later(c);
+	test_detach_cancel(c, port);
 	rpc_client_free(c);
 	rpc_server_free(s, 2000);
 	test_max_streams();
 	test_shutdown_with_stream();
 	test_shutdown_grace();
+	test_detach_many();
+	test_detach_shutdown();
 	test_no_server();
 	test_reconnect();
 	if (r == 0)
