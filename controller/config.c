@@ -43,6 +43,7 @@ static const struct ckey keys[] = {
 	I(max_message_bytes, "1048576", 4096, 64 << 20),
 	I(sandbox_reconcile_seconds, "15", 1, 3600),
 	I(metering_interval_seconds, "60", 1, 3600),
+	I(max_waiting_creates, "4096", 0, 1000000),
 };
 
 static const struct ckey *key_find(const char *name)

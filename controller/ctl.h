@@ -34,6 +34,7 @@ struct ctl_config {
 	int max_message_bytes;
 	int sandbox_reconcile_seconds;
 	int metering_interval_seconds;
+	int max_waiting_creates;     /* Sandboxes.Create waits held off the workers */
 };
 
 /* Load defaults, then the file at path (if not NULL), then argv flags
@@ -42,6 +43,7 @@ int config_load(struct ctl_config *c, const char *path, int argc, char **argv, i
 void config_free(struct ctl_config *c);
 
 struct watch_registry;
+struct waiter;
 
 struct ctl_app {
 	struct ctl_config cfg;
@@ -52,6 +54,7 @@ struct ctl_app {
 	pthread_t listen_thread, reconcile_thread, sbx_thread;
 	struct metrics_srv *metrics;
 	int waiting;                 /* calls holding a worker in a create's wait */
+	struct waiter *waiter;       /* creates waiting off the workers (waiter.c) */
 };
 
 /* The caller of an API call, set by the pre-call hook. */

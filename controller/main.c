@@ -3,7 +3,9 @@
  * serve's threads: the gRPC workers and one thread per open stream (each
  * with its own PostgreSQL connection, see server.c), the LISTEN thread
  * (watch.c) that wakes WatchSpec streams on NOTIFY, and the reconciler
- * (reconcile.c). The main thread only waits for SIGTERM/SIGINT. */
+ * (reconcile.c), and the waiter (waiter.c) that holds sandbox creates
+ * waiting for readiness off the workers. The main thread only waits for
+ * SIGTERM/SIGINT. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>

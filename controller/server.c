@@ -12,6 +12,7 @@
 #include "metrics.h"
 #include "sandboxes.h"
 #include "util.h"
+#include "waiter.h"
 
 struct ctl_app *ctl_app(const rpc_call *call)
 {
@@ -125,6 +126,13 @@ int server_start(struct ctl_app *app)
 	}
 	if ((r = metrics_start(app)) < 0)
 		goto out;
+	if (app->cfg.max_waiting_creates > 0 &&
+	    !(app->waiter = waiter_start(app, app->cfg.database, app->cfg.max_waiting_creates,
+					 sbx_wait_check))) {
+		log_error("serve: cannot start the waiter thread");
+		r = -EAGAIN;
+		goto out;
+	}
 	if ((r = rpc_server_start(app->server, &port)) < 0) {
 		log_error("serve: cannot listen on %s%s%s: %s", app->cfg.listen,
 			  http ? " or " : "", http ? app->cfg.http_listen : "", strerror(-r));
@@ -144,6 +152,8 @@ out:
 	if (r < 0) {
 		rpc_server_free(app->server, 0);
 		app->server = NULL;
+		waiter_stop(app->waiter);
+		app->waiter = NULL;
 		metrics_stop(app->metrics);
 		app->metrics = NULL;
 		watch_registry_free(app->watches);
@@ -155,7 +165,10 @@ out:
 void server_stop(struct ctl_app *app)
 {
 	app->stopping = true;
+	/* waiting creates answer with a last read during the grace (the waiter
+	 * sees `stopping`); the waiter goes once no handler can add any */
 	rpc_server_free(app->server, 5000);
+	waiter_stop(app->waiter);
 	pthread_join(app->listen_thread, NULL);
 	pthread_join(app->reconcile_thread, NULL);
 	pthread_join(app->sbx_thread, NULL);

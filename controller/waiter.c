@@ -1,0 +1,255 @@
+/* waiter.c: the thread that holds creates waiting for their resource to
+ * settle (Sandboxes.Create with `wait`), so a wait holds no RPC worker and
+ * no worker's database connection.
+ *
+ * A handler detaches its call (rpc.h) and hands it here with the watch key
+ * of its instance. The thread re-reads an item at once, when its key is
+ * notified in the watch registry (a host report through this controller
+ * that changed the instance, nodeapi.c) and every WAITER_REREAD_MS
+ * otherwise, until its check answers it (settled, time up, client gone,
+ * controller stopping). Every item due in one pass is re-read in one query
+ * (the check's, e.g. sandboxes.c sbx_wait_check). watch.h has no "wait for
+ * any of these keys", so the thread looks at its keys' sequences every
+ * WAITER_POLL_MS while it holds any (one mutex round each), and sleeps on
+ * its own condition otherwise. At most max_items wait at once: past that
+ * waiter_add says -EBUSY and the create answers with its first read. */
+#include "waiter.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "ctl.h"
+#include "log.h"
+#include "util.h"
+#include "watch.h"
+
+#define WAITER_REREAD_MS 20
+#define WAITER_POLL_MS 2
+#define WAITER_BATCH 256
+
+struct waiter {
+	struct ctl_app *app;
+	struct db *db;
+	waiter_check_fn check;
+	int max_items;
+	atomic_int count;
+	pthread_t tid;
+	pthread_mutex_t mu;           /* inbox, stop */
+	pthread_cond_t cond;
+	struct waiter_item *inbox;
+	bool stop;
+	struct waiter_item *active;   /* the thread's own */
+};
+
+/* ------------------------------------------------------------ thread */
+
+static bool item_due(struct waiter *w, struct waiter_item *it, int64_t now, bool final)
+{
+	uint64_t seq = watch_wait(w->app->watches, it->entry, it->seen, 0);
+
+	if (seq != it->seen) {
+		it->seen = seq;
+		return true;
+	}
+	return final || now >= it->next_read_ms || now >= it->end_ms;
+}
+
+static void check_due(struct waiter *w, struct waiter_item **due, size_t n, int64_t now,
+		      bool final)
+{
+	for (size_t i = 0; i < n; i += WAITER_BATCH)
+		w->check(w->db, due + i, n - i < WAITER_BATCH ? n - i : WAITER_BATCH, now, final);
+	now = mono_ms();
+	for (size_t i = 0; i < n; i++)
+		due[i]->next_read_ms = now + WAITER_REREAD_MS;
+}
+
+/* Drop the answered items (and answer those whose call the RPC layer
+ * ended: the client went away, its deadline passed). */
+static void sweep(struct waiter *w)
+{
+	struct waiter_item **pp = &w->active, *it;
+
+	while ((it = *pp)) {
+		if (!it->done && rpc_call_detached_over(it->call)) {
+			rpc_call_complete(it->call, 0, NULL, NULL); /* dropped by the layer */
+			it->done = true;
+		}
+		if (!it->done) {
+			pp = &it->next;
+			continue;
+		}
+		*pp = it->next;
+		watch_remove(w->app->watches, it->entry);
+		free(it);
+		atomic_fetch_sub(&w->count, 1);
+	}
+}
+
+static void pass(struct waiter *w, bool final)
+{
+	static _Thread_local struct waiter_item **due;
+	static _Thread_local size_t cap;
+	int64_t now = mono_ms();
+	size_t n = 0;
+
+	sweep(w);
+	for (struct waiter_item *it = w->active; it; it = it->next) {
+		if (!item_due(w, it, now, final))
+			continue;
+		if (n == cap) {
+			cap = cap ? cap * 2 : 64;
+			due = realloc(due, cap * sizeof(*due));
+			if (!due)
+				abort();
+		}
+		due[n++] = it;
+	}
+	if (n)
+		check_due(w, due, n, now, final);
+	sweep(w);
+	if (!w->active) {
+		free(due);
+		due = NULL;
+		cap = 0;
+	}
+}
+
+/* Move the inbox to the active list; wait for work when there is none, or
+ * WAITER_POLL_MS when some wait. True once stopped. */
+static bool take(struct waiter *w)
+{
+	struct timespec ts;
+	bool stop;
+
+	pthread_mutex_lock(&w->mu);
+	if (w->active && !w->inbox && !w->stop) {
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_nsec += WAITER_POLL_MS * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&w->cond, &w->mu, &ts);
+	}
+	while (!w->active && !w->inbox && !w->stop)
+		pthread_cond_wait(&w->cond, &w->mu);
+	while (w->inbox) {
+		struct waiter_item *it = w->inbox;
+
+		w->inbox = it->next;
+		it->next = w->active;
+		w->active = it;
+	}
+	stop = w->stop;
+	pthread_mutex_unlock(&w->mu);
+	return stop;
+}
+
+static void *waiter_main(void *arg)
+{
+	struct waiter *w = arg;
+	bool stop = false;
+
+	while (!stop || w->active) {
+		stop = take(w);
+		pass(w, stop || w->app->stopping);
+	}
+	return NULL;
+}
+
+/* ------------------------------------------------------------ public */
+
+static struct db *db_lazy(const char *conninfo)
+{
+	struct db *d = db_open(conninfo);
+
+	if (!d) {
+		/* reconnects on first use, as a worker's (server.c) */
+		d = xcalloc(1, sizeof(*d));
+		d->conninfo = xstrdup(conninfo);
+	}
+	return d;
+}
+
+/* See waiter.h. */
+struct waiter *waiter_start(struct ctl_app *app, const char *conninfo, int max_items,
+			    waiter_check_fn check)
+{
+	struct waiter *w = xcalloc(1, sizeof(*w));
+	pthread_condattr_t ca;
+
+	w->app = app;
+	w->check = check;
+	w->max_items = max_items;
+	w->db = db_lazy(conninfo);
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	if (pthread_create(&w->tid, NULL, waiter_main, w) != 0) {
+		db_close(w->db);
+		pthread_mutex_destroy(&w->mu);
+		pthread_cond_destroy(&w->cond);
+		free(w);
+		return NULL;
+	}
+	return w;
+}
+
+/* See waiter.h. */
+void waiter_stop(struct waiter *w)
+{
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->mu);
+	w->stop = true;
+	pthread_cond_broadcast(&w->cond);
+	pthread_mutex_unlock(&w->mu);
+	pthread_join(w->tid, NULL);
+	db_close(w->db);
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->cond);
+	free(w);
+}
+
+/* See waiter.h. The key is registered before the call is detached, so a
+ * report committed after the handler's read is not missed. */
+int waiter_add(struct waiter *w, rpc_call *call, const char *key, int64_t end_ms, void *arg)
+{
+	struct waiter_item *it;
+
+	if (!w || !rpc_call_can_detach(call))
+		return -EOPNOTSUPP;
+	if (atomic_fetch_add(&w->count, 1) >= w->max_items) {
+		atomic_fetch_sub(&w->count, 1);
+		return -EBUSY;
+	}
+	it = xcalloc(1, sizeof(*it));
+	it->call = call;
+	it->arg = arg;
+	it->end_ms = end_ms;
+	it->entry = watch_add(w->app->watches, key);
+	if (rpc_call_detach(call) < 0) {
+		watch_remove(w->app->watches, it->entry);
+		free(it);
+		atomic_fetch_sub(&w->count, 1);
+		return -EOPNOTSUPP;
+	}
+	pthread_mutex_lock(&w->mu);
+	it->next = w->inbox;
+	w->inbox = it;
+	pthread_cond_broadcast(&w->cond);
+	pthread_mutex_unlock(&w->mu);
+	return RPC_DETACHED;
+}
+
+/* See waiter.h. */
+int waiter_count(const struct waiter *w)
+{
+	return w ? atomic_load((atomic_int *)&w->count) : 0;
+}
