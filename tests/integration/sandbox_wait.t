@@ -3,10 +3,14 @@
 # other calls are served; once the agent runs again every one is answered
 # ready by its single Create call (bcctl does not poll). A controller
 # stopped while creates wait answers each with its last read (starting),
-# exits within the grace and leaves no sanitizer report.
+# exits within the grace and leaves no sanitizer report. Over JSON/HTTP
+# (no detaching) a create still waits inline and answers ready.
 . "$(dirname "$0")/../lib/stack.sh"
 
-export BC_CTL_EXTRA_CONF="workers = 2"
+command -v curl >/dev/null || skip_all "curl is not installed"
+HTTP_PORT=$(free_tcp_port) || bail_out "no free port"
+export BC_CTL_EXTRA_CONF="workers = 2
+http_listen = 127.0.0.1:$HTTP_PORT"
 stack_up --controllers 1 --agents 1 --agent-capacity 32,65536,500 || bail_out "stack_up failed"
 img=$(stack_image_create sw-img) || bail_out "no image"
 tmpl=$(json_get "$(bcctl --format json sandbox-template create --name sw --pool "$POOL_ID" \
@@ -55,6 +59,20 @@ ok "[ $((SECONDS - t0)) -lt 10 ]" 'those calls answered promptly'
 kill -CONT "$(agent_pid)"
 wait "${pids[@]}"
 is "$(count_state w 8 ready)" 8 'every waiting create answered ready by its one Create call'
+
+# -- JSON/HTTP: the create waits on its worker, as before
+kill -STOP "$(agent_pid)"
+curl -sS --cacert "$BC_CA_FILE" -H "Authorization: Bearer $BC_TOKEN" \
+	-H 'Content-Type: application/json' \
+	--data-binary "{\"templateId\": \"$tmpl\", \"wait\": {\"timeoutMs\": 30000}}" \
+	"https://127.0.0.1:$HTTP_PORT/api/compute/sandboxes/create" >"$STACK_DIR/http.json" 2>&1 &
+hpid=$!
+sleep 2
+kill -0 "$hpid" 2>/dev/null
+ok $? 'over JSON/HTTP the create waits too'
+kill -CONT "$(agent_pid)"
+wait "$hpid"
+is "$(jq -r .state "$STACK_DIR/http.json")" ready '... and answers ready'
 
 # -- a controller stopped with creates waiting answers them
 kill -STOP "$(agent_pid)"
