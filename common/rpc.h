@@ -170,7 +170,8 @@ bool rpc_call_wait_cancelled(rpc_call *call, int timeout_ms);
  *	}
  *
  * The request message is freed when the handler returns: copy what the
- * owner needs into the call (rpc_strdup). The owner then calls
+ * owner needs into the call (rpc_strdup); rpc_call_thread() still names
+ * the worker's state, which the owner must not use. The owner then calls
  * rpc_call_complete() exactly once, from any thread, even after the server
  * was freed. Until then the layer watches the call: a client that went
  * away or a deadline that passed ends it (rpc_call_detached_over() turns
@@ -195,9 +196,6 @@ void rpc_call_complete(rpc_call *call, int rc, const ProtobufCMessage *resp, bc_
 /* True once the layer ended a detached call (client gone, deadline
  * passed, server shutting down): its owner should complete it now. */
 bool rpc_call_detached_over(const rpc_call *call);
-/* Replace the per-thread state rpc_call_thread() returns (the new owner
- * of a detached call sets its own, e.g. its database connection). */
-void rpc_call_set_thread(rpc_call *call, void *thread_state);
 
 /* ---------------------------------------------------------- client */
 

@@ -369,12 +369,6 @@ void *rpc_call_thread(const rpc_call *call)
 }
 
 /* See rpc.h. */
-void rpc_call_set_thread(rpc_call *call, void *thread_state)
-{
-	call->thread_state = thread_state;
-}
-
-/* See rpc.h. */
 const char *rpc_call_method(const rpc_call *call)
 {
 	return call->path;

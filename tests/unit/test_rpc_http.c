@@ -68,11 +68,19 @@ static Msg *msg_new(rpc_call *call, int code, const char *text)
 	return m;
 }
 
+/* Echo calls that could be detached, and that were refused (rpc.h:
+ * calls on the JSON/HTTP transport cannot be). */
+static atomic_int n_detachable, n_detach_refused;
+
 static int h_echo(rpc_call *call, const ProtobufCMessage *req, ProtobufCMessage **ret,
 		  bc_error *err)
 {
 	const Msg *in = (const Msg *)req;
 
+	if (rpc_call_can_detach(call))
+		n_detachable++;
+	else if (rpc_call_detach(call) == -EOPNOTSUPP)
+		n_detach_refused++;
 	*ret = &msg_new(call, in->code, in->message)->base;
 	return 0;
 }
@@ -902,6 +910,8 @@ int main(void)
 		test_keepalive();
 		test_expect_continue();
 		test_concurrency();
+		is_int(n_detachable, 0, "no JSON/HTTP call can be detached");
+		ok(n_detach_refused > 0, "rpc_call_detach refuses them (%d)", (int)n_detach_refused);
 		test_stalled();
 		test_grpc_beside();
 		test_shutdown(s);
