@@ -1092,8 +1092,8 @@ static void test_detach_cancel(rpc_client *c, int port)
 	struct acall a;
 	int st;
 
-	acall_start(&a, c, "Defer", 1, "d", 300);
-	is_int(held_wait(1), 1, "detach: call with a 300 ms deadline held");
+	acall_start(&a, c, "Defer", 1, "d", 1000);
+	is_int(held_wait(1), 1, "detach: call with a 1 s deadline held");
 	h = held_take();
 	pthread_join(a.t, NULL);
 	is_int(a.err.code, BC_DEADLINE_EXCEEDED, "detach: client sees DEADLINE_EXCEEDED");
