@@ -8,10 +8,10 @@
  * that changed the instance, nodeapi.c) and every WAITER_REREAD_MS
  * otherwise, until its check answers it (settled, time up, client gone,
  * controller stopping). Every item due in one pass is re-read in one query
- * (the check's, e.g. sandboxes.c sbx_wait_check). watch.h has no "wait for
- * any of these keys", so the thread looks at its keys' sequences every
- * WAITER_POLL_MS while it holds any (one mutex round each), and sleeps on
- * its own condition otherwise. At most max_items wait at once: past that
+ * (the check's, e.g. sandboxes.c sbx_wait_check). Its keys are registered
+ * with a poke (watch_add_poke): a notification wakes the thread's own
+ * condition, so between re-reads it sleeps until the next item is due or
+ * a key moves, and costs nothing while nothing happens. At most max_items wait at once: past that
  * waiter_add says -EBUSY and the create answers with its first read. */
 #include "waiter.h"
 
@@ -27,7 +27,6 @@
 #include "watch.h"
 
 #define WAITER_REREAD_MS 20
-#define WAITER_POLL_MS 2
 #define WAITER_BATCH 256
 
 struct waiter {
@@ -41,6 +40,8 @@ struct waiter {
 	pthread_cond_t cond;
 	struct waiter_item *inbox;
 	bool stop;
+	bool poked;                   /* a key moved since the last pass */
+	int64_t next_due_ms;          /* the thread's own: the earliest re-read */
 	struct waiter_item *active;   /* the thread's own */
 };
 
@@ -111,6 +112,12 @@ static void pass(struct waiter *w, bool final)
 	if (n)
 		check_due(w, due, n, now, final);
 	sweep(w);
+	w->next_due_ms = INT64_MAX;
+	for (struct waiter_item *it = w->active; it; it = it->next) {
+		int64_t at = it->next_read_ms < it->end_ms ? it->next_read_ms : it->end_ms;
+		if (at < w->next_due_ms)
+			w->next_due_ms = at;
+	}
 	if (!w->active) {
 		free(due);
 		due = NULL;
@@ -118,23 +125,41 @@ static void pass(struct waiter *w, bool final)
 	}
 }
 
+/* A key of ours moved (the registry's lock is held: only our own). */
+static void poke(void *arg)
+{
+	struct waiter *w = arg;
+
+	pthread_mutex_lock(&w->mu);
+	w->poked = true;
+	pthread_cond_broadcast(&w->cond);
+	pthread_mutex_unlock(&w->mu);
+}
+
 /* Move the inbox to the active list; wait for work when there is none, or
- * WAITER_POLL_MS when some wait. True once stopped. */
+ * until the next item is due or a key moves when some wait. True once
+ * stopped. */
 static bool take(struct waiter *w)
 {
 	struct timespec ts;
 	bool stop;
 
 	pthread_mutex_lock(&w->mu);
-	if (w->active && !w->inbox && !w->stop) {
+	while (w->active && !w->inbox && !w->stop && !w->poked) {
+		int64_t left = w->next_due_ms - mono_ms();
+		if (left <= 0)
+			break;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_nsec += WAITER_POLL_MS * 1000000L;
+		ts.tv_sec += left / 1000;
+		ts.tv_nsec += (left % 1000) * 1000000L;
 		if (ts.tv_nsec >= 1000000000L) {
 			ts.tv_sec++;
 			ts.tv_nsec -= 1000000000L;
 		}
-		pthread_cond_timedwait(&w->cond, &w->mu, &ts);
+		if (pthread_cond_timedwait(&w->cond, &w->mu, &ts) == ETIMEDOUT)
+			break;
 	}
+	w->poked = false;
 	while (!w->active && !w->inbox && !w->stop)
 		pthread_cond_wait(&w->cond, &w->mu);
 	while (w->inbox) {
@@ -233,7 +258,7 @@ int waiter_add(struct waiter *w, rpc_call *call, const char *key, int64_t end_ms
 	it->call = call;
 	it->arg = arg;
 	it->end_ms = end_ms;
-	it->entry = watch_add(w->app->watches, key);
+	it->entry = watch_add_poke(w->app->watches, key, poke, w);
 	if (rpc_call_detach(call) < 0) {
 		watch_remove(w->app->watches, it->entry);
 		free(it);

@@ -20,6 +20,8 @@
 struct watch_entry {
 	char node_id[64];
 	uint64_t seq;
+	void (*poke)(void *arg);  /* watch_add_poke: called when seq moves */
+	void *poke_arg;
 	struct watch_entry *next;
 };
 
@@ -56,6 +58,18 @@ void watch_registry_free(struct watch_registry *r)
 	free(r);
 }
 
+struct watch_entry *watch_add_poke(struct watch_registry *r, const char *node_id,
+				   void (*poke)(void *arg), void *arg)
+{
+	struct watch_entry *e = watch_add(r, node_id);
+
+	pthread_mutex_lock(&r->mu);
+	e->poke = poke;
+	e->poke_arg = arg;
+	pthread_mutex_unlock(&r->mu);
+	return e;
+}
+
 struct watch_entry *watch_add(struct watch_registry *r, const char *node_id)
 {
 	struct watch_entry *e = xcalloc(1, sizeof(*e));
@@ -84,8 +98,11 @@ void watch_notify(struct watch_registry *r, const char *node_id)
 {
 	pthread_mutex_lock(&r->mu);
 	for (struct watch_entry *e = r->head; e; e = e->next)
-		if (!node_id || strcmp(e->node_id, node_id) == 0)
+		if (!node_id || strcmp(e->node_id, node_id) == 0) {
 			e->seq++;
+			if (e->poke)
+				e->poke(e->poke_arg);
+		}
 	pthread_cond_broadcast(&r->cond);
 	pthread_mutex_unlock(&r->mu);
 }

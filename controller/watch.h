@@ -11,6 +11,11 @@ struct watch_entry;
 #define WATCH_EVENTS "*events"
 
 struct watch_entry *watch_add(struct watch_registry *r, const char *node_id);
+/* The same, and poke(arg) is called each time the entry's sequence moves,
+ * with the registry's lock held: it must not call into the registry (a
+ * thread sleeping on many entries wakes on its own condition). */
+struct watch_entry *watch_add_poke(struct watch_registry *r, const char *node_id,
+				   void (*poke)(void *arg), void *arg);
 void watch_remove(struct watch_registry *r, struct watch_entry *e);
 /* Wake the streams of node_id (NULL: every stream). */
 void watch_notify(struct watch_registry *r, const char *node_id);
