@@ -44,7 +44,26 @@ int state_save_spec(const char *dir, const Bc__Node__V1__NodeSpec *spec)
 		return -EFBIG;
 	buf = xmalloc(len);
 	protobuf_c_message_pack(&spec->base, buf);
-	return file_write_atomic(path, buf, len, 0600);
+	return file_replace(path, buf, len, 0600);
+}
+
+int state_sync_spec(const char *dir)
+{
+	_cleanup_free_ char *path = spec_path(dir);
+	int fd = open(path, O_RDONLY | O_CLOEXEC), e = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (fsync(fd) < 0)
+		e = -errno;
+	close(fd);
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return e ? e : -errno;
+	if (fsync(fd) < 0 && !e)
+		e = -errno;
+	close(fd);
+	return e;
 }
 
 static Bc__Node__V1__NodeSpec *spec_unpack(const void *buf, size_t len)

@@ -23,8 +23,16 @@
  * STATE_MAX_INSTANCES instances or STATE_MAX_VOLUMES volumes). Pure. */
 int state_accept_spec(uint64_t applied_generation, const Bc__Node__V1__NodeSpec *incoming);
 
-/* Write spec to dir/spec.pb atomically (0600). 0 or -errno. */
+/* Write spec to dir/spec.pb atomically (0600): a temporary file renamed
+ * over it, so a bcd started after a crash of this one reads the old spec or
+ * the new one, whole. Not yet flushed to the disk: state_sync_spec does
+ * that (a host that loses power loses its VMs too, and the controller
+ * sends the current spec again), so the converge thread can start on the
+ * spec while it runs. 0 or -errno. */
 int state_save_spec(const char *dir, const Bc__Node__V1__NodeSpec *spec);
+
+/* Flush dir/spec.pb and its directory entry to the disk. 0 or -errno. */
+int state_sync_spec(const char *dir);
 
 /* Read dir/spec.pb. *ret is owned (free with state_spec_free). -ENOENT when
  * no spec was ever saved, -EBADMSG if it does not unpack. */

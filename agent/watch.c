@@ -3,8 +3,9 @@
  * The stream carries NodeUpdate{spec | command}. A spec is fenced by
  * generation (state_accept_spec): an older or equal one is refused and
  * logged ("spec generation N refused: applied M"), never applied. A spec is
- * on disk before the converge thread sees it. While disconnected the
- * converge thread keeps converging the last spec.
+ * in the file system (renamed into place) before the converge thread sees
+ * it, and flushed to the disk right after it was handed over. While
+ * disconnected the converge thread keeps converging the last spec.
  *
  * A burst of updates already received (the controller sends a spec per
  * change, faster than a spec can be persisted) is taken whole before any
@@ -76,6 +77,11 @@ static int handle_spec(struct watch *w, const Bc__Node__V1__NodeSpec *spec)
 	log_info("spec generation %" PRIu64 " accepted (%zu instances)", spec->generation,
 		 spec->n_instances);
 	conv_submit(w->conv, copy);
+	/* in the file system already; to the disk while converge starts */
+	e = state_sync_spec(w->state_dir);
+	if (e < 0)
+		log_warn("spec generation %" PRIu64 ": cannot flush it to the disk (%s)",
+			 spec->generation, strerror(-e));
 	return 0;
 }
 

@@ -81,7 +81,9 @@ static void test_persist_roundtrip(void)
 	Bc__Node__V1__NodeSpec *s = mkspec(7, 3), *back = NULL;
 
 	is_int(state_load_spec(tmpdir, &back), -ENOENT, "no spec.pb yet: -ENOENT");
+	is_int(state_sync_spec(tmpdir), -ENOENT, "nothing to flush yet: -ENOENT");
 	is_int(state_save_spec(tmpdir, s), 0, "spec saved");
+	is_int(state_sync_spec(tmpdir), 0, "and flushed to the disk");
 	is_int(state_load_spec(tmpdir, &back), 0, "spec loaded");
 	ok(back != NULL, "loaded spec exists");
 	if (back) {
