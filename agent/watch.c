@@ -139,16 +139,23 @@ static int flush_spec(struct watch *w, ProtobufCMessage **held, int r)
 	return e < 0 && e != -ESTALE && e != -EINVAL ? e : (r < 0 ? r : e);
 }
 
+#define BURST_MAX 1024
+
 /* m and every update the stream already holds (a receive that does not
- * wait): of consecutive specs only the newest is handled. Frees them all;
- * returns what handling them returned (the worst). A stream that ended
- * meanwhile says so again at the caller's next receive. */
-static int handle_burst(struct watch *w, rpc_stream *st, ProtobufCMessage *m, bc_error *err)
+ * wait; at most BURST_MAX): of consecutive specs only the newest is
+ * handled. Frees them all; returns what handling them returned (the
+ * worst). A receive that failed without ending the stream (a message that
+ * does not unpack) is in *recv_err (with err), after what came before it
+ * was handled; a stream that ended says so again at the caller's next
+ * receive. */
+static int handle_burst(struct watch *w, rpc_stream *st, ProtobufCMessage *m, int *recv_err,
+			bc_error *err)
 {
 	ProtobufCMessage *held = NULL;
-	size_t skipped = 0;
-	int r = 0;
+	size_t skipped = 0, n = 0;
+	int r = 0, got = 0;
 
+	*recv_err = 0;
 	do {
 		if (!is_spec(m)) {
 			r = flush_spec(w, &held, r);
@@ -162,7 +169,12 @@ static int handle_burst(struct watch *w, rpc_stream *st, ProtobufCMessage *m, bc
 			held = m;
 		}
 		m = NULL;
-	} while (rpc_stream_recv(st, &bc__node__v1__node_update__descriptor, &m, 0, err) == 1);
+		if (++n >= BURST_MAX)
+			break;
+		got = rpc_stream_recv(st, &bc__node__v1__node_update__descriptor, &m, 0, err);
+		if (got < 0 && got != -ETIMEDOUT)
+			*recv_err = got;
+	} while (got == 1);
 	if (skipped) {
 		atomic_fetch_add(&w->superseded, skipped);
 		log_debug("watch: %zu spec(s) superseded before persisting", skipped);
@@ -178,7 +190,7 @@ static int session(struct watch *w, struct backoff *b, bool *down, bc_error *err
 	int64_t opened = mono_ms();
 	rpc_stream *st;
 	char path[128];
-	int r = 0;
+	int r = 0, recv_err;
 
 	req.applied_generation = atomic_load(&w->applied);
 	rpc_method_path(&bc__node__v1__node__descriptor, "WatchSpec", path, sizeof(path));
@@ -197,12 +209,16 @@ static int session(struct watch *w, struct backoff *b, bool *down, bc_error *err
 			r = 0;
 			continue;
 		}
-		r = handle_burst(w, st, m, err);
+		r = handle_burst(w, st, m, &recv_err, err);
 		if (r < 0 && r != -ESTALE && r != -EINVAL) {
 			r = bc_error_set(err, BC_INTERNAL, "spec not persisted: %s", strerror(-r));
 			break;
 		}
 		r = 0;
+		if (recv_err < 0) {
+			r = recv_err;
+			break;
+		}
 	}
 	rpc_stream_free(st);
 	return r;

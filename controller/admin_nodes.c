@@ -209,6 +209,9 @@ static int retire_tx(struct db *d, void *arg, bc_error *err)
 	if (PQntuples(r) == 1)
 		rc = nodes_abandon(d, a->id, "node retired");
 	PQclear(r);
+	/* a retired node opens no spec stream again to take them */
+	if (rc == 0)
+		rc = db_exec(d, NULL, "DELETE FROM node_spec_changes WHERE node_id = $1", &p);
 	if (rc == 0) {
 		char subject[96];
 		snprintf(subject, sizeof(subject), "node/%s", a->id);

@@ -355,6 +355,10 @@ static const char *lines_str(const struct lines *l)
 struct report {
 	const Bc__Node__V1__StatusReport *q;
 	const char *node;
+	/* the node's generation, plus one while changes wait to be taken
+	 * (node_spec_changes): a host that applied spec_generation has not
+	 * seen them, so its report is not taken as complete, and the ack
+	 * tells it a newer spec is due */
 	uint64_t spec_generation;
 	struct lines ids, st, reasons, deleted, caps, lkeys, lvals;
 	struct lines changed; /* instances whose state this report changed */
@@ -386,7 +390,8 @@ static int report_node(struct db *d, struct report *a, bc_error *err)
 		     "$6 THEN $9::bigint ELSE n.cap_disk_gib END, cap_gpus = CASE WHEN $6 THEN "
 		     "$10::int ELSE n.cap_gpus END, state = CASE WHEN n.state = 'lost' THEN 'ready' "
 		     "ELSE n.state END FROM (SELECT state FROM nodes WHERE id = $1 FOR UPDATE) old "
-		     "WHERE n.id = $1 AND n.state <> 'retired' RETURNING n.spec_generation, old.state",
+		     "WHERE n.id = $1 AND n.state <> 'retired' RETURNING n.spec_generation + (EXISTS ("
+		     "SELECT 1 FROM node_spec_changes c WHERE c.node_id = $1))::int, old.state",
 		     &p);
 	if (rc < 0)
 		return db_fail(err, rc);

@@ -32,19 +32,22 @@ DROP INDEX events_tenant;
 DROP TRIGGER events_order ON events;
 DROP FUNCTION bc_events_order();
 
--- One notification per transaction, not one per event (the payload was
--- never read).
+-- One notification per transaction, not one per event: the payload (never
+-- read) is constant, and PostgreSQL delivers identical notifications of
+-- one transaction once. Still a row trigger, so an INSERT of no rows (a
+-- report that changed nothing) notifies nobody.
 CREATE OR REPLACE FUNCTION bc_events_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM pg_notify('bc_events', '');
-  RETURN NULL;
+  RETURN NEW;
 END $$;
-DROP TRIGGER events_notify ON events;
-CREATE TRIGGER events_notify AFTER INSERT ON events
-  FOR EACH STATEMENT EXECUTE FUNCTION bc_events_notify();
 
 -- Give every committed, unsequenced event the next seq, in id order (the
--- order its transaction inserted them). The lock makes sequencers run one
+-- order its transaction inserted them). Two transactions that both
+-- committed before one pass come out in the order they drew their ids,
+-- which may differ from their commit order; the events of one object keep
+-- their order, since every path changes the object's row (and waits for
+-- its lock) before it inserts the event. The lock makes sequencers run one
 -- at a time; READ COMMITTED takes the UPDATE's snapshot after the lock is
 -- held, so it sees every sequencer before it and every event committed
 -- by then. Returns how many events it sequenced.

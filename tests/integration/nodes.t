@@ -76,6 +76,29 @@ eventually 20 is_ready
 ok $? 'back on the real controller, nothing changed'
 is "$(grep -c 'op=create' "$STACK_DIR/agent-1/fake/ledger.log")" "$creates" 'and nothing was created again'
 
+# -- a change committed but not yet taken by the node's spec stream (agent 1
+# is down, so nobody takes it): a report of the generation the node holds
+# is not taken as complete, and its ack says a newer spec is due
+agent_kill 1 TERM
+x=$(q "SELECT id FROM instances WHERE node_id = '$node1' AND state = 'running' ORDER BY id LIMIT 1")
+gen=$(q "SELECT spec_generation FROM nodes WHERE id = '$node1'")
+q "INSERT INTO node_spec_changes (node_id) VALUES ('$node1')" >/dev/null
+d1=$STACK_DIR/agent-1
+out=$(node "$BC_SRC/tests/integration/grpc_call.js" "$BC_URL" "$d1/ca.pem" "$d1/node.pem" "$d1/node.key" \
+	bc/node/v1/node.proto bc.node.v1.Node Report \
+	"{\"applied_generation\": \"$gen\", \"complete\": true, \"instances\": [{\"id\": \"$x\", \"state\": \"stopped\"}]}")
+is "$(printf '%s' "$out" | jq -r .spec_generation)" "$((gen + 1))" \
+	"the ack says a newer spec than $gen is due"
+is "$(q "SELECT state FROM instances WHERE id = '$x'")" running \
+	'a state other than the desired one is not taken from that report'
+agent_start 1 || bail_out "agent 1 did not restart"
+eventually 20 is_ready
+ok $? 'the agent back: the node ready, its instances running'
+taken() { [ "$(q "SELECT count(*) FROM node_spec_changes WHERE node_id = '$node1'")" = 0 ] &&
+	[ "$(q "SELECT spec_generation FROM nodes WHERE id = '$node1'")" -gt "$gen" ]; }
+eventually 20 taken
+ok $? "its stream took the change: generation past $gen"
+
 # -- retire node 2: its certificate is refused, its instances are lost
 n2=$(running_on "$node2")
 out=$(bcctl --format json node retire "$node2")
