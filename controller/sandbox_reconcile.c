@@ -168,6 +168,12 @@ static bool take_lead(struct db *d)
 	return true;
 }
 
+/* A wake-up for the warm pools alone (a claim took a warm instance) waits
+ * this long, so a burst of claims gets one refill pass instead of one per
+ * claim, running while the claims still need the CPU; any other wake-up
+ * (a delete, a finished deletion) runs the pass at once. */
+#define REFILL_SETTLE_MS 100
+
 /* Wait until the deadline or a wake-up; false when the connection broke. */
 static bool wait_wake(struct ctl_app *app, struct db *d, int64_t deadline)
 {
@@ -183,7 +189,13 @@ static bool wait_wake(struct ctl_app *app, struct db *d, int64_t deadline)
 		if (!PQconsumeInput(d->conn))
 			return false;
 		while ((n = PQnotifies(d->conn))) {
-			woken = true;
+			if (strcmp(n->extra, "warm") == 0) {
+				int64_t settle = mono_ms() + REFILL_SETTLE_MS;
+				if (settle < deadline)
+					deadline = settle;
+			} else {
+				woken = true;
+			}
 			PQfreemem(n);
 		}
 	}
