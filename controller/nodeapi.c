@@ -551,7 +551,8 @@ static void report_free(struct report *a)
 }
 
 /* Wake the creates waiting in this controller on an instance whose state
- * the report changed (sandboxes.c, instances.c wait_settled). */
+ * the report changed (sandbox creates in waiter.c, instance creates in
+ * instances.c wait_settled). */
 static void wake_waiters(struct ctl_app *app, const struct lines *changed)
 {
 	char *ids = xstrdup(lines_str(changed)), *save = NULL;
