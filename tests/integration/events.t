@@ -78,7 +78,7 @@ refused 3 'an unknown tenant' -- events list --tenant nobody
 
 # -- writers take no lock: a raw INSERT does not wait while another
 # transaction holds the sequencer's lock
-psql -d bc -XAtq -c "BEGIN; SELECT pg_advisory_xact_lock(4242001); SELECT pg_sleep(3); COMMIT;" >/dev/null &
+psql -d bc -XAtq -c "BEGIN; SELECT pg_advisory_xact_lock(4242001); SELECT pg_sleep(5); COMMIT;" >/dev/null &
 holder=$!
 held() { [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242001 AND granted")" = 1 ]; }
 eventually 30 held
@@ -92,7 +92,7 @@ wait "$holder"
 first_id() { json_items "$(bcctl --format json events list --tenant evt --type test. "$@")" | head -1 | jq -r .id; }
 last=$(first_id)
 like "$last" '^[0-9]+$' "the raw event listed (id $last)"
-psql -d bc -XAtq -c "BEGIN; INSERT INTO events (type, subject, tenant_id) VALUES ('test.late', 'x/2', 'evt'); SELECT pg_sleep(2); COMMIT;" >/dev/null &
+psql -d bc -XAtq -c "BEGIN; INSERT INTO events (type, subject, tenant_id) VALUES ('test.late', 'x/2', 'evt'); SELECT pg_sleep(8); COMMIT;" >/dev/null &
 slow=$!
 in_flight() { [ "$(q "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%test.late%' AND state = 'active' AND pid <> pg_backend_pid()")" = 1 ]; }
 eventually 30 in_flight
