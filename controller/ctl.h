@@ -54,7 +54,8 @@ struct ctl_app {
 	pthread_t listen_thread, reconcile_thread, sbx_thread;
 	struct metrics_srv *metrics;
 	int waiting;                 /* calls holding a worker in a create's wait */
-	struct waiter *waiter;       /* creates waiting off the workers (waiter.c) */
+	struct waiter *waiter;       /* sandbox creates waiting off the workers (waiter.c) */
+	struct waiter *inst_waiter;  /* instance creates waiting off the workers */
 };
 
 /* The caller of an API call, set by the pre-call hook. */

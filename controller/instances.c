@@ -19,6 +19,7 @@
 #include "nodes.h"
 #include "rowmsg.h"
 #include "util.h"
+#include "waiter.h"
 #include "watch.h"
 
 #define WAIT_MAX_MS 30000
@@ -442,14 +443,81 @@ static int create_tx(struct db *d, void *arg, bc_error *err)
 	return idem_record(d, &a->k, a->n.id, err);
 }
 
+static bool unsettled(const char *state)
+{
+	return strcmp(state, "provisioning") == 0 || strcmp(state, "starting") == 0;
+}
+
+/* Answer one waiting create from the batch read, as wait_settled would:
+ * the read once settled or time is up, NOT_FOUND or the database failure
+ * as inst_fetch. False if it still waits. */
+static bool wait_answer(struct waiter_item *it, const PGresult *r, int rc, int64_t now,
+			bool final)
+{
+	const struct waiter_key *k = it->arg;
+	int i = rc < 0 ? -1 : waiter_key_row(r, k);
+	bc_error err;
+
+	bc_error_clear(&err);
+	if (i >= 0 && !final && now < it->end_ms && unsettled(db_val(r, i, 6)))
+		return false;
+	if (rc < 0) {
+		rpc_call_complete(it->call, db_fail(&err, rc), NULL, &err);
+	} else if (i < 0) {
+		bc_error_set(&err, BC_NOT_FOUND, "instance %s not found", k->id);
+		rpc_call_complete(it->call, -BC_EDOMAIN, NULL, &err);
+	} else {
+		rpc_call_complete(it->call, 0, &inst_from_row(it->call, r, i)->base, &err);
+	}
+	return true;
+}
+
+/* See instances.h. */
+void inst_wait_check(struct db *d, struct waiter_item *const *due, size_t n, int64_t now,
+		     bool final)
+{
+	_cleanup_free_ char *ids = waiter_ids_array(due, n);
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, ids);
+	rc = db_exec(d, &r, "SELECT " INST_COLS " FROM instances i WHERE i.id = ANY($1::text[])"
+		     INST_NOT_DRAFT, &p);
+	for (size_t i = 0; i < n; i++)
+		due[i]->done = wait_answer(due[i], r, rc, now, final);
+	PQclear(r);
+}
+
+/* Hand a create still settling to the instances' waiter (waiter.c), which
+ * holds no worker: RPC_DETACHED, or <0 to wait inline. */
+static int wait_detached(rpc_call *c, const char *tenant, const char *id, int timeout_ms)
+{
+	struct ctl_app *app = ctl_app(c);
+	struct waiter_key *k;
+	int r;
+
+	if (!app->inst_waiter || !rpc_call_can_detach(c))
+		return -EOPNOTSUPP;
+	k = rpc_alloc(c, sizeof(*k));
+	k->tenant = rpc_strdup(c, tenant);
+	k->id = rpc_strdup(c, id);
+	r = waiter_add(app->inst_waiter, c, id, mono_ms() + timeout_ms, k);
+	if (r == -EBUSY)
+		log_debug("instance %s: answering at once, %d creates already wait", id,
+			  app->cfg.max_waiting_creates);
+	return r;
+}
+
 /* Re-read until the instance leaves provisioning/starting or time is up;
- * the last read is the answer either way. A wait holds a worker thread and
- * its database connection, so at most half the workers wait at once: past
- * that a create answers with its first read, as if its time had run out,
- * and the API stays responsive under many waiting creates. The wait sleeps
- * on the instance's key in the watch registry: a host report through this
- * controller that changes its state wakes it at once (nodeapi.c); anything
- * else is seen at the next re-read, every 50 ms. */
+ * the last read is the answer either way. Over gRPC the create is handed
+ * to the waiter (wait_detached) and holds no worker. Otherwise (JSON/HTTP)
+ * the wait holds a worker thread and its database connection, so at most
+ * half the workers wait at once: past that a create answers with its first
+ * read, as if its time had run out. The wait sleeps on the instance's key
+ * in the watch registry: a host report through this controller that
+ * changes its state wakes it at once (nodeapi.c); anything else is seen at
+ * the next re-read, every 50 ms. */
 static int wait_settled(rpc_call *c, const char *tenant, const char *id, int timeout_ms,
 			Bc__Compute__V1__Instance **inst, bc_error *err)
 {
@@ -467,8 +535,7 @@ static int wait_settled(rpc_call *c, const char *tenant, const char *id, int tim
 		return 0;
 	}
 	e = watch_add(app->watches, id);
-	while (mono_ms() < end && (strcmp((*inst)->state, "provisioning") == 0 ||
-				   strcmp((*inst)->state, "starting") == 0)) {
+	while (mono_ms() < end && unsettled((*inst)->state)) {
 		int64_t left = end - mono_ms();
 		seen = watch_wait(app->watches, e, seen, (int)(left < 50 ? left : 50));
 		if ((r = inst_fetch(c, tenant, id, inst, NULL, err)) < 0)
@@ -509,6 +576,9 @@ static int inst_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage 
 	if (!a.reused)
 		log_info("instance %s: created for tenant %s on %s", a.n.id, a.tenant,
 			 *inst->node_id ? inst->node_id : "(unplaced)");
+	if (q->wait && q->wait->timeout_ms > 0 && unsettled(inst->state) &&
+	    (r = wait_detached(c, a.tenant, a.n.id, q->wait->timeout_ms)) == RPC_DETACHED)
+		return r;
 	if (q->wait && q->wait->timeout_ms > 0 &&
 	    (r = wait_settled(c, a.tenant, a.n.id, q->wait->timeout_ms, &inst, err)) < 0)
 		return r;

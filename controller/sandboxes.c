@@ -392,32 +392,6 @@ out:
 #define WAIT_REREAD_MS 20
 
 /* What the waiter keeps of a waiting create, in its call's arena. */
-struct sbx_wait {
-	const char *tenant, *id;
-};
-
-static const char *ids_array(struct waiter_item *const *due, size_t n)
-{
-	size_t len = 3;
-	char *buf, *p;
-
-	for (size_t i = 0; i < n; i++)
-		len += strlen(((struct sbx_wait *)due[i]->arg)->id) + 1;
-	p = buf = xmalloc(len);
-	*p++ = '{';
-	for (size_t i = 0; i < n; i++)
-		p += sprintf(p, "%s%s", i ? "," : "", ((struct sbx_wait *)due[i]->arg)->id);
-	strcpy(p, "}");
-	return buf;
-}
-
-static int row_of(const PGresult *r, const struct sbx_wait *a)
-{
-	for (int i = 0; r && i < PQntuples(r); i++)
-		if (strcmp(db_val(r, i, 0), a->id) == 0 && strcmp(db_val(r, i, 1), a->tenant) == 0)
-			return i;
-	return -1;
-}
 
 /* Answer one waiting create from the batch read, as wait_settled would:
  * the read once settled or time is up, NOT_FOUND or the database failure
@@ -425,9 +399,9 @@ static int row_of(const PGresult *r, const struct sbx_wait *a)
 static bool wait_answer(struct waiter_item *it, const PGresult *r, int rc, int64_t now,
 			bool final)
 {
-	const struct sbx_wait *a = it->arg;
+	const struct waiter_key *a = it->arg;
 	rpc_call *c = it->call;
-	int i = rc < 0 ? -1 : row_of(r, a);
+	int i = rc < 0 ? -1 : waiter_key_row(r, a);
 	struct sbx_row o;
 	bc_error err;
 
@@ -450,7 +424,7 @@ static bool wait_answer(struct waiter_item *it, const PGresult *r, int rc, int64
 void sbx_wait_check(struct db *d, struct waiter_item *const *due, size_t n, int64_t now,
 		    bool final)
 {
-	_cleanup_free_ char *ids = (char *)ids_array(due, n);
+	_cleanup_free_ char *ids = waiter_ids_array(due, n);
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	int rc;
@@ -468,7 +442,7 @@ static int wait_detached(rpc_call *c, const char *tenant, const struct sbx_row *
 			 int timeout_ms)
 {
 	struct ctl_app *app = ctl_app(c);
-	struct sbx_wait *a;
+	struct waiter_key *a;
 	int r;
 
 	if (!app->waiter || !rpc_call_can_detach(c))

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "instances.h"
 #include "log.h"
 #include "metrics.h"
 #include "sandboxes.h"
@@ -127,8 +128,10 @@ int server_start(struct ctl_app *app)
 	if ((r = metrics_start(app)) < 0)
 		goto out;
 	if (app->cfg.max_waiting_creates > 0 &&
-	    !(app->waiter = waiter_start(app, app->cfg.database, app->cfg.max_waiting_creates,
-					 sbx_wait_check))) {
+	    (!(app->waiter = waiter_start(app, app->cfg.database, app->cfg.max_waiting_creates,
+					  sbx_wait_check)) ||
+	     !(app->inst_waiter = waiter_start(app, app->cfg.database,
+					       app->cfg.max_waiting_creates, inst_wait_check)))) {
 		log_error("serve: cannot start the waiter thread");
 		r = -EAGAIN;
 		goto out;
@@ -154,6 +157,8 @@ out:
 		app->server = NULL;
 		waiter_stop(app->waiter);
 		app->waiter = NULL;
+		waiter_stop(app->inst_waiter);
+		app->inst_waiter = NULL;
 		metrics_stop(app->metrics);
 		app->metrics = NULL;
 		watch_registry_free(app->watches);
@@ -169,6 +174,7 @@ void server_stop(struct ctl_app *app)
 	 * sees `stopping`); the waiter goes once no handler can add any */
 	rpc_server_free(app->server, 5000);
 	waiter_stop(app->waiter);
+	waiter_stop(app->inst_waiter);
 	pthread_join(app->listen_thread, NULL);
 	pthread_join(app->reconcile_thread, NULL);
 	pthread_join(app->sbx_thread, NULL);

@@ -1,6 +1,7 @@
-/* waiter.c: the thread that holds creates waiting for their resource to
- * settle (Sandboxes.Create with `wait`), so a wait holds no RPC worker and
- * no worker's database connection.
+/* waiter.c: a thread that holds creates waiting for their resource to
+ * settle (Sandboxes.Create or Instances.Create with `wait`: one waiter
+ * each), so a wait holds no RPC worker and no worker's database
+ * connection.
  *
  * A handler detaches its call (rpc.h) and hands it here with the watch key
  * of its instance. The thread re-reads an item at once, when its key is
@@ -18,7 +19,9 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "ctl.h"
@@ -271,6 +274,31 @@ int waiter_add(struct waiter *w, rpc_call *call, const char *key, int64_t end_ms
 	pthread_cond_broadcast(&w->cond);
 	pthread_mutex_unlock(&w->mu);
 	return RPC_DETACHED;
+}
+
+/* See waiter.h. */
+char *waiter_ids_array(struct waiter_item *const *due, size_t n)
+{
+	size_t len = 3;
+	char *buf, *p;
+
+	for (size_t i = 0; i < n; i++)
+		len += strlen(((const struct waiter_key *)due[i]->arg)->id) + 1;
+	p = buf = xmalloc(len);
+	*p++ = '{';
+	for (size_t i = 0; i < n; i++)
+		p += sprintf(p, "%s%s", i ? "," : "", ((const struct waiter_key *)due[i]->arg)->id);
+	strcpy(p, "}");
+	return buf;
+}
+
+/* See waiter.h. */
+int waiter_key_row(const PGresult *r, const struct waiter_key *k)
+{
+	for (int i = 0; r && i < PQntuples(r); i++)
+		if (strcmp(db_val(r, i, 0), k->id) == 0 && strcmp(db_val(r, i, 1), k->tenant) == 0)
+			return i;
+	return -1;
 }
 
 /* See waiter.h. */

@@ -48,6 +48,19 @@ void waiter_stop(struct waiter *w);
  * server stopping) or -EBUSY (max_items wait already): answer inline. */
 int waiter_add(struct waiter *w, rpc_call *call, const char *key, int64_t end_ms, void *arg);
 
+/* The data most checks need: the resource waited for and its tenant. */
+struct waiter_key {
+	const char *tenant, *id;
+};
+
+/* A Postgres text[] literal of the ids of n items whose arg is a
+ * waiter_key, for "id = ANY($1::text[])" (ids are printable and have no
+ * comma, quote or brace). Free it. */
+char *waiter_ids_array(struct waiter_item *const *due, size_t n);
+
+/* The row of r whose first two columns are the key's id and tenant, or -1. */
+int waiter_key_row(const PGresult *r, const struct waiter_key *k);
+
 /* The number of items waiting now (for tests and logs). */
 int waiter_count(const struct waiter *w);
 

@@ -1,6 +1,11 @@
-# wait.t: creates that wait for their instance hold a worker each, but never
-# all of them: with the agent stopped (nothing ever runs), six creates
-# waiting 20 s on a controller with 4 workers leave the API answering.
+# wait.t: creates that wait for their instance hold no worker (over gRPC
+# they are handed to the instances' waiter thread): with the agent stopped
+# (nothing runs), six creates waiting 20 s on a controller with 4 workers
+# leave the API answering; a create whose time runs out answers with its
+# last read (provisioning), not an error; once the agent is resumed, each of
+# the six is answered running by its one Create call (before, at most half
+# the workers waited and the other four creates answered provisioning at
+# once).
 . "$(dirname "$0")/../lib/stack.sh"
 
 export BC_CTL_EXTRA_CONF="workers = 4"
@@ -20,15 +25,24 @@ bcctl --timeout 10s pool list >/dev/null 2>&1
 is "$?" 0 'the API answers while six creates wait'
 bcctl --timeout 10s --format json instance list >"$STACK_DIR/list.json" 2>&1
 is "$?" 0 'and instance list too'
+out=$(bcctl --format json instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img" \
+	--wait 2s 2>&1)
+is "$?" 0 'a seventh create whose wait runs out answers without an error'
+is "$(json_get "$out" state)" provisioning '... with its last read (provisioning)'
+early=0
+for i in 1 2 3 4 5 6; do
+	[ -s "$STACK_DIR/w$i.json" ] && early=$((early + 1))
+done
+is "$early" 0 'none of the six waiting creates answered meanwhile'
+kill -CONT "$pid"
 wait "${pids[0]}" "${pids[1]}" "${pids[2]}" "${pids[3]}" "${pids[4]}" "${pids[5]}"
 n=0
 for i in 1 2 3 4 5 6; do
-	[ "$(json_get "$(cat "$STACK_DIR/w$i.json")" state)" = provisioning ] && n=$((n + 1))
+	[ "$(json_get "$(cat "$STACK_DIR/w$i.json")" state)" = running ] && n=$((n + 1))
 done
-is "$n" 6 'every create answered with the last read (provisioning), not an error'
-kill -CONT "$pid"
-all_running() { [ "$(psql -d bc -XAtq -c "SELECT count(*) FROM instances WHERE state = 'running'")" = 6 ]; }
+is "$n" 6 'the agent resumed: each of the six creates answered running'
+all_running() { [ "$(psql -d bc -XAtq -c "SELECT count(*) FROM instances WHERE state = 'running'")" = 7 ]; }
 eventually 30 all_running
-ok $? 'the agent, resumed, runs all six'
+ok $? 'all seven run'
 
 done_testing
