@@ -448,70 +448,28 @@ static bool unsettled(const char *state)
 	return strcmp(state, "provisioning") == 0 || strcmp(state, "starting") == 0;
 }
 
-/* Answer one waiting create from the batch read, as wait_settled would:
- * the read once settled or time is up, NOT_FOUND or the database failure
- * as inst_fetch. False if it still waits. */
-static bool wait_answer(struct waiter_item *it, const PGresult *r, int rc, int64_t now,
-			bool final)
+static bool inst_settled(const char *state)
 {
-	const struct waiter_key *k = it->arg;
-	int i = rc < 0 ? -1 : waiter_key_row(r, k);
-	bc_error err;
+	return !unsettled(state);
+}
 
-	bc_error_clear(&err);
-	if (i >= 0 && !final && now < it->end_ms && unsettled(db_val(r, i, 6)))
-		return false;
-	if (rc < 0) {
-		rpc_call_complete(it->call, db_fail(&err, rc), NULL, &err);
-	} else if (i < 0) {
-		bc_error_set(&err, BC_NOT_FOUND, "instance %s not found", k->id);
-		rpc_call_complete(it->call, -BC_EDOMAIN, NULL, &err);
-	} else {
-		rpc_call_complete(it->call, 0, &inst_from_row(it->call, r, i)->base, &err);
-	}
-	return true;
+static ProtobufCMessage *inst_wait_answer(rpc_call *c, const PGresult *r, int i)
+{
+	return &inst_from_row(c, r, i)->base;
 }
 
 /* See instances.h. */
-void inst_wait_check(struct db *d, struct waiter_item *const *due, size_t n, int64_t now,
-		     bool final)
-{
-	_cleanup_free_ char *ids = waiter_ids_array(due, n);
-	struct dbp p = {0};
-	PGresult *r = NULL;
-	int rc;
-
-	dbp_str(&p, ids);
-	rc = db_exec(d, &r, "SELECT " INST_COLS " FROM instances i WHERE i.id = ANY($1::text[])"
-		     INST_NOT_DRAFT, &p);
-	for (size_t i = 0; i < n; i++)
-		due[i]->done = wait_answer(due[i], r, rc, now, final);
-	PQclear(r);
-}
-
-/* Hand a create still settling to the instances' waiter (waiter.c), which
- * holds no worker: RPC_DETACHED, or <0 to wait inline. */
-static int wait_detached(rpc_call *c, const char *tenant, const char *id, int timeout_ms)
-{
-	struct ctl_app *app = ctl_app(c);
-	struct waiter_key *k;
-	int r;
-
-	if (!app->inst_waiter || !rpc_call_can_detach(c))
-		return -EOPNOTSUPP;
-	k = rpc_alloc(c, sizeof(*k));
-	k->tenant = rpc_strdup(c, tenant);
-	k->id = rpc_strdup(c, id);
-	r = waiter_add(app->inst_waiter, c, id, mono_ms() + timeout_ms, k);
-	if (r == -EBUSY)
-		log_debug("instance %s: answering at once, %d creates already wait", id,
-			  app->cfg.max_waiting_creates);
-	return r;
-}
+const struct waiter_kind inst_waiter_kind = {
+	.noun = "instance",
+	.sql = "SELECT " INST_COLS " FROM instances i WHERE i.id = ANY($1::text[])" INST_NOT_DRAFT,
+	.state_col = 6,
+	.settled = inst_settled,
+	.answer = inst_wait_answer,
+};
 
 /* Re-read until the instance leaves provisioning/starting or time is up;
  * the last read is the answer either way. Over gRPC the create is handed
- * to the waiter (wait_detached) and holds no worker. Otherwise (JSON/HTTP)
+ * to the instances' waiter (waiter.c) and holds no worker. Otherwise (JSON/HTTP)
  * the wait holds a worker thread and its database connection, so at most
  * half the workers wait at once: past that a create answers with its first
  * read, as if its time had run out. The wait sleeps on the instance's key
@@ -576,12 +534,15 @@ static int inst_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage 
 	if (!a.reused)
 		log_info("instance %s: created for tenant %s on %s", a.n.id, a.tenant,
 			 *inst->node_id ? inst->node_id : "(unplaced)");
-	if (q->wait && q->wait->timeout_ms > 0 && unsettled(inst->state) &&
-	    (r = wait_detached(c, a.tenant, a.n.id, q->wait->timeout_ms)) == RPC_DETACHED)
-		return r;
-	if (q->wait && q->wait->timeout_ms > 0 &&
-	    (r = wait_settled(c, a.tenant, a.n.id, q->wait->timeout_ms, &inst, err)) < 0)
-		return r;
+	if (q->wait && q->wait->timeout_ms > 0 && unsettled(inst->state)) {
+		r = waiter_add(ctl_app(c)->inst_waiter, c, a.tenant, a.n.id, a.n.id,
+			       q->wait->timeout_ms);
+		if (r == RPC_DETACHED)
+			return r; /* the waiter answers; c is no longer ours */
+		if (r == -EOPNOTSUPP &&
+		    (r = wait_settled(c, a.tenant, a.n.id, q->wait->timeout_ms, &inst, err)) < 0)
+			return r;
+	}
 	*ret = &inst->base;
 	return 0;
 }

@@ -67,12 +67,10 @@ int inst_fetch(rpc_call *c, const char *tenant, const char *id,
 int inst_decide(rpc_call *c, const char *action, const Bc__Compute__V1__Instance *x,
 		const char *agent, bc_error *err);
 
-/* The instances' waiter check (waiter.h): re-read the due creates in one
- * query and answer those that settled (left provisioning and starting) or
- * whose time is up. */
-struct waiter_item;
-void inst_wait_check(struct db *d, struct waiter_item *const *due, size_t n, int64_t now,
-		     bool final);
+/* What the waiter of Instances.Create calls with `wait` reads (waiter.h):
+ * an instance has settled once it left provisioning and starting. */
+struct waiter_kind;
+extern const struct waiter_kind inst_waiter_kind;
 
 /* instance_actions.c: the handlers of Start, Stop, Pause and Resume, which
  * instances_register adds to the Instances service. */

@@ -384,78 +384,34 @@ out:
  * cost no reads while other claims' events go by.
  *
  * Over gRPC the create is detached and waits in the waiter thread
- * (waiter.c, sbx_wait_check below), which holds no worker; at most
+ * (waiter.c, sbx_waiter_kind below), which holds no worker; at most
  * max_waiting_creates wait there, past that a create answers with its
  * first read. Where a call cannot be detached (the JSON/HTTP transport)
  * it waits inline on its worker, at most half the workers at once (as for
  * instances). */
 #define WAIT_REREAD_MS 20
 
-/* What the waiter keeps of a waiting create, in its call's arena. */
-
-/* Answer one waiting create from the batch read, as wait_settled would:
- * the read once settled or time is up, NOT_FOUND or the database failure
- * as sbx_fetch. False if it still waits. */
-static bool wait_answer(struct waiter_item *it, const PGresult *r, int rc, int64_t now,
-			bool final)
+static bool sbx_settled(const char *state)
 {
-	const struct waiter_key *a = it->arg;
-	rpc_call *c = it->call;
-	int i = rc < 0 ? -1 : waiter_key_row(r, a);
-	struct sbx_row o;
-	bc_error err;
+	return strcmp(state, "starting") != 0;
+}
 
-	bc_error_clear(&err);
-	if (i >= 0 && !final && now < it->end_ms && strcmp(db_val(r, i, 5), "starting") == 0)
-		return false;
-	if (rc < 0) {
-		rpc_call_complete(c, db_fail(&err, rc), NULL, &err);
-	} else if (i < 0) {
-		bc_error_set(&err, BC_NOT_FOUND, "sandbox %s not found", a->id);
-		rpc_call_complete(c, -BC_EDOMAIN, NULL, &err);
-	} else {
-		sbx_from_row(c, r, i, &o);
-		rpc_call_complete(c, 0, sbx_answer(&o), &err);
-	}
-	return true;
+static ProtobufCMessage *sbx_wait_answer(rpc_call *c, const PGresult *r, int i)
+{
+	struct sbx_row o;
+
+	sbx_from_row(c, r, i, &o);
+	return sbx_answer(&o);
 }
 
 /* See sandboxes.h. */
-void sbx_wait_check(struct db *d, struct waiter_item *const *due, size_t n, int64_t now,
-		    bool final)
-{
-	_cleanup_free_ char *ids = waiter_ids_array(due, n);
-	struct dbp p = {0};
-	PGresult *r = NULL;
-	int rc;
-
-	dbp_str(&p, ids);
-	rc = db_exec(d, &r, "SELECT " SBX_COLS SBX_FROM "WHERE s.id = ANY($1::text[])", &p);
-	for (size_t i = 0; i < n; i++)
-		due[i]->done = wait_answer(due[i], r, rc, now, final);
-	PQclear(r);
-}
-
-/* Hand a create still starting to the waiter: RPC_DETACHED, or <0 to
- * answer inline. */
-static int wait_detached(rpc_call *c, const char *tenant, const struct sbx_row *o,
-			 int timeout_ms)
-{
-	struct ctl_app *app = ctl_app(c);
-	struct waiter_key *a;
-	int r;
-
-	if (!app->waiter || !rpc_call_can_detach(c))
-		return -EOPNOTSUPP;
-	a = rpc_alloc(c, sizeof(*a));
-	a->tenant = rpc_strdup(c, tenant);
-	a->id = rpc_strdup(c, o->x->id);
-	r = waiter_add(app->waiter, c, o->x->instance_id, mono_ms() + timeout_ms, a);
-	if (r == -EBUSY)
-		log_debug("sandbox %s: answering at once, %d creates already wait", o->x->id,
-			  app->cfg.max_waiting_creates);
-	return r;
-}
+const struct waiter_kind sbx_waiter_kind = {
+	.noun = "sandbox",
+	.sql = "SELECT " SBX_COLS SBX_FROM "WHERE s.id = ANY($1::text[])",
+	.state_col = 5,
+	.settled = sbx_settled,
+	.answer = sbx_wait_answer,
+};
 
 static int wait_settled(rpc_call *c, const char *tenant, const char *id, int timeout_ms,
 			struct sbx_row *o, bc_error *err)
@@ -511,7 +467,8 @@ static int sbx_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 		log_info("sandbox %s: created from %s for tenant %s (instance %s, %s)", a.id,
 			 q->template_id, a.tenant, a.instance, a.warm ? "warm" : "cold");
 	if (q->wait && q->wait->timeout_ms > 0 && strcmp(o.x->state, "starting") == 0) {
-		r = wait_detached(c, a.tenant, &o, q->wait->timeout_ms);
+		r = waiter_add(ctl_app(c)->waiter, c, a.tenant, o.x->id, o.x->instance_id,
+			       q->wait->timeout_ms);
 		if (r == RPC_DETACHED)
 			return r; /* the waiter answers; c is no longer ours */
 		if (r == -EOPNOTSUPP &&

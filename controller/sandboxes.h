@@ -13,15 +13,13 @@
 #define SBX_HOLD_TAKEOVER_SECONDS 60    /* an extend's hold older than this is taken over */
 #define SBX_WAKE_CHANNEL "bc_sandboxes"
 
-struct waiter_item;
+struct waiter_kind;
 
 int templates_register(rpc_server *s);
 
-/* The waiter's check for waiting Sandboxes.Create calls (waiter.h): one
- * read of the due sandboxes; answers each settled one (or all when final
- * or their time is up) as an inline wait would. */
-void sbx_wait_check(struct db *d, struct waiter_item *const *due, size_t n, int64_t now,
-		    bool final);
+/* What the waiter of Sandboxes.Create calls with `wait` reads (waiter.h):
+ * a sandbox has settled once it left starting. */
+extern const struct waiter_kind sbx_waiter_kind;
 int sandboxes_register(rpc_server *s);
 
 /* Inside the caller's transaction, with the sandbox row locked: the sandbox

@@ -129,9 +129,9 @@ int server_start(struct ctl_app *app)
 		goto out;
 	if (app->cfg.max_waiting_creates > 0 &&
 	    (!(app->waiter = waiter_start(app, app->cfg.database, app->cfg.max_waiting_creates,
-					  sbx_wait_check)) ||
+					  &sbx_waiter_kind)) ||
 	     !(app->inst_waiter = waiter_start(app, app->cfg.database,
-					       app->cfg.max_waiting_creates, inst_wait_check)))) {
+					       app->cfg.max_waiting_creates, &inst_waiter_kind)))) {
 		log_error("serve: cannot start the waiter thread");
 		r = -EAGAIN;
 		goto out;

@@ -7,13 +7,14 @@
  * of its instance. The thread re-reads an item at once, when its key is
  * notified in the watch registry (a host report through this controller
  * that changed the instance, nodeapi.c) and every WAITER_REREAD_MS
- * otherwise, until its check answers it (settled, time up, client gone,
- * controller stopping). Every item due in one pass is re-read in one query
- * (the check's, e.g. sandboxes.c sbx_wait_check). Its keys are registered
+ * otherwise, until it is answered (settled, time up, gone, client gone,
+ * controller stopping). Every item due in one pass is re-read in one query,
+ * the waiter_kind's (sandboxes.c, instances.c). Its keys are registered
  * with a poke (watch_add_poke): a notification wakes the thread's own
  * condition, so between re-reads it sleeps until the next item is due or
- * a key moves, and costs nothing while nothing happens. At most max_items wait at once: past that
- * waiter_add says -EBUSY and the create answers with its first read. */
+ * a key moves, and costs nothing while nothing happens. At most max_items
+ * wait at once: past that waiter_add says -EBUSY and the create answers
+ * with its first read. */
 #include "waiter.h"
 
 #include <errno.h>
@@ -35,7 +36,7 @@
 struct waiter {
 	struct ctl_app *app;
 	struct db *db;
-	waiter_check_fn check;
+	const struct waiter_kind *kind;
 	int max_items;
 	atomic_int count;
 	pthread_t tid;
@@ -61,11 +62,73 @@ static bool item_due(struct waiter *w, struct waiter_item *it, int64_t now, bool
 	return final || now >= it->next_read_ms || now >= it->end_ms;
 }
 
+/* A Postgres text[] literal of the items' ids (printable, no comma, quote
+ * or brace). */
+static char *ids_array(struct waiter_item *const *due, size_t n)
+{
+	size_t len = 3;
+	char *buf, *p;
+
+	for (size_t i = 0; i < n; i++)
+		len += strlen(due[i]->id) + 1;
+	p = buf = xmalloc(len);
+	*p++ = '{';
+	for (size_t i = 0; i < n; i++)
+		p += sprintf(p, "%s%s", i ? "," : "", due[i]->id);
+	strcpy(p, "}");
+	return buf;
+}
+
+static int row_of(const PGresult *r, const struct waiter_item *it)
+{
+	for (int i = 0; r && i < PQntuples(r); i++)
+		if (strcmp(db_val(r, i, 0), it->id) == 0 && strcmp(db_val(r, i, 1), it->tenant) == 0)
+			return i;
+	return -1;
+}
+
+/* Answer it from the batch read unless it still waits. */
+static void answer(const struct waiter_kind *k, struct waiter_item *it, const PGresult *r,
+		   int rc, int64_t now, bool final)
+{
+	int i = rc < 0 ? -1 : row_of(r, it);
+	bc_error err;
+
+	bc_error_clear(&err);
+	if (i >= 0 && !final && now < it->end_ms && !k->settled(db_val(r, i, k->state_col)))
+		return;
+	if (rc < 0) {
+		rpc_call_complete(it->call, db_fail(&err, rc), NULL, &err);
+	} else if (i < 0) {
+		bc_error_set(&err, BC_NOT_FOUND, "%s %s not found", k->noun, it->id);
+		rpc_call_complete(it->call, -BC_EDOMAIN, NULL, &err);
+	} else {
+		rpc_call_complete(it->call, 0, k->answer(it->call, r, i), &err);
+	}
+	it->done = true;
+}
+
+/* Re-read n due items in one query and answer those that are through. */
+static void check(struct waiter *w, struct waiter_item *const *due, size_t n, int64_t now,
+		  bool final)
+{
+	_cleanup_free_ char *ids = ids_array(due, n);
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, ids);
+	rc = db_exec(w->db, &r, w->kind->sql, &p);
+	for (size_t i = 0; i < n; i++)
+		answer(w->kind, due[i], r, rc, now, final);
+	PQclear(r);
+}
+
 static void check_due(struct waiter *w, struct waiter_item **due, size_t n, int64_t now,
 		      bool final)
 {
 	for (size_t i = 0; i < n; i += WAITER_BATCH)
-		w->check(w->db, due + i, n - i < WAITER_BATCH ? n - i : WAITER_BATCH, now, final);
+		check(w, due + i, n - i < WAITER_BATCH ? n - i : WAITER_BATCH, now, final);
 	now = mono_ms();
 	for (size_t i = 0; i < n; i++)
 		due[i]->next_read_ms = now + WAITER_REREAD_MS;
@@ -205,13 +268,13 @@ static struct db *db_lazy(const char *conninfo)
 
 /* See waiter.h. */
 struct waiter *waiter_start(struct ctl_app *app, const char *conninfo, int max_items,
-			    waiter_check_fn check)
+			    const struct waiter_kind *kind)
 {
 	struct waiter *w = xcalloc(1, sizeof(*w));
 	pthread_condattr_t ca;
 
 	w->app = app;
-	w->check = check;
+	w->kind = kind;
 	w->max_items = max_items;
 	w->db = db_lazy(conninfo);
 	pthread_mutex_init(&w->mu, NULL);
@@ -247,7 +310,8 @@ void waiter_stop(struct waiter *w)
 
 /* See waiter.h. The key is registered before the call is detached, so a
  * report committed after the handler's read is not missed. */
-int waiter_add(struct waiter *w, rpc_call *call, const char *key, int64_t end_ms, void *arg)
+int waiter_add(struct waiter *w, rpc_call *call, const char *tenant, const char *id,
+	       const char *key, int timeout_ms)
 {
 	struct waiter_item *it;
 
@@ -255,12 +319,15 @@ int waiter_add(struct waiter *w, rpc_call *call, const char *key, int64_t end_ms
 		return -EOPNOTSUPP;
 	if (atomic_fetch_add(&w->count, 1) >= w->max_items) {
 		atomic_fetch_sub(&w->count, 1);
+		log_debug("%s %s: answering at once, %d creates already wait", w->kind->noun, id,
+			  w->max_items);
 		return -EBUSY;
 	}
 	it = xcalloc(1, sizeof(*it));
 	it->call = call;
-	it->arg = arg;
-	it->end_ms = end_ms;
+	it->tenant = rpc_strdup(call, tenant);
+	it->id = rpc_strdup(call, id);
+	it->end_ms = mono_ms() + timeout_ms;
 	it->entry = watch_add_poke(w->app->watches, key, poke, w);
 	if (rpc_call_detach(call) < 0) {
 		watch_remove(w->app->watches, it->entry);
@@ -274,31 +341,6 @@ int waiter_add(struct waiter *w, rpc_call *call, const char *key, int64_t end_ms
 	pthread_cond_broadcast(&w->cond);
 	pthread_mutex_unlock(&w->mu);
 	return RPC_DETACHED;
-}
-
-/* See waiter.h. */
-char *waiter_ids_array(struct waiter_item *const *due, size_t n)
-{
-	size_t len = 3;
-	char *buf, *p;
-
-	for (size_t i = 0; i < n; i++)
-		len += strlen(((const struct waiter_key *)due[i]->arg)->id) + 1;
-	p = buf = xmalloc(len);
-	*p++ = '{';
-	for (size_t i = 0; i < n; i++)
-		p += sprintf(p, "%s%s", i ? "," : "", ((const struct waiter_key *)due[i]->arg)->id);
-	strcpy(p, "}");
-	return buf;
-}
-
-/* See waiter.h. */
-int waiter_key_row(const PGresult *r, const struct waiter_key *k)
-{
-	for (int i = 0; r && i < PQntuples(r); i++)
-		if (strcmp(db_val(r, i, 0), k->id) == 0 && strcmp(db_val(r, i, 1), k->tenant) == 0)
-			return i;
-	return -1;
 }
 
 /* See waiter.h. */

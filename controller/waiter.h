@@ -17,9 +17,9 @@ struct watch_entry;
 /* One waiting call, owned by the waiter from waiter_add on. */
 struct waiter_item {
 	rpc_call *call;
-	void *arg;                 /* the check's data, in the call's arena */
+	const char *tenant, *id;   /* the resource waited for, in the call's arena */
 	int64_t end_ms;            /* mono_ms() when its time is up */
-	bool done;                 /* set by the check once it completed call */
+	bool done;                 /* the call was completed */
 	/* the waiter's: */
 	struct watch_entry *entry;
 	uint64_t seen;
@@ -27,39 +27,36 @@ struct waiter_item {
 	struct waiter_item *next;
 };
 
-/* Re-read the n due items on d in one go where it can, and complete
- * (rpc_call_complete) and mark done every item that settled, whose time is
- * up (now >= end_ms) or, when final, all of them. */
-typedef void (*waiter_check_fn)(struct db *d, struct waiter_item *const *due, size_t n,
-				int64_t now, bool final);
+/* What a waiter waits on: one kind of resource. */
+struct waiter_kind {
+	const char *noun;  /* "sandbox": the NOT_FOUND message */
+	/* the rows of the ids in $1 (a text[]), id and tenant first */
+	const char *sql;
+	int state_col;     /* the column whose value says whether it settled */
+	bool (*settled)(const char *state);
+	/* the answer from row i of r, allocated in c's arena */
+	ProtobufCMessage *(*answer)(rpc_call *c, const PGresult *r, int i);
+};
 
 /* Start the waiter thread with its own database connection (conninfo);
- * at most max_items wait at once. NULL on failure. */
+ * at most max_items wait at once. The due items are re-read in one query
+ * (kind->sql) and each answered as the inline wait would: the read once
+ * settled or its time is up, NOT_FOUND if it is gone, or the database
+ * failure. NULL on failure. */
 struct waiter *waiter_start(struct ctl_app *app, const char *conninfo, int max_items,
-			    waiter_check_fn check);
+			    const struct waiter_kind *kind);
 /* Answer every item with a final read, stop and free. NULL-safe. Only once
  * the RPC server is freed (no handler adds any more). */
 void waiter_stop(struct waiter *w);
 
-/* From a unary handler: detach call and hand it to w, to be re-read at
- * once, when the watch key `key` is notified and every reread_ms, until
- * end_ms. RPC_DETACHED (return it from the handler, do not touch call
- * again), or -EOPNOTSUPP (not detachable: the JSON/HTTP transport, the
- * server stopping) or -EBUSY (max_items wait already): answer inline. */
-int waiter_add(struct waiter *w, rpc_call *call, const char *key, int64_t end_ms, void *arg);
-
-/* The data most checks need: the resource waited for and its tenant. */
-struct waiter_key {
-	const char *tenant, *id;
-};
-
-/* A Postgres text[] literal of the ids of n items whose arg is a
- * waiter_key, for "id = ANY($1::text[])" (ids are printable and have no
- * comma, quote or brace). Free it. */
-char *waiter_ids_array(struct waiter_item *const *due, size_t n);
-
-/* The row of r whose first two columns are the key's id and tenant, or -1. */
-int waiter_key_row(const PGresult *r, const struct waiter_key *k);
+/* From a unary handler: detach call and hand it to w (may be NULL), to be
+ * re-read at once, when the watch key `key` is notified and every 20 ms,
+ * for timeout_ms. RPC_DETACHED (return it from the handler, do not touch
+ * call again), or -EOPNOTSUPP (no waiter, or not detachable: the JSON/HTTP
+ * transport, the server stopping) or -EBUSY (max_items wait already):
+ * answer inline. */
+int waiter_add(struct waiter *w, rpc_call *call, const char *tenant, const char *id,
+	       const char *key, int timeout_ms);
 
 /* The number of items waiting now (for tests and logs). */
 int waiter_count(const struct waiter *w);
