@@ -19,10 +19,12 @@
  *           sandbox's inserted, the sandbox inserted, the node's generation
  *           bumped, an event; then, as the host's report, the instance
  *           running, the sandbox ready and its event in a second one */
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <libpq-fe.h>
@@ -38,6 +40,18 @@ struct opts {
 
 static struct opts o = {.concurrency = 1, .count = 100};
 static int warm_answers;
+/* SBX_BENCH_TRACE=FILE: one line per sandbox made ready, "<id> <start>
+ * <end>" in wall-clock microseconds, to line up with the daemons' logs */
+static FILE *trace;
+static pthread_mutex_t trace_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int64_t wall_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
 
 static void parse(int argc, char **argv)
 {
@@ -174,7 +188,7 @@ static void *ready_worker(void *arg)
 	char id[64];
 
 	for (int i = 0; i < w->todo; i++) {
-		int64_t t0 = mono_us();
+		int64_t t0 = mono_us(), w0 = wall_us();
 		int rc = create_one(w->c, id, sizeof(id));
 		bool ok = rc == 1;
 		if (rc < 0) {
@@ -188,6 +202,11 @@ static void *ready_worker(void *arg)
 			continue;
 		}
 		lat_add(w->lat, mono_us() - t0);
+		if (trace) {
+			pthread_mutex_lock(&trace_mu);
+			fprintf(trace, "%s %" PRId64 " %" PRId64 "\n", id, w0, wall_us());
+			pthread_mutex_unlock(&trace_mu);
+		}
 	}
 	return NULL;
 }
@@ -401,6 +420,10 @@ static int mode_sql(void)
 int main(int argc, char **argv)
 {
 	parse(argc, argv);
+	if (getenv("SBX_BENCH_TRACE") && !(trace = fopen(getenv("SBX_BENCH_TRACE"), "a"))) {
+		perror("sbx_bench: SBX_BENCH_TRACE");
+		return 1;
+	}
 	if (!strcmp(o.mode, "ready"))
 		return mode_ready();
 	if (!strcmp(o.mode, "peer"))

@@ -571,8 +571,11 @@ static int node_report(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage 
 
 	if (r == 0)
 		r = db_tx(ctl_db(c), "READ COMMITTED", report_tx, &a, err);
-	if (r == 0)
+	if (r == 0) {
+		log_debug("node %s: report of generation %llu taken, %zu instance(s) changed",
+			  a.node, (unsigned long long)a.q->applied_generation, a.changed.n);
 		wake_waiters(ctl_app(c), &a.changed);
+	}
 	report_free(&a);
 	if (r < 0)
 		return r;
