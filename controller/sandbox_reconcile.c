@@ -169,14 +169,29 @@ static bool take_lead(struct db *d)
 }
 
 /* A wake-up for the warm pools alone (a claim took a warm instance) waits
- * this long, so a burst of claims gets one refill pass instead of one per
- * claim, running while the claims still need the CPU; any other wake-up
- * (a delete, a finished deletion) runs the pass at once. */
+ * until claims have paused for REFILL_SETTLE_MS (each claim restarts the
+ * wait), at most REFILL_DEFER_MAX_MS after the first: a burst of claims gets
+ * one refill pass after it instead of refills competing with it for the
+ * CPU, and a steady stream of claims still refills every second. Any other
+ * wake-up (a delete, a finished deletion) runs the pass at once. */
 #define REFILL_SETTLE_MS 100
+#define REFILL_DEFER_MAX_MS 1000
+
+/* The deadline after a warm wake-up at now: the period's own deadline, or
+ * sooner once claims pause, but never later than the cap. */
+static int64_t refill_deadline(int64_t period_end, int64_t first, int64_t now)
+{
+	int64_t at = now + REFILL_SETTLE_MS, cap = first + REFILL_DEFER_MAX_MS;
+
+	if (at > cap)
+		at = cap;
+	return at < period_end ? at : period_end;
+}
 
 /* Wait until the deadline or a wake-up; false when the connection broke. */
-static bool wait_wake(struct ctl_app *app, struct db *d, int64_t deadline)
+static bool wait_wake(struct ctl_app *app, struct db *d, int64_t period_end)
 {
+	int64_t deadline = period_end, first = 0;
 	bool woken = false;
 
 	while (!woken && !app->stopping && mono_ms() < deadline) {
@@ -190,9 +205,10 @@ static bool wait_wake(struct ctl_app *app, struct db *d, int64_t deadline)
 			return false;
 		while ((n = PQnotifies(d->conn))) {
 			if (strcmp(n->extra, "warm") == 0) {
-				int64_t settle = mono_ms() + REFILL_SETTLE_MS;
-				if (settle < deadline)
-					deadline = settle;
+				int64_t now = mono_ms();
+				if (!first)
+					first = now;
+				deadline = refill_deadline(period_end, first, now);
 			} else {
 				woken = true;
 			}
