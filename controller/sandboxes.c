@@ -187,9 +187,9 @@ struct screate {
 	struct idem k;
 	char id[64];
 	char instance[64];
-	char node[64];           /* a warm claim's node: its spec is bumped last */
 	bool reused;
 	bool warm;               /* claimed from the template's warm pool */
+	PGresult *row;           /* the new sandbox (SBX_COLS), once inserted */
 };
 
 static int check_create(const Bc__Compute__V1__CreateSandboxRequest *q, bc_error *err)
@@ -257,13 +257,20 @@ static int sbx_admit(struct db *d, struct screate *a, const PGresult *t, int64_t
 	return authz_decide_staged(a->call, d, "compute:sandboxes:create", at.type, at.id, err);
 }
 
+/* The sandbox's row, its authorization row made live (staged by
+ * sbx_admit) and sandbox.created, in one statement that returns the
+ * answer's row (SBX_COLS) into a->row. */
 static int insert_sandbox(struct db *d, struct screate *a, const char *pool, int64_t ttl,
 			  bc_error *err)
 {
 	const struct principal *pr = ctl_principal(a->call);
+	_cleanup_free_ char *data = NULL;
 	struct dbp p = {0};
 	int rc;
 
+	data = xasprintf("{\"templateId\": \"%s\", \"instanceId\": \"%s\", \"poolId\": \"%s\", "
+			 "\"warm\": %s}", a->q->template_id, a->instance, pool,
+			 a->warm ? "true" : "false");
 	dbp_str(&p, a->id);
 	dbp_str(&p, a->tenant);
 	dbp_str(&p, a->q->template_id);
@@ -274,11 +281,23 @@ static int insert_sandbox(struct db *d, struct screate *a, const char *pool, int
 	dbp_str(&p, *pr->user_id ? pr->user_id : pr->id);
 	dbp_nstr(&p, *pr->user_id ? pr->id : NULL);
 	dbp_bool(&p, a->warm);
-	rc = db_exec(d, NULL, "INSERT INTO sandboxes (id, tenant_id, template_id, pool_id, "
+	dbp_str(&p, data);
+	PQclear(a->row); /* a retried transaction starts over */
+	a->row = NULL;
+	rc = db_exec(d, &a->row, "WITH z AS (UPDATE authz_resources SET draft = false WHERE type = "
+		     "'compute-sandbox' AND id = $1), e AS (INSERT INTO events (type, subject, "
+		     "tenant_id, data) VALUES ('sandbox.created', 'sandbox/' || $1, $2, "
+		     "$11::jsonb)), s AS (INSERT INTO sandboxes (id, tenant_id, template_id, pool_id, "
 		     "instance_id, ttl_seconds, expires_at, created_by, owner_id, agent_id, warm) "
 		     "VALUES ($1, $2, $3, $4, $5, $6::int, now() + make_interval(secs => $6::int), $7, "
-		     "$8, $9, $10)", &p);
-	return rc < 0 ? db_fail(err, rc) : 0;
+		     "$8, $9, $10) RETURNING *) SELECT " SBX_COLS " FROM s JOIN instances i ON i.id "
+		     "= s.instance_id", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	if (PQntuples(a->row) != 1)
+		return bc_error_set(err, BC_INTERNAL, "sandbox %s: its instance %s is gone", a->id,
+				    a->instance);
+	return 0;
 }
 
 static int publish(struct db *d, const char *type, const char *id, const char *tenant,
@@ -315,7 +334,6 @@ static int claim_warm(struct db *d, struct screate *a, const PGresult *t, int64_
 		return rc;
 	a->warm = true;
 	snprintf(a->instance, sizeof(a->instance), "%s", w.instance);
-	snprintf(a->node, sizeof(a->node), "%s", w.node);
 	return 0;
 }
 
@@ -356,18 +374,9 @@ static int screate_tx(struct db *d, void *arg, bc_error *err)
 		goto out;
 	if (!a->warm)
 		snprintf(a->instance, sizeof(a->instance), "%s", n.id);
-	if ((rc = insert_sandbox(d, a, n.pool_id, ttl, err)) < 0 ||
-	    (rc = authz_commit(d, "compute-sandbox", a->id, err)) < 0 ||
-	    (rc = idem_record(d, &a->k, a->id, err)) < 0)
+	if ((rc = insert_sandbox(d, a, n.pool_id, ttl, err)) < 0)
 		goto out;
-	/* the claimed instance's node hears of it (warm.h) */
-	if (a->warm && (rc = spec_bump(d, a->node)) < 0) {
-		rc = db_fail(err, rc);
-		goto out;
-	}
-	rc = publish(d, "sandbox.created", a->id, a->tenant, a->q->template_id, a->instance,
-		     n.pool_id, a->warm ? "\"warm\": true" : "\"warm\": false");
-	rc = rc < 0 ? db_fail(err, rc) : 0;
+	rc = idem_record(d, &a->k, a->id, err);
 out:
 	free(n.node);
 	PQclear(t);
@@ -460,8 +469,13 @@ static int sbx_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 	a.k = (struct idem){.tenant_id = a.tenant, .caller_id = ctl_principal(c)->id,
 			    .scope = "sandboxes.create", .key = q->idempotency_key};
 	idem_hash(&h.base, a.k.request_hash);
-	if ((r = db_tx(ctl_db(c), "READ COMMITTED", screate_tx, &a, err)) < 0 ||
-	    (r = sbx_fetch(c, a.tenant, a.id, &o, err)) < 0)
+	r = db_tx(ctl_db(c), "READ COMMITTED", screate_tx, &a, err);
+	if (r == 0 && !a.reused)
+		sbx_from_row(c, a.row, 0, &o); /* as committed */
+	else if (r == 0)
+		r = sbx_fetch(c, a.tenant, a.id, &o, err);
+	PQclear(a.row);
+	if (r < 0)
 		return r;
 	if (!a.reused)
 		log_info("sandbox %s: created from %s for tenant %s (instance %s, %s)", a.id,

@@ -47,7 +47,10 @@
 	"RETURNING i.id, i.node_id), "                                                        \
 	"z AS (UPDATE authz_resources a SET owner_id = $6, agent_id = $7, attrs = (a.attrs - " \
 	"'warmTemplateId') || jsonb_build_object('sandboxId', $5::text) FROM u WHERE a.type " \
-	"= 'compute-instance' AND a.id = u.id) SELECT id, node_id FROM u"
+	"= 'compute-instance' AND a.id = u.id), "                                             \
+	"n AS (INSERT INTO node_spec_changes (node_id) SELECT node_id FROM u) "               \
+	"SELECT id, node_id, pg_notify('bc_node_spec', node_id), pg_notify('"                 \
+	SBX_WAKE_CHANNEL "', 'warm') FROM u"
 
 int warm_claim_tx(struct db *d, struct warm_claim *w, bc_error *err)
 {
@@ -73,9 +76,7 @@ int warm_claim_tx(struct db *d, struct warm_claim *w, bc_error *err)
 	snprintf(w->instance, sizeof(w->instance), "%s", db_val(r, 0, 0));
 	snprintf(w->node, sizeof(w->node), "%s", db_val(r, 0, 1));
 	PQclear(r);
-	/* the pool is one short: wake the reconciler to refill it */
-	rc = db_exec(d, NULL, "SELECT pg_notify('" SBX_WAKE_CHANNEL "', 'warm')", NULL);
-	return rc < 0 ? db_fail(err, rc) : 1;
+	return 1;
 }
 
 /* ----------------------------------------------------------------- budget */

@@ -19,7 +19,7 @@ struct warm_claim {
 	int64_t ttl_seconds;
 	const struct principal *caller;
 	char instance[64];   /* out: the claimed instance */
-	char node[64];       /* out: its node, whose spec the caller bumps */
+	char node[64];       /* out: its node */
 };
 
 /* Inside the caller's READ COMMITTED transaction: take the oldest
@@ -29,11 +29,11 @@ struct warm_claim {
  * lifetime; FOR UPDATE SKIP LOCKED, so concurrent claims never take one
  * twice and never wait for each other). The instance gets sandbox_id and
  * claimed_at, loses warm_template_id, is desired running again and its
- * authorization row becomes the caller's; the pool reconciler is woken
- * to refill. The caller records the change of w->node (spec_bump: an
- * insert-only change row, so concurrent claims on one node do not wait
- * for each other). 1 when claimed, 0 when nothing is claimable (the
- * caller creates cold), <0 with err. */
+ * authorization row becomes the caller's; its node's spec stream hears of
+ * it (an insert-only change row, as spec_bump: concurrent claims on one
+ * node do not wait for each other) and the pool reconciler is woken to
+ * refill, all in one statement. 1 when claimed, 0 when nothing is
+ * claimable (the caller creates cold), <0 with err. */
 int warm_claim_tx(struct db *d, struct warm_claim *w, bc_error *err);
 
 /* One pass over every pool (the sandbox reconciler's leader): drains
