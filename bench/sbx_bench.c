@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <libpq-fe.h>
@@ -232,16 +233,29 @@ static int run(void *(*fn)(void *), struct lat *lat, rpc_client *c, int64_t *ret
 	return errors;
 }
 
+static int64_t tv_us(const struct timeval *tv)
+{
+	return (int64_t)tv->tv_sec * 1000000 + tv->tv_usec;
+}
+
+/* also prints cpu_us: the client's own CPU (user + system, every thread)
+ * during the run */
 static int mode_ready(void)
 {
 	struct lat lat = {.mu = PTHREAD_MUTEX_INITIALIZER};
 	rpc_client *c = client();
 	int64_t el = 0;
-	int errors = run(ready_worker, &lat, c, &el);
+	struct rusage ru0, ru1;
+	int errors;
 
-	printf("per_s=%.1f p50_us=%lld p99_us=%lld n=%zu errors=%d warm=%d\n",
+	getrusage(RUSAGE_SELF, &ru0);
+	errors = run(ready_worker, &lat, c, &el);
+	getrusage(RUSAGE_SELF, &ru1);
+	printf("per_s=%.1f p50_us=%lld p99_us=%lld n=%zu errors=%d warm=%d cpu_us=%lld\n",
 	       (double)lat.n * 1e6 / (double)el, (long long)pct(&lat, 0.5),
-	       (long long)pct(&lat, 0.99), lat.n, errors, warm_answers);
+	       (long long)pct(&lat, 0.99), lat.n, errors, warm_answers,
+	       (long long)(tv_us(&ru1.ru_utime) + tv_us(&ru1.ru_stime) - tv_us(&ru0.ru_utime) -
+			   tv_us(&ru0.ru_stime)));
 	rpc_client_free(c);
 	return errors ? 1 : 0;
 }

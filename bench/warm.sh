@@ -32,12 +32,32 @@ warm_full() {
 		i.desired_state = 'paused' AND i.warm_instance_version = t.instance_version")" \
 		-ge "$BENCH_WARM_POOL" ]
 }
+# stack_cpu: "postgres controller bcd" CPU in ms (user + system) so far of
+# this stack's daemons (the postmaster and its children, ctl-1, bcd-1)
+tick_ms=$((1000 / $(getconf CLK_TCK)))
+stack_cpu() {
+	local pm pids
+	pm=$(head -n 1 "$STACK_PG_DIR/data/postmaster.pid")
+	cpu_of() { # PID...: their utime + stime in ms
+		local p s=0
+		for p in "$@"; do
+			[ -r "/proc/$p/stat" ] &&
+				s=$((s + $(sed 's/^.*) //' "/proc/$p/stat" | awk '{ print $12 + $13 }')))
+		done
+		echo $((s * tick_ms))
+	}
+	pids=$(ps -o pid= --ppid "$pm")
+	# shellcheck disable=SC2086 # word splitting of the pid list is meant
+	echo "$(cpu_of "$pm" $pids) $(cpu_of "$(_stack_get_pid ctl-1)") $(cpu_of "$(_stack_get_pid bcd-1)")"
+}
 for c in $BENCH_WARM_CONCURRENCY; do
 	log "warm claim -> ready x $BENCH_WARM_POOL, concurrency $c (waiting for a full pool)"
 	eventually 600 warm_full || log "the warm pool did not fill up"
 	since=$(psql -d bc -XAtq -c "SELECT clock_timestamp()")
+	read -r pg0 ctl0 bcd0 <<<"$(stack_cpu)"
 	wr=$(BC_BENCH=$SBX_BENCH run warm-claim warm --target "$BC_URL" "${tls[@]}" \
 		--template "$warm_tmpl" --concurrency "$c" --count "$BENCH_WARM_POOL")
+	read -r pg1 ctl1 bcd1 <<<"$(stack_cpu)"
 	wp=$(BC_BENCH=$SBX_BENCH run warm-peer warm-peer --conninfo "$conninfo" --concurrency "$c" \
 		--count "$BENCH_WARM_POOL")
 	for m in per_s p50_us p99_us; do
@@ -54,5 +74,21 @@ for c in $BENCH_WARM_CONCURRENCY; do
 		AND ready_at IS NOT NULL) s")
 	row "  of which: created_at -> ready_at" p50_us "${srv%% *}" "" ""
 	row "  of which: created_at -> ready_at" p99_us "${srv##* }" "" ""
+	# what a claim costs in CPU (whole milliseconds of ticks over the row,
+	# so read it at 8 clients and up): the daemons and the client; the
+	# cores divided by it bound the claims per second, and c clients in a
+	# closed loop wait at least c / that bound
+	n=$(field "$wr" n)
+	if [ -n "$n" ] && [ "$n" -gt 0 ]; then
+		cl=$(( $(field "$wr" cpu_us) / 1000 ))
+		for part in "postgres $((pg1 - pg0))" "bc-controller $((ctl1 - ctl0))" \
+			"bcd $((bcd1 - bcd0))" "client $cl"; do
+			row "  CPU per claim: ${part% *}" us $((${part#* } * 1000 / n)) "" ""
+		done
+		tot=$(( (pg1 - pg0 + ctl1 - ctl0 + bcd1 - bcd0 + cl) * 1000 / n ))
+		row "  CPU per claim: all" us "$tot" "" ""
+		[ "$tot" -gt 0 ] && row "  CPU-bound p50 floor, $(nproc) cores" us \
+			$(( c * tot / $(nproc) )) "" ""
+	fi
 done
 bcctl sandbox-template delete "$warm_tmpl" >/dev/null
