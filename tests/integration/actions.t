@@ -37,7 +37,7 @@ refused() {
 }
 state_row() { q "SELECT state || ' ' || desired_state || ' ' || (SELECT count(*) FROM events WHERE subject = 'instance/$1') FROM instances WHERE id = '$1'"; }
 events_of() { q "SELECT string_agg(type, ' ' ORDER BY id) FROM events WHERE subject = 'instance/$1' AND type <> 'instance.created'"; }
-fake_state() { sed -n 's/^state=//p' "$STACK_DIR/agent-1/fake/$1.inst" 2>/dev/null; }
+fake_state() { sed -n 's/^state=\([a-z]*\).*/\1/p' "$STACK_DIR/agent-1/fake/$1.inst" 2>/dev/null; }
 fake_is() { [ "$(fake_state "$1")" = "$2" ]; }
 
 id=$(json_get "$(bcctl --format json instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img")" id)

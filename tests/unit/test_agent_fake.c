@@ -110,7 +110,30 @@ static const char *on_disk(const char *id, const char *key)
 	out[0] = '\0';
 	if ((p = strstr(text, needle)))
 		sscanf(p + strlen(needle), "%127[^\n]", out);
+	for (size_t n = strlen(out); n > 0 && out[n - 1] == ' '; n--)
+		out[n - 1] = '\0'; /* the state field is padded */
 	return out;
+}
+
+/* id's record file, whole ("" without one) */
+static char *record_text(const char *id)
+{
+	_cleanup_free_ char *name = xasprintf("%s.inst", id);
+	_cleanup_free_ char *path = fake_path(name);
+	char *text = NULL;
+
+	if (file_read_all(path, 1 << 16, &text, NULL) < 0)
+		return xstrdup("");
+	return text;
+}
+
+static ino_t record_inode(const char *id)
+{
+	_cleanup_free_ char *name = xasprintf("%s.inst", id);
+	_cleanup_free_ char *path = fake_path(name);
+	struct stat st;
+
+	return stat(path, &st) == 0 ? st.st_ino : 0;
 }
 
 static int ledger_count(const char *op, const char *id)
@@ -127,16 +150,38 @@ static int ledger_count(const char *op, const char *id)
 	return n;
 }
 
-/* Make the next atomic write of id's record fail as a full or read-only
- * disk would (even for root): a directory where its temporary file goes. */
+/* Make the next write of id's record fail as a full or read-only disk
+ * would (even for root): a directory where its temporary file goes (a
+ * whole record), and the record behind a symbolic link (a transition,
+ * which rewrites the state field in place and never follows one). Undone
+ * by unblock_writes. */
 static char *block_writes(const char *id)
 {
 	_cleanup_free_ char *name = xasprintf("%s.inst.tmp.%d", id, (int)getpid());
+	_cleanup_free_ char *rec_name = xasprintf("%s.inst", id);
+	_cleanup_free_ char *real_name = xasprintf("%s.real", id);
+	_cleanup_free_ char *rec = fake_path(rec_name), *real = fake_path(real_name);
 	char *path = fake_path(name);
 
 	if (mkdir(path, 0700) < 0)
 		printf("# mkdir %s: %s\n", path, strerror(errno));
+	if (rename(rec, real) == 0 && symlink(real, rec) < 0)
+		printf("# symlink %s: %s\n", rec, strerror(errno));
 	return path;
+}
+
+static void unblock_writes(const char *id, const char *blocked)
+{
+	_cleanup_free_ char *rec_name = xasprintf("%s.inst", id);
+	_cleanup_free_ char *real_name = xasprintf("%s.real", id);
+	_cleanup_free_ char *rec = fake_path(rec_name), *real = fake_path(real_name);
+	struct stat st;
+
+	rmdir(blocked);
+	if (lstat(rec, &st) == 0 && S_ISLNK(st.st_mode)) {
+		unlink(rec);
+		rename(real, rec);
+	}
 }
 
 static void write_file(const char *name, const char *text)
@@ -207,7 +252,7 @@ static void test_failed_writes(void)
 	is_int(ledger_count("start", "ins_w"), 0, "no ledger line");
 	ok(update(rt, "ins_w", "none") < 0, "update whose record cannot be written fails");
 	is_str(on_disk("ins_w", "network_policy"), "egress", "the record keeps the old policy");
-	rmdir(blk_w);
+	unblock_writes("ins_w", blk_w);
 	is_int(update(rt, "ins_w", "none"), 0, "update retried once writes work");
 	is_int(ledger_count("update", "ins_w"), 1,
 	       "and it is a change (memory kept the old policy): one update line");
@@ -219,7 +264,7 @@ static void test_failed_writes(void)
 	ok(create(rt, "ins_n") < 0, "create whose record cannot be written fails");
 	is_str(listing(rt), "ins_w:running", "nothing new is listed");
 	is_int(ledger_count("create", "ins_n"), 0, "no create line");
-	rmdir(blk_n);
+	unblock_writes("ins_n", blk_n);
 	is_int(create(rt, "ins_n"), 0, "create retried: not EEXIST, and its vCPU is not counted");
 	is_int(create(rt, "ins_o"), -ENOSPC, "admission counts what is held: 2 of 2 vCPUs used");
 
@@ -235,6 +280,51 @@ static void test_failed_writes(void)
 	is_int(rt->ops->destroy(rt, "ins_x"), 0, "destroy retried");
 	is_str(listing(rt), "ins_w:running", "now gone");
 	rt->ops->destroy(rt, "ins_w");
+	rt_close(rt);
+}
+
+/* A transition rewrites the state field in place: same file, nothing else
+ * of it changes, and a reopened runtime reads it back; a record an older
+ * bcd wrote (state not padded) is rewritten whole once, then in place. */
+static void test_transition_in_place(void)
+{
+	struct rt *rt = open_rt(64, 65536);
+	_cleanup_free_ char *before = NULL, *after = NULL, *expect = NULL;
+	ino_t ino;
+	char *p;
+
+	is_int(create(rt, "ins_p"), 0, "create ins_p");
+	before = record_text("ins_p");
+	ino = record_inode("ins_p");
+	ok(ino != 0, "its record exists");
+	is_int(rt->ops->start(rt, "ins_p"), 0, "start");
+	is_int(rt->ops->pause(rt, "ins_p"), 0, "pause");
+	ok(record_inode("ins_p") == ino, "two transitions later: the same file (no new inode)");
+	after = record_text("ins_p");
+	expect = xstrdup(before);
+	if ((p = strstr(expect, "\nstate=")))
+		memcpy(p + 7, "paused ", 7); /* "stopped" -> "paused ", padding kept */
+	is_str(after, expect, "only the state field changed");
+	is_int(ledger_count("pause", "ins_p"), 1, "the ledger has the pause");
+	rt_close(rt);
+	rt = open_rt(64, 65536);
+	is_str(listing(rt), "ins_p:paused", "reopen: paused, read from the rewritten field");
+	is_int(rt->ops->resume(rt, "ins_p"), 0, "resume after reopen, still in place");
+	ok(record_inode("ins_p") == ino, "... the same file");
+	rt->ops->destroy(rt, "ins_p");
+	rt_close(rt);
+
+	write_file("ins_o.inst", "id=ins_o\nstate=paused\nvcpus=1\nmemory_mib=64\n");
+	rt = open_rt(64, 65536);
+	ino = record_inode("ins_o");
+	is_int(rt->ops->resume(rt, "ins_o"), 0, "resume of an unpadded record");
+	ok(record_inode("ins_o") != ino, "it is rewritten whole (a new file)");
+	is_str(on_disk("ins_o", "state"), "running", "running on disk");
+	ino = record_inode("ins_o");
+	is_int(rt->ops->pause(rt, "ins_o"), 0, "pause");
+	ok(record_inode("ins_o") == ino, "from then on in place");
+	is_str(on_disk("ins_o", "vcpus"), "1", "its other fields kept");
+	rt->ops->destroy(rt, "ins_o");
 	rt_close(rt);
 }
 
@@ -272,6 +362,7 @@ int main(void)
 	}
 	test_memory_not_disk();
 	test_failed_writes();
+	test_transition_in_place();
 	test_hooks_and_bad_records();
 	rm_rf(tmpdir);
 	done_testing();
