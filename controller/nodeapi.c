@@ -358,7 +358,8 @@ struct report {
 	/* the node's generation, plus one while changes wait to be taken
 	 * (node_spec_changes): a host that applied spec_generation has not
 	 * seen them, so its report is not taken as complete, and the ack
-	 * tells it a newer spec is due */
+	 * tells it a newer spec is due (read first by report_fence, again
+	 * by report_node last, for the ack) */
 	uint64_t spec_generation;
 	struct lines ids, st, reasons, deleted, caps, lkeys, lvals;
 	struct lines changed; /* instances whose state this report changed */
@@ -492,14 +493,44 @@ static int report_deletions(struct db *d, struct report *a, bc_error *err)
 	return rc < 0 ? db_fail(err, rc) : 0;
 }
 
+/* The fence a report is judged by (struct report), read without a lock:
+ * the node's row is locked only by report_node, last, so a spec push
+ * (spec_take_changes bumps the generation on that row) never waits for a
+ * report's instance updates. A change committed after this read is one
+ * the host's report cannot have seen either way (changes are rows of
+ * their own, which no lock on the node holds back). */
+static int report_fence(struct db *d, struct report *a, bc_error *err)
+{
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int64_t g;
+	int rc;
+
+	dbp_str(&p, a->node);
+	rc = db_exec(d, &r, "SELECT CASE WHEN state = 'retired' THEN -1 ELSE spec_generation + "
+		     "(EXISTS (SELECT 1 FROM node_spec_changes c WHERE c.node_id = $1))::int END "
+		     "FROM nodes WHERE id = $1", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	g = PQntuples(r) ? db_i64(r, 0, 0) : -1;
+	PQclear(r);
+	if (g < 0) {
+		bc_error_set(err, BC_ACCESS_DENIED, "node %s is retired", a->node);
+		return bc_error_detail(err, "reason", "node-retired");
+	}
+	a->spec_generation = (uint64_t)g;
+	return 0;
+}
+
 static int report_tx(struct db *d, void *arg, bc_error *err)
 {
 	struct report *a = arg;
 	int rc;
 
-	if ((rc = report_node(d, a, err)) < 0 || (rc = report_instances(d, a, err)) < 0)
+	if ((rc = report_fence(d, a, err)) < 0 || (rc = report_instances(d, a, err)) < 0 ||
+	    (rc = report_deletions(d, a, err)) < 0)
 		return rc;
-	return report_deletions(d, a, err);
+	return report_node(d, a, err);
 }
 
 static int prepare_report(struct report *a, bc_error *err)
