@@ -1,7 +1,8 @@
 /* agent_metrics.c: bcd's Prometheus figures: the spec it converged, its
- * instances by state, and the firewall's health (tamper reloads, whether
- * addresses are trusted). Read on every scrape from the converge pass's
- * snapshot and the net module; nothing is kept here. */
+ * instances by state, the reports delivered (complete or delta), and the
+ * firewall's health (tamper reloads, whether addresses are trusted). Read on
+ * every scrape from the converge pass's snapshot, the report thread's
+ * counters and the net module; nothing is kept here. */
 #include "agent_metrics.h"
 
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include "converge.h"
 #include "metrics.h"
 #include "net.h"
+#include "report.h"
 
 static const char *const states[] = {"provisioning", "starting", "running", "paused",
 				     "stopped",      "error",    "deleted"};
@@ -36,6 +38,17 @@ static void render_instances(FILE *out, struct conv *c)
 	conv_status_clear(&st);
 }
 
+static void render_reports(FILE *out, const struct report *r)
+{
+	uint64_t complete, delta;
+
+	report_counts(r, &complete, &delta);
+	metrics_head(out, "bcd_reports_total", "counter",
+		     "Node.Reports delivered: complete (every instance) or delta (what changed)");
+	metrics_line(out, "bcd_reports_total", "kind=\"complete\"", (double)complete);
+	metrics_line(out, "bcd_reports_total", "kind=\"delta\"", (double)delta);
+}
+
 static void render_net(FILE *out, struct net *n)
 {
 	metrics_head(out, "bcd_net_enforced", "gauge", "1 when bcd enforces tap guards (network = nftables)");
@@ -58,6 +71,8 @@ void agent_metrics_render(FILE *out, void *arg)
 	metrics_line(out, "bcd_up", NULL, 1);
 	if (m->conv)
 		render_instances(out, m->conv);
+	if (m->report)
+		render_reports(out, m->report);
 	if (m->net)
 		render_net(out, m->net);
 }

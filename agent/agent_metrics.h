@@ -6,10 +6,12 @@
 
 struct conv;
 struct net;
+struct report;
 
 struct agent_metrics {
-	struct conv *conv;   /* may be NULL */
-	struct net *net;     /* may be NULL */
+	struct conv *conv;            /* may be NULL */
+	struct net *net;              /* may be NULL */
+	const struct report *report;  /* may be NULL */
 };
 
 /* metrics_render_fn for common/metrics.c: arg is a struct agent_metrics. */

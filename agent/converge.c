@@ -148,6 +148,7 @@ static struct conv_item *add_item(struct pass *p, const char *id, const char *st
 
 	p->items = grow(p->items, &p->cap, p->n, sizeof(*p->items));
 	it = &p->items[p->n++];
+	*it = (struct conv_item){0};
 	snprintf(it->id, sizeof(it->id), "%s", id);
 	snprintf(it->state, sizeof(it->state), "%s", state);
 	snprintf(it->reason, sizeof(it->reason), "%s", reason ? reason : "");
@@ -163,6 +164,7 @@ static void add_gone(struct pass *p, const char *id)
 	*it = (struct conv_item){0};
 	snprintf(it->id, sizeof(it->id), "%s", id);
 	snprintf(it->state, sizeof(it->state), "deleted");
+	it->once = true;
 }
 
 /* The reason last published for id ("" if none). Converge thread only:
@@ -485,6 +487,22 @@ static size_t spec_sorted(const struct conv *c, Bc__Node__V1__InstanceSpec ***re
 	return k;
 }
 
+/* Each item's desired state in the spec (0: the spec does not name it). A
+ * change of desired state may come with a state the controller wrote itself
+ * (a start shows "starting"), so a delta report carries the instance again
+ * even when its state did not move. */
+static void stamp_desired(struct pass *p, Bc__Node__V1__InstanceSpec *const *v, size_t n)
+{
+	Bc__Node__V1__InstanceSpec key = BC__NODE__V1__INSTANCE_SPEC__INIT, *kp = &key;
+
+	for (size_t i = 0; i < p->n; i++) {
+		Bc__Node__V1__InstanceSpec *const *s;
+		key.id = p->items[i].id;
+		s = n ? bsearch(&kp, v, n, sizeof(*v), cmp_spec_ptr) : NULL;
+		p->items[i].desired = s ? (int)(*s)->desired_state : 0;
+	}
+}
+
 /* Every instance of the spec, in three phases so that capacity is freed
  * before it is taken: desired DELETED first, then existing instances
  * (stops before starts), then creates. */
@@ -512,6 +530,7 @@ static void converge_desired(struct conv *c, struct pass *p, const struct rt_ins
 	for (size_t i = 0; i < n; i++)
 		if (!found[i] && v[i]->desired_state != BC__NODE__V1__DESIRED_STATE__DESIRED_DELETED)
 			converge_new(c, p, v[i]);
+	stamp_desired(p, v, n);
 	free(found);
 	free(v);
 }

@@ -21,11 +21,14 @@
 #define CONV_ERROR_MAX 256
 
 /* One InstanceStatus. state: provisioning|starting|running|paused|stopped|
- * error|deleted. */
+ * error|deleted. desired and once are not reported: they tell the report
+ * thread what a delta report must carry. */
 struct conv_item {
 	char id[RT_ID_MAX + 1];
 	char state[CONV_STATE_MAX];
 	char reason[RT_REASON_MAX];
+	int desired;   /* the applied spec's Bc__Node__V1__DesiredState; 0: not named */
+	bool once;     /* a one-shot "deleted" entry (destroyed, no longer named) */
 };
 
 /* One CommandResult waiting to be reported. */

@@ -291,7 +291,8 @@ static void run(struct agent *a)
 		fatal("cannot start the guard-check thread");
 	if (a->cfg.metrics_listen && *a->cfg.metrics_listen) {
 		int port = 0, err = 0;
-		a->metrics = (struct agent_metrics){.conv = a->conv, .net = a->net};
+		a->metrics = (struct agent_metrics){.conv = a->conv, .net = a->net,
+						 .report = &a->report};
 		a->metrics_srv = metrics_serve(a->cfg.metrics_listen, agent_metrics_render,
 					       &a->metrics, &port, &err);
 		if (!a->metrics_srv)

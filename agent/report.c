@@ -1,13 +1,18 @@
 /* report.c: Node.Report, on every change the converge thread publishes and
  * every report_interval_seconds.
  *
- * A report lists every instance the host has or the spec names (state and
- * reason), the applied generation, capabilities from the runtime's traits,
- * labels (config labels plus cpu.model), capacity, volume store numbers,
- * command results, and complete=true once the runtime could be listed.
- * One-shot entries (instances destroyed because the spec no longer names
- * them, command results) are dropped only after a report carrying them was
- * delivered. */
+ * A complete report lists every instance the host has or the spec names
+ * (state and reason), the applied generation, capabilities from the
+ * runtime's traits, labels (config labels plus cpu.model), capacity, volume
+ * store numbers, command results, and complete=true once the runtime could
+ * be listed. It is sent first after start, every report_interval_seconds,
+ * after a failed delivery and after an ack showing the controller did not
+ * take the report under its newest spec. Every other report is a delta
+ * (complete=false): the same host facts, but only the instances whose state,
+ * reason or desired state differ from the last report the controller took,
+ * plus the one-shot entries. One-shot entries (instances destroyed because
+ * the spec no longer names them, command results) are dropped only after a
+ * report carrying them was delivered. */
 #include "report.h"
 
 #include <ctype.h>
@@ -176,9 +181,87 @@ void report_fini(struct report *r)
 	r->info.cpu_model = NULL;
 }
 
+/* ------------------------------------------------------------- deltas */
+
+static int cmp_item_id(const void *a, const void *b)
+{
+	return strcmp(((const struct conv_item *)a)->id, ((const struct conv_item *)b)->id);
+}
+
+void report_track_init(struct report_track *t)
+{
+	*t = (struct report_track){.need_complete = true};
+}
+
+void report_track_clear(struct report_track *t)
+{
+	free(t->taken);
+	*t = (struct report_track){0};
+}
+
+bool report_track_complete(const struct report_track *t, int64_t now_ms)
+{
+	return t->need_complete || now_ms >= t->complete_due;
+}
+
+/* True if the controller already holds it as it is. */
+static bool taken_same(const struct report_track *t, const struct conv_item *it)
+{
+	const struct conv_item *k;
+
+	if (it->once || !t->n_taken)
+		return false;
+	k = bsearch(it, t->taken, t->n_taken, sizeof(*t->taken), cmp_item_id);
+	return k && strcmp(k->state, it->state) == 0 && strcmp(k->reason, it->reason) == 0 &&
+	       k->desired == it->desired;
+}
+
+void report_delta(const struct report_track *t, const struct conv_status *st,
+		  struct conv_status *ret)
+{
+	struct conv_status d = *st;
+
+	d.complete = false;
+	d.items = xcalloc(st->n_items ? st->n_items : 1, sizeof(*d.items));
+	d.n_items = 0;
+	for (size_t i = 0; i < st->n_items; i++)
+		if (!taken_same(t, &st->items[i]))
+			d.items[d.n_items++] = st->items[i];
+	d.results = xcalloc(st->n_results ? st->n_results : 1, sizeof(*d.results));
+	if (st->n_results)
+		memcpy(d.results, st->results, st->n_results * sizeof(*d.results));
+	*ret = d;
+}
+
+void report_track_done(struct report_track *t, const struct conv_status *st, bool complete,
+		       bool delivered, uint64_t ack_generation, int64_t now_ms, int interval_ms)
+{
+	if (complete)
+		t->complete_due = now_ms + interval_ms;
+	if (!delivered || ack_generation > st->applied_generation) {
+		t->need_complete = true;
+		return;
+	}
+	free(t->taken);
+	t->taken = xcalloc(st->n_items ? st->n_items : 1, sizeof(*t->taken));
+	if (st->n_items)
+		memcpy(t->taken, st->items, st->n_items * sizeof(*t->taken));
+	t->n_taken = st->n_items;
+	if (t->n_taken > 1)  /* the snapshot is sorted; a cheap guard for bsearch */
+		qsort(t->taken, t->n_taken, sizeof(*t->taken), cmp_item_id);
+	t->need_complete = false;
+}
+
+void report_counts(const struct report *r, uint64_t *ret_complete, uint64_t *ret_delta)
+{
+	*ret_complete = __atomic_load_n(&r->n_complete, __ATOMIC_RELAXED);
+	*ret_delta = __atomic_load_n(&r->n_delta, __ATOMIC_RELAXED);
+}
+
 /* ------------------------------------------------------------- sending */
 
 struct send_state {
+	struct report_track track;
 	bool failing;
 	int stale;     /* consecutive acks with a newer controller generation */
 	uint64_t stale_applied; /* what we had applied when stale counting began */
@@ -227,50 +310,78 @@ static void check_ack(struct report *r, struct send_state *s, const Bc__Node__V1
 	s->stale = 0;
 }
 
-/* Snapshot, build, send; returns the status seq it reported. */
-static uint64_t send_once(struct report *r, struct send_state *s)
+/* Deliver m; 0 and *ret_ack set, or a negative errno (logged). */
+static int deliver(struct report *r, struct send_state *s, const struct report_msg *m,
+		   ProtobufCMessage **ret_ack)
 {
-	uint64_t seq;
-	struct conv_status st = {0};
-	struct report_msg m;
-	ProtobufCMessage *ack = NULL;
 	bc_error err = {0};
 	char path[128];
 	int e;
 
-	conv_snapshot(r->conv, &st);
-	report_build(&r->info, &st, &m);
 	rpc_method_path(&bc__node__v1__node__descriptor, "Report", path, sizeof(path));
-	e = rpc_client_unary(r->client, path, &m.msg.base, &bc__node__v1__report_ack__descriptor,
-			     &ack, REPORT_TIMEOUT_MS, &err);
+	e = rpc_client_unary(r->client, path, &m->msg.base, &bc__node__v1__report_ack__descriptor,
+			     ret_ack, REPORT_TIMEOUT_MS, &err);
 	log_outcome(s, e, &err);
-	if (e == 0) {
-		log_debug("report: generation %" PRIu64 ", %zu instances delivered",
-			  st.applied_generation, st.n_items);
-		conv_report_sent(r->conv, st.seq);
-		check_ack(r, s, (const Bc__Node__V1__ReportAck *)ack);
-		protobuf_c_message_free_unpacked(ack, NULL);
+	return e;
+}
+
+/* Snapshot, build (complete, or the delta against what the controller
+ * took), send; returns the status seq it reported. */
+static uint64_t send_once(struct report *r, struct send_state *s)
+{
+	struct conv_status st = {0}, delta = {0};
+	const struct conv_status *sent = &st;
+	const Bc__Node__V1__ReportAck *ack = NULL;
+	ProtobufCMessage *ackm = NULL;
+	struct report_msg m;
+	bool complete = report_track_complete(&s->track, mono_ms());
+	uint64_t seq;
+	int e;
+
+	conv_snapshot(r->conv, &st);
+	if (!complete) {
+		report_delta(&s->track, &st, &delta);
+		sent = &delta;
 	}
+	report_build(&r->info, sent, &m);
+	e = deliver(r, s, &m, &ackm);
+	if (e == 0) {
+		ack = (const Bc__Node__V1__ReportAck *)ackm;
+		log_debug("report: generation %" PRIu64 ", %zu instances delivered (%s)",
+			  st.applied_generation, sent->n_items, complete ? "complete" : "delta");
+		__atomic_fetch_add(complete ? &r->n_complete : &r->n_delta, 1, __ATOMIC_RELAXED);
+		conv_report_sent(r->conv, st.seq);
+		check_ack(r, s, ack);
+	}
+	report_track_done(&s->track, &st, complete, e == 0, ack ? ack->spec_generation : 0,
+			  mono_ms(), r->interval_ms);
+	if (ackm)
+		protobuf_c_message_free_unpacked(ackm, NULL);
 	seq = st.seq;
 	report_msg_clear(&m);
+	conv_status_clear(&delta);
 	conv_status_clear(&st);
 	return seq;
 }
 
+/* Reports go out on every status change, and at the latest when the
+ * periodic complete report is due (report_interval after the last one). */
 void report_run(struct report *r)
 {
 	struct send_state s = {0};
-	int64_t next = mono_ms() + r->interval_ms;
 	uint64_t seen = 0;
 
+	report_track_init(&s.track);
+	s.track.complete_due = mono_ms() + r->interval_ms;
 	while (!conv_stopping(r->conv)) {
-		int64_t wait = next - mono_ms();
-		if (wait > 0 && !conv_wait_change(r->conv, seen, (int)wait) && mono_ms() < next)
+		int64_t wait = s.track.complete_due - mono_ms();
+		if (wait > 0 && !conv_wait_change(r->conv, seen, (int)wait) &&
+		    mono_ms() < s.track.complete_due)
 			continue;  /* stopping, or woken early without a change */
 		if (conv_stopping(r->conv))
 			break;
 		seen = send_once(r, &s);
-		next = mono_ms() + r->interval_ms;
 	}
+	report_track_clear(&s.track);
 	log_info("report: stopped");
 }

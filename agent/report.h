@@ -2,6 +2,7 @@
 #ifndef BC_AGENT_REPORT_H
 #define BC_AGENT_REPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -52,6 +53,41 @@ void report_build(const struct report_info *info, const struct conv_status *st,
 /* Free the arrays of a built report (not the borrowed strings). */
 void report_msg_clear(struct report_msg *m);
 
+/* What the report thread knows the controller holds. A report that is not
+ * complete carries only what changed since the last report the controller
+ * took: delivered, and acknowledged with a spec generation no newer than the
+ * report's applied generation (a host that has not applied the newest spec
+ * gets only states matching the desired ones taken, nodeapi.c). */
+struct report_track {
+	struct conv_item *taken;   /* sorted by id: the items of that report */
+	size_t n_taken;
+	bool need_complete;        /* first report, after a failed delivery or a stale ack */
+	int64_t complete_due;      /* mono ms: the periodic complete report */
+};
+
+/* A fresh track: the next report is complete. */
+void report_track_init(struct report_track *t);
+/* Free the taken list and zero t. */
+void report_track_clear(struct report_track *t);
+
+/* True if the report sent at now_ms must list everything. */
+bool report_track_complete(const struct report_track *t, int64_t now_ms);
+
+/* The delta of st against t's taken list: a copy of st (complete = false)
+ * whose items are those that differ from the taken ones in state, reason or
+ * desired state, or are not taken, plus every one-shot entry. An id taken
+ * but gone from st is left out (never a deletion by omission). Results are
+ * copied whole. Pure; free ret with conv_status_clear. */
+void report_delta(const struct report_track *t, const struct conv_status *st,
+		  struct conv_status *ret);
+
+/* A report built from snapshot st (complete or delta) was delivered or not;
+ * ack_generation is the ack's spec_generation when delivered. The snapshot
+ * becomes the taken list only if the controller took it under the newest
+ * spec; otherwise the next report is complete. */
+void report_track_done(struct report_track *t, const struct conv_status *st, bool complete,
+		       bool delivered, uint64_t ack_generation, int64_t now_ms, int interval_ms);
+
 /* The "model name" of /proc/cpuinfo text (malloc'd, trimmed), or NULL. */
 char *report_cpu_model(const char *cpuinfo);
 
@@ -63,7 +99,11 @@ struct report {
 	struct watch *watch;         /* borrowed, may be NULL; kicked when stale */
 	struct report_info info;
 	int interval_ms;
+	uint64_t n_complete, n_delta; /* reports delivered (atomic; report_counts) */
 };
+
+/* Reports delivered so far, complete and delta. Any thread. */
+void report_counts(const struct report *r, uint64_t *ret_complete, uint64_t *ret_delta);
 
 /* Fill r->info from cfg and the runtime's traits (cpu model read from
  * /proc/cpuinfo; freed by report_fini). */
@@ -71,8 +111,9 @@ void report_init(struct report *r, const struct agent_config *cfg, const struct 
 /* Free what report_init allocated. */
 void report_fini(struct report *r);
 
-/* Thread body: send Node.Report on every status change and every
- * interval_ms, until conv_stop. Failures are logged and retried next tick. */
+/* Thread body: send Node.Report on every status change (a delta when the
+ * track allows it) and a complete one every interval_ms, until conv_stop.
+ * Failures are logged and retried next tick. */
 void report_run(struct report *r);
 
 #endif

@@ -2,7 +2,8 @@
 // old process, a restored database): it serves the Node API over mTLS like
 // bc-controller, answers every WatchSpec with a NodeSpec of the generation
 // given on the command line and NO instances, and records every Report's
-// applied generation. An agent that accepted that spec would destroy every
+// applied generation and number of instances (" delta" after a report that
+// is not complete). An agent that accepted that spec would destroy every
 // instance it runs; tests/integration/nodes.t checks that it refuses it.
 //
 //   node old_replica.js PORT GENERATION NODE_ID CERT KEY CLIENT_CA REPORTS_FILE
@@ -28,7 +29,9 @@ server.addService(node.Node.service, {
     // hold the stream open, as a replica does
   },
   Report: (call, cb) => {
-    fs.appendFileSync(reports, `${call.request.applied_generation} ${call.request.instances.length}\n`);
+    const kind = call.request.complete ? '' : ' delta';
+    fs.appendFileSync(reports,
+      `${call.request.applied_generation} ${call.request.instances.length}${kind}\n`);
     cb(null, { spec_generation: generation });
   },
 });
