@@ -30,7 +30,8 @@
 #
 # Knobs: BENCH_SECONDS (rpc rows, default 3), BENCH_CONCURRENCY ("1 16"),
 # BENCH_CREATES (200), BENCH_CREATE_CONCURRENCY ("1 8 32"), BENCH_PUSHES (50),
-# BENCH_ONLY=warm (only the warm claim rows),
+# BENCH_ONLY=warm (only the warm claim rows), BENCH_ONLY=push (only the
+# spec push rows and the Instances.Create rows between them),
 # BC_BENCH (the C client; default $BC_SRC/build/bench/bc_bench), BC_BIN, BC_SRC.
 set -uo pipefail
 
@@ -151,6 +152,7 @@ if [ "${BENCH_ONLY:-}" = warm ]; then # just the warm claim rows
 	print_rows
 	exit 0
 fi
+[ "${BENCH_ONLY:-}" = push ] && BENCH_CONCURRENCY= # no Health rows
 for c in $BENCH_CONCURRENCY; do
 	log "Health.Check round trips, concurrency $c"
 	bc=$(run rpc-bc rpc --target "$BC_URL" "${tls[@]}" --seconds "$BENCH_SECONDS" --concurrency "$c")
@@ -191,6 +193,12 @@ for c in $BENCH_CREATE_CONCURRENCY; do
 	done
 	[ -z "${create_p50:-}" ] && create_p50=$(field "$cr" p50_us)
 done
+
+if [ "${BENCH_ONLY:-}" = push ]; then # just the spec push and create rows
+	push_row loaded
+	print_rows
+	exit 0
+fi
 
 log "policy decisions, 10 and 1000 statements"
 pd=$("$BC_SRC/build/bench/bench_policy" 2>>"$STACK_DIR/bench-client.log")
