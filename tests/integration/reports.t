@@ -73,7 +73,8 @@ eventually 30 st_is "$e" deleted
 ok $? 'a deletion confirmed by a delta report is finished'
 d2=$(reports delta)
 ok "[ '${d2:-0}' -gt '$d1' ]" "... it came in a delta ($d1 -> $d2)"
-is "$(reports complete)" "$c1" '... and no complete report was sent meanwhile'
+c2=$(reports complete)
+ok "[ -n '$c1' ] && [ '$c2' = '$c1' ]" "... and no complete report was sent meanwhile ($c1 -> $c2)"
 is "$(q "SELECT last_report_at > '$seen' FROM nodes WHERE id = '$node1'")" t \
 	'the delta updated the node liveness (last_report_at)'
 is "$(st "$f") $(st "$b")" 'running paused' 'the instances it did not list are unchanged'
