@@ -68,16 +68,24 @@ sleep 1
 c1=$(reports complete)
 d1=$(reports delta)
 seen=$(q "SELECT last_report_at FROM nodes WHERE id = '$node1'")
-inst delete "$e"
-eventually 30 st_is "$e" deleted
-ok $? 'a deletion confirmed by a delta report is finished'
+inst pause "$f"
+eventually 30 st_is "$f" paused
+ok $? 'a pause alone reaches the controller'
 d2=$(reports delta)
-ok "[ '${d2:-0}' -gt '$d1' ]" "... it came in a delta ($d1 -> $d2)"
+ok "[ '${d2:-0}' -gt '$d1' ]" "... in a delta ($d1 -> $d2)"
 c2=$(reports complete)
 ok "[ -n '$c1' ] && [ '$c2' = '$c1' ]" "... and no complete report was sent meanwhile ($c1 -> $c2)"
 is "$(q "SELECT last_report_at > '$seen' FROM nodes WHERE id = '$node1'")" t \
 	'the delta updated the node liveness (last_report_at)'
-is "$(st "$f") $(st "$b")" 'running paused' 'the instances it did not list are unchanged'
+is "$(st "$b") $(st "$e")" 'paused running' 'the instances it did not list are unchanged'
+# a deletion the host confirms: the report carrying "deleted" is a delta
+# (its ack then says the spec without the instance is due, so the report
+# after it is complete)
+inst delete "$e"
+eventually 30 st_is "$e" deleted
+ok $? 'a deletion confirmed by a delta report is finished'
+d3=$(reports delta)
+ok "[ '${d3:-0}' -gt '$d2' ]" "... it came in a delta ($d2 -> $d3)"
 
 # -- the controller: no deletion by omission from a report that is not
 # complete (agent down; the report says it applied the newest spec)
