@@ -113,32 +113,126 @@ static int map_state(const char *st)
 	return -EIO;
 }
 
+static bool is_tx_control(const char *sql, const struct dbp *p)
+{
+	return !p && (!strncmp(sql, "BEGIN", 5) || !strcmp(sql, "COMMIT") ||
+		      !strcmp(sql, "ROLLBACK"));
+}
+
+/* The prepared statement of sql on this connection; *fresh when it is
+ * new and still has to be prepared (it is recorded only once that worked:
+ * stmt_prepared). */
+static const struct db_stmt *stmt_of(struct db *d, const char *sql, bool *fresh)
+{
+	struct db_stmt *n;
+
+	for (size_t i = 0; i < d->n_stmts; i++)
+		if (d->stmts[i].sql == sql) {
+			*fresh = false;
+			return &d->stmts[i];
+		}
+	d->stmts = realloc(d->stmts, (d->n_stmts + 1) * sizeof(*d->stmts));
+	if (!d->stmts)
+		abort();
+	n = &d->stmts[d->n_stmts];
+	n->sql = sql;
+	snprintf(n->name, sizeof(n->name), "s%zu", d->n_stmts);
+	*fresh = true;
+	return n;
+}
+
+static void stmt_prepared(struct db *d)
+{
+	d->n_stmts++;
+}
+
+/* A transaction's BEGIN, its statement's PREPARE if new, and the statement,
+ * sent together in one pipeline (one round trip instead of two or three);
+ * returns the first failure, else the statement's result. An explicit
+ * transaction outlives the pipeline's sync, so later statements run in it
+ * as usual. */
+static PGresult *run_with_begin(struct db *d, const struct db_stmt *st, bool fresh,
+				const char *sql, const struct dbp *p)
+{
+	PGresult *got[3] = {NULL, NULL, NULL}, *r;
+	int want = fresh ? 3 : 2, n = 0, nulls = 0;
+	const char *begin = d->begin;
+
+	d->begin = NULL;
+	if (!PQenterPipelineMode(d->conn) ||
+	    !PQsendQueryParams(d->conn, begin, 0, NULL, NULL, NULL, NULL, 0) ||
+	    (fresh && !PQsendPrepare(d->conn, st->name, sql, p ? p->n : 0, NULL)) ||
+	    !PQsendQueryPrepared(d->conn, st->name, p ? p->n : 0, p ? p->v : NULL, NULL, NULL,
+				 0) ||
+	    !PQpipelineSync(d->conn)) {
+		PQexitPipelineMode(d->conn);
+		return PQmakeEmptyPGresult(d->conn, PGRES_FATAL_ERROR);
+	}
+	/* each command's result is followed by a NULL; the sync ends it all */
+	while (nulls < 8) {
+		r = PQgetResult(d->conn);
+		if (!r) {
+			if (PQstatus(d->conn) != CONNECTION_OK)
+				break;
+			nulls++;
+			continue;
+		}
+		if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
+			PQclear(r);
+			break;
+		}
+		if (n < want)
+			got[n++] = r;
+		else
+			PQclear(r);
+	}
+	PQexitPipelineMode(d->conn);
+	if (n < want) {
+		for (int i = 0; i < n; i++)
+			PQclear(got[i]);
+		return PQmakeEmptyPGresult(d->conn, PGRES_FATAL_ERROR);
+	}
+	/* the first failure is the one to report (later ones say "aborted") */
+	for (int i = 0; i < want - 1; i++) {
+		if (PQresultStatus(got[i]) != PGRES_COMMAND_OK) {
+			for (int j = 0; j < want; j++)
+				if (j != i)
+					PQclear(got[j]);
+			return got[i];
+		}
+		PQclear(got[i]);
+	}
+	if (fresh)
+		stmt_prepared(d);
+	return got[want - 1];
+}
+
 /* Transaction control goes through the simple protocol; everything else is
- * prepared once per connection. */
+ * prepared once per connection. A transaction's BEGIN waits for its first
+ * statement (run_with_begin); one that ends before any statement never
+ * sends it. */
 static PGresult *run(struct db *d, const char *sql, const struct dbp *p)
 {
-	const struct db_stmt *st = NULL;
+	const struct db_stmt *st;
+	bool fresh;
 	PGresult *r;
 
-	if (!p && (!strncmp(sql, "BEGIN", 5) || !strcmp(sql, "COMMIT") || !strcmp(sql, "ROLLBACK")))
+	if (is_tx_control(sql, p)) {
+		if (d->begin && sql[0] != 'B') { /* nothing was sent: nothing to end */
+			d->begin = NULL;
+			return PQmakeEmptyPGresult(d->conn, PGRES_COMMAND_OK);
+		}
 		return PQexec(d->conn, sql);
-	for (size_t i = 0; i < d->n_stmts && !st; i++)
-		if (d->stmts[i].sql == sql)
-			st = &d->stmts[i];
-	if (!st) {
-		struct db_stmt *n;
-		d->stmts = realloc(d->stmts, (d->n_stmts + 1) * sizeof(*d->stmts));
-		if (!d->stmts)
-			abort();
-		n = &d->stmts[d->n_stmts];
-		n->sql = sql;
-		snprintf(n->name, sizeof(n->name), "s%zu", d->n_stmts);
-		r = PQprepare(d->conn, n->name, sql, p ? p->n : 0, NULL);
+	}
+	st = stmt_of(d, sql, &fresh);
+	if (d->begin)
+		return run_with_begin(d, st, fresh, sql, p);
+	if (fresh) {
+		r = PQprepare(d->conn, st->name, sql, p ? p->n : 0, NULL);
 		if (PQresultStatus(r) != PGRES_COMMAND_OK)
 			return r; /* reported by the caller like any failure */
 		PQclear(r);
-		d->n_stmts++;
-		st = n;
+		stmt_prepared(d);
 	}
 	return PQexecPrepared(d->conn, st->name, p ? p->n : 0, p ? p->v : NULL, NULL, NULL, 0);
 }
@@ -228,10 +322,11 @@ int db_tx(struct db *d, const char *isolation, db_tx_fn fn, void *arg, bc_error 
 	if (!begin)
 		abort(); /* a programming error: isolation levels are literals */
 	for (int attempt = 0; attempt < 8; attempt++) {
-		if (db_exec(d, NULL, begin, NULL) < 0) {
+		if (db_ensure(d) < 0) {
 			bc_error_set(err, BC_UNAVAILABLE, "database unavailable");
 			return -EIO;
 		}
+		d->begin = begin; /* sent with the first statement */
 		d->in_tx = true;
 		rc = fn(d, arg, err);
 		if (rc == 0)
@@ -239,6 +334,7 @@ int db_tx(struct db *d, const char *isolation, db_tx_fn fn, void *arg, bc_error 
 		else
 			db_exec(d, NULL, "ROLLBACK", NULL);
 		d->in_tx = false;
+		d->begin = NULL;
 		if (rc != -EAGAIN)
 			break;
 		if (d->conn)

@@ -24,6 +24,7 @@ struct db {
 	PGconn *conn;
 	char *conninfo;
 	bool in_tx;
+	const char *begin;   /* a BEGIN not sent yet: goes with the first statement */
 	struct db_stmt *stmts;
 	size_t n_stmts;
 };
