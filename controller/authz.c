@@ -279,13 +279,15 @@ int authz_stage(rpc_call *c, struct db *d, const struct authz_target *t, bc_erro
 	return authz_stage_as(ctl_principal(c), d, t, err);
 }
 
-int authz_stage_as(const struct principal *p, struct db *d, const struct authz_target *t,
-		   bc_error *err)
+const char *const AUTHZ_STAGE_SQL =
+	"INSERT INTO authz_resources (type, id, tenant_id, parent, owner_id, agent_id, attrs, "
+	"draft) VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, true)";
+
+void authz_stage_q(struct authz_stage_q *q, const struct principal *p,
+		   const struct authz_target *t)
 {
-	_cleanup_free_ char *json = NULL;
 	size_t len = 3, used;
-	struct dbp q = {0};
-	int rc;
+	char *json;
 
 	for (size_t i = 0; i < t->n_attrs; i++)
 		len += 2 * (strlen(t->names[i]) + strlen(t->values[i])) + 8;
@@ -298,15 +300,32 @@ int authz_stage_as(const struct principal *p, struct db *d, const struct authz_t
 		used = json_quote(json, used, t->values[i]);
 	}
 	snprintf(json + used, len - used, "}");
-	dbp_str(&q, t->type);
-	dbp_str(&q, t->id);
-	dbp_str(&q, t->tenant_id);
-	dbp_str(&q, t->parent ? t->parent : "");
-	dbp_str(&q, *p->user_id ? p->user_id : p->id);
-	dbp_nstr(&q, *p->user_id ? p->id : NULL);
-	dbp_str(&q, json);
-	rc = db_exec(d, NULL, "INSERT INTO authz_resources (type, id, tenant_id, parent, owner_id, "
-		     "agent_id, attrs, draft) VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, true)", &q);
+	memset(&q->p, 0, sizeof(q->p));
+	q->json = json;
+	dbp_str(&q->p, t->type);
+	dbp_str(&q->p, t->id);
+	dbp_str(&q->p, t->tenant_id);
+	dbp_str(&q->p, t->parent ? t->parent : "");
+	dbp_str(&q->p, *p->user_id ? p->user_id : p->id);
+	dbp_nstr(&q->p, *p->user_id ? p->id : NULL);
+	dbp_str(&q->p, json);
+}
+
+void authz_stage_q_free(struct authz_stage_q *q)
+{
+	free(q->json);
+	q->json = NULL;
+}
+
+int authz_stage_as(const struct principal *p, struct db *d, const struct authz_target *t,
+		   bc_error *err)
+{
+	struct authz_stage_q q;
+	int rc;
+
+	authz_stage_q(&q, p, t);
+	rc = db_exec(d, NULL, AUTHZ_STAGE_SQL, &q.p);
+	authz_stage_q_free(&q);
 	return rc < 0 ? db_fail(err, rc) : 0;
 }
 

@@ -34,6 +34,17 @@ int authz_stage(rpc_call *c, struct db *d, const struct authz_target *t, bc_erro
 /* The same for principal p (periodic work creating for someone). */
 int authz_stage_as(const struct principal *p, struct db *d, const struct authz_target *t,
 		   bc_error *err);
+
+/* The staging INSERT as a statement to send with others (db_pipe):
+ * AUTHZ_STAGE_SQL with q->p; authz_stage_q_free after. */
+struct authz_stage_q {
+	struct dbp p;
+	char *json;
+};
+extern const char *const AUTHZ_STAGE_SQL;
+void authz_stage_q(struct authz_stage_q *q, const struct principal *p,
+		   const struct authz_target *t);
+void authz_stage_q_free(struct authz_stage_q *q);
 /* Decide on the row staged for (type, id): its attributes with any pending
  * value merged over them. NOT_FOUND when there is no row. */
 int authz_decide_staged(rpc_call *c, struct db *d, const char *action, const char *type,
@@ -50,6 +61,10 @@ int quota_check(struct db *d, const char *tenant, int vcpus, int64_t memory_mib,
  * the pool checks budgets (budget_check meter) or the tenant's offer says
  * stop-new or drain, and metered spend reached the offer's limit. */
 int quota_budget(struct db *d, const char *tenant, const char *pool, bc_error *err);
+/* The same as a statement to send with others: QUOTA_BUDGET_SQL with
+ * ($1 tenant, $2 pool), its answer judged by quota_budget_judge. */
+extern const char *const QUOTA_BUDGET_SQL;
+int quota_budget_judge(const PGresult *r, bc_error *err);
 
 /* The tenant's budget as periodic work sees it (the spec's billingCheck,
  * asked with no caller): OK (no limit, or not spent), SPENT (spent, offer

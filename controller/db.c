@@ -119,17 +119,17 @@ static bool is_tx_control(const char *sql, const struct dbp *p)
 		      !strcmp(sql, "ROLLBACK"));
 }
 
-/* The prepared statement of sql on this connection; *fresh when it is
- * new and still has to be prepared (it is recorded only once that worked:
- * stmt_prepared). */
-static const struct db_stmt *stmt_of(struct db *d, const char *sql, bool *fresh)
+/* The slot of sql's prepared statement on this connection; *fresh when it
+ * is new: the slot is then d->n_stmts, taken by stmt_prepared once its
+ * PREPARE was sent. */
+static size_t stmt_of(struct db *d, const char *sql, bool *fresh)
 {
 	struct db_stmt *n;
 
 	for (size_t i = 0; i < d->n_stmts; i++)
 		if (d->stmts[i].sql == sql) {
 			*fresh = false;
-			return &d->stmts[i];
+			return i;
 		}
 	d->stmts = realloc(d->stmts, (d->n_stmts + 1) * sizeof(*d->stmts));
 	if (!d->stmts)
@@ -138,7 +138,7 @@ static const struct db_stmt *stmt_of(struct db *d, const char *sql, bool *fresh)
 	n->sql = sql;
 	snprintf(n->name, sizeof(n->name), "s%zu", d->n_stmts);
 	*fresh = true;
-	return n;
+	return d->n_stmts;
 }
 
 static void stmt_prepared(struct db *d)
@@ -146,32 +146,49 @@ static void stmt_prepared(struct db *d)
 	d->n_stmts++;
 }
 
-/* A transaction's BEGIN, its statement's PREPARE if new, and the statement,
- * sent together in one pipeline (one round trip instead of two or three);
- * returns the first failure, else the statement's result. An explicit
- * transaction outlives the pipeline's sync, so later statements run in it
- * as usual. */
-static PGresult *run_with_begin(struct db *d, const struct db_stmt *st, bool fresh,
-				const char *sql, const struct dbp *p)
+/* A pending BEGIN (db_tx), then each statement, preceded by its PREPARE when
+ * new on this connection, all in one libpq pipeline with one sync: one
+ * round trip. An explicit transaction outlives the sync, so statements
+ * after it run in the same transaction as usual. Each q[i].r gets its
+ * statement's answer (its PREPARE's or the BEGIN's when that failed);
+ * after a failure the later ones get PGRES_PIPELINE_ABORTED. -1 when the
+ * pipeline itself failed (a broken connection): some q[].r are NULL and
+ * the connection is closed (db_ensure opens a new one). */
+static int run_pipeline(struct db *d, struct db_q *q, int n)
 {
-	PGresult *got[3] = {NULL, NULL, NULL}, *r;
-	int want = fresh ? 3 : 2, n = 0, nulls = 0;
+	int kind[2 * DB_PIPE_MAX + 1], want = 0, got = 0, nulls = 0;
+	size_t slot[DB_PIPE_MAX];
 	const char *begin = d->begin;
+	bool ok = PQenterPipelineMode(d->conn), failed;
+	PGresult *r;
 
+	if (n > DB_PIPE_MAX)
+		abort(); /* a programming error: pipelines are static */
 	d->begin = NULL;
-	if (!PQenterPipelineMode(d->conn) ||
-	    !PQsendQueryParams(d->conn, begin, 0, NULL, NULL, NULL, NULL, 0) ||
-	    (fresh && !PQsendPrepare(d->conn, st->name, sql, p ? p->n : 0, NULL)) ||
-	    !PQsendQueryPrepared(d->conn, st->name, p ? p->n : 0, p ? p->v : NULL, NULL, NULL,
-				 0) ||
-	    !PQpipelineSync(d->conn)) {
-		PQexitPipelineMode(d->conn);
-		return PQmakeEmptyPGresult(d->conn, PGRES_FATAL_ERROR);
+	if (begin) {
+		kind[want++] = -1; /* -1: BEGIN, -2 - i: PREPARE of i, i: statement i */
+		ok = ok && PQsendQueryParams(d->conn, begin, 0, NULL, NULL, NULL, NULL, 0);
 	}
+	for (int i = 0; i < n; i++) {
+		bool fresh;
+		q[i].r = NULL;
+		slot[i] = stmt_of(d, q[i].sql, &fresh);
+		if (fresh) {
+			kind[want++] = -2 - i;
+			ok = ok && PQsendPrepare(d->conn, d->stmts[slot[i]].name, q[i].sql,
+						 q[i].p ? q[i].p->n : 0, NULL);
+			stmt_prepared(d); /* taken back below unless it answers OK */
+		}
+		kind[want++] = i;
+		ok = ok && PQsendQueryPrepared(d->conn, d->stmts[slot[i]].name,
+					       q[i].p ? q[i].p->n : 0, q[i].p ? q[i].p->v : NULL,
+					       NULL, NULL, 0);
+	}
+	ok = ok && PQpipelineSync(d->conn);
 	/* each command's result is followed by a NULL; the sync ends it all */
-	while (nulls < 8) {
-		r = PQgetResult(d->conn);
-		if (!r) {
+	while (ok && nulls <= want) {
+		int k;
+		if (!(r = PQgetResult(d->conn))) {
 			if (PQstatus(d->conn) != CONNECTION_OK)
 				break;
 			nulls++;
@@ -181,39 +198,40 @@ static PGresult *run_with_begin(struct db *d, const struct db_stmt *st, bool fre
 			PQclear(r);
 			break;
 		}
-		if (n < want)
-			got[n++] = r;
+		if (got >= want) { /* more than was asked: not ours to answer */
+			PQclear(r);
+			continue;
+		}
+		k = kind[got++];
+		failed = PQresultStatus(r) != PGRES_COMMAND_OK;
+		if (k < -1 && failed && slot[-2 - k] < d->n_stmts)
+			d->n_stmts = slot[-2 - k]; /* it and every later new one unprepared */
+		if (k >= 0 && !q[k].r)
+			q[k].r = r;
+		else if (k < -1 && failed)
+			q[-2 - k].r = r; /* the PREPARE's failure is the statement's answer */
+		else if (k == -1 && failed && n > 0)
+			q[0].r = r;      /* so is the BEGIN's */
 		else
 			PQclear(r);
 	}
 	PQexitPipelineMode(d->conn);
-	if (n < want) {
-		for (int i = 0; i < n; i++)
-			PQclear(got[i]);
-		return PQmakeEmptyPGresult(d->conn, PGRES_FATAL_ERROR);
-	}
-	/* the first failure is the one to report (later ones say "aborted") */
-	for (int i = 0; i < want - 1; i++) {
-		if (PQresultStatus(got[i]) != PGRES_COMMAND_OK) {
-			for (int j = 0; j < want; j++)
-				if (j != i)
-					PQclear(got[j]);
-			return got[i];
-		}
-		PQclear(got[i]);
-	}
-	if (fresh)
-		stmt_prepared(d);
-	return got[want - 1];
+	if (got == want)
+		return 0;
+	/* which PREPAREs took is unknown: start over on a new connection */
+	PQfinish(d->conn);
+	d->conn = NULL;
+	stmts_forget(d);
+	return -1;
 }
 
 /* Transaction control goes through the simple protocol; everything else is
  * prepared once per connection. A transaction's BEGIN waits for its first
- * statement (run_with_begin); one that ends before any statement never
- * sends it. */
+ * statement and goes with it (run_pipeline); one that ends before any
+ * statement never sends it. */
 static PGresult *run(struct db *d, const char *sql, const struct dbp *p)
 {
-	const struct db_stmt *st;
+	size_t st;
 	bool fresh;
 	PGresult *r;
 
@@ -224,30 +242,33 @@ static PGresult *run(struct db *d, const char *sql, const struct dbp *p)
 		}
 		return PQexec(d->conn, sql);
 	}
+	if (d->begin) {
+		struct db_q q = {.sql = sql, .p = p};
+		if (run_pipeline(d, &q, 1) < 0) {
+			PQclear(q.r);
+			return PQmakeEmptyPGresult(NULL, PGRES_FATAL_ERROR);
+		}
+		return q.r;
+	}
 	st = stmt_of(d, sql, &fresh);
-	if (d->begin)
-		return run_with_begin(d, st, fresh, sql, p);
 	if (fresh) {
-		r = PQprepare(d->conn, st->name, sql, p ? p->n : 0, NULL);
+		r = PQprepare(d->conn, d->stmts[st].name, sql, p ? p->n : 0, NULL);
 		if (PQresultStatus(r) != PGRES_COMMAND_OK)
 			return r; /* reported by the caller like any failure */
 		PQclear(r);
 		stmt_prepared(d);
 	}
-	return PQexecPrepared(d->conn, st->name, p ? p->n : 0, p ? p->v : NULL, NULL, NULL, 0);
+	return PQexecPrepared(d->conn, d->stmts[st].name, p ? p->n : 0, p ? p->v : NULL, NULL,
+			      NULL, 0);
 }
 
-int db_exec(struct db *d, PGresult **ret, const char *sql, const struct dbp *p)
+/* What db_exec makes of a statement's result r (consumed). */
+static int take(struct db *d, PGresult *r, PGresult **ret)
 {
-	PGresult *r;
-	ExecStatusType st;
+	ExecStatusType st = PQresultStatus(r);
+	const char *state;
 	int rc;
 
-	last_state[0] = '\0';
-	if (db_ensure(d) < 0)
-		return -EIO;
-	r = run(d, sql, p);
-	st = PQresultStatus(r);
 	if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
 		if (ret)
 			*ret = r;
@@ -255,16 +276,14 @@ int db_exec(struct db *d, PGresult **ret, const char *sql, const struct dbp *p)
 			PQclear(r);
 		return 0;
 	}
-	{
-		const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-		snprintf(last_state, sizeof(last_state), "%s", state ? state : "");
-		rc = map_state(state);
-		if (rc == -EIO)
-			log_warn("db: statement failed sqlstate=%s: %s", state ? state : "-",
-				 PQresultErrorMessage(r));
-		else
-			log_debug("db: sqlstate=%s: %s", state ? state : "-", PQresultErrorMessage(r));
-	}
+	state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+	snprintf(last_state, sizeof(last_state), "%s", state ? state : "");
+	rc = map_state(state);
+	if (rc == -EIO)
+		log_warn("db: statement failed sqlstate=%s: %s", state ? state : "-",
+			 PQresultErrorMessage(r));
+	else
+		log_debug("db: sqlstate=%s: %s", state ? state : "-", PQresultErrorMessage(r));
 	PQclear(r);
 	if (PQstatus(d->conn) != CONNECTION_OK) {
 		PQfinish(d->conn);
@@ -272,6 +291,44 @@ int db_exec(struct db *d, PGresult **ret, const char *sql, const struct dbp *p)
 		return -EIO;
 	}
 	return rc == -EIO ? -EPROTO : rc;
+}
+
+int db_exec(struct db *d, PGresult **ret, const char *sql, const struct dbp *p)
+{
+	last_state[0] = '\0';
+	if (db_ensure(d) < 0)
+		return -EIO;
+	return take(d, run(d, sql, p), ret);
+}
+
+int db_pipe(struct db *d, struct db_q *q, int n)
+{
+	int rc = 0;
+
+	last_state[0] = '\0';
+	if (db_ensure(d) < 0)
+		return -EIO;
+	if (run_pipeline(d, q, n) < 0) {
+		for (int i = 0; i < n; i++) {
+			PQclear(q[i].r);
+			q[i].r = NULL;
+		}
+		return -EIO;
+	}
+	for (int i = 0; i < n; i++) {
+		PGresult *r = q[i].r;
+		q[i].r = NULL;
+		if (rc < 0)
+			PQclear(r); /* aborted after the first failure */
+		else
+			rc = take(d, r, &q[i].r);
+	}
+	if (rc < 0)
+		for (int i = 0; i < n; i++) {
+			PQclear(q[i].r);
+			q[i].r = NULL;
+		}
+	return rc;
 }
 
 const char *db_last_sqlstate(const struct db *d)

@@ -61,6 +61,19 @@ int db_exec(struct db *d, PGresult **ret, const char *sql, const struct dbp *p);
  * NULL) with -ENOENT when there is no row. */
 int db_scalar(struct db *d, const char *sql, const struct dbp *p, char **ret);
 
+/* Statements sent together, in one round trip (a libpq pipeline), in
+ * order, within the caller's transaction if any; for statements none of
+ * which needs an earlier one's answer. Returns 0 with every q[i].r set
+ * (PQclear each), or the first failure as db_exec would, with every q[].r
+ * NULL (a transaction is then aborted, as after any failed statement). */
+#define DB_PIPE_MAX 8
+struct db_q {
+	const char *sql;
+	const struct dbp *p;
+	PGresult *r;
+};
+int db_pipe(struct db *d, struct db_q *q, int n);
+
 /* Run fn inside BEGIN ... COMMIT at the given isolation ("READ COMMITTED",
  * "REPEATABLE READ", "SERIALIZABLE"). fn returns 0 to commit, <0 to roll
  * back (its bc_error is kept). Serialization failures and deadlocks (in fn

@@ -97,6 +97,23 @@ int quota_check(struct db *d, const char *tenant, int vcpus, int64_t memory_mib,
 	return 0;
 }
 
+const char *const QUOTA_BUDGET_SQL =
+	"SELECT o.spend_limit_cents, " QUOTA_SPENT_SQL ", o.on_budget_exceeded FROM offers o "
+	"WHERE o.tenant_id = $1 AND o.spend_limit_cents IS NOT NULL AND (o.on_budget_exceeded "
+	"<> 'none' OR EXISTS (SELECT 1 FROM pools WHERE id = $2 AND budget_check = 'meter'))";
+
+int quota_budget_judge(const PGresult *r, bc_error *err)
+{
+	if (PQntuples(r) == 1 && db_i64(r, 0, 1) >= db_i64(r, 0, 0)) {
+		bc_error_set(err, BC_SPEND_LIMIT_REACHED, "the tenant's budget is spent: %s of %s "
+			     "cents", db_val(r, 0, 1), db_val(r, 0, 0));
+		bc_error_detail(err, "spentCents", "%s", db_val(r, 0, 1));
+		bc_error_detail(err, "limitCents", "%s", db_val(r, 0, 0));
+		return bc_error_detail(err, "reason", "budget-spent");
+	}
+	return 0;
+}
+
 int quota_budget(struct db *d, const char *tenant, const char *pool, bc_error *err)
 {
 	struct dbp p = {0};
@@ -105,23 +122,12 @@ int quota_budget(struct db *d, const char *tenant, const char *pool, bc_error *e
 
 	dbp_str(&p, tenant);
 	dbp_str(&p, pool);
-	rc = db_exec(d, &r, "SELECT o.spend_limit_cents, " QUOTA_SPENT_SQL ", o.on_budget_exceeded "
-		     "FROM offers o WHERE "
-		     "o.tenant_id = $1 AND o.spend_limit_cents IS NOT NULL AND (o.on_budget_exceeded "
-		     "<> 'none' OR EXISTS (SELECT 1 FROM pools WHERE id = $2 AND budget_check = "
-		     "'meter'))", &p);
+	rc = db_exec(d, &r, QUOTA_BUDGET_SQL, &p);
 	if (rc < 0)
 		return db_fail(err, rc);
-	if (PQntuples(r) == 1 && db_i64(r, 0, 1) >= db_i64(r, 0, 0)) {
-		bc_error_set(err, BC_SPEND_LIMIT_REACHED, "the tenant's budget is spent: %s of %s "
-			     "cents", db_val(r, 0, 1), db_val(r, 0, 0));
-		bc_error_detail(err, "spentCents", "%s", db_val(r, 0, 1));
-		bc_error_detail(err, "limitCents", "%s", db_val(r, 0, 0));
-		PQclear(r);
-		return bc_error_detail(err, "reason", "budget-spent");
-	}
+	rc = quota_budget_judge(r, err);
 	PQclear(r);
-	return 0;
+	return rc;
 }
 
 int quota_billing_check(struct db *d, const char *tenant, enum quota_budget_state *ret)

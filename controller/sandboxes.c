@@ -236,29 +236,8 @@ static int ttl_too_long(bc_error *err, int64_t ttl, int64_t max)
 	return bc_error_detail(err, "maxTtlSeconds", "%" PRId64, max);
 }
 
-/* Stage the sandbox's authorization row and decide compute:sandboxes:create. */
-static int sbx_admit(struct db *d, struct screate *a, const PGresult *t, int64_t ttl,
-		     bc_error *err)
-{
-	const struct principal *p = ctl_principal(a->call);
-	struct sbx_shape s = {.id = a->id, .tenant = a->tenant, .pool = db_val(t, 0, 0),
-			      .template_id = a->q->template_id, .flavor = db_val(t, 0, 1),
-			      .image = db_val(t, 0, 2), .network = db_val(t, 0, 3),
-			      .created_by = p->id, .ttl = ttl, .vcpus = db_i64(t, 0, 7),
-			      .memory_mib = db_i64(t, 0, 8), .disk_gib = db_i64(t, 0, 9),
-			      .gpus = db_i64(t, 0, 10)};
-	struct authz_target at;
-	char parent[128];
-	int rc;
-
-	sbx_target(&s, &at, parent);
-	if ((rc = authz_stage(a->call, d, &at, err)) < 0)
-		return rc;
-	return authz_decide_staged(a->call, d, "compute:sandboxes:create", at.type, at.id, err);
-}
-
 /* The sandbox's row, its authorization row made live (staged by
- * sbx_admit) and sandbox.created, in one statement that returns the
+ * stage_and_claim) and sandbox.created, in one statement that returns the
  * answer's row (SBX_COLS) into a->row. */
 static int insert_sandbox(struct db *d, struct screate *a, const char *pool, int64_t ttl,
 			  bc_error *err)
@@ -313,28 +292,85 @@ static int publish(struct db *d, const char *type, const char *id, const char *t
 	return event_publish(d, type, subject, tenant, data);
 }
 
-/* The warm path: a template that keeps a pool hands over its oldest
- * claimable instance (a claim is new work: the pool's budget check runs
- * first, as for a cold create); nothing claimable (none settled yet, all
- * taken, none of the current shape) leaves a->warm false: a cold create. */
-static int claim_warm(struct db *d, struct screate *a, const PGresult *t, int64_t ttl,
-		      bc_error *err)
+/* The warm path's statement: the claim (warm.h) and, on the instance it
+ * took, what insert_sandbox writes for a cold create (the sandbox, its
+ * authorization row made live, sandbox.created), returning the answer's
+ * row (SBX_COLS, the instance as claimed); no row when nothing was
+ * claimable. $8 tenant, $9 pool, $10 creator after the claim's. */
+#define SBX_CLAIM_SQL                                                                      \
+	WARM_CLAIM_CTE ", y AS (UPDATE authz_resources SET draft = false WHERE type = "       \
+	"'compute-sandbox' AND id = $5 AND EXISTS (SELECT 1 FROM u)), e AS (INSERT INTO "     \
+	"events (type, subject, tenant_id, data) SELECT 'sandbox.created', 'sandbox/' || $5, " \
+	"$8, jsonb_build_object('templateId', $1::text, 'instanceId', u.id, 'poolId', "       \
+	"$9::text, 'warm', true) FROM u), s AS (INSERT INTO sandboxes (id, tenant_id, "        \
+	"template_id, pool_id, instance_id, ttl_seconds, expires_at, created_by, owner_id, "  \
+	"agent_id, warm) SELECT $5, $8, $1, $9, u.id, $4::int, now() + make_interval(secs => " \
+	"$4::int), $10, $6, $7, true FROM u RETURNING *) SELECT " SBX_COLS ", pg_notify("     \
+	"'bc_node_spec', i.node_id), pg_notify('" SBX_WAKE_CHANNEL "', 'warm') FROM s JOIN u " \
+	"i ON i.id = s.instance_id"
+
+/* Stage the sandbox's authorization row and, for a template that keeps a
+ * warm pool, check the budget and claim, all in one round trip (db_pipe:
+ * none needs another's answer; a refusal rolls the claim back with the
+ * rest), then decide compute:sandboxes:create over the staged row. A
+ * refusal wins over a spent budget (SPEND_LIMIT_REACHED: a claim is new
+ * work, as a cold create); claimed, a->warm and a->row say so; nothing
+ * claimable (none settled yet, all taken, none of the current shape)
+ * leaves a->warm false: a cold create. */
+static int stage_and_claim(struct db *d, struct screate *a, const PGresult *t, int64_t ttl,
+			   bc_error *err)
 {
+	const struct principal *p = ctl_principal(a->call);
+	struct sbx_shape s = {.id = a->id, .tenant = a->tenant, .pool = db_val(t, 0, 0),
+			      .template_id = a->q->template_id, .flavor = db_val(t, 0, 1),
+			      .image = db_val(t, 0, 2), .network = db_val(t, 0, 3),
+			      .created_by = p->id, .ttl = ttl, .vcpus = db_i64(t, 0, 7),
+			      .memory_mib = db_i64(t, 0, 8), .disk_gib = db_i64(t, 0, 9),
+			      .gpus = db_i64(t, 0, 10)};
 	struct warm_claim w = {.template_id = a->q->template_id, .sandbox_id = a->id,
 			       .network = db_val(t, 0, 3),
 			       .instance_version = (int)db_i64(t, 0, 12), .ttl_seconds = ttl,
-			       .caller = ctl_principal(a->call)};
+			       .caller = p};
+	bool pool = db_i64(t, 0, 11) > 0;
+	struct dbp bp = {0}, cp = {0};
+	struct authz_stage_q sq;
+	struct authz_target at;
+	struct db_q q[3];
+	char parent[128];
 	int rc;
 
 	a->warm = false;
-	if (db_i64(t, 0, 11) == 0)
-		return 0; /* no warm pool */
-	if ((rc = quota_budget(d, a->tenant, db_val(t, 0, 0), err)) < 0 ||
-	    (rc = warm_claim_tx(d, &w, err)) <= 0)
-		return rc;
-	a->warm = true;
-	snprintf(a->instance, sizeof(a->instance), "%s", w.instance);
-	return 0;
+	sbx_target(&s, &at, parent);
+	authz_stage_q(&sq, p, &at);
+	q[0] = (struct db_q){.sql = AUTHZ_STAGE_SQL, .p = &sq.p};
+	dbp_str(&bp, a->tenant);
+	dbp_str(&bp, s.pool);
+	q[1] = (struct db_q){.sql = QUOTA_BUDGET_SQL, .p = &bp};
+	warm_claim_params(&cp, &w);
+	dbp_str(&cp, a->tenant);
+	dbp_str(&cp, s.pool);
+	dbp_str(&cp, p->id);
+	q[2] = (struct db_q){.sql = SBX_CLAIM_SQL, .p = &cp};
+	rc = db_pipe(d, q, pool ? 3 : 1);
+	authz_stage_q_free(&sq);
+	if (rc < 0)
+		return db_fail(err, rc);
+	rc = authz_decide_staged(a->call, d, "compute:sandboxes:create", at.type, at.id, err);
+	if (rc == 0 && pool)
+		rc = quota_budget_judge(q[1].r, err);
+	if (rc == 0 && pool && PQntuples(q[2].r) == 1) {
+		a->warm = true;
+		snprintf(a->instance, sizeof(a->instance), "%s", db_val(q[2].r, 0, 4));
+		PQclear(a->row); /* a retried transaction starts over */
+		a->row = q[2].r;
+		q[2].r = NULL;
+	}
+	PQclear(q[0].r);
+	if (pool) {
+		PQclear(q[1].r);
+		PQclear(q[2].r);
+	}
+	return rc;
 }
 
 static int screate_tx(struct db *d, void *arg, bc_error *err)
@@ -362,9 +398,7 @@ static int screate_tx(struct db *d, void *arg, bc_error *err)
 		goto out;
 	}
 	id_new("sbx", a->id, sizeof(a->id));
-	if ((rc = sbx_admit(d, a, t, ttl, err)) < 0)
-		goto out;
-	if ((rc = claim_warm(d, a, t, ttl, err)) < 0)
+	if ((rc = stage_and_claim(d, a, t, ttl, err)) < 0)
 		goto out;
 	n = (struct inst_new){.tenant = a->tenant, .pool_id = db_val(t, 0, 0),
 			      .flavor = db_val(t, 0, 1), .image_id = db_val(t, 0, 2),
@@ -374,7 +408,7 @@ static int screate_tx(struct db *d, void *arg, bc_error *err)
 		goto out;
 	if (!a->warm)
 		snprintf(a->instance, sizeof(a->instance), "%s", n.id);
-	if ((rc = insert_sandbox(d, a, n.pool_id, ttl, err)) < 0)
+	if (!a->warm && (rc = insert_sandbox(d, a, n.pool_id, ttl, err)) < 0)
 		goto out;
 	rc = idem_record(d, &a->k, a->id, err);
 out:

@@ -10,7 +10,7 @@
  * the same transaction (a trigger of migrations/0006_warm.sql), and it is
  * claimable once the host reports it paused (or stopped).
  *
- * The claim (warm_claim_tx) runs inside Sandboxes.Create's transaction;
+ * The claim (WARM_CLAIM_CTE, warm.h) runs inside Sandboxes.Create's transaction;
  * the pool pass (warm_pass) runs on the sandbox reconciler's leader:
  * drains first, then at most WARM_REFILL_PER_PASS refills per template,
  * each in its own transaction that re-reads the template FOR SHARE (not
@@ -35,48 +35,18 @@
 
 /* ------------------------------------------------------------------ claim */
 
-#define CLAIM_SQL                                                                          \
-	"WITH c AS (SELECT i.id FROM instances i JOIN nodes n ON n.id = i.node_id WHERE "     \
-	"i.warm_template_id = $1 AND i.warm_instance_version = $2::int AND i.state IN "       \
-	"('paused', 'stopped') AND i.desired_state IN ('paused', 'stopped') AND n.state = "   \
-	"'ready' AND n.labels ?& string_to_array($3, E'\\n') AND (i.host_cert_valid_before "  \
-	"IS NULL OR i.host_cert_valid_before >= now() + make_interval(secs => $4::int)) "     \
-	"ORDER BY i.created_at, i.id LIMIT 1 FOR UPDATE OF i SKIP LOCKED), "                  \
-	"u AS (UPDATE instances i SET sandbox_id = $5, warm_template_id = NULL, claimed_at = " \
-	"now(), desired_state = 'running', updated_at = now() FROM c WHERE i.id = c.id "      \
-	"RETURNING i.id, i.node_id), "                                                        \
-	"z AS (UPDATE authz_resources a SET owner_id = $6, agent_id = $7, attrs = (a.attrs - " \
-	"'warmTemplateId') || jsonb_build_object('sandboxId', $5::text) FROM u WHERE a.type " \
-	"= 'compute-instance' AND a.id = u.id), "                                             \
-	"n AS (INSERT INTO node_spec_changes (node_id) SELECT node_id FROM u) "               \
-	"SELECT id, node_id, pg_notify('bc_node_spec', node_id), pg_notify('"                 \
-	SBX_WAKE_CHANNEL "', 'warm') FROM u"
-
-int warm_claim_tx(struct db *d, struct warm_claim *w, bc_error *err)
+void warm_claim_params(struct dbp *q, const struct warm_claim *w)
 {
 	const struct principal *p = w->caller;
-	struct dbp q = {0};
-	PGresult *r = NULL;
-	int rc;
 
-	dbp_str(&q, w->template_id);
-	dbp_i64(&q, w->instance_version);
-	dbp_str(&q, strcmp(w->network, "egress") != 0 ? CAP_SSH_HOST_ONLY "\n" CAP_NETWORK_POLICY
-						     : CAP_SSH_HOST_ONLY);
-	dbp_i64(&q, w->ttl_seconds);
-	dbp_str(&q, w->sandbox_id);
-	dbp_str(&q, *p->user_id ? p->user_id : p->id);
-	dbp_nstr(&q, *p->user_id ? p->id : NULL);
-	if ((rc = db_exec(d, &r, CLAIM_SQL, &q)) < 0)
-		return db_fail(err, rc);
-	if (PQntuples(r) == 0) {
-		PQclear(r);
-		return 0;
-	}
-	snprintf(w->instance, sizeof(w->instance), "%s", db_val(r, 0, 0));
-	snprintf(w->node, sizeof(w->node), "%s", db_val(r, 0, 1));
-	PQclear(r);
-	return 1;
+	dbp_str(q, w->template_id);
+	dbp_i64(q, w->instance_version);
+	dbp_str(q, strcmp(w->network, "egress") != 0 ? CAP_SSH_HOST_ONLY "\n" CAP_NETWORK_POLICY
+						    : CAP_SSH_HOST_ONLY);
+	dbp_i64(q, w->ttl_seconds);
+	dbp_str(q, w->sandbox_id);
+	dbp_str(q, *p->user_id ? p->user_id : p->id);
+	dbp_nstr(q, *p->user_id ? p->id : NULL);
 }
 
 /* ----------------------------------------------------------------- budget */

@@ -18,23 +18,41 @@ struct warm_claim {
 	int instance_version;
 	int64_t ttl_seconds;
 	const struct principal *caller;
-	char instance[64];   /* out: the claimed instance */
-	char node[64];       /* out: its node */
 };
 
-/* Inside the caller's READ COMMITTED transaction: take the oldest
- * claimable warm instance of the template (paused or stopped, of its
- * current instance_version, on a ready host carrying the capabilities
- * the template needs, whose host certificate, if any, covers the
- * lifetime; FOR UPDATE SKIP LOCKED, so concurrent claims never take one
- * twice and never wait for each other). The instance gets sandbox_id and
- * claimed_at, loses warm_template_id, is desired running again and its
- * authorization row becomes the caller's; its node's spec stream hears of
- * it (an insert-only change row, as spec_bump: concurrent claims on one
- * node do not wait for each other) and the pool reconciler is woken to
- * refill, all in one statement. 1 when claimed, 0 when nothing is
- * claimable (the caller creates cold), <0 with err. */
-int warm_claim_tx(struct db *d, struct warm_claim *w, bc_error *err);
+/* The claim, as the CTEs a statement in the caller's READ COMMITTED
+ * transaction starts with (Sandboxes.Create adds the sandbox's rows to
+ * it: sandboxes.c). c takes the oldest claimable warm instance of the
+ * template (paused or stopped, of its current instance_version, on a
+ * ready host carrying the capabilities the template needs, whose host
+ * certificate, if any, covers the lifetime; FOR UPDATE SKIP LOCKED, so
+ * concurrent claims never take one twice and never wait for each other);
+ * u hands it over (sandbox_id, claimed_at, no warm_template_id, desired
+ * running again; RETURNING i.*, so the statement reads the instance as
+ * claimed); z makes its authorization row the caller's; n records the
+ * change of its node (an insert-only row, as spec_bump: concurrent claims
+ * on one node do not wait for each other). The statement must also
+ * select pg_notify('bc_node_spec', node_id) and pg_notify(SBX_WAKE_CHANNEL,
+ * 'warm') from u (the node's spec stream, the pool's refill). Nothing
+ * claimable: u is empty, and so is whatever is built on it. Parameters
+ * $1-$7 from warm_claim_params: template, instance_version, capabilities
+ * ("\n"-separated), lifetime (s), sandbox, owner, agent (NULL: none). */
+#define WARM_CLAIM_CTE                                                                     \
+	"WITH c AS (SELECT i.id FROM instances i JOIN nodes n ON n.id = i.node_id WHERE "     \
+	"i.warm_template_id = $1 AND i.warm_instance_version = $2::int AND i.state IN "       \
+	"('paused', 'stopped') AND i.desired_state IN ('paused', 'stopped') AND n.state = "   \
+	"'ready' AND n.labels ?& string_to_array($3, E'\\n') AND (i.host_cert_valid_before "  \
+	"IS NULL OR i.host_cert_valid_before >= now() + make_interval(secs => $4::int)) "     \
+	"ORDER BY i.created_at, i.id LIMIT 1 FOR UPDATE OF i SKIP LOCKED), "                  \
+	"u AS (UPDATE instances i SET sandbox_id = $5, warm_template_id = NULL, claimed_at = " \
+	"now(), desired_state = 'running', updated_at = now() FROM c WHERE i.id = c.id "      \
+	"RETURNING i.*), "                                                                    \
+	"z AS (UPDATE authz_resources a SET owner_id = $6, agent_id = $7, attrs = (a.attrs - " \
+	"'warmTemplateId') || jsonb_build_object('sandboxId', $5::text) FROM u WHERE a.type " \
+	"= 'compute-instance' AND a.id = u.id), "                                             \
+	"n AS (INSERT INTO node_spec_changes (node_id) SELECT node_id FROM u)"
+#define WARM_CLAIM_NPARAMS 7
+void warm_claim_params(struct dbp *q, const struct warm_claim *w);
 
 /* One pass over every pool (the sandbox reconciler's leader): drains
  * (older instance_version, failed, on a host without the capability, a

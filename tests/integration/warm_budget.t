@@ -31,6 +31,18 @@ is "$(live_n)" 2 'a spent budget skips refills (warm.min 3, still 2)'
 is "$(q "SELECT count(*) FROM instances WHERE warm_template_id = '$tmpl' AND desired_state = 'deleted'")" 0 \
 	'and stop-new drains nothing'
 
+# a claim is new work: with the budget spent it is refused, and refused
+# whole (the claim runs in the same round trip as the check and is rolled
+# back with it): both paused instances still claimable, no sandbox, no event
+bcctl sandbox create --template "$tmpl" >"$STACK_DIR/out" 2>"$STACK_DIR/err"
+is $? 11 'a create from the pool with the budget spent exits 11 (SPEND_LIMIT_REACHED)'
+like "$(cat "$STACK_DIR/err")" "SPEND_LIMIT_REACHED" '... and says SPEND_LIMIT_REACHED'
+is "$(paused_n)" 2 'both warm instances are still in the pool'
+is "$(q "SELECT count(*) FROM instances WHERE sandbox_id IS NOT NULL OR claimed_at IS NOT NULL")" 0 \
+	'none was handed over'
+is "$(q "SELECT count(*) FROM sandboxes")/$(q "SELECT count(*) FROM events WHERE type = 'sandbox.created'")/$(q "SELECT count(*) FROM authz_resources WHERE type = 'compute-sandbox'")" \
+	0/0/0 'no sandbox row, no sandbox.created, no authorization row'
+
 # drain: seen once the cached answer (a minute) expires, then the pool goes to 0
 bcctl tenant offer root --spend-limit-cents 100 --on-budget-exceeded drain >/dev/null || bail_out "offer"
 t0=$SECONDS
