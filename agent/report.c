@@ -5,11 +5,12 @@
  * (state and reason), the applied generation, capabilities from the
  * runtime's traits, labels (config labels plus cpu.model), capacity, volume
  * store numbers, command results, and complete=true once the runtime could
- * be listed. It is sent first after start, every report_interval_seconds,
- * after a failed delivery and after an ack showing the controller did not
- * take the report under its newest spec. Every other report is a delta
+ * be listed. It is sent first after start, every report_interval_seconds
+ * and after a failed delivery. Every other report is a delta
  * (complete=false): the same host facts, but only the instances whose state,
- * reason or desired state differ from the last report the controller took,
+ * reason or desired state differ from the last report the controller took
+ * (delivered, and acked with no newer spec than it applied: a report acked
+ * stale leaves what it carried pending, sent again in the next delta),
  * plus the one-shot entries. One-shot entries (instances destroyed because
  * the spec no longer names them, command results) are dropped only after a
  * report carrying them was delivered. */
@@ -238,10 +239,18 @@ void report_track_done(struct report_track *t, const struct conv_status *st, boo
 {
 	if (complete)
 		t->complete_due = now_ms + interval_ms;
-	if (!delivered || ack_generation > st->applied_generation) {
+	if (!delivered) {
 		t->need_complete = true;
 		return;
 	}
+	/* delivered, but the controller holds a newer spec than it applied,
+	 * so it took only the states that match the desired ones: what the
+	 * report carried stays pending (the taken list is kept, so the next
+	 * delta carries it again) until a report is taken under the newest
+	 * spec. A complete report here would say the same, larger: a burst of
+	 * claims keeps changes waiting, and a host holds hundreds. */
+	if (ack_generation > st->applied_generation)
+		return;
 	free(t->taken);
 	t->taken = xcalloc(st->n_items ? st->n_items : 1, sizeof(*t->taken));
 	if (st->n_items)

@@ -79,8 +79,6 @@ is "$(q "SELECT last_report_at > '$seen' FROM nodes WHERE id = '$node1'")" t \
 	'the delta updated the node liveness (last_report_at)'
 is "$(st "$b") $(st "$e")" 'paused running' 'the instances it did not list are unchanged'
 # a deletion the host confirms: the report carrying "deleted" is a delta
-# (its ack then says the spec without the instance is due, so the report
-# after it is complete)
 inst delete "$e"
 eventually 30 st_is "$e" deleted
 ok $? 'a deletion confirmed by a delta report is finished'
