@@ -14,7 +14,7 @@
 
 /* The newest schema version this binary knows; equals the number of files in
  * migrations/ (checked by a unit test). serve refuses any other version. */
-#define CTL_SCHEMA_VERSION 7
+#define CTL_SCHEMA_VERSION 8
 
 struct ctl_config {
 	char *database;
@@ -113,10 +113,11 @@ int events_register(rpc_server *s);
 int iam_policies_register(rpc_server *s);
 
 /* events.c: record a change to what a node runs, inside the caller's tx
- * (a node_spec_changes row and a NOTIFY; the node's stream bumps the
- * generation when it takes them: spec_take_changes, 1 if it moved). */
+ * (a node_spec_changes row naming no instance, so the next build is whole,
+ * and a NOTIFY; the node's stream bumps the generation when it takes them:
+ * spec_take_changes, 1 if it moved, with the instances the rows named). */
 int spec_bump(struct db *d, const char *node_id);
-int spec_take_changes(struct db *d, const char *node_id);
+int spec_take_changes(struct db *d, const char *node_id, bool *all, char **dirty);
 
 /* watch.c: the LISTEN thread and the registry of open WatchSpec streams. */
 struct watch_registry *watch_registry_new(void);

@@ -4,7 +4,10 @@
  * commit by bc_events_sequence (migration 0007), which numbers every
  * committed, unsequenced event (events.seq) one sequencer at a time, so
  * "seq > last seen" is a complete resume point (events_api.c). */
+#include <stdlib.h>
+
 #include "ctl.h"
+#include "util.h"
 
 int event_publish(struct db *d, const char *type, const char *subject, const char *tenant_id,
 		  const char *data_json)
@@ -43,20 +46,33 @@ int spec_bump(struct db *d, const char *node_id)
  * if there was any, bump the generation once. A spec built afterwards
  * (nodespec_build, a later snapshot) carries every change taken here; a
  * change committed later keeps its row for the next take. Returns 1 if the
- * generation moved, 0 if not, <0 on failure. */
-int spec_take_changes(struct db *d, const char *node_id)
+ * generation moved, 0 if not, <0 on failure. The instances the taken rows
+ * name are appended to *dirty (newline-separated); *all is set when a row
+ * named none (anything of the node may have changed). */
+int spec_take_changes(struct db *d, const char *node_id, bool *all, char **dirty)
 {
 	struct dbp p = {0};
 	PGresult *r = NULL;
+	const char *ids;
 	int rc;
 
 	dbp_str(&p, node_id);
 	rc = db_exec(d, &r, "WITH c AS (DELETE FROM node_spec_changes WHERE node_id = $1 RETURNING "
-		     "1) UPDATE nodes SET spec_generation = spec_generation + 1 WHERE id = $1 AND "
-		     "EXISTS (SELECT 1 FROM c) RETURNING spec_generation", &p);
+		     "instance_id), u AS (UPDATE nodes SET spec_generation = spec_generation + 1 "
+		     "WHERE id = $1 AND EXISTS (SELECT 1 FROM c) RETURNING spec_generation) SELECT "
+		     "(SELECT count(*) FROM u), coalesce(bool_or(instance_id IS NULL), false), "
+		     "coalesce(string_agg(DISTINCT instance_id, E'\\n'), '') FROM c", &p);
 	if (rc < 0)
 		return rc;
-	rc = PQntuples(r) > 0;
+	rc = db_i64(r, 0, 0) > 0;
+	if (db_bool(r, 0, 1))
+		*all = true;
+	ids = db_val(r, 0, 2);
+	if (ids && *ids) {
+		char *n = *dirty && **dirty ? xasprintf("%s\n%s", *dirty, ids) : xstrdup(ids);
+		free(*dirty);
+		*dirty = n;
+	}
 	PQclear(r);
 	return rc;
 }

@@ -253,25 +253,38 @@ static int read_generation(struct db *d, const char *node, uint64_t *ret, bc_err
 	return 0;
 }
 
-static int send_spec(rpc_call *c, const char *node, uint64_t *sent, bc_error *err)
+/* What a node's stream knows between builds: its last build, and what
+ * changed since (the instances the taken change rows named, or all). */
+struct spec_state {
+	struct nodespec_cache cache;
+	bool all;
+	char *dirty;
+};
+
+static int send_spec(rpc_call *c, const char *node, uint64_t *sent, struct spec_state *ss,
+		     bc_error *err)
 {
 	Bc__Node__V1__NodeSpec *spec = NULL;
 	Bc__Node__V1__NodeUpdate up = BC__NODE__V1__NODE_UPDATE__INIT;
-	int r = nodespec_build(ctl_db(c), node, &spec, err);
+	bool whole = ss->all || !ss->cache.spec;
+	int r = nodespec_build_delta(ctl_db(c), node, &ss->cache, ss->all, ss->dirty, &spec, err);
 
 	if (r < 0)
 		return r;
+	ss->all = false;
+	free(ss->dirty);
+	ss->dirty = NULL;
 	if (spec->generation > *sent) {
 		up.update_case = BC__NODE__V1__NODE_UPDATE__UPDATE_SPEC;
 		up.spec = spec;
 		r = rpc_call_send(c, &up.base);
 		if (r == 0) {
 			*sent = spec->generation;
-			log_debug("node %s: sent spec generation %llu (%zu instances)", node,
-				  (unsigned long long)spec->generation, spec->n_instances);
+			log_debug("node %s: sent spec generation %llu (%zu instances, %s)", node,
+				  (unsigned long long)spec->generation, spec->n_instances,
+				  whole ? "built whole" : "changed ones read again");
 		}
 	}
-	protobuf_c_message_free_unpacked(&spec->base, NULL);
 	return r == -ECANCELED ? 0 : r;
 }
 
@@ -282,6 +295,7 @@ static int node_watch(rpc_call *c, const ProtobufCMessage *m, bc_error *err)
 	const char *node = ctl_principal(c)->id;
 	struct watch_entry *e = watch_add(app->watches, node);
 	uint64_t sent = q->applied_generation, seen = 0, seq = 1, gen = 0;
+	struct spec_state ss = {.all = true};
 	int64_t resync = 0;
 	int r = 0;
 
@@ -289,22 +303,26 @@ static int node_watch(rpc_call *c, const ProtobufCMessage *m, bc_error *err)
 		 (unsigned long long)sent);
 	while (!app->stopping && !rpc_call_wait_cancelled(c, 0)) {
 		if (seq != seen || mono_ms() >= resync) {
+			if (mono_ms() >= resync)
+				ss.all = true; /* a whole build now and then, whatever changed */
 			seen = seq;
 			resync = mono_ms() + app->cfg.spec_resync_seconds * 1000LL;
 			/* the changes committed since the last take move the
 			 * generation once; the spec is built after, so it
 			 * carries all of them */
-			if ((r = spec_take_changes(ctl_db(c), node)) < 0) {
+			if ((r = spec_take_changes(ctl_db(c), node, &ss.all, &ss.dirty)) < 0) {
 				r = db_fail(err, r);
 				break;
 			}
 			if ((r = read_generation(ctl_db(c), node, &gen, err)) < 0)
 				break;
-			if (gen > sent && (r = send_spec(c, node, &sent, err)) < 0)
+			if (gen > sent && (r = send_spec(c, node, &sent, &ss, err)) < 0)
 				break;
 		}
 		seq = watch_wait(app->watches, e, seen, 500);
 	}
+	nodespec_cache_clear(&ss.cache);
+	free(ss.dirty);
 	watch_remove(app->watches, e);
 	log_info("node %s: spec watch ended", node);
 	return r;

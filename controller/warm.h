@@ -31,7 +31,8 @@ struct warm_claim {
  * running again; RETURNING i.*, so the statement reads the instance as
  * claimed); z makes its authorization row the caller's; n records the
  * change of its node (an insert-only row, as spec_bump: concurrent claims
- * on one node do not wait for each other). The statement must also
+ * on one node do not wait for each other), naming the instance, so the
+ * node's next spec reads only it again (nodespec.c). The statement must also
  * select pg_notify('bc_node_spec', node_id) and pg_notify(SBX_WAKE_CHANNEL,
  * 'warm') from u (the node's spec stream, the pool's refill). Nothing
  * claimable: u is empty, and so is whatever is built on it. Parameters
@@ -50,7 +51,7 @@ struct warm_claim {
 	"z AS (UPDATE authz_resources a SET owner_id = $6, agent_id = $7, attrs = (a.attrs - " \
 	"'warmTemplateId') || jsonb_build_object('sandboxId', $5::text) FROM u WHERE a.type " \
 	"= 'compute-instance' AND a.id = u.id), "                                             \
-	"n AS (INSERT INTO node_spec_changes (node_id) SELECT node_id FROM u)"
+	"n AS (INSERT INTO node_spec_changes (node_id, instance_id) SELECT node_id, id FROM u)"
 #define WARM_CLAIM_NPARAMS 7
 void warm_claim_params(struct dbp *q, const struct warm_claim *w);
 
