@@ -117,6 +117,9 @@ int iam_policies_register(rpc_server *s);
  * and a NOTIFY; the node's stream bumps the generation when it takes them:
  * spec_take_changes, 1 if it moved, with the instances the rows named). */
 int spec_bump(struct db *d, const char *node_id);
+/* the same for a change to that one instance's entry alone (its desired
+ * state, its placement, its deletion) */
+int spec_bump_instance(struct db *d, const char *node_id, const char *instance_id);
 int spec_take_changes(struct db *d, const char *node_id, bool *all, char **dirty);
 
 /* watch.c: the LISTEN thread and the registry of open WatchSpec streams. */

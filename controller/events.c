@@ -30,16 +30,25 @@ int events_sequence(struct db *d)
 /* A change to what node_id runs: a row in node_spec_changes (insert-only,
  * so writers on one node never wait for each other) and a notification to
  * the node's spec stream, which takes the rows and bumps the generation
- * (spec_take_changes). */
-int spec_bump(struct db *d, const char *node_id)
+ * (spec_take_changes). instance_id, when the change is to that one
+ * instance's entry alone, lets the next build read only it again
+ * (nodespec.c); NULL: anything of the node may have changed. */
+int spec_bump_instance(struct db *d, const char *node_id, const char *instance_id)
 {
 	struct dbp p = {0};
 
 	if (!node_id)
 		return 0;
 	dbp_str(&p, node_id);
-	return db_exec(d, NULL, "WITH c AS (INSERT INTO node_spec_changes (node_id) VALUES ($1) "
-		       "RETURNING 1) SELECT pg_notify('bc_node_spec', $1) FROM c", &p);
+	dbp_nstr(&p, instance_id);
+	return db_exec(d, NULL, "WITH c AS (INSERT INTO node_spec_changes (node_id, instance_id) "
+		       "VALUES ($1, $2) RETURNING 1) SELECT pg_notify('bc_node_spec', $1) FROM c",
+		       &p);
+}
+
+int spec_bump(struct db *d, const char *node_id)
+{
+	return spec_bump_instance(d, node_id, NULL);
 }
 
 /* The node's spec stream: take every change row this statement sees and,

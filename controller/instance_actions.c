@@ -130,7 +130,7 @@ static int apply(struct db *d, struct act_tx *t, const struct inst_row *r)
 	if (rc == 0)
 		rc = event_publish(d, t->a->event, subject, t->tenant, data);
 	if (rc == 0)
-		rc = spec_bump(d, r->node);
+		rc = spec_bump_instance(d, r->node, t->id);
 	return rc;
 }
 

@@ -681,7 +681,7 @@ static int delete_tx(struct db *d, void *arg, bc_error *err)
 		snprintf(ids, sizeof(ids), "%s", a->id);
 		rc = finish_deletions(d, NULL, ids) < 0 ? -EIO : 0;
 	} else if (rc == 0)
-		rc = spec_bump(d, a->node);
+		rc = spec_bump_instance(d, a->node, a->id);
 	return rc < 0 ? db_fail(err, rc) : 0;
 }
 

@@ -4,13 +4,14 @@
  * protobuf_c_message_free_unpacked.
  *
  * A node's stream keeps its last build (struct nodespec_cache): when every
- * change row taken since named its instance (a warm claim, a warm
- * instance's boot-then-pause), the next build reads the node's header and
- * only those instances again (an instance no longer on the node, or
- * deleted, is dropped) and keeps the rest; any row naming none (spec_bump:
- * everything else), a new stream and every spec_resync_seconds make it
- * whole. On a host of hundreds of instances a claim's push reads one row
- * instead of hundreds. */
+ * change row taken since named its instance (spec_bump_instance: a warm
+ * claim, a warm instance's boot-then-pause, an instance placed, started,
+ * stopped, paused, resumed, deleted, re-placed, drained), the next build
+ * reads the node's header and only those instances again (an instance no
+ * longer on the node, or deleted, is dropped) and keeps the rest; any row
+ * naming none (spec_bump: everything else), a new stream and every
+ * spec_resync_seconds make it whole. On a host of hundreds of instances a
+ * claim's push reads one row instead of hundreds. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>

@@ -78,7 +78,7 @@ static int refused_update(struct db *d, const PGresult *r, const char *sql, cons
 	if (rc == 0)
 		rc = publish(d, type, id, db_val(r, 0, 2), db_val(u, 0, 1));
 	if (rc == 0)
-		rc = spec_bump(d, node);
+		rc = spec_bump_instance(d, node, id);
 	if (rc < 0) {
 		PQclear(u);
 		return db_fail(err, rc);

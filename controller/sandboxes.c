@@ -657,7 +657,7 @@ int sbx_delete_locked(struct db *d, const char *id, bool expired)
 	if (rc == 0 && !db_val(r, 0, 1))
 		rc = finish_deletions(d, NULL, db_val(r, 0, 0)) < 0 ? -EIO : 0;
 	else if (rc == 0)
-		rc = spec_bump(d, db_val(r, 0, 1));
+		rc = spec_bump_instance(d, db_val(r, 0, 1), db_val(r, 0, 0));
 	PQclear(r);
 	return rc < 0 ? rc : wake(d, id);
 }

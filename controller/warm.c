@@ -124,7 +124,7 @@ static int drained_one(struct db *d, const struct pool *pl, const PGresult *r, i
 	if (!db_val(r, i, 1) || strcmp(db_val(r, i, 4), "lost") == 0 ||
 	    strcmp(db_val(r, i, 4), "retired") == 0)
 		return finish_deletions(d, NULL, db_val(r, i, 0)) < 0 ? -EIO : 0;
-	return spec_bump(d, db_val(r, i, 1));
+	return spec_bump_instance(d, db_val(r, i, 1), db_val(r, i, 0));
 }
 
 struct drain {

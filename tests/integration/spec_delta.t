@@ -1,11 +1,12 @@
 # spec_delta.t: a node's spec stream re-reads only the instances the change
-# rows name (a warm claim, a warm instance's boot-then-pause) and keeps the
-# rest of its last build; any other change, a new stream and the periodic
-# resync build it whole (controller/nodespec.c). What the host runs must be
-# exactly what the database says either way: every instance on the node
-# held by the fake runtime in its desired state, nothing more, after claims
-# (delta builds) between plain creates and a delete (whole builds), and
-# again after the controller restarts (a new stream: whole).
+# rows name (a warm claim, a warm instance's boot-then-pause, an instance's
+# placement, action or deletion) and keeps the rest of its last build; any
+# other change, a new stream and the periodic resync build it whole
+# (controller/nodespec.c). What the host runs must be exactly what the
+# database says either way: every instance on the node held by the fake
+# runtime in its desired state, nothing more, after claims, a pause, a
+# create, a delete, and again after the controller restarts (a new stream:
+# whole).
 . "$(dirname "$0")/../lib/stack.sh"
 
 export BC_CTL_EXTRA_CONF="sandbox_reconcile_seconds = 1
@@ -30,6 +31,7 @@ host_view() {
 	done | LC_ALL=C sort
 }
 same_view() { [ "$(db_view | LC_ALL=C sort)" = "$(host_view)" ]; }
+fake_state_of() { sed -n 's/^state=\([a-z]*\).*/\1/p' "$fake/$1.inst"; }
 deltas() { grep -c 'sent spec generation .*changed ones read again' "$STACK_DIR/ctl-1.log"; }
 
 for i in 1 2 3; do
@@ -56,7 +58,20 @@ eventually 20 same_view
 ok $? 'after the claims the host runs what the database says (claimed running, the rest kept)'
 is "$(db_view | grep -c ' running$')" 6 '... three plain and three claimed instances running'
 
-# a change that names no instance (a delete): the next build is whole
+# changes to one instance's entry name it too: a pause, a new instance
+# placed on the node; the others stay as they were
+plain=$(q "SELECT id FROM instances WHERE node_id = '$node' AND sandbox_id IS NULL AND
+	warm_template_id IS NULL AND state = 'running' ORDER BY id LIMIT 1")
+d2=$(deltas)
+bcctl instance pause "$plain" >/dev/null || bail_out "pause"
+bcctl instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img" \
+	--wait 30s >/dev/null || bail_out "instance 4"
+eventually 20 same_view
+ok $? 'after a pause and a create the host runs what the database says'
+is "$(fake_state_of "$plain")" paused '... the paused one paused'
+ok "[ '$(deltas)' -gt '$d2' ]" '... pushed by specs that read only the changed instances again'
+
+# a deletion: its entry goes, the rest stays
 victim=$(q "SELECT id FROM instances WHERE node_id = '$node' AND sandbox_id IS NULL AND
 	warm_template_id IS NULL AND state = 'running' LIMIT 1")
 bcctl instance delete "$victim" >/dev/null || bail_out "delete"
