@@ -234,18 +234,25 @@ static int node_join(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 
 /* ------------------------------------------------------------- watchspec */
 
-static int read_generation(struct db *d, const char *node, uint64_t *ret, bc_error *err)
+/* The node's spec generation; with pending, plus one while change rows
+ * wait to be taken (the report fence, struct report). A retired or
+ * unknown node: ACCESS_DENIED node-retired. */
+static int read_generation(struct db *d, const char *node, bool pending, uint64_t *ret,
+			   bc_error *err)
 {
 	_cleanup_free_ char *v = NULL;
 	struct dbp p = {0};
 	int rc;
 
 	dbp_str(&p, node);
-	rc = db_scalar(d, "SELECT CASE WHEN state = 'retired' THEN -1 ELSE spec_generation END "
-		       "FROM nodes WHERE id = $1", &p, &v);
-	if (rc < 0)
-		return db_fail(err, rc == -ENOENT ? -EIO : rc);
-	if (atoll(v) < 0) {
+	rc = db_scalar(d, pending ? "SELECT CASE WHEN state = 'retired' THEN -1 ELSE "
+		       "spec_generation + (EXISTS (SELECT 1 FROM node_spec_changes c WHERE "
+		       "c.node_id = $1))::int END FROM nodes WHERE id = $1" :
+				    "SELECT CASE WHEN state = 'retired' THEN -1 ELSE spec_generation "
+				    "END FROM nodes WHERE id = $1", &p, &v);
+	if (rc < 0 && rc != -ENOENT)
+		return db_fail(err, rc);
+	if (rc == -ENOENT || atoll(v) < 0) {
 		bc_error_set(err, BC_ACCESS_DENIED, "node %s is retired", node);
 		return bc_error_detail(err, "reason", "node-retired");
 	}
@@ -314,7 +321,7 @@ static int node_watch(rpc_call *c, const ProtobufCMessage *m, bc_error *err)
 				r = db_fail(err, r);
 				break;
 			}
-			if ((r = read_generation(ctl_db(c), node, &gen, err)) < 0)
+			if ((r = read_generation(ctl_db(c), node, false, &gen, err)) < 0)
 				break;
 			if (gen > sent && (r = send_spec(c, node, &sent, &ss, err)) < 0)
 				break;
@@ -519,25 +526,7 @@ static int report_deletions(struct db *d, struct report *a, bc_error *err)
  * their own, which no lock on the node holds back). */
 static int report_fence(struct db *d, struct report *a, bc_error *err)
 {
-	struct dbp p = {0};
-	PGresult *r = NULL;
-	int64_t g;
-	int rc;
-
-	dbp_str(&p, a->node);
-	rc = db_exec(d, &r, "SELECT CASE WHEN state = 'retired' THEN -1 ELSE spec_generation + "
-		     "(EXISTS (SELECT 1 FROM node_spec_changes c WHERE c.node_id = $1))::int END "
-		     "FROM nodes WHERE id = $1", &p);
-	if (rc < 0)
-		return db_fail(err, rc);
-	g = PQntuples(r) ? db_i64(r, 0, 0) : -1;
-	PQclear(r);
-	if (g < 0) {
-		bc_error_set(err, BC_ACCESS_DENIED, "node %s is retired", a->node);
-		return bc_error_detail(err, "reason", "node-retired");
-	}
-	a->spec_generation = (uint64_t)g;
-	return 0;
+	return read_generation(d, a->node, true, &a->spec_generation, err);
 }
 
 static int report_tx(struct db *d, void *arg, bc_error *err)

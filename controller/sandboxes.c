@@ -236,6 +236,15 @@ static int ttl_too_long(bc_error *err, int64_t ttl, int64_t max)
 	return bc_error_detail(err, "maxTtlSeconds", "%" PRId64, max);
 }
 
+/* A sandbox event's data: its template, instance and pool, then extra
+ * (more "key": value pairs, or NULL). */
+static char *event_data(const char *template_id, const char *instance, const char *pool,
+			const char *extra)
+{
+	return xasprintf("{\"templateId\": \"%s\", \"instanceId\": \"%s\", \"poolId\": \"%s\"%s%s}",
+			 template_id, instance, pool, extra ? ", " : "", extra ? extra : "");
+}
+
 /* The sandbox's row, its authorization row made live (staged by
  * stage_and_claim) and sandbox.created, in one statement that returns the
  * answer's row (SBX_COLS) into a->row. */
@@ -247,9 +256,8 @@ static int insert_sandbox(struct db *d, struct screate *a, const char *pool, int
 	struct dbp p = {0};
 	int rc;
 
-	data = xasprintf("{\"templateId\": \"%s\", \"instanceId\": \"%s\", \"poolId\": \"%s\", "
-			 "\"warm\": %s}", a->q->template_id, a->instance, pool,
-			 a->warm ? "true" : "false");
+	data = event_data(a->q->template_id, a->instance, pool,
+			  a->warm ? "\"warm\": true" : "\"warm\": false");
 	dbp_str(&p, a->id);
 	dbp_str(&p, a->tenant);
 	dbp_str(&p, a->q->template_id);
@@ -287,8 +295,7 @@ static int publish(struct db *d, const char *type, const char *id, const char *t
 	char subject[96];
 
 	snprintf(subject, sizeof(subject), "sandbox/%s", id);
-	data = xasprintf("{\"templateId\": \"%s\", \"instanceId\": \"%s\", \"poolId\": \"%s\"%s%s}",
-			 template_id, instance, pool, extra ? ", " : "", extra ? extra : "");
+	data = event_data(template_id, instance, pool, extra);
 	return event_publish(d, type, subject, tenant, data);
 }
 
