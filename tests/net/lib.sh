@@ -109,6 +109,13 @@ arrives() {
 	$PKT once "$rns" "$rif" "$P$from" eth0 "$expr"
 }
 
+# ns_of X: the namespace of guest letter X, or of the host for h
+ns_of() { if [ "$1" = h ]; then echo "$H"; else echo "$P$1"; fi; }
+
+# arrives_via FROM FROM_IF TO RECV_IF EXPR: like arrives, from any
+# interface of any namespace (h bcbr0: the host sending through the bridge)
+arrives_via() { $PKT once "$(ns_of "$3")" "$4" "$(ns_of "$1")" "$2" "$5"; }
+
 # tcp_ok NS DST PORT [SRC]: a TCP connection from namespace NS (a guest
 # letter or h) to DST:PORT is accepted within 2 s
 tcp_ok() {

@@ -7,6 +7,11 @@ another namespace's interface, in one process (setns), for tests/net.
       arrived unchanged on RECV_IF within 1 s (0 = dropped)
   pkt.py flood RECV_NS RECV_IF SEND_NS SEND_IF SECONDS 'SCAPY_EXPR'
       send the frame every 2 ms for SECONDS; print "sent N received M"
+  pkt.py send SEND_NS SEND_IF COUNT 'SCAPY_EXPR'
+      send the frame COUNT times, 1 ms apart (nothing is counted)
+  pkt.py macflood SEND_NS SEND_IF COUNT 'SCAPY_EXPR'
+      send the frame COUNT times, each with a fresh random locally
+      administered unicast source MAC (the bridge's MAC table filler)
 
 A frame counts as arrived when the bytes captured on RECV_IF start with the
 bytes sent (the bridge forwards frames unchanged). Namespaces are names
@@ -19,6 +24,8 @@ import sys
 import time
 
 from scapy.all import ARP, Dot1Q, Ether, ICMPv6ND_NA, ICMPv6ND_RA, ICMPv6ND_RS, ICMP, IP, IPv6, Raw, TCP, UDP  # noqa: F401
+from scapy.all import BOOTP, DHCP, DHCP6_Advertise, DHCP6_Reply, DHCP6_Solicit  # noqa: F401
+from scapy.all import IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, PadN  # noqa: F401
 
 CLONE_NEWNET = 0x40000000
 libc = ctypes.CDLL(None, use_errno=True)
@@ -58,8 +65,24 @@ def count(rx, frame, until):
             n += 1
 
 
+def send_only(mode):
+    tx = sock(sys.argv[2], sys.argv[3])
+    n = int(sys.argv[4])
+    frame = bytes(eval(sys.argv[5]))
+    for i in range(n):
+        if mode == "macflood":
+            mac = bytes([0x02]) + os.urandom(5)
+            frame = frame[:6] + mac + frame[12:]
+        tx.send(frame)
+        if mode == "send":
+            time.sleep(0.001)
+    print("sent %d" % n)
+
+
 def main():
     mode = sys.argv[1]
+    if mode in ("send", "macflood"):
+        return send_only(mode)
     rns, rif, sns, sif = sys.argv[2:6]
     rx = sock(rns, rif)
     tx = sock(sns, sif)
