@@ -13,6 +13,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "nft.h"
 #include "util.h"
 
 #define CFG_VALUE_MAX 4096
@@ -41,6 +42,10 @@ static const struct cfg_key keys[] = {
 	S(state_dir, "/var/lib/bcd", "certificates, spec.pb, runtime state"),
 	S(runtime, "fake", "fake or libvirt"),
 	S(network, "none", "nftables (bridge, taps, tap guards and policies) or none"),
+	S(guest_host_ports, NFT_HOST_PORTS_DEFAULT,
+	  "nftables: host ports guests may open connections to, e.g. \"udp/67 tcp/53\" (none: no port)"),
+	U32(bridge_fdb_max_learned, "4096", 0, 1u << 24,
+	    "nftables: MACs the pool's bridge learns from its uplinks at most (0: no bound)"),
 	S(metrics_listen, "", "Prometheus /metrics address, e.g. 127.0.0.1:9464 (empty: off)"),
 	S(hostname, NULL, "default: gethostname()"),
 	S(address, "127.0.0.1", "where the controller reaches this agent"),
@@ -306,6 +311,13 @@ static int parse_labels(struct agent_config *c, char *err, size_t errlen)
 	return 0;
 }
 
+static bool host_ports_ok(const char *list)
+{
+	struct nft_net probe = { 0 };
+
+	return nft_net_host_ports(&probe, list) == 0;
+}
+
 int cfg_finish(struct agent_config *c, char *err, size_t errlen)
 {
 	char host[256];
@@ -318,6 +330,10 @@ int cfg_finish(struct agent_config *c, char *err, size_t errlen)
 		return fail(err, errlen, "log_level '%.32s': debug, info, warn or error", c->log_level);
 	if (strcmp(c->network, "nftables") != 0 && strcmp(c->network, "none") != 0)
 		return fail(err, errlen, "network '%.32s': nftables or none", c->network);
+	if (!host_ports_ok(c->guest_host_ports))
+		return fail(err, errlen,
+			    "guest_host_ports '%.64s': tcp/PORT or udp/PORT items (at most %d each)",
+			    c->guest_host_ports, NFT_PORTS_MAX);
 	if (strcmp(c->domain_type, "auto") && strcmp(c->domain_type, "kvm") &&
 	    strcmp(c->domain_type, "qemu"))
 		return fail(err, errlen, "domain_type '%.32s': auto, kvm or qemu", c->domain_type);

@@ -26,6 +26,8 @@ struct agent_config {
 	char *state_dir;
 	char *runtime;
 	char *network;                  /* nftables | none */
+	char *guest_host_ports;         /* host ports open to guests: "udp/67 tcp/53" */
+	uint32_t bridge_fdb_max_learned; /* bound on MACs the bridge learns, 0 = none */
 	char *metrics_listen;           /* GET /metrics address; "" = off */
 	char *hostname;                 /* default: gethostname() */
 	char *address;

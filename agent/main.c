@@ -234,6 +234,10 @@ static int start_up(struct agent *a)
 		log_error("network %s: nftables or none", a->cfg.network);
 		return EXIT_CONFIG;
 	}
+	if (net_set_limits(a->net, a->cfg.bridge_fdb_max_learned, a->cfg.guest_host_ports) < 0) {
+		log_error("guest_host_ports '%s': tcp/PORT or udp/PORT items", a->cfg.guest_host_ports);
+		return EXIT_CONFIG;
+	}
 	conv_set_net(a->conv, a->net);
 	backoff_stop_init(&a->stop);
 	a->watch = (struct watch){.client = a->client, .conv = a->conv,

@@ -33,6 +33,9 @@ struct net {
 	bool stopping, guard_running;
 	int interval_ms;
 	bool break_next;            /* tests */
+	uint32_t fdb_max_learned;   /* the bridge's bound on learned MACs */
+	char *host_ports;           /* host ports open to guests */
+	bool cut;                   /* net_cut_all: every tap blocked */
 	pthread_t guard;
 	/* converge thread only: taps this process ensured */
 	char (*made)[IFNAMSIZ];
@@ -49,6 +52,8 @@ int net_open(const char *mode, struct net **ret)
 	n = xcalloc(1, sizeof(*n));
 	n->enforce = strcmp(mode, "nftables") == 0;
 	n->trusted = true;
+	n->fdb_max_learned = NET_FDB_MAX_LEARNED_DEFAULT;
+	n->host_ports = xstrdup(NFT_HOST_PORTS_DEFAULT);
 	pthread_mutex_init(&n->lock, NULL);
 	pthread_cond_init(&n->wake, NULL);
 	*ret = n;
@@ -68,9 +73,22 @@ void net_close(struct net *n)
 	nft_batch_free(&n->loaded);
 	nft_net_clear(&n->net);
 	free(n->made);
+	free(n->host_ports);
 	pthread_mutex_destroy(&n->lock);
 	pthread_cond_destroy(&n->wake);
 	free(n);
+}
+
+int net_set_limits(struct net *n, uint32_t fdb_max_learned, const char *host_ports)
+{
+	struct nft_net probe = { 0 };
+
+	if (nft_net_host_ports(&probe, host_ports) < 0)
+		return -EINVAL;
+	n->fdb_max_learned = fdb_max_learned;
+	free(n->host_ports);
+	n->host_ports = xstrdup(host_ports);
+	return 0;
 }
 
 bool net_enforces(const struct net *n)
@@ -105,8 +123,8 @@ static void fail_changed(const struct net *n, const struct nft_net *want, const 
 
 /* The pool's bridge with the gateway address on it; its addresses into
  * host. */
-static int bridge(const Bc__Node__V1__NodeSpec *spec, char (*host)[NL_ADDR_MAX], size_t max,
-		  size_t *ret_n)
+static int bridge(const struct net *n, const Bc__Node__V1__NodeSpec *spec,
+		  char (*host)[NL_ADDR_MAX], size_t max, size_t *ret_n)
 {
 	char gw[NL_ADDR_MAX] = "";
 	const char *slash = strchr(spec->ipam_subnet, '/');
@@ -118,6 +136,9 @@ static int bridge(const Bc__Node__V1__NodeSpec *spec, char (*host)[NL_ADDR_MAX],
 	if (*spec->ipam_gateway && slash)
 		snprintf(gw, sizeof(gw), "%s%s", spec->ipam_gateway, slash);
 	e = nl_bridge_ensure(spec->bridge, gw, NULL);
+	if (e < 0)
+		return e;
+	e = nl_bridge_fdb_max_learned(spec->bridge, n->fdb_max_learned);
 	if (e < 0)
 		return e;
 	return nl_addrs(spec->bridge, host, max, ret_n);
@@ -211,6 +232,35 @@ static void adopt_taps(struct net *n, const char *bridge)
 	closedir(d);
 }
 
+/* Every tap of w blocked: all frames from or to it dropped. */
+static void block_all(struct nft_net *w)
+{
+	for (size_t i = 0; i < w->n_taps; i++)
+		w->taps[i].policy = NFT_POLICY_BLOCKED;
+}
+
+/* A tap's bridge port: no learning; the NIC's MAC static on it; a guarded
+ * (or blocked) tap's port locked to it. What the loaded ruleset says of
+ * the tap; a tap it does not name gets a locked port with no entry:
+ * nothing passes. */
+static int secure(struct net *n, const char *tap)
+{
+	static const uint8_t none[6];
+	const struct nft_tap *t;
+	uint8_t mac[6];
+	bool use_mac = false, lock = true;
+
+	pthread_mutex_lock(&n->lock);
+	t = loaded_tap(n, tap);
+	if (t) {
+		memcpy(mac, t->mac, 6);
+		use_mac = memcmp(mac, none, 6) != 0 && !(mac[0] & 1);
+		lock = t->guarded || t->policy == NFT_POLICY_BLOCKED;
+	}
+	pthread_mutex_unlock(&n->lock);
+	return nl_port_secure(tap, use_mac ? mac : NULL, lock);
+}
+
 /* Taps of the instances allowed to run, enslaved; taps this process made
  * (or found on the bridge at its first pass) that the spec no longer names,
  * removed: the pass destroyed their domains
@@ -232,6 +282,8 @@ static void taps(struct net *n, const Bc__Node__V1__NodeSpec *spec, struct faile
 			const char *tap = s->nics[k]->tap;
 			int e = nl_tap_ensure(tap, spec->bridge);
 
+			if (e == 0)
+				e = secure(n, tap);
 			if (e < 0) {
 				snprintf(reason, sizeof(reason), "tap %s: %s", tap, strerror(-e));
 				note_fail(s->id, reason, f);
@@ -272,7 +324,7 @@ int net_converge(struct net *n, const Bc__Node__V1__NodeSpec *spec, nft_fail_fn 
 
 	if (!n || !n->enforce)
 		return 0;
-	e = bridge(spec, host, NFT_HOST_MAX * 2, &n_host);
+	e = bridge(n, spec, host, NFT_HOST_MAX * 2, &n_host);
 	if (e < 0) {
 		snprintf(err, sizeof(err), "NetworkPolicy: bridge %s: %s", spec->bridge,
 			 strerror(-e));
@@ -282,6 +334,8 @@ int net_converge(struct net *n, const Bc__Node__V1__NodeSpec *spec, nft_fail_fn 
 		return e;
 	}
 	e = nft_net_from_spec(spec, (const char(*)[64])host, n_host, &want, note_fail, &f);
+	if (e == 0)
+		e = nft_net_host_ports(&want, n->host_ports);   /* checked by net_set_limits */
 	if (e < 0) {
 		for (size_t i = 0; i < spec->n_instances; i++)
 			if (spec->instances[i]->n_nics)
@@ -289,8 +343,10 @@ int net_converge(struct net *n, const Bc__Node__V1__NodeSpec *spec, nft_fail_fn 
 		free(f.ids);
 		return e;
 	}
-	nft_build(&want, 0, 1, false, &b);
 	pthread_mutex_lock(&n->lock);
+	if (n->cut)
+		block_all(&want);
+	nft_build(&want, 0, 1, false, &b);
 	e = load(n, &want, &b, err, sizeof(err));
 	if (e < 0) {
 		log_error("nftables: ruleset refused, previous rules stay: %s", err);
@@ -302,6 +358,35 @@ int net_converge(struct net *n, const Bc__Node__V1__NodeSpec *spec, nft_fail_fn 
 	nft_net_clear(&want);
 	taps(n, spec, &f);
 	free(f.ids);
+	return e;
+}
+
+int net_cut_all(struct net *n, bool cut)
+{
+	struct nft_net want;
+	struct nft_batch b;
+	char err[256];
+	int e = 0;
+
+	if (!n || !n->enforce)
+		return 0;
+	pthread_mutex_lock(&n->lock);
+	n->cut = cut;
+	if (cut && n->loaded.len) {
+		want = n->net;
+		want.taps = xcalloc(want.n_taps ? want.n_taps : 1, sizeof(*want.taps));
+		memcpy(want.taps, n->net.taps, n->net.n_taps * sizeof(*want.taps));
+		want.cap_taps = want.n_taps;
+		block_all(&want);
+		nft_build(&want, 0, 1, false, &b);
+		e = load(n, &want, &b, err, sizeof(err));
+		if (e < 0)
+			log_error("nftables: cutting every instance's network failed: %s", err);
+		else
+			log_warn("nftables: every instance's network cut");
+		nft_net_clear(&want);
+	}
+	pthread_mutex_unlock(&n->lock);
 	return e;
 }
 

@@ -21,6 +21,15 @@ struct net;
 /* mode: "nftables" or "none"; -EINVAL otherwise. */
 int net_open(const char *mode, struct net **ret);
 
+/* The bound on MACs the pool's bridge learns (from uplinks: taps never
+ * learn), 0 = none */
+#define NET_FDB_MAX_LEARNED_DEFAULT 4096
+
+/* Set the bridge's bound on learned MACs and the host ports open to guests
+ * (nft_net_host_ports's list) before the first converge. -EINVAL for a
+ * malformed list (nothing changed). */
+int net_set_limits(struct net *n, uint32_t fdb_max_learned, const char *host_ports);
+
 /* Stops the guard thread; the loaded ruleset stays in the kernel. NULL-safe. */
 void net_close(struct net *n);
 
@@ -35,6 +44,14 @@ bool net_enforces(const struct net *n);
  * whole step failed (every instance with NICs has been passed to fail). */
 int net_converge(struct net *n, const Bc__Node__V1__NodeSpec *spec, nft_fail_fn fail,
 		 void *data);
+
+/* Fencing: with cut, every instance tap's frames, from and to it, are
+ * dropped (their f-/t- chains hold one drop, as for a refused instance),
+ * at once if a ruleset is loaded and at every converge pass until called
+ * again without cut; the next pass then restores the spec's policies.
+ * 0, or a negative errno if the load failed (the previous rules stay).
+ * Any thread; a no-op without network = nftables. */
+int net_cut_all(struct net *n, bool cut);
 
 /* One guard check: the kernel's tables against the loaded ruleset (rule
  * and chain counts). 0 if they match (or nothing is loaded), 1 if they

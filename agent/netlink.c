@@ -17,9 +17,16 @@
 
 #include <libmnl/libmnl.h>
 #include <linux/if_addr.h>
+#include <linux/if_bridge.h>
 #include <linux/if_link.h>
 #include <linux/if_tun.h>
+#include <linux/neighbour.h>
 #include <linux/rtnetlink.h>
+
+/* IFLA_BR_FDB_MAX_LEARNED (kernel 6.8) is newer than some uapi headers: it
+ * follows IFLA_BR_MCAST_QUERIER_STATE and IFLA_BR_FDB_N_LEARNED. Kernels
+ * before 6.8 ignore it (the bridge's attributes are parsed leniently). */
+#define BR_FDB_MAX_LEARNED (IFLA_BR_MCAST_QUERIER_STATE + 2)
 
 /* Send one request and wait for its ACK (or error). */
 static int talk(struct nlmsghdr *nlh, mnl_cb_t cb, void *data)
@@ -209,6 +216,71 @@ int nl_tap_ensure(const char *name, const char *bridge)
 	if (!nl_link_exists(name) && (e = tap_create(name)) < 0)
 		return e;
 	return link_set(name, bridge, true);
+}
+
+/* Bridge port attributes (IFLA_BRPORT_*) of port, as u8 flags. */
+static int port_flags(const char *port, const int *attr, const uint8_t *val, size_t n)
+{
+	char buf[MNL_SOCKET_BUFFER_SIZE];
+	struct nlmsghdr *nlh = link_msg(buf, RTM_NEWLINK, 0, port, NULL);
+	struct nlattr *info = mnl_attr_nest_start(nlh, IFLA_LINKINFO), *data;
+
+	mnl_attr_put_strz(nlh, IFLA_INFO_SLAVE_KIND, "bridge");
+	data = mnl_attr_nest_start(nlh, IFLA_INFO_SLAVE_DATA);
+	for (size_t i = 0; i < n; i++)
+		mnl_attr_put_u8(nlh, (uint16_t)attr[i], val[i]);
+	mnl_attr_nest_end(nlh, data);
+	mnl_attr_nest_end(nlh, info);
+	return talk(nlh, NULL, NULL);
+}
+
+/* A static, sticky FDB entry: mac on port, never learned elsewhere. */
+static int fdb_static(const char *port, const uint8_t mac[6])
+{
+	char buf[MNL_SOCKET_BUFFER_SIZE];
+	struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
+	struct ndmsg *nd;
+	unsigned idx = if_nametoindex(port);
+
+	if (!idx)
+		return -ENODEV;
+	nlh->nlmsg_type = RTM_NEWNEIGH;
+	nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE;
+	nd = mnl_nlmsg_put_extra_header(nlh, sizeof(*nd));
+	nd->ndm_family = AF_BRIDGE;
+	nd->ndm_ifindex = (int)idx;
+	nd->ndm_state = NUD_NOARP;              /* "static" */
+	nd->ndm_flags = NTF_MASTER | NTF_STICKY;
+	mnl_attr_put(nlh, NDA_LLADDR, 6, mac);
+	return talk(nlh, NULL, NULL);
+}
+
+int nl_port_secure(const char *port, const uint8_t *mac, bool lock)
+{
+	static const int attr[] = { IFLA_BRPORT_LEARNING, IFLA_BRPORT_UNICAST_FLOOD,
+				    IFLA_BRPORT_LOCKED };
+	uint8_t val[] = { 0, !mac && !lock, lock };
+	int e;
+
+	/* the entry before the lock: a locked port drops every source
+	 * without one */
+	if (mac && (e = fdb_static(port, mac)) < 0)
+		return e;
+	return port_flags(port, attr, val, sizeof(val));
+}
+
+int nl_bridge_fdb_max_learned(const char *bridge, uint32_t max)
+{
+	char buf[MNL_SOCKET_BUFFER_SIZE];
+	struct nlmsghdr *nlh = link_msg(buf, RTM_NEWLINK, 0, bridge, NULL);
+	struct nlattr *info = mnl_attr_nest_start(nlh, IFLA_LINKINFO), *data;
+
+	mnl_attr_put_strz(nlh, IFLA_INFO_KIND, "bridge");
+	data = mnl_attr_nest_start(nlh, IFLA_INFO_DATA);
+	mnl_attr_put_u32(nlh, BR_FDB_MAX_LEARNED, max);
+	mnl_attr_nest_end(nlh, data);
+	mnl_attr_nest_end(nlh, info);
+	return talk(nlh, NULL, NULL);
 }
 
 int nl_link_delete(const char *name)

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define NL_ADDR_MAX 64   /* "addr/prefix" text */
 
@@ -18,6 +19,19 @@ int nl_bridge_ensure(const char *name, const char *addr4, const char *addr6);
 /* A persistent tap name exists (created through /dev/net/tun if absent),
  * is enslaved to bridge and up. */
 int nl_tap_ensure(const char *name, const char *bridge);
+
+/* The port security of a tap already enslaved to its bridge: the port never
+ * learns source MACs (so a guest cannot move another's MAC to itself nor
+ * fill the table); with mac, a static sticky FDB entry for it on the port;
+ * with lock, only frames whose source MAC has an FDB entry on this port are
+ * taken (kernel 5.18 on; older kernels ignore it). Unknown unicast is
+ * flooded into the port only without mac and lock (its guest's MAC is
+ * never learned: flooding is how frames reach it). */
+int nl_port_secure(const char *port, const uint8_t *mac, bool lock);
+
+/* Bound the FDB entries the bridge learns (from ports that learn: the
+ * uplinks) to max, 0 = no bound. Kernel 6.8 on; older kernels ignore it. */
+int nl_bridge_fdb_max_learned(const char *bridge, uint32_t max);
 
 /* Remove the link name; 0 if it does not exist. */
 int nl_link_delete(const char *name);

@@ -26,6 +26,9 @@
 #define NFT_TABLE_BRIDGE "bcd_instances"
 #define NFT_TABLE_INET "bcd_taps"
 #define NFT_HOST_MAX 16     /* host addresses per family on the bridges */
+#define NFT_PORTS_MAX 64    /* host ports per protocol open to the guests */
+/* the host ports open to guests unless configured: DHCP (v4, v6) and DNS */
+#define NFT_HOST_PORTS_DEFAULT "udp/67 udp/547 udp/53 tcp/53"
 
 enum nft_policy {
 	NFT_POLICY_EGRESS,      /* anything (the default) */
@@ -61,6 +64,12 @@ struct nft_net {
 	size_t n_host4;
 	struct in6_addr host6[NFT_HOST_MAX];
 	size_t n_host6;
+	/* the pool's bridge: traffic from it to the host itself reaches only
+	 * these ports (network byte order; ICMP and replies to the host's
+	 * own connections always pass) */
+	char bridge[IFNAMSIZ];
+	uint16_t host_tcp[NFT_PORTS_MAX], host_udp[NFT_PORTS_MAX];
+	size_t n_host_tcp, n_host_udp;
 };
 
 /* A built batch body: the netlink messages making every set, regular
@@ -86,6 +95,11 @@ int nft_net_subnets(struct nft_net *n, const char *subnet4, const char *subnet6)
  * -EINVAL if unparsable. */
 int nft_net_host_addr(struct nft_net *n, const char *addr);
 
+/* Set the host ports open to guests from a list like "udp/67 tcp/53"
+ * (space or comma separated; "" or "none": no port). -EINVAL, n's ports
+ * unchanged, for a malformed list or more than NFT_PORTS_MAX per protocol. */
+int nft_net_host_ports(struct nft_net *n, const char *list);
+
 /* Add the NICs of one instance. On -EINVAL the instance's policy cannot be
  * expressed (fail closed): nothing is added and reason (RT_REASON_MAX)
  * says why; the caller reports the instance in error. */
@@ -97,7 +111,7 @@ int nft_net_add_instance(struct nft_net *n, const Bc__Node__V1__InstanceSpec *s,
 typedef void (*nft_fail_fn)(const char *instance_id, const char *reason, void *data);
 
 /* n (zeroed first) from spec and the host's bridge addresses (n_host
- * strings, no prefix). Instances whose NICs cannot be expressed are left
+ * strings, no prefix); no host port open (nft_net_host_ports after). Instances whose NICs cannot be expressed are left
  * out and passed to fail. -EINVAL for a malformed pool subnet. Release with
  * nft_net_clear. */
 int nft_net_from_spec(const Bc__Node__V1__NodeSpec *spec, const char (*host)[64], size_t n_host,

@@ -9,19 +9,28 @@
  *   set host6, bound6 { type ipv6_addr }          (bound6: with link-locals)
  *   map from, to { type ifname : verdict }        tap -> jump f-<tap>/t-<tap>
  *   chain tapguard     every tap: only ip/arp/ip6 frames, no DHCP server
- *                      replies, RAs, redirects, host addresses
+ *                      replies (by port and by content), RAs, redirects,
+ *                      IPv6 fragments, host addresses
  *   chain f-<tap>      frames from the tap: MAC, source addresses, ARP,
  *                      neighbour adverts, then the policy's destinations
  *   chain t-<tap>      frames into a private/none tap: the policy's sources
- *   chain forward (hook forward), input (hook input):
+ *   chain prerouting (hook prerouting), input (hook input):
  *       iifname @taps jump tapguard; iifname vmap @from;
  *       binding: from a port not in @guarded, no @bound4/@bound6 source,
- *       ARP sender or advert target;
- *       forward only: oifname @ssh_only tcp dport 22 drop; oifname vmap @to
+ *       ARP sender or advert target.
+ *       Prerouting runs before the bridge learns a frame's source MAC, so
+ *       a frame these drop never moves a MAC to the port it came in on;
+ *       input again for link-local group frames (01:80:c2:...), which the
+ *       bridge delivers locally without prerouting.
+ *   chain forward (hook forward): oifname @ssh_only tcp dport 22 drop,
+ *       IPv6 fragments into @ssh_only dropped (they hide the port);
+ *       oifname vmap @to
  *   chain output (hook output): oifname @ssh_only tcp dport 22 from other
  *       than @host4/@host6 drop; oifname vmap @to
  *
- * inet bcd_taps: iifname/oifname @taps drop in input, forward, output.
+ * inet bcd_taps: iifname/oifname @taps drop in input, forward, output;
+ * in input, from the pool's bridge to the host itself only ICMP, replies
+ * (ct state established/related) and the ports of @host_tcp/@host_udp.
  *
  * Two halves, "a_" and "b_" (parity): every set and regular chain carries
  * its half's prefix; a load fills the half the base chains do not use,
@@ -55,6 +64,7 @@
 #include <libnftnl/udata.h>
 #include <linux/if_ether.h>
 #include <linux/netfilter.h>
+#include <linux/netfilter/nf_conntrack_common.h>
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netfilter_bridge.h>
@@ -64,7 +74,7 @@
 
 /* Set ids, unique within the batch. */
 enum { SID_TAPS = 1, SID_GUARDED, SID_SSH, SID_HOST4, SID_HOST6, SID_BOUND4, SID_BOUND6,
-       SID_FROM, SID_TO, SID_ITAPS, SID_TAPGUARD };
+       SID_FROM, SID_TO, SID_ITAPS, SID_TAPGUARD, SID_HTCP, SID_HUDP };
 
 /* The name of a set (or of the tapguard chain) in this load's half */
 #define SETN(id) (o->names[id])
@@ -87,6 +97,46 @@ static void m6_not(struct nft_rule *r, uint32_t off, const uint8_t *mask, const 
 	nft_x_cmp(r, NFT_CMP_NEQ, net, 16);
 }
 
+/* DHCP and BOOTP server messages from a tap, whatever their source port:
+ * to a client port (68, 546), a BOOTP reply (op 2) carrying the DHCP magic
+ * cookie on any port, and DHCPv6 server messages (advertise, reply,
+ * reconfigure, relay-reply) to the server port; and, as before, anything
+ * from a server port (67, 547). */
+static void dhcp_replies(struct nft_out *o)
+{
+	static const uint8_t cookie[4] = { 0x63, 0x82, 0x53, 0x63 };
+	static const struct { uint16_t type; uint32_t off; uint16_t port; } ports[] = {
+		{ ETH_P_IP, 0, 67 }, { ETH_P_IP, 2, 68 },
+		{ ETH_P_IPV6, 0, 547 }, { ETH_P_IPV6, 2, 546 },
+	};
+	static const uint8_t v6_server[] = { 2, 7, 10, 13 };
+	struct nft_rule r;
+
+	for (size_t i = 0; i < sizeof(ports) / sizeof(ports[0]); i++) {
+		r = nft_rule_new(BR, TB, SETN(SID_TAPGUARD));
+		nft_m_ethertype(&r, ports[i].type);
+		nft_m_l4(&r, IPPROTO_UDP);
+		nft_m_port(&r, ports[i].off, ports[i].port);
+		nft_drop(o, &r);
+	}
+	/* UDP payload = transport header + 8: op at 0, cookie at 236 */
+	r = nft_rule_new(BR, TB, SETN(SID_TAPGUARD));
+	nft_m_ethertype(&r, ETH_P_IP);
+	nft_m_l4(&r, IPPROTO_UDP);
+	nft_m_u8(&r, L4, 8, 2);
+	nft_x_payload(&r, L4, 8 + 236, 4);
+	nft_x_cmp(&r, NFT_CMP_EQ, cookie, 4);
+	nft_drop(o, &r);
+	for (size_t i = 0; i < sizeof(v6_server); i++) {
+		r = nft_rule_new(BR, TB, SETN(SID_TAPGUARD));
+		nft_m_ethertype(&r, ETH_P_IPV6);
+		nft_m_l4(&r, IPPROTO_UDP);
+		nft_m_port(&r, 2, 547);
+		nft_m_u8(&r, L4, 8, v6_server[i]);
+		nft_drop(o, &r);
+	}
+}
+
 /* Every tap, guarded or not: only ip/arp/ip6 frames, well-formed ARP for
  * IPv4 over Ethernet, no DHCP server replies, no router advertisements or
  * redirects, never the host's addresses. */
@@ -94,6 +144,7 @@ static void chain_tapguard(struct nft_out *o)
 {
 	static const uint8_t arp_eth_ip4[6] = { 0, 1, 8, 0, 6, 4 };
 	uint16_t t_ip = htons(ETH_P_IP), t_arp = htons(ETH_P_ARP), t_ip6 = htons(ETH_P_IPV6);
+	uint8_t one = 1;
 	struct nft_rule r;
 
 	r = nft_rule_new(BR, TB, SETN(SID_TAPGUARD));
@@ -107,15 +158,12 @@ static void chain_tapguard(struct nft_out *o)
 	nft_x_payload(&r, L3, 0, 6);
 	nft_x_cmp(&r, NFT_CMP_NEQ, arp_eth_ip4, 6);
 	nft_drop(o, &r);
-	r = nft_rule_new(BR, TB, SETN(SID_TAPGUARD));
-	nft_m_ethertype(&r, ETH_P_IP);
-	nft_m_l4(&r, IPPROTO_UDP);
-	nft_m_port(&r, 0, 67);
-	nft_drop(o, &r);
+	dhcp_replies(o);
+	/* an IPv6 fragment can hide the L4 header from every port rule */
 	r = nft_rule_new(BR, TB, SETN(SID_TAPGUARD));
 	nft_m_ethertype(&r, ETH_P_IPV6);
-	nft_m_l4(&r, IPPROTO_UDP);
-	nft_m_port(&r, 0, 547);
+	nft_x_exthdr6_present(&r, IPPROTO_FRAGMENT);
+	nft_x_cmp(&r, NFT_CMP_EQ, &one, 1);
 	nft_drop(o, &r);
 	r = nft_rule_new(BR, TB, SETN(SID_TAPGUARD));
 	nft_m_ethertype(&r, ETH_P_IP);
@@ -284,7 +332,8 @@ static void dispatch(struct nft_out *o, const char *chain, uint32_t meta, const 
 
 static void base_chains(struct nft_out *o)
 {
-	static const char *in_chains[] = { "forward", "input" };
+	static const char *in_chains[] = { "prerouting", "input" };
+	uint8_t one = 1;
 	struct nft_rule r;
 
 	for (int i = 0; i < 2; i++) {
@@ -300,6 +349,12 @@ static void base_chains(struct nft_out *o)
 	nft_m_ifset(&r, NFT_META_OIFNAME, SETN(SID_SSH), SID_SSH, false);
 	nft_m_l4(&r, IPPROTO_TCP);
 	nft_m_port(&r, 2, 22);
+	nft_drop(o, &r);
+	r = nft_rule_new(BR, TB, "forward");
+	nft_m_ifset(&r, NFT_META_OIFNAME, SETN(SID_SSH), SID_SSH, false);
+	nft_m_ethertype(&r, ETH_P_IPV6);
+	nft_x_exthdr6_present(&r, IPPROTO_FRAGMENT);
+	nft_x_cmp(&r, NFT_CMP_EQ, &one, 1);
 	nft_drop(o, &r);
 	dispatch(o, "forward", NFT_META_OIFNAME, SETN(SID_TO), SID_TO);
 	/* ssh from the host: only from its own bridge addresses */
@@ -405,7 +460,7 @@ static void bridge_table(struct nft_out *o, const struct nft_net *n)
 			keys_add(&to, t->name, name);
 		}
 	}
-	o->b->chains_bridge += 3;   /* the base chains, made by the prologue */
+	o->b->chains_bridge += 4;   /* the base chains, made by the prologue */
 	nft_emit_elems(o, BR, TB, SETN(SID_TAPS), SID_TAPS, taps.ifs, IFNAMSIZ, taps.n, NULL);
 	nft_emit_elems(o, BR, TB, SETN(SID_GUARDED), SID_GUARDED, guarded.ifs, IFNAMSIZ, guarded.n, NULL);
 	nft_emit_elems(o, BR, TB, SETN(SID_SSH), SID_SSH, ssh.ifs, IFNAMSIZ, ssh.n, NULL);
@@ -444,6 +499,57 @@ static void bridge_table(struct nft_out *o, const struct nft_net *n)
 	free(b6);
 }
 
+/* inet input, from the pool's bridge to the host, not a reply to a
+ * connection the host made: the start of every rule there. */
+static struct nft_rule from_bridge_new(const char *bridge)
+{
+	static const uint32_t est_rel = NF_CT_STATE_BIT(IP_CT_ESTABLISHED) |
+					NF_CT_STATE_BIT(IP_CT_RELATED);
+	static const uint32_t zero;
+	struct nft_rule r = nft_rule_new(NFPROTO_INET, NFT_TABLE_INET, "input");
+	char name[IFNAMSIZ] = { 0 };
+
+	snprintf(name, sizeof(name), "%s", bridge);
+	nft_x_meta(&r, NFT_META_IIFNAME);
+	nft_x_cmp(&r, NFT_CMP_EQ, name, IFNAMSIZ);
+	nft_x_ct(&r, NFT_CT_STATE);
+	nft_x_mask(&r, &est_rel, 4);
+	nft_x_cmp(&r, NFT_CMP_EQ, &zero, 4);
+	return r;
+}
+
+/* The host's own services, from the guests: only ICMP and the ports the
+ * operator opened (tcp/udp), new connections to anything else dropped. */
+static void host_input(struct nft_out *o, const struct nft_net *n)
+{
+	static const uint8_t allowed[] = { IPPROTO_TCP, IPPROTO_UDP, IPPROTO_ICMP, IPPROTO_ICMPV6 };
+	struct nft_rule r;
+
+	nft_emit_set(o, NFPROTO_INET, NFT_TABLE_INET, SETN(SID_HTCP), SID_HTCP, DT_INET_SERVICE, 2,
+		     false);
+	nft_emit_set(o, NFPROTO_INET, NFT_TABLE_INET, SETN(SID_HUDP), SID_HUDP, DT_INET_SERVICE, 2,
+		     false);
+	nft_emit_elems(o, NFPROTO_INET, NFT_TABLE_INET, SETN(SID_HTCP), SID_HTCP, n->host_tcp, 2,
+		       n->n_host_tcp, NULL);
+	nft_emit_elems(o, NFPROTO_INET, NFT_TABLE_INET, SETN(SID_HUDP), SID_HUDP, n->host_udp, 2,
+		       n->n_host_udp, NULL);
+	if (!n->bridge[0])
+		return;
+	for (int udp = 0; udp < 2; udp++) {
+		r = from_bridge_new(n->bridge);
+		nft_m_l4(&r, udp ? IPPROTO_UDP : IPPROTO_TCP);
+		nft_x_payload(&r, L4, 2, 2);
+		nft_x_lookup(&r, SETN(udp ? SID_HUDP : SID_HTCP), udp ? SID_HUDP : SID_HTCP, true,
+			     false);
+		nft_drop(o, &r);
+	}
+	r = from_bridge_new(n->bridge);
+	nft_x_meta(&r, NFT_META_L4PROTO);
+	for (size_t i = 0; i < sizeof(allowed); i++)
+		nft_x_cmp(&r, NFT_CMP_NEQ, &allowed[i], 1);
+	nft_drop(o, &r);
+}
+
 /* inet bcd_taps: an instance tap is only ever a bridge port; whatever of
  * it reaches the IP layer is dropped. */
 static void inet_table(struct nft_out *o, const struct nft_net *n)
@@ -469,6 +575,7 @@ static void inet_table(struct nft_out *o, const struct nft_net *n)
 		nft_m_ifset(&r, r4[i].meta, SETN(SID_ITAPS), SID_ITAPS, false);
 		nft_drop(o, &r);
 	}
+	host_input(o, n);
 }
 
 int nft_build(const struct nft_net *n, unsigned parity, uint32_t seq, bool text,
@@ -479,6 +586,7 @@ int nft_build(const struct nft_net *n, unsigned parity, uint32_t seq, bool text,
 		[SID_HOST4] = "host4", [SID_HOST6] = "host6", [SID_BOUND4] = "bound4",
 		[SID_BOUND6] = "bound6", [SID_FROM] = "from", [SID_TO] = "to",
 		[SID_ITAPS] = "taps", [SID_TAPGUARD] = "tapguard",
+		[SID_HTCP] = "host_tcp", [SID_HUDP] = "host_udp",
 	};
 	struct nft_batch b = { 0 };
 	struct nft_out o = { &b, NULL, seq, 0, parity & 1, { { 0 } } };
@@ -513,6 +621,7 @@ static const struct {
 	const char *table, *name;
 	int hook;
 } BASE[] = {
+	{ NFPROTO_BRIDGE, NFT_TABLE_BRIDGE, "prerouting", NF_BR_PRE_ROUTING },
 	{ NFPROTO_BRIDGE, NFT_TABLE_BRIDGE, "forward", NF_BR_FORWARD },
 	{ NFPROTO_BRIDGE, NFT_TABLE_BRIDGE, "input", NF_BR_LOCAL_IN },
 	{ NFPROTO_BRIDGE, NFT_TABLE_BRIDGE, "output", NF_BR_LOCAL_OUT },

@@ -238,6 +238,28 @@ void nft_x_cmp(struct nft_rule *r, uint32_t op, const void *data, uint32_t len)
 	add_expr(r, e);
 }
 
+void nft_x_ct(struct nft_rule *r, uint32_t key)
+{
+	struct nftnl_expr *e = nftnl_expr_alloc("ct");
+
+	nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, key);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, NFT_REG_1);
+	add_expr(r, e);
+}
+
+void nft_x_exthdr6_present(struct nft_rule *r, uint8_t type)
+{
+	struct nftnl_expr *e = nftnl_expr_alloc("exthdr");
+
+	nftnl_expr_set_u32(e, NFTNL_EXPR_EXTHDR_DREG, NFT_REG_1);
+	nftnl_expr_set_u8(e, NFTNL_EXPR_EXTHDR_TYPE, type);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_EXTHDR_OFFSET, 0);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_EXTHDR_LEN, 1);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_EXTHDR_FLAGS, NFT_EXTHDR_F_PRESENT);
+	nftnl_expr_set_u32(e, NFTNL_EXPR_EXTHDR_OP, NFT_EXTHDR_OP_IPV6);
+	add_expr(r, e);
+}
+
 void nft_x_mask(struct nft_rule *r, const void *mask, uint32_t len)
 {
 	static const uint8_t zero[16];

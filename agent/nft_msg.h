@@ -17,6 +17,7 @@
 #define DT_IPADDR 7
 #define DT_IP6ADDR 8
 #define DT_IFNAME 41
+#define DT_INET_SERVICE 13
 
 enum { L2 = NFT_PAYLOAD_LL_HEADER, L3 = NFT_PAYLOAD_NETWORK_HEADER,
        L4 = NFT_PAYLOAD_TRANSPORT_HEADER };
@@ -64,6 +65,11 @@ void nft_x_meta(struct nft_rule *r, uint32_t key);
 void nft_x_payload(struct nft_rule *r, uint32_t base, uint32_t off, uint32_t len);
 void nft_x_cmp(struct nft_rule *r, uint32_t op, const void *data, uint32_t len);
 void nft_x_mask(struct nft_rule *r, const void *mask, uint32_t len);
+/* conntrack key (NFT_CT_STATE: 4 bytes of NF_CT_STATE_* bits) */
+void nft_x_ct(struct nft_rule *r, uint32_t key);
+/* 1 if the IPv6 packet carries extension header type (44: fragment), else 0
+ * (one byte) */
+void nft_x_exthdr6_present(struct nft_rule *r, uint8_t type);
 /* reg 1 in (inv: not in) the named set; map: jump through its verdict */
 void nft_x_lookup(struct nft_rule *r, const char *set, uint32_t id, bool inv, bool map);
 void nft_x_verdict(struct nft_rule *r, int verdict, const char *chain);

@@ -5,6 +5,7 @@
 #include "nft.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +76,53 @@ int nft_net_host_addr(struct nft_net *n, const char *addr)
 	if (inet_pton(AF_INET, addr, &n->host4[n->n_host4]) != 1)
 		return -EINVAL;
 	n->n_host4++;
+	return 0;
+}
+
+/* One "proto/port" of a host port list into n's arrays. */
+static int host_port_add(uint16_t *tcp, size_t *n_tcp, uint16_t *udp, size_t *n_udp,
+			 const char *item)
+{
+	bool is_tcp = strncmp(item, "tcp/", 4) == 0;
+	char *end;
+	unsigned long port;
+	size_t *cnt = is_tcp ? n_tcp : n_udp;
+	uint16_t *arr = is_tcp ? tcp : udp;
+
+	if (!is_tcp && strncmp(item, "udp/", 4) != 0)
+		return -EINVAL;
+	if (!isdigit((unsigned char)item[4]))
+		return -EINVAL;
+	errno = 0;
+	port = strtoul(item + 4, &end, 10);
+	if (errno || *end || port == 0 || port > 65535)
+		return -EINVAL;
+	for (size_t i = 0; i < *cnt; i++)
+		if (arr[i] == htons((uint16_t)port))
+			return 0;
+	if (*cnt >= NFT_PORTS_MAX)
+		return -EINVAL;
+	arr[(*cnt)++] = htons((uint16_t)port);
+	return 0;
+}
+
+int nft_net_host_ports(struct nft_net *n, const char *list)
+{
+	uint16_t tcp[NFT_PORTS_MAX], udp[NFT_PORTS_MAX];
+	size_t n_tcp = 0, n_udp = 0;
+	_cleanup_free_ char *copy = xstrdup(list ? list : "");
+	char *save = NULL;
+
+	for (char *it = strtok_r(copy, " ,\t", &save); it; it = strtok_r(NULL, " ,\t", &save)) {
+		if (strcmp(it, "none") == 0)
+			continue;
+		if (host_port_add(tcp, &n_tcp, udp, &n_udp, it) < 0)
+			return -EINVAL;
+	}
+	memcpy(n->host_tcp, tcp, n_tcp * sizeof(tcp[0]));
+	memcpy(n->host_udp, udp, n_udp * sizeof(udp[0]));
+	n->n_host_tcp = n_tcp;
+	n->n_host_udp = n_udp;
 	return 0;
 }
 
@@ -234,6 +282,8 @@ int nft_net_from_spec(const Bc__Node__V1__NodeSpec *spec, const char (*host)[64]
 	int e;
 
 	memset(n, 0, sizeof(*n));
+	if (spec->bridge && strlen(spec->bridge) < IFNAMSIZ)
+		snprintf(n->bridge, sizeof(n->bridge), "%s", spec->bridge);
 	e = nft_net_subnets(n, spec->ipam_subnet, spec->ipam_subnet6);
 	if (e < 0)
 		return e;

@@ -58,6 +58,38 @@ pair 'DHCP server reply' e eth0 \
 pair 'DHCPv6 server reply' e eth0 \
 	"Ether(src='$MA',dst='33:33:00:01:00:02')/IPv6(src='$LLA',dst='ff02::1:2')/UDP(sport=547,dport=546)" \
 	"Ether(src='$MA',dst='33:33:00:01:00:02')/IPv6(src='$LLA',dst='ff02::1:2')/UDP(sport=546,dport=547)"
+# DHCP server messages from any source port, and by content (issue 12, 10)
+MC=52:54:00:00:00:0c
+ACK="BOOTP(op=2,yiaddr='10.77.0.50',chaddr=b'\\x52\\x54\\x00\\x00\\x00\\x0e')/DHCP(options=[('message-type','ack'),'end'])"
+pair 'DHCP ACK from a non-server source port' e eth0 \
+	"Ether(src='$MA',dst='$BC')/IP(src='10.77.0.10',dst='255.255.255.255')/UDP(sport=6767,dport=68)/$ACK" \
+	"Ether(src='$MA',dst='$BC')/IP(src='10.77.0.10',dst='255.255.255.255')/UDP(sport=6767,dport=6768)/Raw(b'\\x02 not bootp')"
+pair 'DHCP ACK from a none guest, non-server source port' e eth0 \
+	"Ether(src='$MC',dst='$BC')/IP(src='10.77.0.12',dst='255.255.255.255')/UDP(sport=6767,dport=68)/$ACK" \
+	"Ether(src='$MC',dst='$BC')/IP(src='10.77.0.12',dst='255.255.255.255')/UDP(sport=68,dport=67)/Raw(b'discover')" c
+pair 'a BOOTP reply (DHCP cookie) to any port' e eth0 \
+	"Ether(src='$MA',dst='$BC')/IP(src='10.77.0.10',dst='255.255.255.255')/UDP(sport=6767,dport=6768)/$ACK" \
+	"Ether(src='$MA',dst='$BC')/IP(src='10.77.0.10',dst='255.255.255.255')/UDP(sport=6767,dport=6768)/BOOTP(op=1)/DHCP(options=[('message-type','discover'),'end'])"
+pair 'DHCPv6 reply from a non-server source port' e eth0 \
+	"Ether(src='$MA',dst='33:33:00:00:00:01')/IPv6(src='$LLA',dst='ff02::1')/UDP(sport=5470,dport=546)/DHCP6_Reply()" \
+	"Ether(src='$MA',dst='33:33:00:00:00:01')/IPv6(src='$LLA',dst='ff02::1')/UDP(sport=5470,dport=5460)/DHCP6_Reply()"
+pair 'DHCPv6 advertise to the server port' e eth0 \
+	"Ether(src='$MA',dst='33:33:00:01:00:02')/IPv6(src='$LLA',dst='ff02::1:2')/UDP(sport=5470,dport=547)/DHCP6_Advertise()" \
+	"Ether(src='$MA',dst='33:33:00:01:00:02')/IPv6(src='$LLA',dst='ff02::1:2')/UDP(sport=546,dport=547)/DHCP6_Solicit()"
+
+# IPv6 fragments from a tap (issue 12, 11): the first fragment of a TCP
+# SYN to the ssh-only guest d whose TCP header sits in the second fragment
+MD=52:54:00:00:00:0d
+FRAG1="Ether(src='$MA',dst='$MD')/IPv6(src='fd77::a',dst='fd77::d')/IPv6ExtHdrFragment(id=7,m=1,offset=0)/IPv6ExtHdrDestOpt(nh=6,options=[PadN(optdata=b'\\x00'*230)])"
+FRAG2="Ether(src='$MA',dst='$MD')/IPv6(src='fd77::a',dst='fd77::d')/IPv6ExtHdrFragment(id=7,nh=60,m=0,offset=30)/TCP(sport=4444,dport=22,flags='S')"
+pair 'IPv6 first fragment hiding the TCP header (to ssh-only d)' d eth0 "$FRAG1" \
+	"Ether(src='$MA',dst='$MD')/IPv6(src='fd77::a',dst='fd77::d')/$U"
+pair 'IPv6 second fragment holding a TCP SYN to port 22' d eth0 "$FRAG2" \
+	"Ether(src='$MA',dst='$MD')/IPv6(src='fd77::a',dst='fd77::d')/TCP(sport=4444,dport=80,flags='S')"
+pair 'IPv6 fragment to an ordinary guest' e eth0 \
+	"Ether(src='$MA',dst='33:33:00:00:00:01')/IPv6(src='fd77::a',dst='ff02::1')/IPv6ExtHdrFragment(id=8,m=1)/$U" \
+	"Ether(src='$MA',dst='33:33:00:00:00:01')/IPv6(src='fd77::a',dst='ff02::1')/$U"
+
 pair 'router advertisement (a solicitation passes)' e eth0 \
 	"Ether(src='$MA',dst='33:33:00:00:00:01')/IPv6(src='$LLA',dst='ff02::1')/ICMPv6ND_RA()" \
 	"Ether(src='$MA',dst='33:33:00:00:00:02')/IPv6(src='$LLA',dst='ff02::2')/ICMPv6ND_RS()"

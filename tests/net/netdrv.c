@@ -20,12 +20,17 @@
  *                                   converge passes (agent/converge.c) with
  *                                   the fake runtime in DIR and networking;
  *                                   prints "<id> <state> <reason>" after each
+ *   netdrv cut SPEC.json            converge, then net_cut_all (fencing):
+ *                                   every tap's frames dropped
  *   netdrv guard SPEC.json SECONDS  converge, then run the guard-check
  *                                   thread for SECONDS; prints the reloads;
  *                                   with NETDRV_METRICS=ADDR also serves
  *                                   bcd's /metrics there meanwhile
  *
- * Host addresses are read from the spec's bridge when it exists. */
+ * Host addresses are read from the spec's bridge when it exists. The host
+ * ports open to guests are NETDRV_HOST_PORTS (default bcd's default), the
+ * bridge's bound on learned MACs NETDRV_FDB_MAX_LEARNED (converge, guard,
+ * pass; default bcd's). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +68,25 @@ static Bc__Node__V1__NodeSpec *load(const char *path)
 	return (Bc__Node__V1__NodeSpec *)m;
 }
 
+static const char *host_ports(void)
+{
+	const char *p = getenv("NETDRV_HOST_PORTS");
+
+	return p ? p : NFT_HOST_PORTS_DEFAULT;
+}
+
+/* bcd's limits from the environment, on a net before its first converge */
+static void limits(struct net *n)
+{
+	const char *m = getenv("NETDRV_FDB_MAX_LEARNED");
+
+	if (net_set_limits(n, m ? (uint32_t)atol(m) : NET_FDB_MAX_LEARNED_DEFAULT,
+			   host_ports()) < 0) {
+		fprintf(stderr, "netdrv: bad NETDRV_HOST_PORTS\n");
+		exit(2);
+	}
+}
+
 static void print_fail(const char *id, const char *reason, void *data)
 {
 	printf("error %s %s\n", id, reason);
@@ -79,6 +103,10 @@ static void net_of(const char *path, struct nft_net *n)
 		nl_addrs(spec->bridge, host, NFT_HOST_MAX * 2, &n_host);
 	if (nft_net_from_spec(spec, (const char(*)[64])host, n_host, n, print_fail, NULL) < 0) {
 		fprintf(stderr, "netdrv: bad pool subnet\n");
+		exit(2);
+	}
+	if (nft_net_host_ports(n, host_ports()) < 0) {
+		fprintf(stderr, "netdrv: bad NETDRV_HOST_PORTS\n");
 		exit(2);
 	}
 	protobuf_c_message_free_unpacked(&spec->base, NULL);
@@ -126,12 +154,13 @@ static int links(const char *path)
  * every spec in turn. */
 static int converge(int argc, char **argv)
 {
-	bool guard = strcmp(argv[1], "guard") == 0;
+	bool guard = strcmp(argv[1], "guard") == 0, cut = strcmp(argv[1], "cut") == 0;
 	struct net *n;
 	int e = 0;
 
 	net_open("nftables", &n);
-	for (int i = 2; i < (guard ? 3 : argc); i++) {
+	limits(n);
+	for (int i = 2; i < (guard || cut ? 3 : argc); i++) {
 		Bc__Node__V1__NodeSpec *spec;
 
 		if (strcmp(argv[i], "--break") == 0) {
@@ -142,6 +171,10 @@ static int converge(int argc, char **argv)
 		e = net_converge(n, spec, print_fail, NULL);
 		printf("converge %s: load %s\n", argv[i], e < 0 ? "refused" : "ok");
 		protobuf_c_message_free_unpacked(&spec->base, NULL);
+	}
+	if (cut) {
+		e = net_cut_all(n, true);
+		printf("cut: %s\n", e < 0 ? "refused" : "ok");
 	}
 	if (guard) {
 		/* NETDRV_METRICS=ADDR: bcd's /metrics, so a test scrapes the counter */
@@ -157,7 +190,7 @@ static int converge(int argc, char **argv)
 		       net_trusted(n));
 	}
 	net_close(n);
-	return 0;
+	return cut && e < 0 ? e : 0;
 }
 
 /* pass DIR [--break] SPEC...: the converge pass with networking, as bcd
@@ -175,6 +208,7 @@ static int pass(int argc, char **argv)
 	if (e < 0)
 		return e;
 	net_open("nftables", &n);
+	limits(n);
 	c = conv_new(rt);
 	conv_set_net(c, n);
 	for (int i = 3; i < argc; i++) {
@@ -244,7 +278,8 @@ int main(int argc, char **argv)
 	} else if (strcmp(argv[1], "links") == 0 && argc == 3) {
 		e = links(argv[2]);
 	} else if ((strcmp(argv[1], "converge") == 0 && argc >= 3) ||
-		   (strcmp(argv[1], "guard") == 0 && argc == 4)) {
+		   (strcmp(argv[1], "guard") == 0 && argc == 4) ||
+		   (strcmp(argv[1], "cut") == 0 && argc == 3)) {
 		setvbuf(stdout, NULL, _IOLBF, 0);
 		e = converge(argc, argv);
 	} else if (strcmp(argv[1], "pass") == 0 && argc >= 4) {

@@ -89,10 +89,12 @@ static void test_golden(void)
 	is_str(failed[0],
 	       "inst_d NetworkPolicy: private needs IPAM addresses and a valid MAC on bcd0",
 	       "inst_d: private without addresses, with the reason");
+	is_int(nft_net_host_ports(&n, "tcp/2222, udp/67 udp/67"), 0, "host ports parse");
+	is_int((long)(n.n_host_tcp * 10 + n.n_host_udp), 11, "one tcp, one udp port (duplicates once)");
 	nft_build(&n, 0, 1, true, &b);
 	golden("nft_policies.txt", b.text);
-	is_int(b.rules_inet, 4, "backstop: 4 rules");
-	is_int(b.chains_bridge, 12, "bridge chains: marker, tapguard, base x3, f- x4, t- x3");
+	is_int(b.rules_inet, 7, "backstop: 4 rules; host input from bcbr0: 3");
+	is_int(b.chains_bridge, 13, "bridge chains: marker, tapguard, base x4, f- x4, t- x3");
 	nft_batch_free(&b);
 	nft_net_clear(&n);
 	protobuf_c_message_free_unpacked(&spec->base, NULL);
@@ -114,8 +116,28 @@ static void test_empty(void)
 	nft_build_prologue(old, sizeof(old) / sizeof(old[0]), 1, 100, true, &p);
 	golden("nft_prologue.txt", p.text);
 	nft_batch_free(&p);
-	is_int(b.chains_bridge, 5, "empty: marker, tapguard and the 3 base chains");
+	is_int(b.chains_bridge, 6, "empty: marker, tapguard and the 4 base chains");
+	is_int(b.rules_inet, 4, "empty: no bridge, no host input rules");
 	nft_batch_free(&b);
+}
+
+static void test_host_ports(void)
+{
+	static const char *bad[] = { "tcp/0", "tcp/65536", "sctp/5", "tcp/", "tcp/22x", "22",
+				     "udp/-1" };
+	struct nft_net n = { 0 };
+	char many[NFT_PORTS_MAX * 12 + 16] = "";
+
+	is_int(nft_net_host_ports(&n, "udp/53 tcp/53"), 0, "udp/53 tcp/53");
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		is_int(nft_net_host_ports(&n, bad[i]), -EINVAL, "host ports '%s' refused", bad[i]);
+	is_int((long)(n.n_host_tcp + n.n_host_udp), 2, "a refused list leaves the ports unchanged");
+	is_int(nft_net_host_ports(&n, "none"), 0, "none");
+	is_int((long)(n.n_host_tcp + n.n_host_udp), 0, "none: no port");
+	is_int(nft_net_host_ports(&n, NFT_HOST_PORTS_DEFAULT), 0, "the default parses");
+	for (int i = 1; i <= NFT_PORTS_MAX + 1; i++)
+		snprintf(many + strlen(many), sizeof(many) - strlen(many), "tcp/%d ", i);
+	is_int(nft_net_host_ports(&n, many), -EINVAL, "more than NFT_PORTS_MAX ports refused");
 }
 
 static void test_fail_closed(void)
@@ -235,6 +257,7 @@ static void test_large(void)
 int main(void)
 {
 	test_golden();
+	test_host_ports();
 	test_empty();
 	test_fail_closed();
 	test_eui64();
