@@ -130,6 +130,16 @@ static void test_refusals(void)
 	is_str(c.data_dir, "", "default data_dir: state_dir/data");
 	is_int(c.stop_timeout_seconds, 30, "default stop_timeout_seconds");
 	cfg_free(&c);
+	from_args(&c, &cli, err, 3, "--controller", "x:1");
+	is_str(c.guest_host_ports, "udp/67 udp/547 udp/53 tcp/53", "default guest_host_ports");
+	is_int(c.bridge_fdb_max_learned, 4096, "default bridge_fdb_max_learned");
+	cfg_free(&c);
+	from_args(&c, &cli, err, 5, "--controller", "x:1", "--guest-host-ports", "tcp/22,udp/0");
+	is_int(cfg_finish(&c, err, sizeof(err)), -EINVAL, "guest_host_ports with port 0 refused");
+	cfg_free(&c);
+	from_args(&c, &cli, err, 5, "--controller", "x:1", "--guest-host-ports", "none");
+	is_int(cfg_finish(&c, err, sizeof(err)), 0, "guest_host_ports none accepted");
+	cfg_free(&c);
 	from_args(&c, &cli, err, 5, "--controller", "x:1", "--domain-type", "xen");
 	is_int(cfg_finish(&c, err, sizeof(err)), -EINVAL, "domain_type xen refused");
 	is_str(err, "domain_type 'xen': auto, kvm or qemu", "with the choices");
