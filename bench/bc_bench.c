@@ -3,8 +3,10 @@
  * its peer measured in the same run.
  *
  *   serve   --listen ADDR                 insecure server with Health only
- *   rpc     --target ADDR [--seconds S] [--concurrency C]
- *                                          Health.Check round trips
+ *   rpc     --target ADDR [--seconds S] [--concurrency C] [--call list]
+ *                                          Health.Check round trips; with
+ *                                          --call list (and --ca/--token)
+ *                                          Instances.List instead
  *   create  --target ADDR --ca F --token T --pool P --flavor F --image I
  *           [--concurrency C] [--count N]  Instances.Create throughput
  *   push    (same flags) [--count N]       create -> agent reports running
@@ -29,7 +31,7 @@
 #include "util.h"
 
 struct opts {
-	const char *mode, *target, *listen, *ca, *token, *pool, *flavor, *image, *conninfo;
+	const char *mode, *target, *listen, *ca, *token, *pool, *flavor, *image, *conninfo, *call;
 	int seconds, concurrency, count;
 };
 
@@ -48,6 +50,7 @@ static void parse(int argc, char **argv)
 		else if (!strcmp(k, "flavor")) o.flavor = v;
 		else if (!strcmp(k, "image")) o.image = v;
 		else if (!strcmp(k, "conninfo")) o.conninfo = v;
+		else if (!strcmp(k, "call")) o.call = v;
 		else if (!strcmp(k, "seconds")) o.seconds = atoi(v);
 		else if (!strcmp(k, "concurrency")) o.concurrency = atoi(v);
 		else if (!strcmp(k, "count")) o.count = atoi(v);
@@ -123,16 +126,24 @@ struct worker {
 static void *rpc_worker(void *arg)
 {
 	struct worker *w = arg;
-	Grpc__Health__V1__HealthCheckRequest q = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+	Grpc__Health__V1__HealthCheckRequest hq = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+	Bc__Compute__V1__ListInstancesRequest lq = BC__COMPUTE__V1__LIST_INSTANCES_REQUEST__INIT;
+	bool list = o.call && !strcmp(o.call, "list");
+	const ProtobufCMessage *q = list ? &lq.base : &hq.base;
+	const ProtobufCMessageDescriptor *rd = list ? &bc__compute__v1__list_instances_response__descriptor
+						    : &grpc__health__v1__health_check_response__descriptor;
 	char path[128];
 
-	rpc_method_path(&grpc__health__v1__health__descriptor, "Check", path, sizeof(path));
+	lq.limit = 10;
+	if (list)
+		rpc_method_path(&bc__compute__v1__instances__descriptor, "List", path, sizeof(path));
+	else
+		rpc_method_path(&grpc__health__v1__health__descriptor, "Check", path, sizeof(path));
 	while (mono_us() < w->end_us) {
 		ProtobufCMessage *resp = NULL;
 		bc_error err;
 		int64_t t0 = mono_us();
-		if (rpc_client_unary(w->c, path, &q.base, &grpc__health__v1__health_check_response__descriptor,
-				     &resp, 5000, &err) < 0) {
+		if (rpc_client_unary(w->c, path, q, rd, &resp, 5000, &err) < 0) {
 			w->errors++;
 			continue;
 		}

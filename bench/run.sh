@@ -22,6 +22,10 @@
 #   sandbox reconciler pass   10,000 live sandboxes          vs one scan of them
 #   Instances.Create ->       a real domain (bench/libvirt.sh; vs virsh create of the
 #     running, libvirt        root, libvirtd)                   same domain XML
+#   API under attack          Health.Check, Instances.List   vs the same calls on the
+#                             while a stranger holds calls,     idle stack; nodes declared
+#                             streams and idle connections      lost meanwhile
+#                             (bench/attack.sh)
 #
 # and prints one table: each bc figure, its peer's, and bc / peer.
 #
@@ -32,6 +36,8 @@
 # BENCH_CREATES (200), BENCH_CREATE_CONCURRENCY ("1 8 32"), BENCH_PUSHES (50),
 # BENCH_ONLY=warm (only the warm claim rows), BENCH_ONLY=push (only the
 # spec push rows and the Instances.Create rows between them),
+# BENCH_ONLY=attack (only the API under attack rows; their knobs in
+# bench/attack.sh),
 # BC_BENCH (the C client; default $BC_SRC/build/bench/bc_bench), BC_BIN, BC_SRC.
 set -uo pipefail
 
@@ -65,8 +71,11 @@ export BC_LOG_LEVEL=${BC_LOG_LEVEL:-warn}
 export BC_POOL_SUBNET=10.64.0.0/16 BC_POOL_GATEWAY=10.64.0.1
 # the sandbox rows (bench/sandboxes.sh) read the reconciler's pass time here
 SBX_METRICS_PORT=$(free_tcp_port) || exit 1
+# the attack rows (bench/attack.sh) hold idle connections to the JSON/HTTP port
+BENCH_HTTP_PORT=$(free_tcp_port) || exit 1
 export BC_CTL_EXTRA_CONF="${BC_CTL_EXTRA_CONF:+$BC_CTL_EXTRA_CONF
 }metrics_listen = 127.0.0.1:$SBX_METRICS_PORT
+http_listen = 127.0.0.1:$BENCH_HTTP_PORT
 sandbox_reconcile_seconds = 1"
 # room for every instance the create and push rows make
 stack_up --controllers 1 --agents 1 --agent-capacity 4096,4194304,100000 ||
@@ -146,6 +155,13 @@ print_rows() {
 	printf '%-40s %-12s %12s  %-24s %12s %8s\n' benchmark metric bc peer "peer value" "bc/peer"
 	printf '%s\n' "${rows[@]}"
 }
+if [ "${BENCH_ONLY:-}" = attack ]; then # just the API under attack rows
+	# shellcheck source=attack.sh
+	. "$here/attack.sh"
+	print_rows
+	cat "$STACK_DIR/bench-notes" 2>/dev/null
+	exit 0
+fi
 if [ "${BENCH_ONLY:-}" = warm ]; then # just the warm claim rows
 	# shellcheck source=warm.sh
 	. "$here/warm.sh"
@@ -225,6 +241,9 @@ log "libvirt: Instances.Create -> running vs virsh create of the same XML (bench
 while IFS=$'\t' read -r n m v pn pv; do
 	row "$n" "$m" "$v" "$pn" "$pv"
 done < <(bash "$BC_SRC/bench/libvirt.sh" 2>>"$STACK_DIR/bench-client.log")
+
+# shellcheck source=attack.sh
+. "$here/attack.sh"
 
 print_rows
 echo

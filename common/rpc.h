@@ -7,10 +7,13 @@
  *
  * Server threads: `workers` threads each wait on their own completion queue
  * for new calls. A unary call runs on the worker that received it. A
- * server-streaming or bidi call runs on a thread of its own (at most
- * max_streams at once; more are refused with UNAVAILABLE) so a long watch
- * never holds a worker. thread_init/thread_fini run on every worker and
- * stream thread, so each can own a libpq connection (rpc_call_thread()).
+ * server-streaming or bidi call is authenticated (pre_call) and admitted
+ * (stream_admit) on the worker that received it, then runs on a thread of
+ * its own (at most max_streams at once; more are refused with
+ * RESOURCE_EXHAUSTED) so a long watch never holds a worker.
+ * thread_init/thread_fini run on every worker, so each can own a libpq
+ * connection (rpc_call_thread()); a stream thread has no state of its own:
+ * its handler borrows one while it needs it (rpc_call_set_thread()).
  *
  * Errors: a handler returns 0, or <0 with a filled bc_error. The server
  * answers with the mapped gRPC status, the message, and a trailer
@@ -82,6 +85,14 @@ struct rpc_server_opts {
 	/* called on every call before its handler; may refuse it (e.g.
 	 * authentication). NULL: accept all. */
 	int (*pre_call)(rpc_call *call, bc_error *err);
+	/* Streaming calls, on both transports: after pre_call accepted one
+	 * (on a worker, with its thread state), before it gets a thread;
+	 * 0 admits it, <0 refuses it with err filled (e.g. QUOTA_EXCEEDED,
+	 * RESOURCE_EXHAUSTED). An admitted call is given to stream_done once
+	 * when it ends (any thread; its principal still set). NULL: admit
+	 * all. */
+	int (*stream_admit)(rpc_call *call, bc_error *err);
+	void (*stream_done)(rpc_call *call);
 	/* The JSON/HTTP transport (docs/http.md): "127.0.0.1:8443",
 	 * "[::]:8443"; NULL or "": none. HTTP/1.1 over TLS with the same
 	 * certificate (no client certificate: node calls are not served), or
@@ -89,9 +100,11 @@ struct rpc_server_opts {
 	 * services in packages bc.compute.* and bc.admin.* at POST
 	 * /api/<group>/<service>/<method>, through the same pre_call and
 	 * handlers, with the same call API: unary calls run on `workers`
-	 * threads of its own, a server stream on its connection's thread
-	 * (thread_init/thread_fini on both; at most max_streams streams) and
-	 * answers a chunked body of newline-delimited JSON messages. */
+	 * threads of its own (thread_init/thread_fini), a server stream is
+	 * authenticated and admitted on one of them, then runs on its
+	 * connection's thread with no thread state (at most max_streams
+	 * streams) and answers a chunked body of newline-delimited JSON
+	 * messages. */
 	const char *http_listen;
 };
 
@@ -125,6 +138,11 @@ bool rpc_server_stopping(const rpc_server *s);
 
 void *rpc_call_user(const rpc_call *call);
 void *rpc_call_thread(const rpc_call *call);
+/* A streaming handler lends its call a thread state (e.g. a database
+ * connection taken from a pool) for as long as it needs one, so the code
+ * it calls finds it with rpc_call_thread(); NULL takes it back. The
+ * layer never frees it. */
+void rpc_call_set_thread(rpc_call *call, void *state);
 /* "/pkg.Service/Method" */
 const char *rpc_call_method(const rpc_call *call);
 /* The bearer token from "authorization: Bearer <t>", or NULL. */

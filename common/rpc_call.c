@@ -244,6 +244,8 @@ void rpc_call_release(rpc_call *c)
 {
 	if (!c)
 		return;
+	if (c->admitted && c->srv->opts.stream_done)
+		c->srv->opts.stream_done(c);
 	if (c->principal_free && c->principal)
 		c->principal_free(c->principal);
 	rpc_call_release_grpc(c);
@@ -259,6 +261,18 @@ int rpc_call_pre(rpc_call *c, bc_error *err)
 	if (!c->srv->opts.pre_call)
 		return 0;
 	return c->srv->opts.pre_call(c, err) < 0 ? -BC_EDOMAIN : 0;
+}
+
+/* See rpc_internal.h. */
+int rpc_call_stream_admit(rpc_call *c, bc_error *err)
+{
+	if (rpc_call_pre(c, err) < 0)
+		return -BC_EDOMAIN;
+	c->pre_done = true;
+	if (c->srv->opts.stream_admit && c->srv->opts.stream_admit(c, err) < 0)
+		return -BC_EDOMAIN;
+	c->admitted = true;
+	return 0;
 }
 
 /* Receive the single request of a unary or server-streaming call. */
@@ -336,7 +350,7 @@ void rpc_call_run_stream(rpc_call *c)
 
 	bc_error_clear(&err);
 	rpc_call_watch_close(c);
-	r = rpc_call_pre(c, &err);
+	r = c->pre_done ? 0 : rpc_call_pre(c, &err);
 	if (r >= 0 && c->method->h.kind == RPC_SERVER_STREAM) {
 		r = recv_request(c, &req, &err);
 		if (r >= 0)
@@ -366,6 +380,12 @@ void *rpc_call_user(const rpc_call *call)
 void *rpc_call_thread(const rpc_call *call)
 {
 	return call->thread_state;
+}
+
+/* See rpc.h. */
+void rpc_call_set_thread(rpc_call *call, void *state)
+{
+	call->thread_state = state;
 }
 
 /* See rpc.h. */

@@ -66,6 +66,10 @@ struct http_job {
 	int status;                  /* out */
 	char *resp;                  /* out, malloc'd JSON */
 	bool done;
+	/* set: authenticate and admit this stream on the worker instead */
+	rpc_call *admit;
+	bc_error *admit_err;
+	int admit_rc;                /* out */
 };
 
 struct http_conn {
@@ -560,7 +564,13 @@ static void *worker_main(void *arg)
 		if (!h->jobs)
 			h->jobs_tail = &h->jobs;
 		pthread_mutex_unlock(&h->lock);
-		job_run(h, j, ts);
+		if (j->admit) {
+			j->admit->thread_state = ts;
+			j->admit_rc = rpc_call_stream_admit(j->admit, j->admit_err);
+			j->admit->thread_state = NULL;
+		} else {
+			job_run(h, j, ts);
+		}
 		pthread_mutex_lock(&h->lock);
 		j->done = true;
 		pthread_cond_broadcast(&h->done);
@@ -715,8 +725,19 @@ static int stream_end(struct http_conn *c, rpc_call *call, int r, bc_error *err,
 	return -1; /* Connection: close */
 }
 
-/* Run a server-streaming method on this connection's thread, with its own
- * thread state (a database connection) for as long as the stream lasts.
+/* Authenticate and admit a stream on a worker (pre_call needs its thread
+ * state: a database connection): 0 or -BC_EDOMAIN with err filled. */
+static int stream_admit(struct rpc_http *h, rpc_call *call, bc_error *err)
+{
+	struct http_job j = {.admit = call, .admit_err = err};
+
+	job_submit(h, &j);
+	return j.admit_rc;
+}
+
+/* Run a server-streaming method on this connection's thread once a worker
+ * authenticated and admitted it; the stream has no thread state of its own
+ * (its handler borrows one while it reads: rpc_call_set_thread).
  * deadline_ms: INT64_MAX without x-timeout-ms. */
 static int serve_stream(struct http_conn *c, const struct rpc_method *m,
 			const struct rpc_http_request *req, const char *body, int64_t deadline_ms)
@@ -726,15 +747,14 @@ static int serve_stream(struct http_conn *c, const struct rpc_method *m,
 	const struct rpc_server_opts *o = &s->opts;
 	ProtobufCMessage *msg = NULL;
 	rpc_call *call;
-	void *ts;
 	bc_error err;
 	int r;
 
 	if (!stream_slot(h, 1))
-		return respond_error(c, 503, "", req->keep_alive, BC_UNAVAILABLE, NULL,
+		return respond_error(c, bc_code_http_status(BC_QUOTA_EXCEEDED), "",
+				     req->keep_alive, BC_QUOTA_EXCEEDED, NULL,
 				     "too many streams") < 0 ? -1 : 1;
-	ts = o->thread_init ? o->thread_init(o->user) : NULL;
-	call = rpc_call_alloc(s, RPC_TRANSPORT_HTTP, ts);
+	call = rpc_call_alloc(s, RPC_TRANSPORT_HTTP, NULL);
 	call->method = m;
 	call->path = m->path;
 	call->peer = rpc_strdup(call, c->peer);
@@ -743,7 +763,7 @@ static int serve_stream(struct http_conn *c, const struct rpc_method *m,
 	call->http_chunked = req->minor >= 1;
 	job_metadata(call, req);
 	bc_error_clear(&err);
-	r = rpc_call_pre(call, &err);
+	r = stream_admit(h, call, &err);
 	if (r >= 0)
 		r = body_parse(m, body, req->content_length, o->max_message_bytes, &msg, &err);
 	if (r >= 0)
@@ -756,8 +776,6 @@ static int serve_stream(struct http_conn *c, const struct rpc_method *m,
 	if (msg)
 		protobuf_c_message_free_unpacked(msg, NULL);
 	rpc_call_release(call);
-	if (o->thread_fini)
-		o->thread_fini(o->user, ts);
 	stream_slot(h, -1);
 	return r;
 }

@@ -154,6 +154,9 @@ struct rpc_call {
 
 	void *principal;
 	void (*principal_free)(void *);
+	/* streams: pre_call already ran (on the worker); stream_admit
+	 * admitted the call, so stream_done runs at release */
+	bool pre_done, admitted;
 
 	bool sent_initial_md;
 	bool close_started, close_done;
@@ -182,6 +185,10 @@ void rpc_call_set_metadata(rpc_call *c, size_t n, const char **keys, const char 
 
 /* The server's pre_call hook: 0, or -BC_EDOMAIN with err filled. */
 int rpc_call_pre(rpc_call *c, bc_error *err);
+/* A streaming call, on the thread that received it: pre_call, then the
+ * server's stream_admit; 0, or -BC_EDOMAIN with err filled. Once admitted,
+ * rpc_call_release runs stream_done. */
+int rpc_call_stream_admit(rpc_call *c, bc_error *err);
 
 /* Run c's unary handler on req: 0 with *ret_resp (of the method's output
  * type, an empty one if the handler gave none; owned by the call), or <0

@@ -7,8 +7,10 @@
  * while idle (none while busy, so gRPC hands new calls to idle workers).
  * Every requested call gets a fresh GRPC_CQ_PLUCK queue as its bound queue,
  * so a handler does synchronous batches (rpc_call.c). A unary call runs on
- * the worker; a streaming call moves to a thread of its own, bounded by
- * max_streams, which the server joins.
+ * the worker; a streaming call is authenticated and admitted on the worker
+ * (with its thread state: a stranger's stream never costs a database
+ * connection or a thread), then moves to a thread of its own without
+ * thread state, bounded by max_streams, which the server joins.
  *
  * Shutdown. Set `stopping` (under the lock that guards request_call, so no
  * request starts afterwards), cancel the streaming calls, shutdown and
@@ -255,16 +257,12 @@ static void *stream_main(void *arg)
 	struct rpc_stream_thread *st = arg;
 	rpc_server *s = st->srv;
 	rpc_call *c = st->call;
-	void *ts = s->opts.thread_init ? s->opts.thread_init(s->opts.user) : NULL;
 
-	c->thread_state = ts;
 	rpc_call_run_stream(c);
 	pthread_mutex_lock(&s->lock);
 	st->gcall = NULL;
 	pthread_mutex_unlock(&s->lock);
 	rpc_call_release(c);
-	if (s->opts.thread_fini)
-		s->opts.thread_fini(s->opts.user, ts);
 	pthread_mutex_lock(&s->lock);
 	st->done = true;
 	s->n_streams--;
@@ -296,6 +294,26 @@ static bool stream_spawn(rpc_server *s, rpc_call *c)
 	if (!ok)
 		free(st);
 	return ok;
+}
+
+static void refuse(rpc_call *c, enum bc_code code, const char *msg);
+
+/* A streaming call on the worker that received it: authenticate and admit
+ * it here, with the worker's thread state; only then does it get a thread
+ * of its own, which has none. */
+static void stream_start(rpc_server *s, rpc_call *c)
+{
+	bc_error err;
+
+	bc_error_clear(&err);
+	if (rpc_call_stream_admit(c, &err) < 0) {
+		rpc_call_finish(c, -BC_EDOMAIN, NULL, &err);
+		rpc_call_release(c);
+		return;
+	}
+	c->thread_state = NULL;
+	if (!stream_spawn(s, c))
+		refuse(c, BC_QUOTA_EXCEEDED, "too many streams");
 }
 
 static void streams_cancel_locked(rpc_server *s)
@@ -361,8 +379,8 @@ static void serve(struct rpc_worker *w, struct rpc_request *r)
 	} else if (c->method->h.kind == RPC_UNARY) {
 		if (rpc_call_run_unary(c))
 			rpc_call_release(c);
-	} else if (!stream_spawn(s, c)) {
-		refuse(c, BC_UNAVAILABLE, "too many streams");
+	} else {
+		stream_start(s, c);
 	}
 }
 

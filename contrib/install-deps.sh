@@ -10,7 +10,7 @@ PKGS=(
   libpq-dev postgresql-15 postgresql-client-15
   libssl-dev libcurl4-openssl-dev libmnl-dev libnftnl-dev
   nftables iproute2
-  python3-scapy iputils-ping
+  python3-scapy python3-h2 iputils-ping
   clang libclang-rt-14-dev valgrind
   libvirt-daemon-system libvirt-dev qemu-system-x86 qemu-utils ovmf genisoimage
   nodejs npm

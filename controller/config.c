@@ -44,6 +44,13 @@ static const struct ckey keys[] = {
 	I(sandbox_reconcile_seconds, "15", 1, 3600),
 	I(metering_interval_seconds, "60", 1, 3600),
 	I(max_waiting_creates, "4096", 0, 1000000),
+	I(max_streams, "1024", 2, 100000),
+	I(stream_reserve_nodes, "256", 1, 99999),
+	I(max_streams_per_principal, "32", 1, 100000),
+	I(max_streams_per_tenant, "128", 1, 100000),
+	I(max_unauthenticated_streams, "32", 0, 100000),
+	I(stream_db_connections, "8", 2, 1000),
+	I(events_watch_max_seconds, "3600", 1, 604800),
 };
 
 static const struct ckey *key_find(const char *name)

@@ -35,6 +35,14 @@ struct ctl_config {
 	int sandbox_reconcile_seconds;
 	int metering_interval_seconds;
 	int max_waiting_creates;     /* Sandboxes.Create waits held off the workers */
+	/* streams (streams.c) */
+	int max_streams;
+	int stream_reserve_nodes;
+	int max_streams_per_principal;
+	int max_streams_per_tenant;
+	int max_unauthenticated_streams;
+	int stream_db_connections;
+	int events_watch_max_seconds;
 };
 
 /* Load defaults, then the file at path (if not NULL), then argv flags
@@ -56,6 +64,7 @@ struct ctl_app {
 	int waiting;                 /* calls holding a worker in a create's wait */
 	struct waiter *waiter;       /* sandbox creates waiting off the workers (waiter.c) */
 	struct waiter *inst_waiter;  /* instance creates waiting off the workers */
+	struct streams *streams;     /* stream admission and database pool */
 };
 
 /* The caller of an API call, set by the pre-call hook. */
@@ -149,6 +158,27 @@ void teardown_tick(struct db *d);
  * whose delegation was revoked, delete those of deleted owners
  * (reconciler only). */
 void iam_react_tick(struct db *d);
+
+/* streams.c: admission of streaming calls (per replica, reserve for
+ * nodes, per principal, per tenant, strangers together) and the bounded
+ * database pool their handlers read from. */
+struct streams *streams_new(const struct ctl_config *cfg);
+void streams_free(struct streams *s);
+/* The server's stream_admit/stream_done: 0, or -BC_EDOMAIN with
+ * QUOTA_EXCEEDED (gRPC RESOURCE_EXHAUSTED, HTTP 429), details.reason
+ * stream-limit-{replica,principal,tenant,unauthenticated} and limit. */
+int streams_admit(rpc_call *call, bc_error *err);
+void streams_done(rpc_call *call);
+/* A stream handler takes a pool connection before it reads (ctl_db(call)
+ * is it until given back) and gives it back before it waits: 0, or
+ * UNAVAILABLE when none came free within 30 s or the server stops.
+ * stream_db_give is a no-op when the call holds none. */
+int stream_db_take(rpc_call *call, bc_error *err);
+void stream_db_give(rpc_call *call);
+/* At start: refuse (-ERANGE, logged) when the connections this replica may
+ * open exceed what the database allows, or (-EINVAL) a reserve not below
+ * max_streams. */
+int streams_check_budget(struct db *d, const struct ctl_config *cfg);
 
 /* server.c */
 int server_start(struct ctl_app *app);

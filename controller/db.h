@@ -1,7 +1,7 @@
 /* db.h: PostgreSQL access for the controller, over libpq.
  *
- * One connection per thread (gRPC workers, stream threads, reconcilers, the
- * LISTEN thread each own one), parametrized queries only (PQexecParams;
+ * One connection per thread (gRPC workers, reconcilers, the LISTEN thread
+ * each own one; stream threads borrow one from streams.c's pool), parametrized queries only (PQexecParams;
  * never SQL built from input), and a transaction helper that retries
  * serialization failures and deadlocks. */
 #ifndef BC_CTL_DB_H

@@ -5,8 +5,10 @@
  * committed before it (a transaction of its own), so a caller's List sees
  * the events of the changes it made. Watch streams wake on NOTIFY bc_events
  * (a trigger on events; the LISTEN thread in watch.c) and poll every few
- * seconds besides. Both calls are decided as compute:events:read on
- * compute-events/<tenant>. */
+ * seconds besides; a watch holds no database connection while it waits
+ * (streams.c) and ends after events_watch_max_seconds (UNAVAILABLE, reason
+ * watch-max-duration, details.afterId to resume from). Both calls are
+ * decided as compute:events:read on compute-events/<tenant>. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -92,14 +94,20 @@ static int ev_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **re
 	return 0;
 }
 
-/* Send every event after *after, page by page; *after moves with each. */
+/* Send every event after *after, page by page; *after moves with each.
+ * Each page is read on a pool connection, given back before the page is
+ * sent: a watcher holds none while it waits or its client reads. */
 static int ev_drain(rpc_call *c, const char *tenant, const char *prefix, uint64_t *after,
 		    bc_error *err)
 {
 	for (;;) {
 		PGresult *r = NULL;
-		int n, rc = ev_page(c, tenant, *after, prefix, 500, &r, err);
+		int n, rc = stream_db_take(c, err);
 
+		if (rc < 0)
+			return rc;
+		rc = ev_page(c, tenant, *after, prefix, 500, &r, err);
+		stream_db_give(c);
 		if (rc < 0)
 			return rc;
 		n = PQntuples(r);
@@ -114,6 +122,20 @@ static int ev_drain(rpc_call *c, const char *tenant, const char *prefix, uint64_
 	}
 }
 
+/* A watch past events_watch_max_seconds ends UNAVAILABLE, reason
+ * watch-max-duration, with the id to resume after (details.afterId: the
+ * last one sent; the client calls Watch again with it). */
+static int watch_expired(rpc_call *c, uint64_t after, bc_error *err)
+{
+	int max = ctl_app(c)->cfg.events_watch_max_seconds;
+
+	bc_error_set(err, BC_UNAVAILABLE, "the watch reached its maximum duration of %d s: "
+		     "watch again after id %llu", max, (unsigned long long)after);
+	bc_error_detail(err, "reason", "watch-max-duration");
+	bc_error_detail(err, "maxSeconds", "%d", max);
+	return bc_error_detail(err, "afterId", "%llu", (unsigned long long)after);
+}
+
 static int ev_watch(rpc_call *c, const ProtobufCMessage *m, bc_error *err)
 {
 	const Bc__Compute__V1__WatchEventsRequest *q = (const void *)m;
@@ -121,15 +143,23 @@ static int ev_watch(rpc_call *c, const ProtobufCMessage *m, bc_error *err)
 	uint64_t after = q->after_id, seen = 0, seq = 1;
 	struct watch_entry *e;
 	const char *tenant;
-	int64_t poll_at = 0;
+	int64_t poll_at = 0, end = mono_ms() + app->cfg.events_watch_max_seconds * 1000LL;
 	int r;
 
-	if ((r = ev_authorize(c, q->tenant_id, q->type_prefix, &tenant, err)) < 0)
+	if ((r = stream_db_take(c, err)) < 0)
+		return r;
+	r = ev_authorize(c, q->tenant_id, q->type_prefix, &tenant, err);
+	stream_db_give(c);
+	if (r < 0)
 		return r;
 	e = watch_add(app->watches, WATCH_EVENTS);
 	log_debug("events: %s watching tenant %s after %llu", ctl_principal(c)->id, tenant,
 		  (unsigned long long)after);
 	while (!app->stopping && !rpc_call_wait_cancelled(c, 0)) {
+		if (mono_ms() >= end) {
+			r = watch_expired(c, after, err);
+			break;
+		}
 		if (seq != seen || mono_ms() >= poll_at) {
 			seen = seq;
 			poll_at = mono_ms() + EV_POLL_MS;

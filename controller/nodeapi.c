@@ -284,6 +284,7 @@ static int send_spec(rpc_call *c, const char *node, uint64_t *sent, struct spec_
 	if (spec->generation > *sent) {
 		up.update_case = BC__NODE__V1__NODE_UPDATE__UPDATE_SPEC;
 		up.spec = spec;
+		stream_db_give(c); /* a slow reader never holds a pool connection */
 		r = rpc_call_send(c, &up.base);
 		if (r == 0) {
 			*sent = spec->generation;
@@ -295,13 +296,30 @@ static int send_spec(rpc_call *c, const char *node, uint64_t *sent, struct spec_
 	return r == -ECANCELED ? 0 : r;
 }
 
+/* Take the node's spec changes and push a new spec if its generation
+ * moved past the one sent, on the call's pool connection. */
+static int spec_update(rpc_call *c, const char *node, uint64_t *sent, struct spec_state *ss,
+		       bc_error *err)
+{
+	uint64_t gen = 0;
+	int r;
+
+	if ((r = spec_take_changes(ctl_db(c), node, &ss->all, &ss->dirty)) < 0)
+		return db_fail(err, r);
+	if ((r = read_generation(ctl_db(c), node, false, &gen, err)) < 0)
+		return r;
+	if (gen > *sent)
+		return send_spec(c, node, sent, ss, err);
+	return 0;
+}
+
 static int node_watch(rpc_call *c, const ProtobufCMessage *m, bc_error *err)
 {
 	const Bc__Node__V1__WatchSpecRequest *q = (const void *)m;
 	struct ctl_app *app = ctl_app(c);
 	const char *node = ctl_principal(c)->id;
 	struct watch_entry *e = watch_add(app->watches, node);
-	uint64_t sent = q->applied_generation, seen = 0, seq = 1, gen = 0;
+	uint64_t sent = q->applied_generation, seen = 0, seq = 1;
 	struct spec_state ss = {.all = true};
 	int64_t resync = 0;
 	int r = 0;
@@ -316,14 +334,13 @@ static int node_watch(rpc_call *c, const ProtobufCMessage *m, bc_error *err)
 			resync = mono_ms() + app->cfg.spec_resync_seconds * 1000LL;
 			/* the changes committed since the last take move the
 			 * generation once; the spec is built after, so it
-			 * carries all of them */
-			if ((r = spec_take_changes(ctl_db(c), node, &ss.all, &ss.dirty)) < 0) {
-				r = db_fail(err, r);
+			 * carries all of them. A pool connection only for
+			 * this: the stream holds none while it waits. */
+			if ((r = stream_db_take(c, err)) < 0)
 				break;
-			}
-			if ((r = read_generation(ctl_db(c), node, false, &gen, err)) < 0)
-				break;
-			if (gen > sent && (r = send_spec(c, node, &sent, &ss, err)) < 0)
+			r = spec_update(c, node, &sent, &ss, err);
+			stream_db_give(c);
+			if (r < 0)
 				break;
 		}
 		seq = watch_wait(app->watches, e, seen, 500);

@@ -1,6 +1,8 @@
 /* server.c: the controller's gRPC server: TLS with optional client
  * certificates (verified against the node CA), one PostgreSQL connection per
- * thread, authentication before every handler, and the API groups; with
+ * worker thread (streams borrow one from the pool of streams.c while they
+ * read), authentication before every handler and before a stream gets a
+ * thread, and the API groups; with
  * http_listen set, the same handlers over JSON/HTTP too (docs/http.md). */
 #include <errno.h>
 #include <pthread.h>
@@ -78,6 +80,21 @@ static int metrics_start(struct ctl_app *app)
 	return 0;
 }
 
+/* The replica's database connections against the database's limit. */
+static int check_budget(struct ctl_app *app)
+{
+	struct db *d = db_open(app->cfg.database);
+	int r;
+
+	if (!d) {
+		log_error("serve: cannot connect to the database to check its connection limit");
+		return -EIO;
+	}
+	r = streams_check_budget(d, &app->cfg);
+	db_close(d);
+	return r;
+}
+
 int server_start(struct ctl_app *app)
 {
 	_cleanup_free_ char *cp = xasprintf("%s/server.pem", app->cfg.pki_dir);
@@ -107,6 +124,12 @@ int server_start(struct ctl_app *app)
 	o.thread_init = thread_db_open;
 	o.thread_fini = thread_db_close;
 	o.pre_call = auth_pre_call;
+	o.max_streams = app->cfg.max_streams;
+	o.stream_admit = streams_admit;
+	o.stream_done = streams_done;
+	if ((r = check_budget(app)) < 0)
+		goto out;
+	app->streams = streams_new(&app->cfg);
 	app->watches = watch_registry_new();
 	app->server = rpc_server_new(&o, &err);
 	if (!app->server) {
@@ -163,6 +186,8 @@ out:
 		app->metrics = NULL;
 		watch_registry_free(app->watches);
 		app->watches = NULL;
+		streams_free(app->streams);
+		app->streams = NULL;
 	}
 	return r;
 }
@@ -180,4 +205,5 @@ void server_stop(struct ctl_app *app)
 	pthread_join(app->sbx_thread, NULL);
 	metrics_stop(app->metrics);
 	watch_registry_free(app->watches);
+	streams_free(app->streams);
 }

@@ -815,7 +815,7 @@ static void test_max_streams(void)
 	b = rpc_stream_open(c, P("Hang"), &req.base, 0, &err);
 	r = b ? rpc_stream_recv(b, MSG_D, &m, 2000, &err) : -1;
 	is_int(r, -BC_EDOMAIN, "stream over max_streams refused");
-	is_int(err.code, BC_UNAVAILABLE, "... UNAVAILABLE");
+	is_int(err.code, BC_QUOTA_EXCEEDED, "... RESOURCE_EXHAUSTED");
 	rpc_stream_free(b);
 	rpc_stream_free(a);
 	rpc_client_free(c);

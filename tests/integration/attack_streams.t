@@ -1,0 +1,100 @@
+# attack_streams.t: streams cannot take the controller's database away from
+# everyone else. An attacker holds 300 uncredentialed Health/Watch streams
+# and 300 Events.Watch streams of one tenant (gRPC; both reopening what
+# ends, as an attacker keeping up the pressure would) plus 60 Events.Watch
+# streams of that tenant over JSON/HTTP. Control: streams of both kinds
+# really are open (they received a message). Then: PostgreSQL's connection
+# count stays bounded, the excess streams are refused RESOURCE_EXHAUSTED,
+# a restarted node (a new WatchSpec stream) gets its spec pushed (an
+# instance created now reaches the agent's runtime), and authenticated calls
+# answer. On the old code every stream took a database connection before
+# authentication: PostgreSQL ran out of connections and the node's new spec
+# stream failed.
+. "$(dirname "$0")/../lib/stack.sh"
+. "$(dirname "$0")/../lib/tenant.sh"
+
+HTTP_PORT=$(free_tcp_port)
+export BC_CTL_EXTRA_CONF="http_listen = 127.0.0.1:$HTTP_PORT"
+stack_up --controllers 1 --agents 1 || bail_out "stack_up failed"
+img=$(stack_image_create attack-img) || bail_out "no image"
+bcctl tenant create mallory >/dev/null || bail_out "tenant create"
+eve=$(tenant_identity mallory user eve --admin) || bail_out "identity"
+M=$(tenant_token "$eve") || bail_out "token"
+# the JSON/HTTP streams come from another identity of the same tenant
+M2=$(tenant_token "$(tenant_identity mallory user eve2 --admin)") || bail_out "token 2"
+js=$(dirname "$0")/attack_streams.js
+conns() { q "SELECT count(*) FROM pg_stat_activity WHERE datname = 'bc'"; }
+diag "database connections before the attack: $(conns)"
+
+node "$js" "$BC_URL" "$BC_CA_FILE" health 300 "$STACK_DIR/health.status" reopen &
+health_pid=$!
+BC_TOKEN=$M node "$js" "$BC_URL" "$BC_CA_FILE" events 300 "$STACK_DIR/events.status" reopen &
+events_pid=$!
+# JSON/HTTP: one stream per connection, each curl holding it open
+for i in $(seq 1 60); do
+	curl -sN --cacert "$BC_CA_FILE" -H "Authorization: Bearer $M2" \
+		-H 'Content-Type: application/json' -d '{}' -o "$STACK_DIR/http-$i.out" \
+		-w '%{http_code}\n' "https://127.0.0.1:$HTTP_PORT/api/compute/events/watch" \
+		>"$STACK_DIR/http-$i.code" 2>/dev/null &
+	echo $! >>"$STACK_DIR/curl.pids"
+done
+cleanup() {
+	kill "$health_pid" "$events_pid" 2>/dev/null
+	xargs kill <"$STACK_DIR/curl.pids" 2>/dev/null
+}
+tap_on_exit cleanup
+
+field() { sed -n "s/.*\b$2=\([^ ]*\).*/\1/p" "$STACK_DIR/$1.status" 2>/dev/null; }
+num() { local v; v=$(field "$1" "$2"); echo "${v:-0}"; }
+settled() { # every stream of KIND either open or ended
+	[ "$(num "$1" answered)" = 300 ] 2>/dev/null
+}
+eventually 120 settled health
+ok $? "all 300 Health/Watch streams answered ($(cat "$STACK_DIR/health.status"))"
+eventually 120 settled events
+ok $? "all 300 Events.Watch streams answered ($(cat "$STACK_DIR/events.status"))"
+http_open() { grep -l '"id"' "$STACK_DIR"/http-*.out 2>/dev/null | wc -l; }
+http_done() { [ "$(($(http_open) + $(cat "$STACK_DIR"/http-*.code 2>/dev/null | grep -c .)))" -ge 60 ]; }
+eventually 60 http_done
+ok $? "all 60 JSON/HTTP Events.Watch streams answered ($(http_open) open)"
+
+# one reading of each tally for the checks below (they keep moving)
+cp "$STACK_DIR/health.status" "$STACK_DIR/h.status"
+cp "$STACK_DIR/events.status" "$STACK_DIR/e.status"
+# control: the attack really holds streams open
+ok "[ '$(field h open)' -ge 16 ]" "uncredentialed Health/Watch streams are held open ($(field h open))"
+ok "[ '$(field e open)' -ge 16 ]" "one tenant's Events.Watch streams are held open ($(field e open))"
+ok "[ '$(http_open)' -ge 1 ]" "JSON/HTTP Events.Watch streams are held open ($(http_open))"
+
+# the excess is refused RESOURCE_EXHAUSTED (8), nothing else
+is "$(field h codes)" "8:$(field h refused)" 'excess Health/Watch streams: RESOURCE_EXHAUSTED'
+is "$(field e codes)" "8:$(field e refused)" 'excess Events.Watch streams: RESOURCE_EXHAUSTED'
+is "$(cat "$STACK_DIR"/http-*.code 2>/dev/null | sort -u | tr '\n' ' ')" '429 ' \
+	'excess JSON/HTTP streams: 429'
+
+n=$(conns)
+diag "database connections under attack: $n"
+ok "[ '$n' -le 60 ]" "PostgreSQL connections stay bounded under attack ($n <= 60)"
+
+# the victim: its node reconnects (a new spec stream) and gets a new spec
+agent_kill 1
+agent_start 1 || bail_out "agent restart"
+node_id=$(agent_node_id 1)
+spec_streams() { grep -c "node $node_id: watching its spec" "$STACK_DIR/ctl-1.log"; }
+eventually 60 eval '[ "$(spec_streams)" -ge 2 ]'
+ok $? 'the restarted node opened a new spec stream'
+out=$(bcctl --format json instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img")
+inst=$(json_get "$out" id)
+like "$inst" '^inst_' 'authenticated Instances.Create answers under attack'
+eventually 90 instance_state_is "$inst" running
+ok $? "the node got its spec pushed: $inst reached the agent and runs"
+ok "[ -e '$STACK_DIR/agent-1/fake/$inst.inst' ]" 'the fake runtime holds the instance'
+ok "bcctl pool list >/dev/null" 'authenticated Pools.List answers under attack'
+n=$(conns)
+ok "[ '$n' -le 60 ]" "PostgreSQL connections still bounded ($n <= 60)"
+
+# control at the end: the attacker's streams were still open all along
+ok "[ '$(field health open)' -ge 16 ] && [ '$(field events open)' -ge 16 ]" \
+	"the attack streams are still open ($(field health open) health, $(field events open) events)"
+cleanup
+done_testing
