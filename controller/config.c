@@ -44,6 +44,12 @@ static const struct ckey keys[] = {
 	I(sandbox_reconcile_seconds, "15", 1, 3600),
 	I(metering_interval_seconds, "60", 1, 3600),
 	I(max_waiting_creates, "4096", 0, 1000000),
+	I(http_max_connections, "4096", 1, 1000000),
+	I(http_max_connections_per_address, "128", 1, 1000000),
+	I(http_threads, "256", 1, 4096),
+	I(http_handshake_timeout_seconds, "5", 1, 3600),
+	I(http_header_timeout_seconds, "10", 1, 3600),
+	I(http_idle_timeout_seconds, "60", 1, 86400),
 };
 
 static const struct ckey *key_find(const char *name)

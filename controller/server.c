@@ -107,6 +107,12 @@ int server_start(struct ctl_app *app)
 	o.thread_init = thread_db_open;
 	o.thread_fini = thread_db_close;
 	o.pre_call = auth_pre_call;
+	o.http_max_conns = app->cfg.http_max_connections;
+	o.http_max_conns_per_addr = app->cfg.http_max_connections_per_address;
+	o.http_threads = app->cfg.http_threads;
+	o.http_handshake_timeout_ms = app->cfg.http_handshake_timeout_seconds * 1000;
+	o.http_header_timeout_ms = app->cfg.http_header_timeout_seconds * 1000;
+	o.http_idle_timeout_ms = app->cfg.http_idle_timeout_seconds * 1000;
 	app->watches = watch_registry_new();
 	app->server = rpc_server_new(&o, &err);
 	if (!app->server) {
