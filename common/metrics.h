@@ -11,8 +11,10 @@ typedef struct metrics_srv metrics_srv;
 /* Writes the exposition text to out (one scrape). */
 typedef void (*metrics_render_fn)(FILE *out, void *arg);
 
-/* Serve on listen ("127.0.0.1:9464", "[::1]:9464", port 0 picks one) from a
- * thread of its own. *ret_port gets the bound port. NULL with *ret_errno. */
+/* Serve on listen ("127.0.0.1:9464", "[::1]:9464", ":9464" or "9464" for
+ * 127.0.0.1; port 0 picks one) from a thread of its own, with non-blocking
+ * I/O and a deadline per connection. *ret_port gets the bound port. NULL
+ * with *ret_errno. */
 metrics_srv *metrics_serve(const char *listen, metrics_render_fn fn, void *arg, int *ret_port,
 			   int *ret_errno);
 

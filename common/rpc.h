@@ -106,6 +106,20 @@ struct rpc_server_opts {
 	 * streams) and answers a chunked body of newline-delimited JSON
 	 * messages. */
 	const char *http_listen;
+	/* JSON/HTTP connection limits (0: the default in brackets). One event
+	 * loop holds every connection that is in its TLS handshake, reading a
+	 * request or idle between requests; a connection takes one of
+	 * http_threads threads only with a whole request read (server streams
+	 * hold theirs but do not count). A connection is closed when its TLS
+	 * handshake takes longer than http_handshake_timeout_ms [5000], when
+	 * its request head is not complete http_header_timeout_ms [10000]
+	 * after the handshake (or after its first byte, between requests),
+	 * when it stays idle between requests http_idle_timeout_ms [60000];
+	 * new connections beyond http_max_conns [4096] in all or
+	 * http_max_conns_per_addr [128] from one IPv4 address or IPv6 /64
+	 * are closed at once. */
+	int http_max_conns, http_max_conns_per_addr, http_threads;
+	int http_handshake_timeout_ms, http_header_timeout_ms, http_idle_timeout_ms;
 };
 
 /* Create a server, not yet serving. Adds grpc.health.v1.Health (Check and

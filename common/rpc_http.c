@@ -7,18 +7,30 @@
  * pbjson into the method's input descriptor and the reply written from its
  * output descriptor. No per-method code.
  *
- * Threads. One accept thread; one thread per connection (at most
- * HTTP_MAX_CONNS; beyond that new connections wait in the listen backlog)
- * doing TLS, reading requests under a deadline and writing responses; and
- * `workers` worker threads that own the per-thread state (thread_init, a
- * database connection in the controller) and run pre_call and handlers. A
- * connection thread hands each parsed request to the worker queue and waits
- * for its answer, so slow or idle clients only ever hold a connection
- * thread, never a worker or its database connection.
+ * Connections and threads. One event loop thread (epoll) accepts, runs
+ * each TLS handshake non-blocking and reads each request, head and body,
+ * without a thread per connection: a connection that sends nothing, or
+ * sends slowly, only costs its socket and TLS state, and is closed by the
+ * handshake, header or idle timeout (rpc_server_opts http_*). New
+ * connections beyond the total or per-address cap are closed at once. A
+ * whole request is handed to one of at most http_threads connection
+ * threads (started on demand; server streams hold theirs without counting
+ * against the cap), which writes the 100-continue or refusal if any, hands
+ * the call to the worker queue, waits for its answer and writes it; a
+ * keep-alive connection then goes back to the loop, never idling on a
+ * thread. `workers` worker threads own the per-thread state (thread_init,
+ * a database connection in the controller) and run pre_call and handlers,
+ * so connection threads never hold a worker or its database connection.
+ * Long-lived connections that mostly wait (SSE, WebSockets) are meant to
+ * become loop states of their own, not threads.
  *
- * Shutdown: stop accepting; connections between requests or still reading
- * one close within a poll tick; a request already handed to a worker is
- * answered (Connection: close); then the workers stop. */
+ * A connection is owned by exactly one of: the loop (in its list and in
+ * epoll), the ready queue, a connection thread, the back queue (returning
+ * to the loop). h->lock guards the queues and the counters.
+ *
+ * Shutdown: stop accepting; connections owned by the loop close at once;
+ * a request already read is answered (Connection: close); then the
+ * workers stop. */
 #include "rpc_internal.h"
 
 #include <arpa/inet.h>
@@ -34,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -41,8 +54,10 @@
 #include "pbjson.h"
 #include "util.h"
 
-#define HTTP_MAX_CONNS 512
-#define HTTP_IO_TIMEOUT_MS 30000     /* a whole request, or idle keep-alive */
+#define HTTP_IO_TIMEOUT_MS 30000     /* a request body; a response */
+#define HTTP_BACKLOG 1024
+#define HTTP_ADDR_BUCKETS 1024
+#define HTTP_ACCEPT_BATCH 64
 #define HTTP_TICK_MS 200             /* how often blocked reads check shutdown */
 #define HTTP_DEFAULT_TIMEOUT_MS 30000
 #define HTTP_MAX_TIMEOUT_MS 3600000
@@ -72,17 +87,35 @@ struct http_job {
 	int admit_rc;                /* out */
 };
 
+/* Where a connection stands while the loop owns it. */
+enum conn_state {
+	CS_HANDSHAKE,                /* TLS handshake */
+	CS_WAIT,                     /* no byte of the next request yet */
+	CS_HEAD,                     /* part of a request head */
+	CS_BODY,                     /* the head, part of the body (want bytes) */
+};
+
 struct http_conn {
-	struct http_conn *next;
+	struct http_conn *next, *prev; /* the loop's list, or a queue (next) */
 	struct rpc_http *h;
-	pthread_t tid;
 	int fd;
 	SSL *ssl;
 	char peer[96];
-	char head[RPC_HTTP_MAX_HEAD + 1];
+	uint8_t addr[16];            /* the per-address cap's key */
 	char *buf;                   /* bytes read, not yet consumed */
 	size_t len, cap;
-	bool done;
+	/* loop only: */
+	enum conn_state state;
+	int64_t deadline;            /* closed when it passes */
+	size_t want;                 /* CS_BODY: head + body length */
+	uint32_t events;             /* registered with epoll, 0: not */
+};
+
+/* Connections per address (IPv4, or the /64 of IPv6). */
+struct addr_count {
+	struct addr_count *next;
+	uint8_t key[16];
+	int n;
 };
 
 struct rpc_http {
@@ -93,7 +126,14 @@ struct rpc_http {
 	struct http_route *routes;
 	size_t n_routes;
 
-	pthread_t accept_tid;
+	/* limits, from the options or their defaults */
+	int max_conns, max_per_addr, max_threads;
+	int handshake_ms, header_ms, idle_ms;
+
+	int ep;                      /* epoll: the listener, wake[0], connections */
+	pthread_t loop_tid;
+	struct http_conn *loop_conns; /* owned by the loop (loop thread only) */
+	int64_t last_sweep;
 	pthread_t *workers;
 	int n_workers;
 	bool started;
@@ -102,9 +142,16 @@ struct rpc_http {
 	pthread_mutex_t lock;        /* everything below */
 	pthread_cond_t work;         /* a job queued, or workers_stop */
 	pthread_cond_t done;         /* a job answered */
-	pthread_cond_t room;         /* a connection ended, or stopping */
+	pthread_cond_t room;         /* a connection ended */
+	pthread_cond_t ready_cv;     /* a connection is ready, or threads_stop */
 	struct http_job *jobs, **jobs_tail;
-	struct http_conn *conns;
+	struct http_conn *ready, **ready_tail; /* whole requests for a thread */
+	struct http_conn *back;      /* keep-alive connections for the loop */
+	int n_ready;
+	pthread_t *threads;          /* connection threads */
+	int n_threads, n_idle, threads_cap;
+	bool threads_stop, loop_done;
+	struct addr_count *addrs[HTTP_ADDR_BUCKETS];
 	int n_conns;
 	int n_streams;               /* server streams being served */
 	bool workers_stop;
@@ -150,7 +197,7 @@ static int bind_listen(struct rpc_http *h, const char *addr)
 		return -EINVAL;
 	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-	    bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 128) < 0 ||
+	    bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, HTTP_BACKLOG) < 0 ||
 	    getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
 		r = -EADDRINUSE;
 		if (fd >= 0)
@@ -212,6 +259,7 @@ static int tls_setup(struct rpc_http *h)
 		return -ENOMEM;
 	SSL_CTX_set_min_proto_version(h->ctx, TLS1_2_VERSION);
 	SSL_CTX_set_options(h->ctx, SSL_OP_NO_RENEGOTIATION);
+	SSL_CTX_set_mode(h->ctx, SSL_MODE_RELEASE_BUFFERS); /* idle connections */
 	SSL_CTX_set_alpn_select_cb(h->ctx, alpn_select, NULL);
 	return ctx_load(h->ctx, s->cert_pem, s->key_pem);
 }
@@ -241,6 +289,39 @@ static const struct rpc_method *route_find(const struct rpc_http *h, const char 
 	return NULL;
 }
 
+static int opt_or(int v, int def)
+{
+	return v > 0 ? v : def;
+}
+
+static void limits_set(struct rpc_http *h)
+{
+	const struct rpc_server_opts *o = &h->srv->opts;
+
+	h->max_conns = opt_or(o->http_max_conns, 4096);
+	h->max_per_addr = opt_or(o->http_max_conns_per_addr, 128);
+	h->max_threads = opt_or(o->http_threads, 256);
+	h->handshake_ms = opt_or(o->http_handshake_timeout_ms, 5000);
+	h->header_ms = opt_or(o->http_header_timeout_ms, 10000);
+	h->idle_ms = opt_or(o->http_idle_timeout_ms, 60000);
+}
+
+/* The listener and the wake pipe in a new epoll set. */
+static int loop_setup(struct rpc_http *h)
+{
+	struct epoll_event l = {.events = EPOLLIN, .data.ptr = &h->lfd};
+	struct epoll_event w = {.events = EPOLLIN, .data.ptr = h->wake};
+
+	h->ep = epoll_create1(EPOLL_CLOEXEC);
+	if (h->ep < 0)
+		return -errno;
+	if (fcntl(h->lfd, F_SETFL, O_NONBLOCK) < 0 ||
+	    epoll_ctl(h->ep, EPOLL_CTL_ADD, h->lfd, &l) < 0 ||
+	    epoll_ctl(h->ep, EPOLL_CTL_ADD, h->wake[0], &w) < 0)
+		return -errno;
+	return 0;
+}
+
 /* See rpc_internal.h. */
 int rpc_http_new(rpc_server *s, struct rpc_http **ret)
 {
@@ -248,17 +329,22 @@ int rpc_http_new(rpc_server *s, struct rpc_http **ret)
 	int r;
 
 	h->srv = s;
-	h->lfd = h->wake[0] = h->wake[1] = -1;
+	h->lfd = h->wake[0] = h->wake[1] = h->ep = -1;
 	h->jobs_tail = &h->jobs;
+	h->ready_tail = &h->ready;
+	limits_set(h);
 	pthread_mutex_init(&h->lock, NULL);
 	pthread_cond_init(&h->work, NULL);
 	pthread_cond_init(&h->done, NULL);
 	pthread_cond_init(&h->room, NULL);
+	pthread_cond_init(&h->ready_cv, NULL);
 	r = tls_setup(h);
 	if (r == 0 && pipe2(h->wake, O_CLOEXEC | O_NONBLOCK) < 0)
 		r = -errno;
 	if (r == 0)
 		r = bind_listen(h, s->http_listen);
+	if (r == 0)
+		r = loop_setup(h);
 	if (r < 0) {
 		rpc_http_free(h);
 		return r;
@@ -363,24 +449,6 @@ static int conn_write(struct http_conn *c, const char *p, size_t n, int64_t dead
 		n -= k;
 	}
 	return 0;
-}
-
-static int conn_handshake(struct http_conn *c)
-{
-	int64_t deadline = mono_ms() + HTTP_IO_TIMEOUT_MS;
-	int r;
-
-	c->ssl = SSL_new(c->h->ctx);
-	if (!c->ssl || SSL_set_fd(c->ssl, c->fd) != 1)
-		return -ENOMEM;
-	for (;;) {
-		ERR_clear_error();
-		r = SSL_accept(c->ssl);
-		if (r == 1)
-			return 0;
-		if ((r = ssl_retry(c, r, deadline, true)) < 0)
-			return r;
-	}
 }
 
 /* Make room for n more bytes in c->buf. */
@@ -887,6 +955,7 @@ static int conn_one(struct http_conn *c)
 	struct rpc_http_request req;
 	size_t head = 0, max = c->h->srv->opts.max_message_bytes;
 	int64_t deadline = mono_ms() + HTTP_IO_TIMEOUT_MS;
+	_cleanup_free_ char *copy = NULL;
 	const char *why = NULL;
 	int status;
 
@@ -900,9 +969,10 @@ static int conn_one(struct http_conn *c)
 		if (fill(c, c->len + 1, deadline) < 0)
 			return 0;
 	}
-	memcpy(c->head, c->buf, head);
-	c->head[head] = '\0';
-	status = rpc_http_parse_head(c->head, head, &req, &why);
+	copy = xmalloc(head + 1);
+	memcpy(copy, c->buf, head);
+	copy[head] = '\0';
+	status = rpc_http_parse_head(copy, head, &req, &why);
 	if (status == 0 && !req.has_length && strcmp(req.method, "POST") == 0) {
 		status = 411;
 		why = "Content-Length required";
@@ -951,124 +1021,524 @@ static void peer_name(struct http_conn *c, const struct sockaddr_storage *ss)
 	}
 }
 
-static void *conn_main(void *arg)
+/* ------------------------------------------------- per-address counts */
+
+/* The cap's key: an IPv4 address (also when mapped into IPv6) as
+ * ::ffff:a.b.c.d, an IPv6 address as its /64 (one host holds a whole /64). */
+static void addr_key(const struct sockaddr_storage *ss, uint8_t key[16])
 {
-	struct http_conn *c = arg;
+	memset(key, 0, 16);
+	if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)ss;
+
+		if (IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr))
+			memcpy(key, s6->sin6_addr.s6_addr, 16);
+		else
+			memcpy(key, s6->sin6_addr.s6_addr, 8);
+	} else if (ss->ss_family == AF_INET) {
+		key[10] = key[11] = 0xff;
+		memcpy(key + 12, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+	}
+}
+
+static struct addr_count **addr_slot_locked(struct rpc_http *h, const uint8_t key[16])
+{
+	uint32_t x = 2166136261u;
+	struct addr_count **pp;
+
+	for (int i = 0; i < 16; i++)
+		x = (x ^ key[i]) * 16777619u;
+	for (pp = &h->addrs[x % HTTP_ADDR_BUCKETS]; *pp; pp = &(*pp)->next)
+		if (memcmp((*pp)->key, key, 16) == 0)
+			break;
+	return pp;
+}
+
+/* Count a new connection from key: false (nothing counted) when the total
+ * or the address is at its cap, or the server stops. */
+static bool conn_admit(struct rpc_http *h, const uint8_t key[16], bool *ret_per_addr)
+{
+	struct addr_count **pp, *a;
+	bool ok = false;
+
+	*ret_per_addr = false;
+	pthread_mutex_lock(&h->lock);
+	pp = addr_slot_locked(h, key);
+	a = *pp;
+	if (atomic_load(&h->stopping) || h->n_conns >= h->max_conns) {
+		;
+	} else if (a && a->n >= h->max_per_addr) {
+		*ret_per_addr = true;
+	} else {
+		if (!a) {
+			a = *pp = xcalloc(1, sizeof(*a));
+			memcpy(a->key, key, 16);
+		}
+		a->n++;
+		h->n_conns++;
+		ok = true;
+	}
+	pthread_mutex_unlock(&h->lock);
+	return ok;
+}
+
+/* Close c and forget it (any thread; c owned by the caller). */
+static void conn_free(struct http_conn *c)
+{
 	struct rpc_http *h = c->h;
+	struct addr_count **pp, *a;
+
+	SSL_free(c->ssl);
+	close(c->fd);
+	free(c->buf);
+	pthread_mutex_lock(&h->lock);
+	pp = addr_slot_locked(h, c->addr);
+	if ((a = *pp) && --a->n == 0) {
+		*pp = a->next;
+		free(a);
+	}
+	h->n_conns--;
+	pthread_cond_broadcast(&h->room);
+	pthread_mutex_unlock(&h->lock);
+	free(c);
+}
+
+/* ------------------------------------------------ connection threads */
+
+static void *conn_thread_main(void *arg);
+
+/* Queue c, whose request is read, for a connection thread; start one if
+ * none is idle and fewer than max_threads are busy with requests. */
+static void conn_ready(struct rpc_http *h, struct http_conn *c)
+{
+	c->next = NULL;
+	pthread_mutex_lock(&h->lock);
+	*h->ready_tail = c;
+	h->ready_tail = &c->next;
+	h->n_ready++;
+	pthread_cond_signal(&h->ready_cv);
+	pthread_mutex_unlock(&h->lock);
+}
+
+/* Start connection threads while requests wait for one and there is room.
+ * Loop thread. */
+static void threads_grow(struct rpc_http *h)
+{
+	pthread_mutex_lock(&h->lock);
+	while (h->n_ready > h->n_idle && h->n_threads - h->n_streams < h->max_threads) {
+		pthread_t t;
+
+		if (h->n_threads == h->threads_cap) {
+			h->threads_cap = h->threads_cap ? 2 * h->threads_cap : 16;
+			h->threads = realloc(h->threads, (size_t)h->threads_cap * sizeof(*h->threads));
+			if (!h->threads)
+				abort();
+		}
+		if (pthread_create(&t, NULL, conn_thread_main, h) != 0)
+			break;
+		h->threads[h->n_threads++] = t;
+		h->n_idle++; /* it takes a request before it waits */
+	}
+	pthread_mutex_unlock(&h->lock);
+}
+
+/* Hand a keep-alive connection back to the loop (closed if it is gone). */
+static void conn_back(struct http_conn *c)
+{
+	struct rpc_http *h = c->h;
+	bool closed;
+
+	pthread_mutex_lock(&h->lock);
+	closed = h->loop_done;
+	if (!closed) {
+		c->next = h->back;
+		h->back = c;
+	}
+	pthread_mutex_unlock(&h->lock);
+	if (closed)
+		conn_free(c);
+	else if (write(h->wake[1], "c", 1) < 0 && errno != EAGAIN)
+		log_debug("rpc: http wake: %s", strerror(errno));
+}
+
+/* Serve the request read for c on this thread; then give c back to the
+ * loop for the next one (a pipelined request too), or close it. */
+static void conn_serve(struct http_conn *c)
+{
+	int r = conn_one(c);
+
+	if (r == 1) {
+		conn_back(c);
+		return;
+	}
+	if (r < 0)
+		linger_close(c);
+	else if (c->ssl)
+		SSL_shutdown(c->ssl);
+	conn_free(c);
+}
+
+static void *conn_thread_main(void *arg)
+{
+	struct rpc_http *h = arg;
+	struct http_conn *c;
 	sigset_t pipe;
-	int r = 0;
 
 	sigemptyset(&pipe);
 	sigaddset(&pipe, SIGPIPE);
 	pthread_sigmask(SIG_BLOCK, &pipe, NULL); /* OpenSSL writes with write(2) */
-	if (!h->ctx || conn_handshake(c) == 0)
-		while ((r = conn_one(c)) == 1)
-			;
-	if (r < 0)
-		linger_close(c);
-	else if (c->ssl && r == 0)
-		SSL_shutdown(c->ssl);
-	SSL_free(c->ssl);
-	c->ssl = NULL;
-	close(c->fd);
-	free(c->buf);
-	c->buf = NULL;
 	pthread_mutex_lock(&h->lock);
-	c->done = true;
-	h->n_conns--;
-	pthread_cond_broadcast(&h->room);
+	h->n_idle--;
+	for (;;) {
+		while (!h->ready && !h->threads_stop) {
+			h->n_idle++;
+			pthread_cond_wait(&h->ready_cv, &h->lock);
+			h->n_idle--;
+		}
+		if (!h->ready)
+			break;
+		c = h->ready;
+		h->ready = c->next;
+		if (!h->ready)
+			h->ready_tail = &h->ready;
+		h->n_ready--;
+		pthread_mutex_unlock(&h->lock);
+		conn_serve(c);
+		pthread_mutex_lock(&h->lock);
+	}
 	pthread_mutex_unlock(&h->lock);
 	return NULL;
 }
 
-/* ------------------------------------------------------- accepting */
+/* ------------------------------------------------------ the event loop */
 
-/* Detach the finished connections; the caller joins them. */
-static struct http_conn *conns_reap_locked(struct rpc_http *h)
+static void loop_close(struct rpc_http *h, struct http_conn *c, const char *why)
 {
-	struct http_conn **pp = &h->conns, *c, *dead = NULL;
+	log_debug("rpc: http connection from %s closed: %s", c->peer, why);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		h->loop_conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	conn_free(c); /* closing the socket takes it out of epoll */
+}
 
-	while ((c = *pp)) {
-		if (c->done) {
-			*pp = c->next;
-			c->next = dead;
-			dead = c;
-		} else {
-			pp = &c->next;
+/* Take c out of the loop (for a connection thread). */
+static void loop_detach(struct rpc_http *h, struct http_conn *c)
+{
+	epoll_ctl(h->ep, EPOLL_CTL_DEL, c->fd, NULL);
+	c->events = 0;
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		h->loop_conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	c->next = c->prev = NULL;
+}
+
+/* Wait for ev on c (registering it the first time); false on error. */
+static bool loop_want(struct rpc_http *h, struct http_conn *c, uint32_t ev)
+{
+	struct epoll_event e = {.events = ev, .data.ptr = c};
+	int op = c->events ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+
+	if (c->events == ev)
+		return true;
+	if (epoll_ctl(h->ep, op, c->fd, &e) < 0)
+		return false;
+	c->events = ev;
+	return true;
+}
+
+/* Answer Expect: 100-continue from the loop, so the body comes to the
+ * loop too: 0, or <0 if the 25 bytes did not go at once. */
+static int loop_continue(struct http_conn *c)
+{
+	static const char line[] = "HTTP/1.1 100 Continue\r\n\r\n";
+	size_t k = 0;
+
+	if (!c->ssl)
+		return send(c->fd, line, sizeof(line) - 1, MSG_DONTWAIT | MSG_NOSIGNAL) ==
+		       (ssize_t)sizeof(line) - 1 ? 0 : -EAGAIN;
+	ERR_clear_error();
+	return SSL_write_ex(c->ssl, line, sizeof(line) - 1, &k) == 1 ? 0 : -EAGAIN;
+}
+
+/* Where c stands once more bytes arrived: 1 when the request can go to a
+ * thread (whole, or to be refused there: a bad or oversized head, a head
+ * over the limit), 0 while more is needed, <0 to close c. */
+static int loop_request_ready(struct rpc_http *h, struct http_conn *c)
+{
+	struct rpc_http_request req;
+	_cleanup_free_ char *copy = NULL;
+	const char *why = NULL;
+	size_t head;
+
+	if (c->state == CS_BODY)
+		return c->len >= c->want;
+	if (c->len >= RPC_HTTP_MAX_HEAD)
+		return 1;
+	head = rpc_http_head_len(c->buf, c->len);
+	if (!head)
+		return 0;
+	copy = xmalloc(head + 1);
+	memcpy(copy, c->buf, head);
+	copy[head] = '\0';
+	if (rpc_http_parse_head(copy, head, &req, &why) != 0 ||
+	    req.content_length > h->srv->opts.max_message_bytes)
+		return 1;
+	c->want = head + req.content_length;
+	if (c->len >= c->want)
+		return 1;
+	if (req.expect_continue && loop_continue(c) < 0)
+		return -EAGAIN;
+	c->state = CS_BODY;
+	c->deadline = mono_ms() + HTTP_IO_TIMEOUT_MS;
+	return 0;
+}
+
+/* Read what c has without blocking: >0 bytes, 0 would block (*ret_ev set),
+ * <0 EOF or error. */
+static ssize_t loop_read1(struct http_conn *c, char *p, size_t n, uint32_t *ret_ev)
+{
+	size_t k = 0;
+	ssize_t got;
+	int r;
+
+	*ret_ev = EPOLLIN;
+	if (!c->ssl) {
+		got = recv(c->fd, p, n, MSG_DONTWAIT);
+		if (got > 0)
+			return got;
+		return got < 0 && (errno == EAGAIN || errno == EINTR) ? 0 : -EPIPE;
+	}
+	ERR_clear_error();
+	r = SSL_read_ex(c->ssl, p, n, &k);
+	if (r == 1)
+		return (ssize_t)k;
+	switch (SSL_get_error(c->ssl, r)) {
+	case SSL_ERROR_WANT_READ:
+		return 0;
+	case SSL_ERROR_WANT_WRITE:
+		*ret_ev = EPOLLOUT;
+		return 0;
+	default:
+		return -EPIPE;
+	}
+}
+
+/* Read c until it would block or its request is ready. */
+static void loop_read(struct rpc_http *h, struct http_conn *c)
+{
+	for (;;) {
+		size_t limit = (c->state == CS_BODY ? c->want : RPC_HTTP_MAX_HEAD) + 16384;
+		int ready = loop_request_ready(h, c);
+		uint32_t ev;
+		ssize_t n;
+
+		if (ready < 0) {
+			loop_close(h, c, "cannot send 100 Continue");
+			return;
 		}
+		if (ready) {
+			loop_detach(h, c);
+			conn_ready(h, c);
+			return;
+		}
+		buf_reserve(c, 16384);
+		n = loop_read1(c, c->buf + c->len,
+			       c->cap - c->len < limit - c->len ? c->cap - c->len : limit - c->len, &ev);
+		if (n < 0) {
+			loop_close(h, c, "closed by the client");
+			return;
+		}
+		if (n == 0) {
+			if (!loop_want(h, c, ev))
+				loop_close(h, c, "epoll");
+			return;
+		}
+		if (c->state == CS_WAIT) {
+			int64_t head_end = mono_ms() + h->header_ms;
+
+			c->state = CS_HEAD;
+			c->deadline = c->deadline < head_end ? c->deadline : head_end;
+		}
+		c->len += (size_t)n;
 	}
-	return dead;
 }
 
-static void conns_join(struct http_conn *list)
+/* Move c's TLS handshake on; read once it is done. */
+static void loop_advance(struct rpc_http *h, struct http_conn *c)
 {
-	struct http_conn *next;
+	int r;
 
-	for (; list; list = next) {
-		next = list->next;
-		pthread_join(list->tid, NULL);
-		free(list);
+	if (c->state == CS_HANDSHAKE) {
+		ERR_clear_error();
+		r = SSL_do_handshake(c->ssl);
+		if (r != 1) {
+			int e = SSL_get_error(c->ssl, r);
+
+			if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
+				loop_close(h, c, "TLS handshake failed");
+			else if (!loop_want(h, c, e == SSL_ERROR_WANT_READ ? EPOLLIN : EPOLLOUT))
+				loop_close(h, c, "epoll");
+			return;
+		}
+		c->state = CS_WAIT;
+		c->deadline = mono_ms() + h->header_ms;
 	}
+	loop_read(h, c);
 }
 
-static void conn_spawn(struct rpc_http *h, int fd, const struct sockaddr_storage *ss)
+/* Into the loop's list; c->state and c->deadline set by the caller. */
+static void loop_insert(struct rpc_http *h, struct http_conn *c)
+{
+	c->prev = NULL;
+	c->next = h->loop_conns;
+	if (c->next)
+		c->next->prev = c;
+	h->loop_conns = c;
+	loop_advance(h, c);
+}
+
+static void loop_accept_one(struct rpc_http *h, int fd, const struct sockaddr_storage *ss)
 {
 	struct http_conn *c = xcalloc(1, sizeof(*c));
+	bool per_addr;
 
 	c->h = h;
 	c->fd = fd;
 	peer_name(c, ss);
-	pthread_mutex_lock(&h->lock);
-	if (pthread_create(&c->tid, NULL, conn_main, c) == 0) {
-		c->next = h->conns;
-		h->conns = c;
-		h->n_conns++;
-		c = NULL;
-	}
-	pthread_mutex_unlock(&h->lock);
-	if (c) {
+	addr_key(ss, c->addr);
+	if (!conn_admit(h, c->addr, &per_addr)) {
+		log_debug("rpc: http connection from %s refused: %s", c->peer,
+			  per_addr ? "per-address cap" : "connection cap");
 		close(fd);
 		free(c);
+		return;
 	}
+	c->state = CS_WAIT;
+	c->deadline = mono_ms() + h->header_ms;
+	if (h->ctx) {
+		c->ssl = SSL_new(h->ctx);
+		if (!c->ssl || SSL_set_fd(c->ssl, fd) != 1) {
+			conn_free(c);
+			return;
+		}
+		SSL_set_accept_state(c->ssl);
+		c->state = CS_HANDSHAKE;
+		c->deadline = mono_ms() + h->handshake_ms;
+	}
+	loop_insert(h, c);
 }
 
-/* Wait for room under HTTP_MAX_CONNS; false once stopping. */
-static bool accept_room(struct rpc_http *h)
+static void loop_accept(struct rpc_http *h)
 {
-	struct http_conn *dead;
-	bool go;
-
-	pthread_mutex_lock(&h->lock);
-	while (!atomic_load(&h->stopping) && h->n_conns >= HTTP_MAX_CONNS)
-		pthread_cond_wait(&h->room, &h->lock);
-	go = !atomic_load(&h->stopping);
-	dead = conns_reap_locked(h);
-	pthread_mutex_unlock(&h->lock);
-	conns_join(dead);
-	return go;
-}
-
-static void *accept_main(void *arg)
-{
-	struct rpc_http *h = arg;
-
-	while (accept_room(h)) {
-		struct pollfd p[2] = {{.fd = h->lfd, .events = POLLIN},
-				      {.fd = h->wake[0], .events = POLLIN}};
+	for (int i = 0; i < HTTP_ACCEPT_BATCH && !atomic_load(&h->stopping); i++) {
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
-		int fd;
+		int fd = accept4(h->lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
 
-		if (poll(p, 2, -1) < 0 || p[1].revents)
-			continue;
-		fd = accept4(h->lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
 		if (fd < 0) {
 			if (errno == EMFILE || errno == ENFILE || errno == ENOMEM)
 				usleep(100 * 1000);
-			continue;
+			return;
 		}
-		conn_spawn(h, fd, &ss);
+		loop_accept_one(h, fd, &ss);
 	}
+}
+
+/* Take back the keep-alive connections threads returned. */
+static void loop_take_back(struct rpc_http *h)
+{
+	struct http_conn *list, *next;
+	char sink[64];
+
+	while (read(h->wake[0], sink, sizeof(sink)) > 0)
+		;
+	pthread_mutex_lock(&h->lock);
+	list = h->back;
+	h->back = NULL;
+	pthread_mutex_unlock(&h->lock);
+	for (; list; list = next) {
+		int64_t now = mono_ms();
+
+		next = list->next;
+		list->state = list->len ? CS_HEAD : CS_WAIT;
+		list->deadline = now + (list->len ? h->header_ms : h->idle_ms);
+		loop_insert(h, list);
+	}
+}
+
+/* Close the connections whose deadline passed (at most once a tick). */
+static void loop_sweep(struct rpc_http *h)
+{
+	static const char *const why[] = {
+		[CS_HANDSHAKE] = "TLS handshake timeout", [CS_WAIT] = "idle timeout",
+		[CS_HEAD] = "request head timeout", [CS_BODY] = "request body timeout"};
+	int64_t now = mono_ms();
+	struct http_conn *c, *next;
+
+	if (now - h->last_sweep < HTTP_TICK_MS)
+		return;
+	h->last_sweep = now;
+	for (c = h->loop_conns; c; c = next) {
+		next = c->next;
+		if (now >= c->deadline)
+			loop_close(h, c, why[c->state]);
+	}
+}
+
+static void loop_events(struct rpc_http *h, const struct epoll_event *ev, int n)
+{
+	for (int i = 0; i < n; i++) {
+		void *p = ev[i].data.ptr;
+
+		if (p == &h->lfd)
+			loop_accept(h);
+		else if (p == h->wake)
+			loop_take_back(h);
+		else
+			loop_advance(h, p);
+	}
+}
+
+/* On stop: close what the loop owns and whatever comes back from now on. */
+static void loop_end(struct rpc_http *h)
+{
+	struct http_conn *back;
+
+	while (h->loop_conns)
+		loop_close(h, h->loop_conns, "server stopping");
+	pthread_mutex_lock(&h->lock);
+	h->loop_done = true;
+	back = h->back;
+	h->back = NULL;
+	pthread_mutex_unlock(&h->lock);
+	while (back) {
+		struct http_conn *next = back->next;
+
+		conn_free(back);
+		back = next;
+	}
+}
+
+static void *loop_main(void *arg)
+{
+	struct rpc_http *h = arg;
+	struct epoll_event ev[64];
+
+	while (!atomic_load(&h->stopping)) {
+		int n = epoll_wait(h->ep, ev, ARRAY_SIZE(ev), HTTP_TICK_MS);
+
+		if (n > 0)
+			loop_events(h, ev, n);
+		loop_sweep(h);
+		threads_grow(h);
+	}
+	loop_end(h);
 	return NULL;
 }
 
@@ -1080,7 +1550,7 @@ void rpc_http_start(struct rpc_http *h)
 	for (int i = 0; i < h->n_workers; i++)
 		if (pthread_create(&h->workers[i], NULL, worker_main, h) != 0)
 			abort();
-	if (pthread_create(&h->accept_tid, NULL, accept_main, h) != 0)
+	if (pthread_create(&h->loop_tid, NULL, loop_main, h) != 0)
 		abort();
 	h->started = true;
 }
@@ -1090,36 +1560,49 @@ void rpc_http_stop(struct rpc_http *h)
 {
 	if (!h)
 		return;
-	pthread_mutex_lock(&h->lock);
 	atomic_store(&h->stopping, true);
-	pthread_cond_broadcast(&h->room);
-	pthread_mutex_unlock(&h->lock);
 	if (h->wake[1] >= 0 && write(h->wake[1], "x", 1) < 0)
 		log_debug("rpc: http wake: %s", strerror(errno));
+}
+
+/* Every connection closed: stop the connection threads, then the workers. */
+static void threads_join(struct rpc_http *h)
+{
+	pthread_mutex_lock(&h->lock);
+	while (h->n_conns > 0)
+		pthread_cond_wait(&h->room, &h->lock);
+	h->threads_stop = true;
+	pthread_cond_broadcast(&h->ready_cv);
+	pthread_mutex_unlock(&h->lock);
+	for (int i = 0; i < h->n_threads; i++)
+		pthread_join(h->threads[i], NULL);
+	pthread_mutex_lock(&h->lock);
+	h->workers_stop = true;
+	pthread_cond_broadcast(&h->work);
+	pthread_mutex_unlock(&h->lock);
+	for (int i = 0; i < h->n_workers; i++)
+		pthread_join(h->workers[i], NULL);
 }
 
 /* See rpc_internal.h. */
 void rpc_http_free(struct rpc_http *h)
 {
-	struct http_conn *all;
-
 	if (!h)
 		return;
 	rpc_http_stop(h);
 	if (h->started) {
-		pthread_join(h->accept_tid, NULL);
-		pthread_mutex_lock(&h->lock);
-		while (h->n_conns > 0)
-			pthread_cond_wait(&h->room, &h->lock);
-		all = h->conns;
-		h->conns = NULL;
-		h->workers_stop = true;
-		pthread_cond_broadcast(&h->work);
-		pthread_mutex_unlock(&h->lock);
-		conns_join(all);
-		for (int i = 0; i < h->n_workers; i++)
-			pthread_join(h->workers[i], NULL);
+		pthread_join(h->loop_tid, NULL);
+		threads_join(h);
 	}
+	for (size_t i = 0; i < HTTP_ADDR_BUCKETS; i++)
+		while (h->addrs[i]) {
+			struct addr_count *a = h->addrs[i];
+
+			h->addrs[i] = a->next;
+			free(a);
+		}
+	if (h->ep >= 0)
+		close(h->ep);
 	if (h->lfd >= 0)
 		close(h->lfd);
 	if (h->wake[0] >= 0) {
@@ -1128,10 +1611,12 @@ void rpc_http_free(struct rpc_http *h)
 	}
 	SSL_CTX_free(h->ctx);
 	free(h->workers);
+	free(h->threads);
 	free(h->routes);
 	pthread_mutex_destroy(&h->lock);
 	pthread_cond_destroy(&h->work);
 	pthread_cond_destroy(&h->done);
 	pthread_cond_destroy(&h->room);
+	pthread_cond_destroy(&h->ready_cv);
 	free(h);
 }

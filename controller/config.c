@@ -51,6 +51,12 @@ static const struct ckey keys[] = {
 	I(max_unauthenticated_streams, "32", 0, 100000),
 	I(stream_db_connections, "8", 2, 1000),
 	I(events_watch_max_seconds, "3600", 1, 604800),
+	I(http_max_connections, "4096", 1, 1000000),
+	I(http_max_connections_per_address, "128", 1, 1000000),
+	I(http_threads, "256", 1, 4096),
+	I(http_handshake_timeout_seconds, "5", 1, 3600),
+	I(http_header_timeout_seconds, "10", 1, 3600),
+	I(http_idle_timeout_seconds, "60", 1, 86400),
 };
 
 static const struct ckey *key_find(const char *name)

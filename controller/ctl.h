@@ -43,6 +43,10 @@ struct ctl_config {
 	int max_unauthenticated_streams;
 	int stream_db_connections;
 	int events_watch_max_seconds;
+	/* JSON/HTTP connection limits (rpc_server_opts http_*) */
+	int http_max_connections, http_max_connections_per_address, http_threads;
+	int http_handshake_timeout_seconds, http_header_timeout_seconds;
+	int http_idle_timeout_seconds;
 };
 
 /* Load defaults, then the file at path (if not NULL), then argv flags

@@ -130,6 +130,12 @@ int server_start(struct ctl_app *app)
 	if ((r = check_budget(app)) < 0)
 		goto out;
 	app->streams = streams_new(&app->cfg);
+	o.http_max_conns = app->cfg.http_max_connections;
+	o.http_max_conns_per_addr = app->cfg.http_max_connections_per_address;
+	o.http_threads = app->cfg.http_threads;
+	o.http_handshake_timeout_ms = app->cfg.http_handshake_timeout_seconds * 1000;
+	o.http_header_timeout_ms = app->cfg.http_header_timeout_seconds * 1000;
+	o.http_idle_timeout_ms = app->cfg.http_idle_timeout_seconds * 1000;
 	app->watches = watch_registry_new();
 	app->server = rpc_server_new(&o, &err);
 	if (!app->server) {
