@@ -44,6 +44,9 @@ static const struct ckey keys[] = {
 	I(sandbox_reconcile_seconds, "15", 1, 3600),
 	I(metering_interval_seconds, "60", 1, 3600),
 	I(max_waiting_creates, "4096", 0, 1000000),
+	I(node_cert_lifetime_seconds, "31536000", 60, 10 * 31536000),
+	I(join_retry_seconds, "300", 0, 86400),
+	I(server_cert_renew_days, "30", 0, 3650),
 };
 
 static const struct ckey *key_find(const char *name)
