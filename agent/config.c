@@ -61,6 +61,7 @@ static const struct cfg_key keys[] = {
 	S(domain_type, "auto", "auto (kvm with hardware virtualisation, else qemu), kvm or qemu"),
 	U32(stop_timeout_seconds, "30", 1, 3600, "ACPI shutdown time before a stop forces the guest off"),
 	U64(image_max_gib, "64", 1, 1ull << 16, "largest image downloaded, GiB"),
+	U32(cert_renew_percent, "67", 10, 95, "renew the node certificate after this percent of its life"),
 };
 
 static const struct cfg_key *key_find(const char *name)

@@ -43,6 +43,7 @@ struct agent_config {
 	char *image_ca_file;            /* "" = the system's CAs */
 	char *domain_type;              /* auto | kvm | qemu */
 	uint32_t stop_timeout_seconds;
+	uint32_t cert_renew_percent;    /* Node.RenewCertificate after this much of its life */
 	uint64_t image_max_gib;
 	/* derived by cfg_finish */
 	struct cfg_label label_list[CFG_MAX_LABELS];

@@ -1,11 +1,15 @@
 /* join.c: enrolment with a join token, then mTLS for everything else.
  *
- * The first start with an empty state_dir generates a key and CSR, calls
- * Node.Join over TLS (the controller is verified with ca_file; no client
- * certificate), and writes node.key (0600), ca.pem, node.id, pool.id and
- * finally node.pem, each atomically. A crash before node.pem is written
- * leaves a node that joins again (the token is single-use, so the operator
- * issues a new one); a refusal writes nothing. Later starts only load. */
+ * The first start with an empty state_dir generates a key (node.key, 0600,
+ * written before the call) and CSR, calls Node.Join over TLS (the
+ * controller is verified with ca_file; no client certificate), and writes
+ * ca.pem (the API CA alone), node.id, pool.id and finally node.pem, each
+ * atomically. A crash or a lost answer before node.pem is written leaves a
+ * node that calls Join again with the same token and the same key: within
+ * the controller's join_retry_seconds it gets the same answer. Later starts
+ * only load, after finishing a certificate renewal a crash interrupted
+ * (renew.pem) and dropping the node CA from a ca.pem written by an older
+ * bcd (join_repair_ca). */
 #include "join.h"
 
 #include <errno.h>
@@ -39,12 +43,38 @@ static int read_pem(const char *dir, const char *name, char **ret)
 	return 0;
 }
 
+/* A renewal writes renew.key then renew.pem, then renames them over
+ * node.key and node.pem: renew.pem present means the pair is whole, and the
+ * switch is finished here; renew.key alone is a renewal that never got its
+ * certificate, dropped. */
+static int finish_renewal(const char *dir)
+{
+	_cleanup_free_ char *rk = xasprintf("%s/%s", dir, JOIN_RENEW_KEY_FILE);
+	_cleanup_free_ char *rc = xasprintf("%s/%s", dir, JOIN_RENEW_CERT_FILE);
+	_cleanup_free_ char *k = xasprintf("%s/%s", dir, JOIN_KEY_FILE);
+	_cleanup_free_ char *c = xasprintf("%s/%s", dir, JOIN_CERT_FILE);
+
+	if (access(rc, F_OK) < 0) {
+		if (unlink(rk) < 0 && errno != ENOENT)
+			return -errno;
+		return 0;
+	}
+	if (rename(rk, k) < 0 && errno != ENOENT)
+		return -errno;
+	if (rename(rc, c) < 0)
+		return -errno;
+	log_info("%s: finished a certificate renewal a stop interrupted", dir);
+	return 0;
+}
+
 int join_load(const char *state_dir, struct join_creds *ret)
 {
 	_cleanup_free_ char *cert_path = xasprintf("%s/%s", state_dir, JOIN_CERT_FILE);
 	struct join_creds c = {0};
 	int e;
 
+	if ((e = finish_renewal(state_dir)) < 0)
+		return e;
 	if (access(cert_path, F_OK) < 0)
 		return errno == ENOENT ? -ENOENT : -errno;
 	if ((e = read_pem(state_dir, JOIN_CERT_FILE, &c.cert_pem)) < 0 ||
@@ -120,6 +150,31 @@ static void join_request(const struct agent_config *cfg, const char *csr,
 	q->labels = ptrs;
 }
 
+/* The key of this enrolment and a CSR for it. node.key is written before
+ * the call and kept: a Join retried after a lost answer (or a crash) sends
+ * the same key, and the controller gives the same answer. The controller
+ * ignores the CSR subject and names the node itself; a fixed CN also spares
+ * hostnames longer than X.509 allows. */
+static int join_csr(const char *dir, char **ret_csr, char **ret_key)
+{
+	char *key = NULL;
+	int e = read_pem(dir, JOIN_KEY_FILE, &key);
+
+	if (e == 0 && pki_csr_for_key("bcd", key, ret_csr) == 0) {
+		*ret_key = key;
+		return 0;
+	}
+	pki_free_secret(key);
+	if ((e = pki_csr_new("bcd", ret_csr, ret_key)) < 0)
+		return e;
+	e = write_file(dir, JOIN_KEY_FILE, *ret_key, 0600);
+	if (e < 0) {
+		free(*ret_csr);
+		pki_free_secret(*ret_key);
+	}
+	return e;
+}
+
 /* The Join call proper: CSR in, answer saved. */
 static int join_call(const struct agent_config *cfg, const char *ca, bc_error *err)
 {
@@ -134,9 +189,7 @@ static int join_call(const struct agent_config *cfg, const char *ca, bc_error *e
 	rpc_client *cl = NULL;
 	int e;
 
-	/* the controller ignores the CSR subject and names the node itself;
-	 * a fixed CN also spares hostnames longer than X.509 allows */
-	e = pki_csr_new("bcd", &csr, &key);
+	e = join_csr(cfg->state_dir, &csr, &key);
 	if (e < 0)
 		return bc_error_set(err, BC_INTERNAL, "cannot make a key and CSR: %s", strerror(-e));
 	cl = rpc_client_new(&o);
@@ -188,6 +241,88 @@ int join_enrol(const struct agent_config *cfg, struct join_creds *ret, bc_error 
 		return bc_error_set(err, BC_INTERNAL, "credentials written but unreadable: %s",
 				    strerror(-e));
 	return 0;
+}
+
+int join_repair_ca(const char *state_dir, struct join_creds *c, int *ret_dropped)
+{
+	char *bundle = NULL;
+	int dropped = 0, e;
+
+	e = pki_bundle_drop_issuer(c->ca_pem, c->cert_pem, &bundle, &dropped);
+	if (e < 0)
+		return e;
+	if (dropped == 0) {
+		free(bundle);
+		*ret_dropped = 0;
+		return 0;
+	}
+	if (!strstr(bundle, "-----BEGIN CERTIFICATE-----")) {
+		free(bundle);
+		return -ENOKEY;
+	}
+	e = write_file(state_dir, JOIN_CA_FILE, bundle, 0644);
+	if (e < 0) {
+		free(bundle);
+		return e;
+	}
+	free(c->ca_pem);
+	c->ca_pem = bundle;
+	*ret_dropped = dropped;
+	return 0;
+}
+
+/* The answer is a certificate for this node and this key. */
+static bool renewal_ok(const struct join_creds *c, const char *csr, const char *cert)
+{
+	_cleanup_free_ char *cn = NULL;
+
+	return strlen(cert) < PEM_MAX && pki_csr_matches_cert(csr, cert) == 0 &&
+	       pki_cert_info(cert, &cn, NULL, NULL) == 0 && strcmp(cn, c->node_id) == 0 &&
+	       pki_verify(c->ca_pem, cert) != 0; /* never one the controller's CA signs */
+}
+
+/* renew.key and renew.pem, then both renamed into place (finish_renewal). */
+static int renewal_save(const char *dir, const char *key, const char *cert)
+{
+	int e;
+
+	if ((e = write_file(dir, JOIN_RENEW_KEY_FILE, key, 0600)) < 0 ||
+	    (e = write_file(dir, JOIN_RENEW_CERT_FILE, cert, 0644)) < 0)
+		return e;
+	return finish_renewal(dir);
+}
+
+int join_renew(const char *state_dir, rpc_client *cl, const struct join_creds *c,
+	       bc_error *err)
+{
+	Bc__Node__V1__RenewCertificateRequest q = BC__NODE__V1__RENEW_CERTIFICATE_REQUEST__INIT;
+	Bc__Node__V1__RenewCertificateResponse *resp = NULL;
+	char *csr = NULL, *key = NULL, path[128];
+	int e;
+
+	e = pki_csr_new("bcd", &csr, &key);
+	if (e < 0)
+		return bc_error_set(err, BC_INTERNAL, "cannot make a key and CSR: %s", strerror(-e));
+	q.csr_pem = csr;
+	rpc_method_path(&bc__node__v1__node__descriptor, "RenewCertificate", path, sizeof(path));
+	e = rpc_client_unary(cl, path, &q.base, &bc__node__v1__renew_certificate_response__descriptor,
+			     (ProtobufCMessage **)&resp, JOIN_TIMEOUT_MS, err);
+	if (e < 0)
+		goto out;
+	if (!renewal_ok(c, csr, resp->certificate_pem)) {
+		e = bc_error_set(err, BC_INVALID_RESPONSE, "RenewCertificate answer unusable");
+		goto out;
+	}
+	e = renewal_save(state_dir, key, resp->certificate_pem);
+	if (e < 0)
+		e = bc_error_set(err, BC_INTERNAL, "cannot write the new certificate to %s: %s",
+				 state_dir, strerror(-e));
+out:
+	if (resp)
+		protobuf_c_message_free_unpacked(&resp->base, NULL);
+	free(csr);
+	pki_free_secret(key);
+	return e;
 }
 
 bool join_err_transient(const bc_error *err)

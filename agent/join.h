@@ -15,6 +15,9 @@
 #define JOIN_CA_FILE "ca.pem"
 #define JOIN_NODE_ID_FILE "node.id"
 #define JOIN_POOL_ID_FILE "pool.id"
+/* A renewal's new pair, renamed over node.key and node.pem once whole. */
+#define JOIN_RENEW_KEY_FILE "renew.key"
+#define JOIN_RENEW_CERT_FILE "renew.pem"
 
 /* The node's identity and mTLS material; every string owned. */
 struct join_creds {
@@ -22,11 +25,12 @@ struct join_creds {
 	char *pool_id;
 	char *cert_pem;
 	char *key_pem;   /* wiped on free */
-	char *ca_pem;    /* the bundle from Join: node CA and API CA */
+	char *ca_pem;    /* the API CA: the controller is trusted with it alone */
 };
 
-/* Load the credentials of a joined node. 0; -ENOENT if state_dir holds no
- * node.pem (not joined yet); another -errno if a file is missing or broken. */
+/* Load the credentials of a joined node, first finishing a renewal a stop
+ * interrupted. 0; -ENOENT if state_dir holds no node.pem (not joined yet);
+ * another -errno if a file is missing or broken. */
 int join_load(const char *state_dir, struct join_creds *ret);
 
 /* Write a Join answer and our key to state_dir atomically, node.pem last.
@@ -40,6 +44,21 @@ int join_save(const char *state_dir, const Bc__Node__V1__JoinResponse *resp, con
  * with err (refusal or transport error: nothing written), or -errno with
  * err filled as INTERNAL. */
 int join_enrol(const struct agent_config *cfg, struct join_creds *ret, bc_error *err);
+
+/* Drop from ca.pem (and c->ca_pem) every CA that issued the node's own
+ * certificate: the node CA, which an older bcd kept beside the API CA, so
+ * any node's certificate passed for the controller's. *ret_dropped: how
+ * many (0: nothing written). -ENOKEY when nothing but the node CA is left
+ * (nothing written: bcd must not start), another -errno on failure. */
+int join_repair_ca(const char *state_dir, struct join_creds *c, int *ret_dropped);
+
+/* Node.RenewCertificate over cl (mTLS with c): a new key and certificate
+ * for the same node, written to state_dir (renew.key/renew.pem renamed over
+ * node.key/node.pem). c is not changed: the new pair is used from the next
+ * start. 0, or -BC_EDOMAIN with err (nothing written), or -errno with err
+ * filled as INTERNAL. */
+int join_renew(const char *state_dir, rpc_client *cl, const struct join_creds *c,
+	       bc_error *err);
 
 /* True for an error worth retrying (controller unreachable or busy). */
 bool join_err_transient(const bc_error *err);

@@ -1,17 +1,21 @@
 /* main.c: bcd, the node agent.
  *
  * Start-up: configuration (file, then flags), one bcd per state_dir (a lock
- * file), enrolment if state_dir holds no certificate (join.c), the runtime,
- * the last applied spec (spec.pb) and the command record. Then three
- * threads, all sharing one mTLS client:
+ * file), enrolment if state_dir holds no certificate (join.c), the trust
+ * anchors checked (ca.pem: the API CA, never the node CA), the spec and
+ * command record of another node set aside (a host joined again as a new
+ * node), the runtime, the last applied spec (spec.pb) and the command
+ * record. Then four threads, all sharing one mTLS client:
  *
  *   converge  the only thread that touches the runtime (converge.c)
  *   watch     Node.WatchSpec: accepts, persists, hands specs to converge
  *   report    Node.Report on every change and every report interval
+ *   renew     Node.RenewCertificate when the certificate is due (renew.c)
  *
  * The main thread waits for SIGTERM/SIGINT and stops them gracefully.
  * Stopping (or being killed) never stops the instances: the next bcd adopts
- * them.
+ * them. A renewed certificate (SIGUSR1 from the renew thread) stops them the
+ * same way and bcd executes itself again on the new files.
  *
  * Exit codes: 0 stopped by a signal, 1 configuration or start-up error,
  * 2 enrolment refused by the controller (bad, expired or used token). */
@@ -32,6 +36,7 @@
 #include "agent/converge.h"
 #include "agent/join.h"
 #include "agent/net.h"
+#include "agent/renew.h"
 #include "agent/report.h"
 #include "agent/runtime.h"
 #include "agent/state.h"
@@ -59,6 +64,8 @@ struct agent {
 	struct backoff_stop stop;
 	struct watch watch;
 	struct report report;
+	struct renew renew;
+	bool joined_now;                /* this start enrolled the node */
 	struct agent_metrics metrics;
 	metrics_srv *metrics_srv;
 	int lock_fd;
@@ -149,6 +156,48 @@ static int ensure_joined(struct agent *a)
 		usleep((useconds_t)backoff_next(&b) * 1000);
 	}
 	log_info("joined as node %s (pool %s)", a->creds.node_id, a->creds.pool_id);
+	a->joined_now = true;
+	return 0;
+}
+
+/* ca.pem must not trust the node CA for the controller (an older bcd kept
+ * it there): dropped, or bcd refuses to start. 0 or an exit code. */
+static int check_trust(struct agent *a)
+{
+	int dropped = 0, e = join_repair_ca(a->cfg.state_dir, &a->creds, &dropped);
+
+	if (e == -ENOKEY) {
+		log_error("%s/%s holds no CA but the node CA, which issued this node's certificate: "
+			  "copy the API CA (the controller's api-ca.pem) there and start again",
+			  a->cfg.state_dir, JOIN_CA_FILE);
+		return EXIT_CONFIG;
+	}
+	if (e < 0) {
+		log_error("%s/%s: cannot check it: %s", a->cfg.state_dir, JOIN_CA_FILE, strerror(-e));
+		return EXIT_CONFIG;
+	}
+	if (dropped > 0)
+		log_warn("%s/%s: removed %d certificate(s) that issued this node's certificate (the "
+			 "node CA): the controller is trusted with the API CA alone", a->cfg.state_dir,
+			 JOIN_CA_FILE, dropped);
+	return 0;
+}
+
+/* Another node's spec.pb and command record (the host joined again) are
+ * set aside, never adopted. 0 or an exit code. */
+static int check_owner(struct agent *a)
+{
+	_cleanup_free_ char *owner = NULL;
+	int e = state_set_aside_foreign(a->cfg.state_dir, a->creds.node_id, a->joined_now, &owner);
+
+	if (e < 0) {
+		log_error("%s: cannot set aside another node's spec: %s", a->cfg.state_dir,
+			  strerror(-e));
+		return EXIT_CONFIG;
+	}
+	if (e > 0)
+		log_warn("%s: spec and command record of node %s set aside (renamed *.%s.*): this "
+			 "host is node %s now", a->cfg.state_dir, owner, owner, a->creds.node_id);
 	return 0;
 }
 
@@ -213,6 +262,13 @@ static uint64_t load_spec(struct agent *a)
 	return gen;
 }
 
+/* The renew thread's news: main restarts bcd on the new certificate. */
+static void renewed(void *ctx)
+{
+	(void)ctx;
+	kill(getpid(), SIGUSR1);
+}
+
 static int start_up(struct agent *a)
 {
 	int e;
@@ -254,6 +310,9 @@ static int start_up(struct agent *a)
 		log_warn("runtime %s with network = %s: nothing makes the instances' taps, so an "
 			 "instance with a NIC will not start", a->cfg.runtime, a->cfg.network);
 	report_init(&a->report, &a->cfg, &a->traits);
+	a->renew = (struct renew){.state_dir = a->cfg.state_dir,
+				  .percent = a->cfg.cert_renew_percent, .client = a->client,
+				  .creds = &a->creds, .stop = &a->stop, .renewed = renewed, .ctx = a};
 	return 0;
 }
 
@@ -275,10 +334,18 @@ static void *report_main(void *p)
 	return NULL;
 }
 
-/* Run the threads until SIGTERM or SIGINT; then stop them in order. */
-static void run(struct agent *a)
+static void *renew_main(void *p)
 {
-	void *(*const bodies[])(void *) = {converge_main, watch_main, report_main};
+	renew_run(&((struct agent *)p)->renew);
+	return NULL;
+}
+
+
+/* Run the threads until SIGTERM or SIGINT (or SIGUSR1: a renewed
+ * certificate); then stop them in order. Returns the signal. */
+static int run(struct agent *a)
+{
+	void *(*const bodies[])(void *) = {converge_main, watch_main, report_main, renew_main};
 	pthread_t th[ARRAY_SIZE(bodies)];
 	sigset_t set;
 	int sig = 0;
@@ -287,6 +354,7 @@ static void run(struct agent *a)
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGHUP);
+	sigaddset(&set, SIGUSR1);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);  /* threads inherit the mask */
 	for (size_t i = 0; i < ARRAY_SIZE(bodies); i++)
 		if (pthread_create(&th[i], NULL, bodies[i], a) != 0)
@@ -307,13 +375,17 @@ static void run(struct agent *a)
 		 a->creds.node_id, a->cfg.runtime, a->cfg.controller);
 	while (sigwait(&set, &sig) == 0 && sig == SIGHUP)
 		log_info("SIGHUP ignored: restart bcd to change its configuration");
-	log_info("signal %d: stopping (instances keep running)", sig);
+	if (sig == SIGUSR1)
+		log_info("new certificate: restarting (instances keep running)");
+	else
+		log_info("signal %d: stopping (instances keep running)", sig);
 	metrics_stop(a->metrics_srv);
 	a->metrics_srv = NULL;
 	backoff_stop_request(&a->stop);
 	conv_stop(a->conv);
 	for (size_t i = 0; i < ARRAY_SIZE(bodies); i++)
 		pthread_join(th[i], NULL);
+	return sig;
 }
 
 static void tear_down(struct agent *a)
@@ -336,7 +408,7 @@ static void tear_down(struct agent *a)
 int main(int argc, char **argv)
 {
 	struct agent a = {.lock_fd = -1};
-	int rc = parse_config(&a.cfg, argc, argv);
+	int rc = parse_config(&a.cfg, argc, argv), sig = 0;
 
 	if (rc >= 0) {
 		cfg_free(&a.cfg);
@@ -353,10 +425,20 @@ int main(int argc, char **argv)
 	curl_global_init(CURL_GLOBAL_DEFAULT);  /* before any thread: images */
 	rc = ensure_joined(&a);
 	if (rc == 0)
+		rc = check_trust(&a);
+	if (rc == 0)
+		rc = check_owner(&a);
+	if (rc == 0)
 		rc = start_up(&a);
 	if (rc == 0)
-		run(&a);
+		sig = run(&a);
 	tear_down(&a);
 	rpc_global_shutdown();
+	if (sig == SIGUSR1) {
+		/* the state dir's lock and every descriptor are close-on-exec */
+		execv("/proc/self/exe", argv);
+		log_error("cannot restart bcd: %s", strerror(errno));
+		return EXIT_CONFIG;
+	}
 	return rc;
 }

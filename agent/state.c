@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "util.h"
 
@@ -290,6 +291,60 @@ void state_cmds_free(struct state_cmds *s)
 }
 
 /* ------------------------------------------------------------ identity */
+
+/* Rename dir/name to dir/name.<owner>.<seconds> (kept for the operator). */
+static int set_aside(const char *dir, const char *name, const char *owner)
+{
+	_cleanup_free_ char *from = xasprintf("%s/%s", dir, name);
+	_cleanup_free_ char *to = xasprintf("%s/%s.%s.%lld", dir, name, owner,
+					    (long long)time(NULL));
+
+	if (rename(from, to) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	return 1;
+}
+
+/* Whose spec.pb is in dir: its node id (malloc'd), "" for none, NULL
+ * when it does not unpack (left alone: starting without a spec is safe). */
+static char *spec_owner(const char *dir)
+{
+	Bc__Node__V1__NodeSpec *spec = NULL;
+	int e = state_load_spec(dir, &spec);
+	char *owner;
+
+	if (e == -ENOENT)
+		return xstrdup("");
+	if (e < 0)
+		return NULL;
+	owner = xstrdup(spec->node_id);
+	state_spec_free(spec);
+	return owner;
+}
+
+int state_set_aside_foreign(const char *dir, const char *node_id, bool joined_now,
+			    char **ret_owner)
+{
+	_cleanup_free_ char *owner = spec_owner(dir);
+	int n = 0, e;
+
+	if (!joined_now && (!owner || !*owner || strcmp(owner, node_id) == 0))
+		return 0;
+	if (!owner || !*owner || !str_is_printable(owner, 64) || strchr(owner, '/')) {
+		free(owner);
+		owner = xstrdup("before-join");
+	}
+	if ((e = set_aside(dir, STATE_SPEC_FILE, owner)) < 0)
+		return e;
+	n += e;
+	if ((e = set_aside(dir, STATE_CMDS_FILE, owner)) < 0)
+		return e;
+	n += e;
+	if (n > 0 && ret_owner) {
+		*ret_owner = owner;
+		owner = NULL;
+	}
+	return n;
+}
 
 int state_read_line(const char *dir, const char *name, char **ret)
 {

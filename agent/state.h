@@ -71,6 +71,16 @@ size_t state_cmds_count(const struct state_cmds *s);
 /* Free the in-memory set (the file stays). NULL-safe. */
 void state_cmds_free(struct state_cmds *s);
 
+/* A host joined as a new node must not adopt the old node's spec or
+ * command record: set aside (rename to NAME.<owner>.<seconds>, never
+ * delete) dir/spec.pb and dir/commands when spec.pb names another node than
+ * node_id, or, when joined_now (this start enrolled the node), whatever
+ * is there. Returns how many files were set aside (0: none), with the old
+ * owner's node id in *ret_owner (malloc'd; "before-join" when unknown) if
+ * any were, or -errno. */
+int state_set_aside_foreign(const char *dir, const char *node_id, bool joined_now,
+			    char **ret_owner);
+
 /* Read a small one-line file dir/name (node.id, pool.id) without its
  * trailing newline. *ret malloc'd. -ENOENT, -EBADMSG if empty or not
  * printable. */

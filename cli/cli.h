@@ -200,6 +200,7 @@ int cli_node_join_token(struct cli_ctx *ctx, int argc, char **argv);
 int cli_node_list(struct cli_ctx *ctx, int argc, char **argv);
 int cli_node_get(struct cli_ctx *ctx, int argc, char **argv);
 int cli_node_retire(struct cli_ctx *ctx, int argc, char **argv);
+int cli_node_set_capacity(struct cli_ctx *ctx, int argc, char **argv);
 
 /* sandbox.c */
 int cli_template_create(struct cli_ctx *ctx, int argc, char **argv);

@@ -42,6 +42,9 @@ static const struct cli_verb verbs[] = {
 	{"node", "list", cli_node_list, "[--pool ID] [--limit N] [--cursor C]", "List nodes."},
 	{"node", "get", cli_node_get, "ID", "Show one node."},
 	{"node", "retire", cli_node_retire, "ID", "Retire a node: no new placements, certificate refused."},
+	{"node", "set-capacity", cli_node_set_capacity,
+	 "ID [--vcpus N] [--memory-mib N] [--disk-gib N] [--gpus N]",
+	 "Set the ceiling of what a node may report as its capacity."},
 	{"instance", "create", cli_instance_create,
 	 "--pool ID --flavor F --image I [--tenant T] [--ssh-key K]... [--user-data-file F] "
 	 "[--network egress|private|none] [--key IDEMPOTENCY] [--wait 20s]",

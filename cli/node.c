@@ -1,5 +1,6 @@
 /* node.c: "bcctl node ..." verbs over bc.admin.v1.Nodes: join tokens for
- * enrolling hosts, and the view and retirement of joined nodes. */
+ * enrolling hosts, and the view, capacity ceiling and retirement of joined
+ * nodes. */
 #include "cli.h"
 
 #include <inttypes.h>
@@ -131,4 +132,36 @@ int cli_node_retire(struct cli_ctx *ctx, int argc, char **argv)
 	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
 
 	return r != 0 ? r : cli_run(ctx, SVC, "Retire", &req.base, NULL, 0);
+}
+
+int cli_node_set_capacity(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Admin__V1__SetNodeCapacityRequest req = BC__ADMIN__V1__SET_NODE_CAPACITY_REQUEST__INIT;
+	Bc__Admin__V1__Capacity cap = BC__ADMIN__V1__CAPACITY__INIT;
+	int64_t vcpus = 0, mem = 0, disk = 0, gpus = 0;
+	const struct cli_flag flags[] = {
+		{.name = "ID", .type = CLI_ARG, .dst = &req.node_id, .required = true,
+		 .help = "node id"},
+		{.name = "vcpus", .type = CLI_INT, .dst = &vcpus, .meta = "N", .min = 1,
+		 .max = 65536, .help = "at most this many vCPUs"},
+		{.name = "memory-mib", .type = CLI_INT, .dst = &mem, .meta = "N", .min = 1,
+		 .max = 1LL << 40, .help = "at most this much memory, MiB"},
+		{.name = "disk-gib", .type = CLI_INT, .dst = &disk, .meta = "N", .min = 1,
+		 .max = 1LL << 30, .help = "at most this much disk, GiB"},
+		{.name = "gpus", .type = CLI_INT, .dst = &gpus, .meta = "N", .min = 1, .max = 1024,
+		 .help = "at most this many GPUs"},
+	};
+	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+
+	if (r != 0)
+		return r;
+	if (!vcpus && !mem && !disk && !gpus)
+		return cli_usage_error(ctx, "set at least one of --vcpus, --memory-mib, "
+					    "--disk-gib, --gpus");
+	cap.vcpus = (uint32_t)vcpus;
+	cap.memory_mib = (uint64_t)mem;
+	cap.disk_gib = (uint64_t)disk;
+	cap.gpus = (uint32_t)gpus;
+	req.ceiling = &cap;
+	return cli_run(ctx, SVC, "SetCapacity", &req.base, NULL, 0);
 }

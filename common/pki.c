@@ -31,12 +31,12 @@
 #include "util.h"
 
 #define PKI_MAX_DAYS 36500	/* a hundred years; beyond that, a typo */
+#define PKI_MIN_SECS 60
 #define PKI_MAX_SANS 64
 #define PKI_MAX_CN 64		/* ub-common-name */
 #define PKI_MAX_DNS 253
 #define PKI_MAX_PEM (256 * 1024)
 #define PKI_SERIAL_BYTES 16
-#define PKI_BACKDATE_SECS (5 * 60)
 
 static void x509p(X509 **p) { X509_free(*p); }
 static void reqp(X509_REQ **p) { X509_REQ_free(*p); }
@@ -232,8 +232,13 @@ static int valid_days(int days)
 	return days > 0 && days <= PKI_MAX_DAYS;
 }
 
+static int valid_secs(int64_t secs)
+{
+	return secs >= PKI_MIN_SECS && secs <= (int64_t)PKI_MAX_DAYS * 86400;
+}
+
 /* A fresh v3 certificate: serial, subject CN, issuer, validity, key. */
-static int cert_skeleton(X509 *x, X509 *issuer, const char *cn, int days, EVP_PKEY *pub)
+static int cert_skeleton(X509 *x, X509 *issuer, const char *cn, int64_t secs, EVP_PKEY *pub)
 {
 	int r;
 
@@ -248,7 +253,8 @@ static int cert_skeleton(X509 *x, X509 *issuer, const char *cn, int days, EVP_PK
 	if (!X509_set_issuer_name(x, X509_get_subject_name(issuer ? issuer : x)))
 		return ossl_fail(-ENOMEM);
 	if (!X509_gmtime_adj(X509_getm_notBefore(x), -PKI_BACKDATE_SECS) ||
-	    !X509_time_adj_ex(X509_getm_notAfter(x), days, 0, NULL))
+	    !X509_time_adj_ex(X509_getm_notAfter(x), (int)(secs / 86400), (long)(secs % 86400),
+			      NULL))
 		return ossl_fail(-ENOMEM);
 	if (!X509_set_pubkey(x, pub))
 		return ossl_fail(-ENOMEM);
@@ -412,17 +418,17 @@ static int load_ca(const char *ca_cert_pem, const char *ca_key_pem, X509 **ret_c
 
 /* A certificate for pub, signed by the CA, with the given facts. */
 static int issue_for_key(X509 *ca, EVP_PKEY *ca_key, EVP_PKEY *pub, const char *cn,
-			 const char *const *sans, int usage, int days, X509 **ret)
+			 const char *const *sans, int usage, int64_t secs, X509 **ret)
 {
 	_cleanup_(x509p) X509 *x = NULL;
 	int r;
 
-	if (!valid_days(days) || !eku_value(usage))
+	if (!valid_secs(secs) || !eku_value(usage))
 		return -EINVAL;
 	x = X509_new();
 	if (!x)
 		return -ENOMEM;
-	r = cert_skeleton(x, ca, cn, days, pub);
+	r = cert_skeleton(x, ca, cn, secs, pub);
 	if (r < 0)
 		return r;
 	r = leaf_extensions(x, ca, sans, usage);
@@ -473,7 +479,7 @@ int pki_ca_new(const char *common_name, int days, char **ret_cert_pem, char **re
 	x = X509_new();
 	if (!x)
 		return -ENOMEM;
-	r = cert_skeleton(x, NULL, common_name, days, key);
+	r = cert_skeleton(x, NULL, common_name, (int64_t)days * 86400, key);
 	if (r < 0)
 		return r;
 	if ((r = add_ext(x, x, NID_basic_constraints, "critical,CA:TRUE")) < 0 ||
@@ -514,7 +520,9 @@ int pki_issue(const char *ca_cert_pem, const char *ca_key_pem, const char *commo
 	r = key_new(&key);
 	if (r < 0)
 		return r;
-	r = issue_for_key(ca, ca_key, key, common_name, sans, usage, days, &x);
+	if (!valid_days(days))
+		return -EINVAL;
+	r = issue_for_key(ca, ca_key, key, common_name, sans, usage, (int64_t)days * 86400, &x);
 	if (r < 0)
 		return r;
 	r = cert_to_pem(x, &cert_pem);
@@ -530,19 +538,13 @@ int pki_issue(const char *ca_cert_pem, const char *ca_key_pem, const char *commo
 	return 0;
 }
 
-int pki_csr_new(const char *common_name, char **ret_csr_pem, char **ret_key_pem)
+/* A PEM CSR for key, subject CN = common_name. */
+static int csr_for_key(const char *common_name, EVP_PKEY *key, char **ret)
 {
 	_cleanup_(reqp) X509_REQ *req = NULL;
-	_cleanup_(pkeyp) EVP_PKEY *key = NULL;
 	_cleanup_(biop) BIO *b = NULL;
-	char *csr_pem = NULL, *key_pem = NULL;
 	int r;
 
-	if (!ret_csr_pem || !ret_key_pem)
-		return -EINVAL;
-	r = key_new(&key);
-	if (r < 0)
-		return r;
 	req = X509_REQ_new();
 	if (!req || !X509_REQ_set_version(req, X509_REQ_VERSION_1))
 		return ossl_fail(-ENOMEM);
@@ -554,7 +556,21 @@ int pki_csr_new(const char *common_name, char **ret_csr_pem, char **ret_key_pem)
 	b = BIO_new(BIO_s_mem());
 	if (!b || !PEM_write_bio_X509_REQ(b, req))
 		return ossl_fail(-ENOMEM);
-	r = bio_to_str(b, &csr_pem);
+	return bio_to_str(b, ret);
+}
+
+int pki_csr_new(const char *common_name, char **ret_csr_pem, char **ret_key_pem)
+{
+	_cleanup_(pkeyp) EVP_PKEY *key = NULL;
+	char *csr_pem = NULL, *key_pem = NULL;
+	int r;
+
+	if (!ret_csr_pem || !ret_key_pem)
+		return -EINVAL;
+	r = key_new(&key);
+	if (r < 0)
+		return r;
+	r = csr_for_key(common_name, key, &csr_pem);
 	if (r < 0)
 		return r;
 	r = key_to_pem(key, &key_pem);
@@ -565,6 +581,21 @@ int pki_csr_new(const char *common_name, char **ret_csr_pem, char **ret_key_pem)
 	*ret_csr_pem = csr_pem;
 	*ret_key_pem = key_pem;
 	return 0;
+}
+
+int pki_csr_for_key(const char *common_name, const char *key_pem, char **ret_csr_pem)
+{
+	_cleanup_(pkeyp) EVP_PKEY *key = NULL;
+	int r;
+
+	if (!ret_csr_pem)
+		return -EINVAL;
+	r = read_key(key_pem, &key);
+	if (r < 0)
+		return r;
+	if (!key_is_p256(key))
+		return -EINVAL;
+	return csr_for_key(common_name, key, ret_csr_pem);
 }
 
 /* The CSR's public key, after checking the CSR is signed by its key. */
@@ -601,6 +632,16 @@ int pki_sign_csr(const char *ca_cert_pem, const char *ca_key_pem, const char *cs
 		 const char *common_name, const char *const *sans, int usage, int days,
 		 char **ret_cert_pem, char **ret_serial)
 {
+	if (!valid_days(days))
+		return -EINVAL;
+	return pki_sign_csr_secs(ca_cert_pem, ca_key_pem, csr_pem, common_name, sans, usage,
+				 (int64_t)days * 86400, ret_cert_pem, ret_serial);
+}
+
+int pki_sign_csr_secs(const char *ca_cert_pem, const char *ca_key_pem, const char *csr_pem,
+		      const char *common_name, const char *const *sans, int usage,
+		      int64_t seconds, char **ret_cert_pem, char **ret_serial)
+{
 	_cleanup_(x509p) X509 *ca = NULL, *x = NULL;
 	_cleanup_(pkeyp) EVP_PKEY *ca_key = NULL, *pub = NULL;
 	char *cert_pem = NULL, *serial = NULL;
@@ -614,7 +655,7 @@ int pki_sign_csr(const char *ca_cert_pem, const char *ca_key_pem, const char *cs
 	r = load_ca(ca_cert_pem, ca_key_pem, &ca, &ca_key);
 	if (r < 0)
 		return r;
-	r = issue_for_key(ca, ca_key, pub, common_name, sans, usage, days, &x);
+	r = issue_for_key(ca, ca_key, pub, common_name, sans, usage, seconds, &x);
 	if (r < 0)
 		return r;
 	if (ret_serial && (r = serial_hex(x, &serial)) < 0)
@@ -661,13 +702,13 @@ static int subject_cn(X509 *x, char **ret)
 	return 0;
 }
 
-static int not_after_ms(X509 *x, int64_t *ret)
+static int asn1_time_ms(const ASN1_TIME *at, int64_t *ret)
 {
 	struct tm tm;
 	time_t t;
 
 	memset(&tm, 0, sizeof(tm));
-	if (!ASN1_TIME_to_tm(X509_get0_notAfter(x), &tm))
+	if (!ASN1_TIME_to_tm(at, &tm))
 		return ossl_fail(-EBADMSG);
 	t = timegm(&tm);
 	if (t == (time_t)-1)
@@ -690,7 +731,7 @@ int pki_cert_info(const char *cert_pem, char **ret_cn, int64_t *ret_not_after_ms
 		return r;
 	if (ret_cn && (r = subject_cn(x, &cn)) < 0)
 		return r;
-	if ((r = not_after_ms(x, &na)) < 0)
+	if ((r = asn1_time_ms(X509_get0_notAfter(x), &na)) < 0)
 		return r;
 	if (ret_serial && (r = serial_hex(x, &serial)) < 0)
 		return r;
@@ -704,6 +745,80 @@ int pki_cert_info(const char *cert_pem, char **ret_cn, int64_t *ret_not_after_ms
 		*ret_serial = serial;
 		serial = NULL;
 	}
+	return 0;
+}
+
+int pki_cert_validity(const char *cert_pem, int64_t *ret_issued_ms, int64_t *ret_not_after_ms)
+{
+	_cleanup_(x509p) X509 *x = NULL;
+	int64_t nb = 0, na = 0;
+	int r;
+
+	if ((r = read_cert(cert_pem, &x)) < 0 ||
+	    (r = asn1_time_ms(X509_get0_notBefore(x), &nb)) < 0 ||
+	    (r = asn1_time_ms(X509_get0_notAfter(x), &na)) < 0)
+		return r;
+	if (ret_issued_ms)
+		*ret_issued_ms = nb + PKI_BACKDATE_SECS * 1000LL;
+	if (ret_not_after_ms)
+		*ret_not_after_ms = na;
+	return 0;
+}
+
+int pki_csr_matches_cert(const char *csr_pem, const char *cert_pem)
+{
+	_cleanup_(pkeyp) EVP_PKEY *pub = NULL;
+	_cleanup_(x509p) X509 *x = NULL;
+	int r;
+
+	if ((r = csr_public_key(csr_pem, &pub)) < 0 || (r = read_cert(cert_pem, &x)) < 0)
+		return r;
+	if (EVP_PKEY_eq(pub, X509_get0_pubkey(x)) != 1)
+		return ossl_fail(-EACCES);
+	return 0;
+}
+
+/* 1 if ca issued x: names match and x's signature verifies with ca's key. */
+static int issued(X509 *ca, X509 *x)
+{
+	EVP_PKEY *k = X509_get0_pubkey(ca);
+	int ok = X509_NAME_cmp(X509_get_subject_name(ca), X509_get_issuer_name(x)) == 0 && k &&
+		 X509_verify(x, k) == 1;
+
+	ERR_clear_error();
+	return ok;
+}
+
+int pki_bundle_drop_issuer(const char *bundle_pem, const char *cert_pem, char **ret_bundle,
+			   int *ret_dropped)
+{
+	_cleanup_(stackp) STACK_OF(X509) *cas = NULL;
+	_cleanup_(x509p) X509 *x = NULL;
+	_cleanup_(biop) BIO *b = NULL;
+	int r, dropped = 0;
+
+	if (!ret_bundle || !ret_dropped)
+		return -EINVAL;
+	if ((r = read_certs(bundle_pem, &cas)) < 0 || (r = read_cert(cert_pem, &x)) < 0)
+		return r;
+	b = BIO_new(BIO_s_mem());
+	if (!b)
+		return -ENOMEM;
+	for (int i = 0; i < sk_X509_num(cas); i++) {
+		X509 *ca = sk_X509_value(cas, i);
+		if (issued(ca, x))
+			dropped++;
+		else if (!PEM_write_bio_X509(b, ca))
+			return ossl_fail(-ENOMEM);
+	}
+	if ((r = bio_to_str(b, ret_bundle)) < 0) {
+		/* an empty memory BIO has no data pointer */
+		if (BIO_pending(b) != 0)
+			return r;
+		if (!(*ret_bundle = strdup("")))
+			return -ENOMEM;
+	}
+	*ret_dropped = dropped;
 	return 0;
 }
 

@@ -166,6 +166,8 @@ const char *rpc_call_metadata(const rpc_call *call, const char *key);
 /* The verified client certificate's common name, or NULL without one
  * (always NULL on the JSON/HTTP transport). */
 const char *rpc_call_peer_cn(const rpc_call *call);
+/* That certificate as PEM, or NULL without one (JSON/HTTP: always NULL). */
+const char *rpc_call_peer_cert_pem(const rpc_call *call);
 /* The peer address ("ipv4:127.0.0.1:5555"). */
 const char *rpc_call_peer(const rpc_call *call);
 /* Absolute deadline in CLOCK_MONOTONIC ms, or INT64_MAX if none. */

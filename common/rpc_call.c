@@ -64,8 +64,8 @@ static void read_metadata(rpc_call *c, const grpc_metadata_array *md)
 	rpc_call_set_metadata(c, md->count, keys, vals);
 }
 
-/* The CN of a client certificate the TLS handshake verified, else NULL. */
-static const char *read_peer_cn(rpc_call *c)
+/* A property of a client certificate the TLS handshake verified, else NULL. */
+static const char *read_peer_prop(rpc_call *c, const char *name)
 {
 	grpc_auth_context *ctx = grpc_call_auth_context(c->call);
 	grpc_auth_property_iterator it;
@@ -75,7 +75,7 @@ static const char *read_peer_cn(rpc_call *c)
 	if (!ctx)
 		return NULL;
 	if (grpc_auth_context_peer_is_authenticated(ctx)) {
-		it = grpc_auth_context_find_properties_by_name(ctx, GRPC_X509_CN_PROPERTY_NAME);
+		it = grpc_auth_context_find_properties_by_name(ctx, name);
 		p = grpc_auth_property_iterator_next(&it);
 		if (p && p->value)
 			cn = rpc_arena_strndup(&c->arena, p->value, p->value_length);
@@ -133,7 +133,8 @@ rpc_call *rpc_call_new(rpc_server *s, grpc_call *gc, grpc_completion_queue *cq,
 	peer = grpc_call_get_peer(gc);
 	c->peer = rpc_arena_strndup(&c->arena, peer ? peer : "", peer ? strlen(peer) : 0);
 	gpr_free(peer);
-	c->peer_cn = read_peer_cn(c);
+	c->peer_cn = read_peer_prop(c, GRPC_X509_CN_PROPERTY_NAME);
+	c->peer_cert_pem = read_peer_prop(c, GRPC_X509_PEM_CERT_PROPERTY_NAME);
 	return c;
 }
 
@@ -413,6 +414,12 @@ const char *rpc_call_metadata(const rpc_call *call, const char *key)
 const char *rpc_call_peer_cn(const rpc_call *call)
 {
 	return call->peer_cn;
+}
+
+/* See rpc.h. */
+const char *rpc_call_peer_cert_pem(const rpc_call *call)
+{
+	return call->peer_cert_pem;
 }
 
 /* See rpc.h. */

@@ -150,6 +150,7 @@ struct rpc_call {
 	size_t n_md;
 	const char **md_keys, **md_vals;
 	const char *bearer, *peer, *peer_cn;
+	const char *peer_cert_pem;
 	int64_t deadline_ms;
 
 	void *principal;

@@ -1,7 +1,8 @@
 /* admin_nodes.c: the operator's view of hosts: join tokens (pool-scoped,
  * single use, expiring, stored as a hash and shown once), node get/list with
- * capacity and bookings, and retirement (the node's certificate is refused
- * from then on; its instances are lost, its deletions finish). */
+ * capacity and bookings, its capacity ceiling (what a report may claim at
+ * most), and retirement (the node's certificate is refused from then on;
+ * its instances are lost, its deletions finish). */
 #include <errno.h>
 #include <openssl/crypto.h>
 #include <stdio.h>
@@ -24,7 +25,9 @@
 	"n.cap_memory_mib, n.cap_disk_gib, n.cap_gpus, coalesce(b.vcpus, 0), coalesce(b.mem, 0), " \
 	"coalesce(b.disk, 0), coalesce(b.gpus, 0), n.spec_generation, n.applied_generation, "   \
 	"coalesce(" MS("n.last_report_at") ", 0), " MS("n.joined_at")                           \
-	", array_to_string(n.capabilities, E'\\n'), coalesce(b.instances, 0)"
+	", array_to_string(n.capabilities, E'\\n'), coalesce(b.instances, 0), n.max_vcpus, "    \
+	"n.max_memory_mib, n.max_disk_gib, n.max_gpus, n.cert_serial, coalesce("              \
+	MS("n.cert_not_after") ", 0)"
 #define NODE_FROM                                                                            \
 	" FROM nodes n LEFT JOIN LATERAL (SELECT sum(a.vcpus) vcpus, sum(a.memory_mib) mem, "   \
 	"sum(a.disk_gib) disk, sum(a.gpus) gpus, count(*) FILTER (WHERE a.owner_kind = "         \
@@ -80,6 +83,9 @@ static Bc__Admin__V1__Node *node_from_row(rpc_call *c, const PGresult *r, int i)
 	n->joined_at = db_i64(r, i, 17);
 	n->n_capabilities = row_strv(c, r, i, 18, &n->capabilities);
 	n->instances = (uint32_t)db_i64(r, i, 19);
+	n->capacity_ceiling = capacity(c, r, i, 20);
+	n->cert_serial = row_str(c, r, i, 24);
+	n->cert_expires_at = db_i64(r, i, 25);
 	return n;
 }
 
@@ -239,14 +245,82 @@ static int nodes_retire(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage
 	return 0;
 }
 
+struct set_capacity {
+	const Bc__Admin__V1__SetNodeCapacityRequest *q;
+	char was[128], now[128];
+};
+
+/* The ceiling, each resource left 0 keeping its own; the capacity drops to
+ * it at once (a report raises it again only up to the ceiling). */
+static int set_capacity_tx(struct db *d, void *arg, bc_error *err)
+{
+	struct set_capacity *a = arg;
+	const Bc__Admin__V1__Capacity *c = a->q->ceiling;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, a->q->node_id);
+	dbp_u64(&p, c->vcpus);
+	dbp_u64(&p, c->memory_mib);
+	dbp_u64(&p, c->disk_gib);
+	dbp_u64(&p, c->gpus);
+	if ((rc = db_one(d, &r, "UPDATE nodes n SET max_vcpus = CASE WHEN $2::int > 0 THEN $2::int ELSE "
+			 "n.max_vcpus END, max_memory_mib = CASE WHEN $3::bigint > 0 THEN $3::bigint ELSE "
+			 "n.max_memory_mib END, max_disk_gib = CASE WHEN $4::bigint > 0 THEN $4::bigint ELSE "
+			 "n.max_disk_gib END, max_gpus = CASE WHEN $5::int > 0 THEN $5::int ELSE n.max_gpus END "
+			 "FROM (SELECT id, max_vcpus, max_memory_mib, max_disk_gib, max_gpus FROM nodes "
+			 "WHERE id = $1 FOR UPDATE) old WHERE n.id = old.id RETURNING old.max_vcpus || "
+			 "'/' || old.max_memory_mib || '/' || old.max_disk_gib || '/' || old.max_gpus, "
+			 "n.max_vcpus || '/' || n.max_memory_mib || '/' || n.max_disk_gib || '/' || "
+			 "n.max_gpus", &p, err, "node %s not found", a->q->node_id)) < 0)
+		return rc;
+	snprintf(a->was, sizeof(a->was), "%s", db_val(r, 0, 0));
+	snprintf(a->now, sizeof(a->now), "%s", db_val(r, 0, 1));
+	PQclear(r);
+	p.n = 1;
+	rc = db_exec(d, NULL, "UPDATE nodes SET cap_vcpus = least(cap_vcpus, max_vcpus), "
+		     "cap_memory_mib = least(cap_memory_mib, max_memory_mib), cap_disk_gib = "
+		     "least(cap_disk_gib, max_disk_gib), cap_gpus = least(cap_gpus, max_gpus) WHERE "
+		     "id = $1", &p);
+	return rc < 0 ? db_fail(err, rc) : 0;
+}
+
+static int nodes_set_capacity(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+			      bc_error *err)
+{
+	const Bc__Admin__V1__SetNodeCapacityRequest *q = (const void *)m;
+	const Bc__Admin__V1__Capacity *cap = q->ceiling;
+	struct set_capacity a = {.q = q};
+	Bc__Admin__V1__Node *n = NULL;
+	int r;
+
+	if ((r = check_id(err, "nodeId", "node", q->node_id)) < 0)
+		return r;
+	if (!cap || (!cap->vcpus && !cap->memory_mib && !cap->disk_gib && !cap->gpus))
+		return invalid(err, "ceiling", "ceiling must set at least one resource");
+	if (cap->vcpus > 65536 || cap->gpus > 1024 || cap->memory_mib > (1ull << 40) ||
+	    cap->disk_gib > (1ull << 30))
+		return invalid(err, "ceiling", "ceiling is out of range");
+	if ((r = db_tx(ctl_db(c), "READ COMMITTED", set_capacity_tx, &a, err)) < 0)
+		return r;
+	log_info("node %s: capacity ceiling %s vCPU/MiB/GiB/GPU (was %s), set by %s", q->node_id,
+		 a.now, a.was, ctl_principal(c)->id);
+	if ((r = node_fetch(c, ctl_db(c), q->node_id, &n, err)) < 0)
+		return r;
+	*ret = &n->base;
+	return 0;
+}
+
 #define U(name, f) {name, RPC_UNARY, {.unary = f}}
 
 int admin_register(rpc_server *s)
 {
 	static const struct rpc_handler nodes[] = {
 		U("CreateJoinToken", nodes_join_token), U("Get", nodes_get), U("List", nodes_list),
-		U("Retire", nodes_retire)};
+		U("Retire", nodes_retire), U("SetCapacity", nodes_set_capacity)};
 	int r = admin_catalog_register(s);
 
-	return r < 0 ? r : rpc_server_add_service(s, &bc__admin__v1__nodes__descriptor, nodes, 4);
+	return r < 0 ? r : rpc_server_add_service(s, &bc__admin__v1__nodes__descriptor, nodes,
+						  ARRAY_SIZE(nodes));
 }

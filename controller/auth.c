@@ -1,6 +1,7 @@
 /* auth.c: who is calling. Public and admin calls carry a bearer token, which
  * is looked up by its SHA-256 (tokens are never stored); node calls carry the
- * node's client certificate, whose common name is the node id. Join and
+ * node's client certificate, whose common name is the node id and whose
+ * serial is the one issued last (nodeapi_check_serial). Join and
  * Health need neither. Full policy evaluation (IAM) builds on the principal
  * set here. */
 #include <errno.h>
@@ -50,6 +51,13 @@ static int auth_node(rpc_call *call, struct principal *p, bc_error *err)
 		log_warn("node %s: call refused: node is retired", cn);
 		bc_error_set(err, BC_ACCESS_DENIED, "node %s is retired", cn);
 		return bc_error_detail(err, "reason", "node-retired");
+	}
+	rc = nodeapi_check_serial(ctl_db(call), cn, rpc_call_peer_cert_pem(call));
+	if (rc < 0) {
+		PQclear(r);
+		return rc == -EACCES ? bc_error_set(err, BC_UNAUTHENTICATED, "this certificate of "
+						    "node %s is not the one issued", cn) :
+				       bc_error_set(err, BC_UNAVAILABLE, "database unavailable");
 	}
 	p->kind = PRINCIPAL_NODE;
 	snprintf(p->id, sizeof(p->id), "%s", cn);

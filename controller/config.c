@@ -57,6 +57,9 @@ static const struct ckey keys[] = {
 	I(http_handshake_timeout_seconds, "5", 1, 3600),
 	I(http_header_timeout_seconds, "10", 1, 3600),
 	I(http_idle_timeout_seconds, "60", 1, 86400),
+	I(node_cert_lifetime_seconds, "31536000", 60, 10 * 31536000),
+	I(join_retry_seconds, "300", 0, 86400),
+	I(server_cert_renew_days, "30", 0, 3650),
 };
 
 static const struct ckey *key_find(const char *name)

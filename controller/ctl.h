@@ -14,7 +14,7 @@
 
 /* The newest schema version this binary knows; equals the number of files in
  * migrations/ (checked by a unit test). serve refuses any other version. */
-#define CTL_SCHEMA_VERSION 8
+#define CTL_SCHEMA_VERSION 9
 
 struct ctl_config {
 	char *database;
@@ -47,6 +47,9 @@ struct ctl_config {
 	int http_max_connections, http_max_connections_per_address, http_threads;
 	int http_handshake_timeout_seconds, http_header_timeout_seconds;
 	int http_idle_timeout_seconds;
+	int node_cert_lifetime_seconds; /* node certificates (Join, RenewCertificate) */
+	int join_retry_seconds;      /* a Join retried this long after gets the same answer */
+	int server_cert_renew_days;  /* serve reissues server.pem this close to expiry */
 };
 
 /* Load defaults, then the file at path (if not NULL), then argv flags
@@ -115,12 +118,21 @@ int auth_tenant(const rpc_call *call, const char *requested, const char **ret_te
 /* init.c */
 int init_run(struct ctl_app *app, bool new_admin_token);
 int pki_load(struct ctl_app *app);
+/* Reissue server.pem/server.key from the API CA (same SANs: localhost,
+ * loopback and api_san) when it expires within server_cert_renew_days
+ * (0: never); 0 or -errno. Called by serve before it listens. */
+int init_renew_server_cert(struct ctl_app *app);
 
 /* services: registration of each API group on the server. */
 int admin_register(rpc_server *s);
 int admin_catalog_register(rpc_server *s);
 int instances_register(rpc_server *s);
 int nodeapi_register(rpc_server *s);
+/* nodeapi.c: 0 if cert_pem (the node's verified client certificate) carries
+ * the serial issued to node last, or a renewed one not presented before,
+ * which becomes the only one accepted; -EACCES for any other (or none),
+ * -errno from the database. */
+int nodeapi_check_serial(struct db *d, const char *node, const char *cert_pem);
 int iam_tenants_register(rpc_server *s);
 int events_register(rpc_server *s);
 int iam_policies_register(rpc_server *s);

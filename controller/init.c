@@ -1,18 +1,25 @@
 /* init.c: initialise a deployment: the API CA and server certificate, the
  * node CA, the schema, the root tenant and the first admin token. Safe to
  * run again: existing material is kept, and a new admin token is minted only
- * when none exists or one is asked for. */
+ * when none exists or one is asked for. serve renews the server certificate
+ * from the API CA when it nears expiry (init_renew_server_cert). */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ctl.h"
 #include "log.h"
 #include "pki.h"
 #include "util.h"
+
+#define SERVER_CERT_DAYS 825
 
 static char *pki_path(const struct ctl_app *app, const char *file)
 {
@@ -55,37 +62,92 @@ static int make_ca(const struct ctl_app *app, const char *base, const char *cn)
 	return r;
 }
 
-static int make_server_cert(struct ctl_app *app)
+/* Issue server.pem/server.key from the API CA: serverAuth, CN bc-controller,
+ * SANs localhost, the loopback addresses and api_san. */
+static int issue_server_cert(struct ctl_app *app)
 {
-	_cleanup_free_ char *path = pki_path(app, "server.pem");
 	_cleanup_free_ char *sans_buf = xstrdup(app->cfg.api_san);
+	_cleanup_free_ char *cp = pki_path(app, "api-ca.pem");
+	_cleanup_free_ char *kp = pki_path(app, "api-ca.key");
 	const char *sans[34] = {"localhost", "127.0.0.1", "::1"};
 	char *save = NULL, *cert = NULL, *key = NULL, *cacert = NULL, *cakey = NULL;
 	size_t n = 3;
 	int r;
 
-	if (exists(path))
-		return 0;
 	for (char *s = strtok_r(sans_buf, ", ", &save); s && n < 33; s = strtok_r(NULL, ", ", &save))
 		sans[n++] = s;
 	sans[n] = NULL;
-	{
-		_cleanup_free_ char *cp = pki_path(app, "api-ca.pem");
-		_cleanup_free_ char *kp = pki_path(app, "api-ca.key");
-		if ((r = file_read_all(cp, 1 << 20, &cacert, NULL)) < 0 ||
-		    (r = file_read_all(kp, 1 << 20, &cakey, NULL)) < 0)
-			goto out;
-	}
-	r = pki_issue(cacert, cakey, "bc-controller", sans, PKI_SERVER, 825, &cert, &key);
+	if ((r = file_read_all(cp, 1 << 20, &cacert, NULL)) < 0 ||
+	    (r = file_read_all(kp, 1 << 20, &cakey, NULL)) < 0)
+		goto out;
+	r = pki_issue(cacert, cakey, "bc-controller", sans, PKI_SERVER, SERVER_CERT_DAYS, &cert,
+		      &key);
 	if (r == 0)
 		r = write_pair(app, "server", cert, key);
-	if (r == 0)
-		log_info("init: wrote %s", path);
 out:
 	free(cacert);
 	pki_free_secret(cakey);
 	free(cert);
 	pki_free_secret(key);
+	return r;
+}
+
+static int make_server_cert(struct ctl_app *app)
+{
+	_cleanup_free_ char *path = pki_path(app, "server.pem");
+	int r;
+
+	if (exists(path))
+		return 0;
+	r = issue_server_cert(app);
+	if (r == 0)
+		log_info("init: wrote %s", path);
+	return r;
+}
+
+/* Milliseconds server.pem has left, or INT64_MAX when it is unreadable
+ * (serve fails on it with its own message). */
+static int64_t server_cert_left_ms(struct ctl_app *app)
+{
+	_cleanup_free_ char *path = pki_path(app, "server.pem");
+	_cleanup_free_ char *cert = NULL;
+	int64_t not_after = 0;
+
+	if (file_read_all(path, 1 << 20, &cert, NULL) < 0 ||
+	    pki_cert_info(cert, NULL, &not_after, NULL) < 0)
+		return INT64_MAX;
+	return not_after - (int64_t)time(NULL) * 1000;
+}
+
+/* See ctl.h. Replicas sharing pki_dir renew one at a time (a lock file),
+ * and the second finds the new certificate and keeps it. */
+int init_renew_server_cert(struct ctl_app *app)
+{
+	_cleanup_free_ char *lock = pki_path(app, "server.lock");
+	int64_t window = (int64_t)app->cfg.server_cert_renew_days * 86400 * 1000, left;
+	int fd, r = 0;
+
+	if (window == 0 || server_cert_left_ms(app) > window)
+		return 0;
+	fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0 || flock(fd, LOCK_EX) < 0) {
+		r = -errno;
+		log_error("pki: cannot lock %s: %s", lock, strerror(-r));
+		goto out;
+	}
+	left = server_cert_left_ms(app);
+	if (left > window)
+		goto out;
+	log_warn("pki: server.pem expires in %lld h: issuing a new one from the API CA",
+		 (long long)(left / 3600000));
+	r = issue_server_cert(app);
+	if (r < 0)
+		log_error("pki: cannot renew server.pem: %s", strerror(-r));
+	else
+		log_info("pki: wrote a new server.pem, valid %d days", SERVER_CERT_DAYS);
+out:
+	if (fd >= 0)
+		close(fd);
 	return r;
 }
 

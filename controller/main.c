@@ -66,7 +66,8 @@ static int cmd_serve(struct ctl_app *app)
 	sigaddset(&set, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	if ((r = check_schema(app)) < 0 || (r = pki_load(app)) < 0)
+	if ((r = check_schema(app)) < 0 || (r = pki_load(app)) < 0 ||
+	    (r = init_renew_server_cert(app)) < 0)
 		return r;
 	rpc_global_init();
 	if ((r = server_start(app)) < 0) {

@@ -1,9 +1,15 @@
 /* nodeapi.c: the Node API that agents call. Join (the one call without a
  * client certificate) spends a join token and signs the node's CSR with the
- * node CA, CN = the new node id; WatchSpec streams the node's NodeSpec
- * whenever its generation moves; Report records what the host runs;
- * GetBootData hands a node the sealed user data of its own instances. */
-#include <arpa/inet.h>
+ * node CA: a client certificate (clientAuth only, never serverAuth, so a
+ * node cannot serve as the controller), subject CN = the new node id and
+ * no name the node chose; its serial is recorded, and only that serial is
+ * accepted afterwards (nodeapi_check_serial). A Join retried with the same
+ * token and the same key within join_retry_seconds gets the same answer.
+ * RenewCertificate issues the node a new certificate before expiry.
+ * WatchSpec streams the node's NodeSpec whenever its generation moves;
+ * Report records what the host runs, its capacity capped at the operator's
+ * ceiling; GetBootData hands a node the sealed user data of its own
+ * instances. */
 #include <ctype.h>
 #include <errno.h>
 #include <openssl/crypto.h>
@@ -23,7 +29,6 @@
 
 #define CSR_MAX 16384
 #define LABELS_MAX 64
-#define NODE_CERT_DAYS 365
 #define REPORT_INSTANCES_MAX 10000
 
 /* ------------------------------------------------------------------ join */
@@ -71,7 +76,12 @@ struct join {
 	struct ctl_app *app;
 	char jt[64], secret[64], node_id[64], pool_id[64];
 	char *cert, *serial;
+	int64_t not_after;
+	bool retried;        /* the answer of an earlier Join, given again */
 };
+
+/* Columns of join_tx's SELECT of the token. */
+enum { JT_POOL, JT_HASH, JT_LIVE, JT_USED, JT_POOL_LIVE, JT_RETRY_OPEN, JT_NODE, JT_CERT };
 
 static int join_refuse(bc_error *err, const char *reason, const char *msg)
 {
@@ -111,10 +121,15 @@ static int join_insert(struct db *d, struct join *a, bc_error *err)
 	dbp_u64(&p, q->capacity ? q->capacity->disk_gib : 0);
 	dbp_u64(&p, q->capacity ? q->capacity->gpus : 0);
 	dbp_str(&p, a->serial);
+	dbp_str(&p, a->cert);
+	dbp_i64(&p, a->not_after);
+	/* the capacity at join is the node's ceiling until the operator sets one */
 	rc = db_exec(d, NULL, "INSERT INTO nodes (id, pool_id, hostname, address, labels, cap_vcpus, "
-		     "cap_memory_mib, cap_disk_gib, cap_gpus, cert_serial, last_report_at) VALUES "
+		     "cap_memory_mib, cap_disk_gib, cap_gpus, cert_serial, last_report_at, cert_pem, "
+		     "cert_not_after, max_vcpus, max_memory_mib, max_disk_gib, max_gpus) VALUES "
 		     "($1, $2, $3, $4, jsonb_object(string_to_array($5, E'\\n'), string_to_array($6, "
-		     "E'\\n')), $7, $8, $9, $10, $11, now())", &p);
+		     "E'\\n')), $7, $8, $9, $10, $11, now(), $12, to_timestamp($13::bigint / 1000.0), "
+		     "$7, $8, $9, $10)", &p);
 	p.n = 0;
 	dbp_str(&p, a->jt);
 	dbp_str(&p, a->node_id);
@@ -127,40 +142,37 @@ static int join_insert(struct db *d, struct join *a, bc_error *err)
 	return rc < 0 ? db_fail(err, rc) : 0;
 }
 
-/* The host part of an address ("10.0.0.5", "[fd00::5]:7444", "h.example:7444"):
- * what a certificate's subjectAltName can name. */
-static void san_host(const char *addr, char *out, size_t len)
+/* A Join retried with the same token: the same answer when it comes within
+ * join_retry_seconds of the first and its CSR holds the key the node's
+ * certificate was issued for (bcd lost the answer and asks again), else
+ * join-token-used. */
+static int join_retry(struct join *a, const PGresult *r, bc_error *err)
 {
-	const char *end;
-
-	if (addr[0] == '[' && (end = strchr(addr, ']'))) {
-		snprintf(out, len, "%.*s", (int)(end - addr - 1), addr + 1);
-		return;
-	}
-	end = strchr(addr, ':');
-	if (end && !strchr(end + 1, ':')) /* one colon: host:port */
-		snprintf(out, len, "%.*s", (int)(end - addr), addr);
-	else
-		snprintf(out, len, "%s", addr);
+	if (!db_bool(r, 0, JT_RETRY_OPEN) || !*db_val(r, 0, JT_CERT) ||
+	    pki_csr_matches_cert(a->q->csr_pem, db_val(r, 0, JT_CERT)) < 0)
+		return join_refuse(err, "join-token-used", "join token was already used");
+	snprintf(a->node_id, sizeof(a->node_id), "%s", db_val(r, 0, JT_NODE));
+	a->cert = xstrdup(db_val(r, 0, JT_CERT));
+	a->retried = true;
+	return 0;
 }
 
-static bool dns_name(const char *s)
+/* A new node: its certificate (clientAuth only, CN = the node id, no
+ * names), then its row. */
+static int join_new(struct db *d, struct join *a, bc_error *err)
 {
-	if (!*s || strlen(s) > 253)
-		return false;
-	for (; *s; s++)
-		if (!isalnum((unsigned char)*s) && *s != '-' && *s != '.')
-			return false;
-	return true;
+	id_new("node", a->node_id, sizeof(a->node_id));
+	if (pki_sign_csr_secs(a->app->node_ca_pem, a->app->node_ca_key_pem, a->q->csr_pem,
+			      a->node_id, NULL, PKI_CLIENT, a->app->cfg.node_cert_lifetime_seconds,
+			      &a->cert, &a->serial) < 0 ||
+	    pki_cert_info(a->cert, NULL, &a->not_after, NULL) < 0)
+		return invalid(err, "csrPem", "csrPem is not a valid, self-signed request");
+	return join_insert(d, a, err);
 }
 
 static int join_tx(struct db *d, void *arg, bc_error *err)
 {
 	struct join *a = arg;
-	char host[256];
-	unsigned char v6[16];
-	const char *sans[3] = {NULL, NULL, NULL};
-	size_t n = 0;
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	char hash[65];
@@ -169,36 +181,31 @@ static int join_tx(struct db *d, void *arg, bc_error *err)
 	free(a->cert);
 	free(a->serial);
 	a->cert = a->serial = NULL;
+	a->retried = false;
 	dbp_str(&p, a->jt);
+	dbp_i64(&p, a->app->cfg.join_retry_seconds);
 	rc = db_exec(d, &r, "SELECT t.pool_id, t.secret_hash, t.expires_at > now(), t.used_at IS "
-		     "NOT NULL, p.deleted_at IS NULL FROM join_tokens t JOIN pools p ON p.id = "
-		     "t.pool_id WHERE t.id = $1 FOR UPDATE OF t", &p);
+		     "NOT NULL, p.deleted_at IS NULL, t.used_at > now() - make_interval(secs => $2), "
+		     "coalesce(t.node_id, ''), coalesce(n.cert_pem, '') FROM join_tokens t JOIN pools "
+		     "p ON p.id = t.pool_id LEFT JOIN nodes n ON n.id = t.node_id AND n.state <> "
+		     "'retired' WHERE t.id = $1 FOR UPDATE OF t", &p);
 	if (rc < 0)
 		return db_fail(err, rc);
 	sha256_hex(a->secret, strlen(a->secret), hash);
-	if (PQntuples(r) == 0 || CRYPTO_memcmp(hash, db_val(r, 0, 1), 64) != 0)
+	if (PQntuples(r) == 0 || CRYPTO_memcmp(hash, db_val(r, 0, JT_HASH), 64) != 0)
 		rc = join_refuse(err, "join-token-invalid", "join token is not valid");
-	else if (db_bool(r, 0, 3))
-		rc = join_refuse(err, "join-token-used", "join token was already used");
-	else if (!db_bool(r, 0, 2))
+	else if (db_bool(r, 0, JT_USED))
+		rc = join_retry(a, r, err);
+	else if (!db_bool(r, 0, JT_LIVE))
 		rc = join_refuse(err, "join-token-expired", "join token has expired");
-	else if (!db_bool(r, 0, 4))
+	else if (!db_bool(r, 0, JT_POOL_LIVE))
 		rc = bc_error_set(err, BC_NOT_FOUND, "the join token's pool was deleted");
 	if (rc == 0)
-		snprintf(a->pool_id, sizeof(a->pool_id), "%s", db_val(r, 0, 0));
+		snprintf(a->pool_id, sizeof(a->pool_id), "%s", db_val(r, 0, JT_POOL));
 	PQclear(r);
-	if (rc < 0)
+	if (rc < 0 || a->retried)
 		return rc;
-	id_new("node", a->node_id, sizeof(a->node_id));
-	san_host(a->q->address, host, sizeof(host));
-	if (dns_name(host) || inet_pton(AF_INET6, host, v6) == 1)
-		sans[n++] = host;
-	if (dns_name(a->q->hostname) && strcmp(a->q->hostname, host) != 0)
-		sans[n++] = a->q->hostname;
-	if (pki_sign_csr(a->app->node_ca_pem, a->app->node_ca_key_pem, a->q->csr_pem, a->node_id,
-			 sans, PKI_CLIENT | PKI_SERVER, NODE_CERT_DAYS, &a->cert, &a->serial) < 0)
-		return invalid(err, "csrPem", "csrPem is not a valid, self-signed request");
-	return join_insert(d, a, err);
+	return join_new(d, a, err);
 }
 
 static int node_join(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
@@ -223,11 +230,101 @@ static int node_join(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 	resp->node_id = rpc_strdup(c, a.node_id);
 	resp->pool_id = rpc_strdup(c, a.pool_id);
 	resp->certificate_pem = rpc_strdup(c, a.cert);
-	resp->ca_bundle_pem = rpc_alloc(c, strlen(a.app->api_ca_pem) + strlen(a.app->node_ca_pem) + 1);
-	strcat(strcpy(resp->ca_bundle_pem, a.app->api_ca_pem), a.app->node_ca_pem);
-	log_info("node %s: joined pool %s as %s (%s)", a.node_id, a.pool_id, q->hostname, q->address);
+	/* the API CA alone: bcd must never take a node certificate for the
+	 * controller's */
+	resp->ca_bundle_pem = rpc_strdup(c, a.app->api_ca_pem);
+	if (a.retried)
+		log_info("node %s: join retried with the same token and key: same answer",
+			 a.node_id);
+	else
+		log_info("node %s: joined pool %s as %s (%s), certificate serial %s", a.node_id,
+			 a.pool_id, q->hostname, q->address, a.serial);
 	free(a.cert);
 	free(a.serial);
+	*ret = &resp->base;
+	return 0;
+}
+
+/* ----------------------------------------------------------- certificate */
+
+/* Make a renewed certificate the only one: its first use. */
+static int promote_serial(struct db *d, const char *node, const char *serial, int64_t not_after,
+			  const char *old)
+{
+	struct dbp p = {0};
+	int rc;
+
+	dbp_str(&p, node);
+	dbp_str(&p, serial);
+	dbp_i64(&p, not_after);
+	rc = db_exec(d, NULL, "UPDATE nodes SET cert_serial = $2, cert_serial_next = NULL, "
+		     "cert_not_after = to_timestamp($3::bigint / 1000.0) WHERE id = $1 AND "
+		     "cert_serial_next = $2", &p);
+	if (rc == 0)
+		log_info("node %s: renewed certificate %s in use; serial %s refused from now on",
+			 node, serial, old);
+	return rc;
+}
+
+/* See ctl.h. */
+int nodeapi_check_serial(struct db *d, const char *node, const char *cert_pem)
+{
+	_cleanup_free_ char *serial = NULL;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int64_t not_after = 0;
+	int rc;
+
+	if (!cert_pem || pki_cert_info(cert_pem, NULL, &not_after, &serial) < 0)
+		return -EACCES;
+	dbp_str(&p, node);
+	rc = db_exec(d, &r, "SELECT cert_serial, coalesce(cert_serial_next, '') FROM nodes WHERE "
+		     "id = $1", &p);
+	if (rc < 0)
+		return rc;
+	if (PQntuples(r) == 1 && strcmp(db_val(r, 0, 0), serial) == 0)
+		rc = 0;
+	else if (PQntuples(r) == 1 && strcmp(db_val(r, 0, 1), serial) == 0)
+		rc = promote_serial(d, node, serial, not_after, db_val(r, 0, 0));
+	else
+		rc = -EACCES;
+	if (rc == -EACCES)
+		log_warn("node %s: certificate serial %s refused: not the one issued (%s)", node,
+			 serial, PQntuples(r) == 1 ? db_val(r, 0, 0) : "none");
+	PQclear(r);
+	return rc;
+}
+
+/* A new certificate for the calling node and the key of its CSR: recorded
+ * as the next serial, accepted beside the current one until first used. */
+static int node_renew(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+		      bc_error *err)
+{
+	const Bc__Node__V1__RenewCertificateRequest *q = (const void *)m;
+	struct ctl_app *app = ctl_app(c);
+	const char *node = ctl_principal(c)->id;
+	Bc__Node__V1__RenewCertificateResponse *resp;
+	_cleanup_free_ char *cert = NULL, *serial = NULL;
+	struct dbp p = {0};
+	int rc;
+
+	if (!*q->csr_pem || strlen(q->csr_pem) > CSR_MAX ||
+	    !strstr(q->csr_pem, "-----BEGIN CERTIFICATE REQUEST-----"))
+		return invalid(err, "csrPem", "csrPem must be a PEM certificate request");
+	if (pki_sign_csr_secs(app->node_ca_pem, app->node_ca_key_pem, q->csr_pem, node, NULL,
+			      PKI_CLIENT, app->cfg.node_cert_lifetime_seconds, &cert, &serial) < 0)
+		return invalid(err, "csrPem", "csrPem is not a valid, self-signed request");
+	dbp_str(&p, node);
+	dbp_str(&p, serial);
+	dbp_str(&p, cert);
+	rc = db_exec(ctl_db(c), NULL, "UPDATE nodes SET cert_serial_next = $2, cert_pem = $3 "
+		     "WHERE id = $1 AND state <> 'retired'", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	log_info("node %s: certificate renewed, serial %s (in force at its first use)", node,
+		 serial);
+	resp = rpc_new(c, &bc__node__v1__renew_certificate_response__descriptor);
+	resp->certificate_pem = rpc_strdup(c, cert);
 	*ret = &resp->base;
 	return 0;
 }
@@ -407,6 +504,44 @@ struct report {
 	struct lines changed; /* instances whose state this report changed */
 };
 
+/* Columns of report_node's RETURNING. */
+enum { RN_GEN, RN_OLD_STATE, RN_OLD_VCPUS, RN_OLD_MEM, RN_OLD_DISK, RN_OLD_GPUS, RN_VCPUS,
+       RN_MEM, RN_DISK, RN_GPUS };
+
+/* Log a change of the node's capacity, and what the host claimed beyond
+ * its ceiling. */
+static void log_capacity(const struct report *a, const PGresult *r)
+{
+	const Bc__Node__V1__Capacity *c = a->q->capacity;
+	bool capped;
+
+	if (!c)
+		return;
+	capped = c->vcpus > (uint64_t)db_i64(r, 0, RN_VCPUS) ||
+		 c->memory_mib > (uint64_t)db_i64(r, 0, RN_MEM) ||
+		 c->disk_gib > (uint64_t)db_i64(r, 0, RN_DISK) ||
+		 c->gpus > (uint64_t)db_i64(r, 0, RN_GPUS);
+	for (int i = 0; i < 4; i++) {
+		if (db_i64(r, 0, RN_OLD_VCPUS + i) == db_i64(r, 0, RN_VCPUS + i))
+			continue;
+		log_info("node %s: capacity %s/%s/%s/%s vCPU/MiB/GiB/GPU (was %s/%s/%s/%s)%s",
+			 a->node, db_val(r, 0, RN_VCPUS), db_val(r, 0, RN_MEM),
+			 db_val(r, 0, RN_DISK), db_val(r, 0, RN_GPUS), db_val(r, 0, RN_OLD_VCPUS),
+			 db_val(r, 0, RN_OLD_MEM), db_val(r, 0, RN_OLD_DISK),
+			 db_val(r, 0, RN_OLD_GPUS),
+			 capped ? ": the host reports more, capped at its ceiling" : "");
+		return;
+	}
+	if (capped)
+		log_debug("node %s: reports %u/%llu/%llu/%u, capped at its ceiling", a->node,
+			  c->vcpus, (unsigned long long)c->memory_mib,
+			  (unsigned long long)c->disk_gib, c->gpus);
+}
+
+/* The node's row: its report time, applied generation, capabilities (and
+ * their bc.dev/cap.* labels; other labels are the operator's and the
+ * join's, never a report's), and its capacity, each resource capped at the
+ * node's ceiling (max_*: the value at join or `bcctl node set-capacity`). */
 static int report_node(struct db *d, struct report *a, bc_error *err)
 {
 	const Bc__Node__V1__StatusReport *q = a->q;
@@ -427,14 +562,20 @@ static int report_node(struct db *d, struct report *a, bc_error *err)
 	rc = db_exec(d, &r,
 		     "UPDATE nodes n SET last_report_at = now(), applied_generation = greatest("
 		     "n.applied_generation, $2::bigint), capabilities = string_to_array($3, E'\\n'), "
-		     "labels = jsonb_object(string_to_array($4, E'\\n'), string_to_array($5, E'\\n')), "
-		     "cap_vcpus = CASE WHEN $6 THEN $7::int ELSE n.cap_vcpus END, cap_memory_mib = "
-		     "CASE WHEN $6 THEN $8::bigint ELSE n.cap_memory_mib END, cap_disk_gib = CASE WHEN "
-		     "$6 THEN $9::bigint ELSE n.cap_disk_gib END, cap_gpus = CASE WHEN $6 THEN "
-		     "$10::int ELSE n.cap_gpus END, state = CASE WHEN n.state = 'lost' THEN 'ready' "
-		     "ELSE n.state END FROM (SELECT state FROM nodes WHERE id = $1 FOR UPDATE) old "
+		     "labels = (SELECT coalesce(jsonb_object_agg(key, value), '{}') FROM jsonb_each("
+		     "n.labels) WHERE key NOT LIKE 'bc.dev/cap.%') || jsonb_object(string_to_array("
+		     "$4, E'\\n'), string_to_array($5, E'\\n')), "
+		     "cap_vcpus = CASE WHEN $6 THEN least($7::bigint, n.max_vcpus) ELSE n.cap_vcpus END, "
+		     "cap_memory_mib = CASE WHEN $6 THEN least($8::bigint, n.max_memory_mib) ELSE "
+		     "n.cap_memory_mib END, cap_disk_gib = CASE WHEN $6 THEN least($9::bigint, "
+		     "n.max_disk_gib) ELSE n.cap_disk_gib END, cap_gpus = CASE WHEN $6 THEN least("
+		     "$10::bigint, n.max_gpus) ELSE n.cap_gpus END, state = CASE WHEN n.state = 'lost' "
+		     "THEN 'ready' ELSE n.state END FROM (SELECT state, cap_vcpus, cap_memory_mib, "
+		     "cap_disk_gib, cap_gpus FROM nodes WHERE id = $1 FOR UPDATE) old "
 		     "WHERE n.id = $1 AND n.state <> 'retired' RETURNING n.spec_generation + (EXISTS ("
-		     "SELECT 1 FROM node_spec_changes c WHERE c.node_id = $1))::int, old.state",
+		     "SELECT 1 FROM node_spec_changes c WHERE c.node_id = $1))::int, old.state, "
+		     "old.cap_vcpus, old.cap_memory_mib, old.cap_disk_gib, old.cap_gpus, n.cap_vcpus, "
+		     "n.cap_memory_mib, n.cap_disk_gib, n.cap_gpus",
 		     &p);
 	if (rc < 0)
 		return db_fail(err, rc);
@@ -443,8 +584,9 @@ static int report_node(struct db *d, struct report *a, bc_error *err)
 		bc_error_set(err, BC_ACCESS_DENIED, "node %s is retired", a->node);
 		return bc_error_detail(err, "reason", "node-retired");
 	}
-	a->spec_generation = (uint64_t)db_i64(r, 0, 0);
-	if (strcmp(db_val(r, 0, 1), "lost") == 0) {
+	a->spec_generation = (uint64_t)db_i64(r, 0, RN_GEN);
+	log_capacity(a, r);
+	if (strcmp(db_val(r, 0, RN_OLD_STATE), "lost") == 0) {
 		char subject[96];
 		log_info("node %s: reporting again, no longer lost", a->node);
 		snprintf(subject, sizeof(subject), "node/%s", a->node);
@@ -584,12 +726,8 @@ static int prepare_report(struct report *a, bc_error *err)
 		lines_add(&a->lkeys, key);
 		lines_add(&a->lvals, "1");
 	}
-	for (size_t i = 0; i < q->n_labels && i < LABELS_MAX; i++) {
-		if (!label_ok(q->labels[i]->key, q->labels[i]->value))
-			continue; /* hosts may not claim capability labels */
-		lines_add(&a->lkeys, q->labels[i]->key);
-		lines_add(&a->lvals, q->labels[i]->value);
-	}
+	/* a report's labels are not taken: a node's labels are those it
+	 * joined with, so a host cannot relabel itself to draw work */
 	return 0;
 }
 
@@ -707,6 +845,7 @@ int nodeapi_register(rpc_server *s)
 		{"WatchSpec", RPC_SERVER_STREAM, {.sstream = node_watch}},
 		{"Report", RPC_UNARY, {.unary = node_report}},
 		{"GetBootData", RPC_UNARY, {.unary = node_boot_data}},
+		{"RenewCertificate", RPC_UNARY, {.unary = node_renew}},
 	};
 
 	return rpc_server_add_service(s, &bc__node__v1__node__descriptor, h, ARRAY_SIZE(h));

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "agent/join.h"
+#include "agent/renew.h"
 #include "pki.h"
 #include "tap.h"
 #include "util.h"
@@ -180,6 +181,89 @@ static void test_enrol_config(void)
 	cfg_free(&cfg);
 }
 
+/* When a certificate is renewed: a share of its life after issue. */
+static void test_renew_due(void)
+{
+	is_int((int)(renew_due_ms(1000, 101000, 67) - 1000), 67000, "67 percent of 100 s: 67 s in");
+	is_int((int)(renew_due_ms(0, 120000, 50)), 60000, "half of 120 s");
+	ok(renew_due_ms(0, 365LL * 86400000, 67) == 365LL * 86400000 / 100 * 67,
+	   "a year: no overflow");
+	is_int((int)renew_due_ms(5000, 5000, 67), 5000, "no life: due at once");
+}
+
+/* ca.pem of an older bcd (the API CA and the node CA): the node CA goes;
+ * only the node CA: refused, nothing written. */
+static void test_repair_ca(const struct material *m)
+{
+	_cleanup_free_ char *dir = sub("repair");
+	_cleanup_free_ char *both = NULL, *path = xasprintf("%s/%s", dir, JOIN_CA_FILE);
+	char *api = NULL, *api_key = NULL, *disk = NULL;
+	struct join_creds c = {0};
+	int dropped = -1;
+
+	is_int(pki_ca_new("test API CA", 1, &api, &api_key), 0, "an API CA");
+	both = xasprintf("%s%s", api, m->ca_cert);
+	c.cert_pem = m->cert;
+	c.ca_pem = xstrdup(both);
+	is_int(file_write_atomic(path, both, strlen(both), 0644), 0, "old ca.pem written");
+	is_int(join_repair_ca(dir, &c, &dropped), 0, "repaired");
+	is_int(dropped, 1, "the node CA dropped");
+	is_str(c.ca_pem, api, "the API CA is left in memory");
+	is_int(file_read_all(path, 1 << 20, &disk, NULL), 0, "ca.pem readable");
+	is_str(disk, api, "and on disk");
+	free(disk);
+	disk = NULL;
+	is_int(join_repair_ca(dir, &c, &dropped), 0, "again");
+	is_int(dropped, 0, "nothing more to drop");
+	free(c.ca_pem);
+	c.ca_pem = xstrdup(m->ca_cert);
+	is_int(file_write_atomic(path, m->ca_cert, strlen(m->ca_cert), 0644), 0, "ca.pem: node CA only");
+	is_int(join_repair_ca(dir, &c, &dropped), -ENOKEY, "nothing but the node CA: refused");
+	is_int(file_read_all(path, 1 << 20, &disk, NULL), 0, "ca.pem readable");
+	is_str(disk, m->ca_cert, "and left as it was");
+	free(disk);
+	free(c.ca_pem);
+	free(api);
+	pki_free_secret(api_key);
+}
+
+/* A renewal that a stop interrupted: renew.pem present finishes the
+ * switch at load, renew.key alone is dropped. */
+static void test_renew_files(const struct material *m)
+{
+	_cleanup_free_ char *dir = sub("renew");
+	Bc__Node__V1__JoinResponse r = BC__NODE__V1__JOIN_RESPONSE__INIT;
+	_cleanup_free_ char *rk = xasprintf("%s/%s", dir, JOIN_RENEW_KEY_FILE);
+	_cleanup_free_ char *rc = xasprintf("%s/%s", dir, JOIN_RENEW_CERT_FILE);
+	char *csr = NULL, *key = NULL, *cert = NULL;
+	struct join_creds c = {0};
+
+	r.node_id = "node_01testtesttesttesttesttest";
+	r.certificate_pem = m->cert;
+	r.ca_bundle_pem = m->ca_cert;
+	is_int(join_save(dir, &r, m->key, NULL), 0, "joined");
+	is_int(pki_csr_new("bcd", &csr, &key), 0, "a new key");
+	is_int(pki_sign_csr(m->ca_cert, m->ca_key, csr, "node_01testtesttesttesttesttest", NULL,
+			    PKI_CLIENT, 1, &cert, NULL), 0, "its certificate");
+	is_int(file_write_atomic(rk, key, strlen(key), 0600), 0, "renew.key");
+	is_int(join_load(dir, &c), 0, "renew.key alone: loads");
+	is_str(c.key_pem, m->key, "the old key");
+	ok(!exists(dir, JOIN_RENEW_KEY_FILE), "renew.key alone is dropped");
+	join_creds_free(&c);
+	is_int(file_write_atomic(rk, key, strlen(key), 0600), 0, "renew.key");
+	is_int(file_write_atomic(rc, cert, strlen(cert), 0644), 0, "renew.pem");
+	is_int(join_load(dir, &c), 0, "loads");
+	is_str(c.key_pem, key, "the new key");
+	is_str(c.cert_pem, cert, "the new certificate");
+	ok(!exists(dir, JOIN_RENEW_KEY_FILE) && !exists(dir, JOIN_RENEW_CERT_FILE),
+	   "both renamed into place");
+	is_int(mode_of(dir, JOIN_KEY_FILE), 0600, "node.key still 0600");
+	join_creds_free(&c);
+	free(csr);
+	pki_free_secret(key);
+	free(cert);
+}
+
 int main(void)
 {
 	struct material m = {0};
@@ -199,6 +283,9 @@ int main(void)
 	test_half_written(&m);
 	test_classify();
 	test_enrol_config();
+	test_repair_ca(&m);
+	test_renew_files(&m);
+	test_renew_due();
 	free_material(&m);
 	{
 		char cmd[128];

@@ -1,6 +1,7 @@
 /* test_agent_state.c: the spec acceptance rule (fencing), spec.pb
  * persistence across a simulated restart, the command-id set, identity
  * files, and the small runtime helpers. */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -257,6 +258,55 @@ static void test_runtime_helpers(void)
 	is_str(rt_state_name(RT_STATE_RUNNING), "running", "state name");
 }
 
+/* How many entries of dir start with prefix. */
+static int count_prefix(const char *dir, const char *prefix)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	while (d && (e = readdir(d)))
+		n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* Another node's spec.pb and commands are set aside, never adopted. */
+static void test_set_aside(void)
+{
+	_cleanup_free_ char *dir = xasprintf("%s/aside", tmpdir);
+	Bc__Node__V1__NodeSpec *s = mkspec(9, 1);   /* node_id node_test */
+	struct state_cmds *cmds = NULL;
+	char *owner = NULL;
+
+	mkdir_p(dir, 0700);
+	is_int(state_set_aside_foreign(dir, "node_new", false, &owner), 0, "empty dir: nothing");
+	is_int(state_save_spec(dir, s), 0, "a spec of node_test");
+	is_int(state_cmds_open(dir, &cmds), 0, "commands");
+	is_int(state_cmds_add(cmds, "cmd_1"), 0, "one recorded");
+	state_cmds_free(cmds);
+	is_int(state_set_aside_foreign(dir, "node_test", false, &owner), 0, "its own node: kept");
+	ok(owner == NULL, "no owner reported");
+	is_int(state_set_aside_foreign(dir, "node_new", false, &owner), 2,
+	       "another node's spec and commands: both set aside");
+	is_str(owner, "node_test", "the old owner is named");
+	free(owner);
+	owner = NULL;
+	is_int(count_prefix(dir, "spec.pb.node_test."), 1, "spec.pb renamed, not deleted");
+	is_int(count_prefix(dir, "commands.node_test."), 1, "commands renamed, not deleted");
+	ok(access(dir, F_OK) == 0 && count_prefix(dir, "spec.pb") == 1, "no spec.pb left");
+	is_int(state_cmds_open(dir, &cmds), 0, "a fresh command record");
+	is_int((int)state_cmds_count(cmds), 0, "empty");
+	is_int(state_cmds_add(cmds, "cmd_2"), 0, "one recorded");
+	state_cmds_free(cmds);
+	is_int(state_set_aside_foreign(dir, "node_new", true, &owner), 1,
+	       "joined now: whatever is there is set aside");
+	is_str(owner, "before-join", "owner unknown without a spec");
+	free(owner);
+	state_spec_free(s);
+}
+
 int main(void)
 {
 	snprintf(tmpdir, sizeof(tmpdir), "/tmp/bcd-state-XXXXXX");
@@ -272,6 +322,7 @@ int main(void)
 	test_cmds();
 	test_read_line();
 	test_runtime_helpers();
+	test_set_aside();
 	rm_rf(tmpdir);
 	done_testing();
 }

@@ -375,6 +375,61 @@ static void test_info(void)
 	pki_free_secret(k2);
 }
 
+/* Node identity (issue 12): validity in seconds, the key a CSR holds, a
+ * CSR for an existing key, and a bundle without the CA that issued a
+ * certificate (bcd's ca.pem repair). */
+static void test_identity(void)
+{
+	char *csr = NULL, *key = NULL, *csr2 = NULL, *key2 = NULL, *again = NULL, *cert = NULL;
+	char *ca2 = NULL, *ca2_key = NULL, *bundle = NULL, *left = NULL, *other = NULL;
+	int64_t issued = 0, not_after = 0;
+	int dropped = -1;
+
+	is_int(pki_csr_new("bcd", &csr, &key), 0, "CSR for identity tests");
+	is_int(pki_csr_new("bcd", &csr2, &key2), 0, "a second key");
+	is_int(pki_sign_csr_secs(ca_cert, ca_key, csr, "node-9", NULL, PKI_CLIENT, 59, &cert, NULL),
+	       -EINVAL, "a validity under 60 s is refused");
+	is_int(pki_sign_csr_secs(ca_cert, ca_key, csr, "node-9", NULL, PKI_CLIENT, 120, &cert, NULL),
+	       0, "a certificate valid 120 s");
+	is_int(pki_cert_validity(cert, &issued, &not_after), 0, "its validity");
+	ok(not_after - issued == 120000, "issued (notBefore + backdate) to notAfter is 120 s");
+	ok(issued <= now_ms() + 1000 && issued >= now_ms() - 60000, "issued about now");
+	is_int(pki_csr_matches_cert(csr, cert), 0, "the CSR holds the certificate's key");
+	is_int(pki_csr_matches_cert(csr2, cert), -EACCES, "another CSR does not");
+	is_int(pki_csr_matches_cert("garbage", cert), -EBADMSG, "garbage CSR");
+	is_int(pki_csr_for_key("bcd", key, &again), 0, "a CSR for the existing key");
+	is_int(pki_csr_matches_cert(again, cert), 0, "it holds the same key");
+	is_int(pki_csr_for_key("bcd", "garbage", &other), -EBADMSG, "CSR for a garbage key");
+
+	is_int(pki_ca_new("bc other CA", 30, &ca2, &ca2_key), 0, "a second CA");
+	bundle = xasprintf("%s%s", ca2, ca_cert);
+	is_int(pki_bundle_drop_issuer(bundle, cert, &left, &dropped), 0, "drop the issuer");
+	is_int(dropped, 1, "one dropped");
+	is_int(pki_verify(left, cert), -EACCES, "what is left does not verify the certificate");
+	is_str(left, ca2, "the other CA is left, unchanged");
+	free(left);
+	left = NULL;
+	is_int(pki_bundle_drop_issuer(ca2, cert, &left, &dropped), 0, "a bundle without the issuer");
+	is_int(dropped, 0, "nothing dropped");
+	is_str(left, ca2, "bundle kept");
+	free(left);
+	left = NULL;
+	is_int(pki_bundle_drop_issuer(ca_cert, cert, &left, &dropped), 0, "only the issuer");
+	ok(dropped == 1 && left && !*left, "everything dropped: an empty bundle");
+	is_int(pki_bundle_drop_issuer("garbage", cert, &other, &dropped), -EBADMSG, "garbage bundle");
+
+	free(left);
+	free(bundle);
+	free(ca2);
+	pki_free_secret(ca2_key);
+	free(cert);
+	free(again);
+	free(csr);
+	free(csr2);
+	pki_free_secret(key);
+	pki_free_secret(key2);
+}
+
 int main(void)
 {
 	char *cn = NULL;
@@ -392,6 +447,7 @@ int main(void)
 	test_csr();
 	test_refusals();
 	test_info();
+	test_identity();
 
 	unlink(ca_path);
 	rmdir(tmpdir);
