@@ -79,7 +79,8 @@ struct rpc_server_opts {
 	int max_streams;           /* concurrent streaming calls; 0: 1024 */
 	size_t max_message_bytes;  /* larger requests: INVALID_INPUT; 0: 1 MiB */
 	void *user;                /* server-wide pointer, rpc_call_user() */
-	/* per-thread state, e.g. a database connection; may be NULL. */
+	/* per-thread state, e.g. a database connection, of every worker
+	 * (gRPC and JSON/HTTP; never of a stream thread); may be NULL. */
 	void *(*thread_init)(void *user);
 	void (*thread_fini)(void *user, void *thread_state);
 	/* called on every call before its handler; may refuse it (e.g.
