@@ -151,7 +151,8 @@ void *rpc_new(rpc_call *call, const ProtobufCMessageDescriptor *d);
 /* Streams. send: 0, or -ECANCELED once the client went away/server stops. */
 int rpc_call_send(rpc_call *call, const ProtobufCMessage *msg);
 /* bidi receive: 1 with *ret (free with protobuf_c_message_free_unpacked),
- * 0 when the client half-closed, -ETIMEDOUT, -ECANCELED, -EMSGSIZE, -EBADMSG.
+ * 0 when the client half-closed, -ETIMEDOUT, -ECANCELED, -EMSGSIZE, -EBADMSG,
+ * -EILSEQ (a string field holds a NUL).
  * timeout_ms < 0: no limit; 0: poll. After -ETIMEDOUT the call stays usable. */
 int rpc_call_recv(rpc_call *call, ProtobufCMessage **ret, int timeout_ms);
 /* Server stream idle check: true if the client cancelled or the server

@@ -277,6 +277,9 @@ static int recv_request(rpc_call *c, ProtobufCMessage **ret, bc_error *err)
 		return bc_error_detail(err, "maxBytes", "%zu", c->srv->opts.max_message_bytes);
 	case -EBADMSG:
 		return bc_error_set(err, BC_INVALID_INPUT, "malformed request message");
+	case -EILSEQ:
+		/* the JSON/HTTP transport's words (pbjson_read.c) */
+		return bc_error_set(err, BC_INVALID_INPUT, "NUL character in string");
 	default:
 		return bc_error_set(err, BC_UNAVAILABLE, "call cancelled");
 	}
@@ -488,7 +491,8 @@ int rpc_call_recv(rpc_call *call, ProtobufCMessage **ret, int timeout_ms)
 		call->recv_eof = true;
 		return 0;
 	}
-	r = rpc_bb_unpack(bb, call->method->md->input, call->srv->opts.max_message_bytes, ret);
+	r = rpc_bb_unpack_request(bb, call->method->md->input, call->srv->opts.max_message_bytes,
+				  ret);
 	grpc_byte_buffer_destroy(bb);
 	return r < 0 ? r : 1;
 }

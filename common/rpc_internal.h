@@ -63,6 +63,10 @@ grpc_byte_buffer *rpc_bb_pack(const ProtobufCMessage *m);
 /* Unpack bb as d. -EMSGSIZE if longer than max, -EBADMSG if malformed. */
 int rpc_bb_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d,
 		  size_t max, ProtobufCMessage **ret);
+/* The same for a request a server received, also -EILSEQ if a string
+ * field anywhere in it holds a NUL (protobuf-c would cut it there). */
+int rpc_bb_unpack_request(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d,
+			  size_t max, ProtobufCMessage **ret);
 
 /* ----------------------------------------------------------- clocks */
 

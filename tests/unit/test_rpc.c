@@ -1084,6 +1084,140 @@ static int cancel_raw(int port, struct held *ret)
 	return (int)st;
 }
 
+/* A raw client call: initial metadata, then the message bytes buf (if
+ * not NULL) and a half-close (if close). */
+struct raw {
+	grpc_channel *ch;
+	grpc_completion_queue *cq;
+	grpc_call *gc;
+	grpc_metadata_array md, imd;
+	grpc_byte_buffer *resp;
+	grpc_status_code st;
+	grpc_slice details;
+	int tag_send, tag_status;
+	bool status_pending;
+};
+
+static void raw_start(struct raw *r, int port, const char *path, const uint8_t *buf, size_t len,
+		      bool close)
+{
+	char target[64];
+	grpc_channel_credentials *cr = grpc_insecure_credentials_create();
+	grpc_slice sl;
+	grpc_byte_buffer *bb = NULL;
+	grpc_op ops[3];
+	size_t n = 0;
+
+	memset(r, 0, sizeof(*r));
+	snprintf(target, sizeof(target), "127.0.0.1:%d", port);
+	r->ch = grpc_channel_create(target, cr, NULL);
+	grpc_channel_credentials_release(cr);
+	r->cq = grpc_completion_queue_create_for_pluck(NULL);
+	r->gc = grpc_channel_create_call(r->ch, NULL, GRPC_PROPAGATE_DEFAULTS, r->cq,
+					 grpc_slice_from_static_string(path), NULL,
+					 gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+	memset(ops, 0, sizeof(ops));
+	ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+	if (buf) {
+		sl = grpc_slice_from_copied_buffer((const char *)buf, len);
+		bb = grpc_raw_byte_buffer_create(&sl, 1);
+		grpc_slice_unref(sl);
+		ops[n].op = GRPC_OP_SEND_MESSAGE;
+		ops[n++].data.send_message.send_message = bb;
+	}
+	if (close)
+		ops[n++].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+	grpc_call_start_batch(r->gc, ops, n, &r->tag_send, NULL);
+	grpc_completion_queue_pluck(r->cq, &r->tag_send, gpr_inf_future(GPR_CLOCK_MONOTONIC),
+				    NULL);
+	if (bb)
+		grpc_byte_buffer_destroy(bb);
+	grpc_metadata_array_init(&r->md);
+	grpc_metadata_array_init(&r->imd);
+	r->details = grpc_empty_slice();
+	memset(ops, 0, sizeof(ops));
+	ops[0].op = GRPC_OP_RECV_INITIAL_METADATA;
+	ops[0].data.recv_initial_metadata.recv_initial_metadata = &r->imd;
+	ops[1].op = GRPC_OP_RECV_MESSAGE;
+	ops[1].data.recv_message.recv_message = &r->resp;
+	ops[2].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+	ops[2].data.recv_status_on_client.trailing_metadata = &r->md;
+	ops[2].data.recv_status_on_client.status = &r->st;
+	ops[2].data.recv_status_on_client.status_details = &r->details;
+	r->status_pending = grpc_call_start_batch(r->gc, ops, 3, &r->tag_status, NULL) ==
+			    GRPC_CALL_OK;
+}
+
+/* The call's status within timeout_ms, -1 if none came; its details in
+ * out. */
+static int raw_status(struct raw *r, int timeout_ms, char *out, size_t outlen)
+{
+	grpc_event ev;
+
+	if (!r->status_pending)
+		return -1;
+	ev = grpc_completion_queue_pluck(r->cq, &r->tag_status, rpc_deadline_in(timeout_ms), NULL);
+	if (ev.type != GRPC_OP_COMPLETE)
+		return -1;
+	r->status_pending = false;
+	snprintf(out, outlen, "%.*s", (int)GRPC_SLICE_LENGTH(r->details),
+		 (const char *)GRPC_SLICE_START_PTR(r->details));
+	return (int)r->st;
+}
+
+static void raw_free(struct raw *r)
+{
+	grpc_call_cancel(r->gc, NULL);
+	if (r->status_pending)
+		grpc_completion_queue_pluck(r->cq, &r->tag_status,
+					    gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+	grpc_metadata_array_destroy(&r->md);
+	grpc_metadata_array_destroy(&r->imd);
+	if (r->resp)
+		grpc_byte_buffer_destroy(r->resp);
+	grpc_slice_unref(r->details);
+	grpc_call_unref(r->gc);
+	grpc_completion_queue_shutdown(r->cq);
+	grpc_completion_queue_destroy(r->cq);
+	grpc_channel_destroy(r->ch);
+}
+
+/* A NUL in a string field, at the top or nested (Status.details[].type_url),
+ * is refused INVALID_INPUT with the JSON transport's words; in a bytes
+ * field (Any.value inside details) it is data. */
+static void test_nul(int port)
+{
+	/* Status{code=1, message="a\0b"} */
+	static const uint8_t top[] = {0x08, 0x01, 0x12, 0x03, 'a', 0, 'b'};
+	/* Status{details=[Any{type_url="t\0u"}]} */
+	static const uint8_t nested[] = {0x1a, 0x05, 0x0a, 0x03, 't', 0, 'u'};
+	/* Status{message="ok", details=[Any{type_url="t", value="\0\0"}]} */
+	static const uint8_t in_bytes[] = {0x12, 0x02, 'o', 'k', 0x1a, 0x07, 0x0a, 0x01,
+					   't', 0x12, 0x02, 0, 0};
+	static const struct {
+		const uint8_t *buf;
+		size_t len;
+		int status;
+		const char *details, *what;
+	} cases[] = {
+		{top, sizeof(top), GRPC_STATUS_INVALID_ARGUMENT, "NUL character in string",
+		 "a NUL in a string field"},
+		{nested, sizeof(nested), GRPC_STATUS_INVALID_ARGUMENT, "NUL character in string",
+		 "a NUL in a nested message's string field"},
+		{in_bytes, sizeof(in_bytes), GRPC_STATUS_OK, "", "NULs in a bytes field"},
+	};
+	char out[256];
+	struct raw r;
+
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		raw_start(&r, port, P("Echo"), cases[i].buf, cases[i].len, true);
+		is_int(raw_status(&r, 10000, out, sizeof(out)), cases[i].status, "%s: status %d",
+		       cases[i].what, cases[i].status);
+		is_str(out, cases[i].details, "... '%s'", cases[i].details);
+		raw_free(&r);
+	}
+}
+
 /* The client's deadline passes, or the client cancels: the layer ends the
  * call; the owner's late answer is dropped and the call freed. */
 static void test_detach_cancel(rpc_client *c, int port)
@@ -1329,6 +1463,7 @@ int main(void)
 	test_concurrency(c);
 	test_detach_later(c);
 	test_detach_cancel(c, port);
+	test_nul(port);
 	rpc_client_free(c);
 	rpc_server_free(s, 2000);
 	test_max_streams();
