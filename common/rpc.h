@@ -5,8 +5,9 @@
  * "/<desc->name>/<method name>", and request/response (un)packing is driven
  * by each method's input/output descriptors, so there is no per-method glue.
  *
- * Server threads: `workers` threads each wait on their own completion queue
- * for new calls. A unary call runs on the worker that received it. A
+ * Server threads: an acceptor thread takes new calls from gRPC (a unary one
+ * only once its request message has arrived) and queues them for `workers`
+ * threads. A unary call runs on a worker. A
  * server-streaming or bidi call runs on a thread of its own (at most
  * max_streams at once; more are refused with UNAVAILABLE) so a long watch
  * never holds a worker. thread_init/thread_fini run on every worker and
@@ -82,6 +83,19 @@ struct rpc_server_opts {
 	/* called on every call before its handler; may refuse it (e.g.
 	 * authentication). NULL: accept all. */
 	int (*pre_call)(rpc_call *call, bc_error *err);
+	/* gRPC transport limits. A unary call reaches a worker only once its
+	 * request message has arrived; the request of a server-streaming call
+	 * must arrive within recv_timeout_ms (0: 10000) or the call ends
+	 * DEADLINE_EXCEEDED. At most max_streams_per_connection HTTP/2
+	 * streams are open at once on one connection (0: 100; more are
+	 * refused by gRPC). open_methods: NULL-terminated paths
+	 * ("/pkg.Service/Method") of methods that need no credential (with
+	 * grpc.health.v1.Health's, always); at most open_workers workers (0:
+	 * workers / 4, at least 1) serve those at once, the rest wait. */
+	int recv_timeout_ms;
+	int max_streams_per_connection;
+	int open_workers;
+	const char *const *open_methods;
 	/* The JSON/HTTP transport (docs/http.md): "127.0.0.1:8443",
 	 * "[::]:8443"; NULL or "": none. HTTP/1.1 over TLS with the same
 	 * certificate (no client certificate: node calls are not served), or

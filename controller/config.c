@@ -44,6 +44,9 @@ static const struct ckey keys[] = {
 	I(sandbox_reconcile_seconds, "15", 1, 3600),
 	I(metering_interval_seconds, "60", 1, 3600),
 	I(max_waiting_creates, "4096", 0, 1000000),
+	I(grpc_recv_timeout_ms, "10000", 100, 600000),
+	I(grpc_max_streams_per_connection, "100", 1, 100000),
+	I(grpc_unauthenticated_workers, "0", 0, 256),
 };
 
 static const struct ckey *key_find(const char *name)

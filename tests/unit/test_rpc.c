@@ -51,6 +51,7 @@ static const ProtobufCServiceDescriptor test_service = {
 
 static atomic_int n_thread_init, n_thread_fini, hang_cancelled, principal_freed;
 static atomic_long slow_deadline_left;
+static atomic_int slow_running, slow_max_running;
 static _Atomic int64_t hang_deadline;
 
 static Msg *msg_new(rpc_call *call, int code, const char *text)
@@ -96,8 +97,13 @@ static int h_parse(rpc_call *call, const ProtobufCMessage *req, ProtobufCMessage
 static int h_slow(rpc_call *call, const ProtobufCMessage *req, ProtobufCMessage **ret,
 		  bc_error *err)
 {
+	int n = ++slow_running, m = slow_max_running;
+
+	while (n > m && !atomic_compare_exchange_weak(&slow_max_running, &m, n))
+		;
 	slow_deadline_left = (long)(rpc_call_deadline_mono_ms(call) - mono_ms());
 	usleep((useconds_t)((const Msg *)req)->code * 1000);
+	slow_running--;
 	*ret = &msg_new(call, 0, "slept")->base;
 	return 0;
 }
@@ -881,6 +887,14 @@ static void *slow_main(void *arg)
 	return NULL;
 }
 
+static void *slow_main_long(void *arg)
+{
+	struct slow_arg *a = arg;
+
+	a->r = call(a->c, "Slow", a->ms, "", 30000, NULL, 0, &a->err);
+	return NULL;
+}
+
 /* Unary calls in flight finish within the grace, and are cancelled after. */
 static void test_shutdown_grace(void)
 {
@@ -1182,6 +1196,91 @@ static void raw_free(struct raw *r)
 	grpc_channel_destroy(r->ch);
 }
 
+/* Unary calls whose message never comes hold no worker: with one worker
+ * and several such calls open, other calls are served; a server-streaming
+ * call whose request never comes ends DEADLINE_EXCEEDED after
+ * recv_timeout_ms. */
+static void test_messageless(void)
+{
+	char listen[64] = "127.0.0.1:0", out[256];
+	struct rpc_server_opts o = {
+		.listen = listen, .workers = 1, .recv_timeout_ms = 300,
+		.thread_init = t_init, .thread_fini = t_fini, .pre_call = pre_call,
+	};
+	struct raw open[6], st;
+	rpc_server *s = rpc_server_new(&o, NULL);
+	rpc_client *c;
+	bc_error err;
+	int port = 0;
+
+	ok(s && rpc_server_add_service(s, &test_service, test_handlers,
+				       ARRAY_SIZE(test_handlers)) == 0 &&
+	   rpc_server_start(s, &port) == 0, "one-worker server starts");
+	for (int i = 0; i < 6; i++)
+		raw_start(&open[i], port, P("Echo"), NULL, 0, false);
+	is_int(raw_status(&open[0], 200, out, sizeof(out)), -1,
+	       "a unary call without its message is held open (no status)");
+	c = client_new(port, NULL, NULL);
+	is_int(call(c, "Echo", 0, "through", 10000, out, sizeof(out), &err), 0,
+	       "another call is served while 6 message-less calls are open on 1 worker");
+	is_str(out, "through", "... with its answer");
+	is_int(raw_status(&open[5], 0, out, sizeof(out)), -1, "... and those are still open");
+	rpc_client_free(c);
+	raw_start(&st, port, P("Count"), NULL, 0, false);
+	is_int(raw_status(&st, 10000, out, sizeof(out)), GRPC_STATUS_DEADLINE_EXCEEDED,
+	       "a server stream whose request never comes: DEADLINE_EXCEEDED");
+	is_str(out, "request message not received within 300 ms", "... saying why");
+	raw_free(&st);
+	/* a half-close without a message: answered, not held */
+	raw_start(&st, port, P("Echo"), NULL, 0, true);
+	is_int(raw_status(&st, 10000, out, sizeof(out)), GRPC_STATUS_INVALID_ARGUMENT,
+	       "a unary call closed without a message: INVALID_ARGUMENT");
+	is_str(out, "request message missing", "... request message missing");
+	raw_free(&st);
+	for (int i = 0; i < 6; i++)
+		raw_free(&open[i]);
+	rpc_server_free(s, 1000);
+}
+
+/* Methods that need no credential (open_methods) run on at most
+ * open_workers workers at once; other calls are served meanwhile. */
+static void test_open_cap(void)
+{
+	const char *open_methods[] = {P("Slow"), NULL};
+	struct rpc_server_opts o = {
+		.listen = "127.0.0.1:0", .workers = 3, .open_workers = 1,
+		.open_methods = open_methods, .thread_init = t_init, .thread_fini = t_fini,
+	};
+	struct slow_arg a[4];
+	pthread_t t[4];
+	rpc_server *s = rpc_server_new(&o, NULL);
+	rpc_client *c;
+	char out[64];
+	bc_error err;
+	int port = 0, ok_calls = 0;
+
+	ok(s && rpc_server_add_service(s, &test_service, test_handlers,
+				       ARRAY_SIZE(test_handlers)) == 0 &&
+	   rpc_server_start(s, &port) == 0, "server with open_workers 1 of 3 starts");
+	slow_max_running = 0;
+	for (int i = 0; i < 4; i++) {
+		a[i] = (struct slow_arg){.c = client_new(port, NULL, NULL), .ms = 400};
+		pthread_create(&t[i], NULL, slow_main_long, &a[i]);
+	}
+	c = client_new(port, NULL, NULL);
+	is_int(call(c, "Echo", 0, "meanwhile", 20000, out, sizeof(out), &err), 0,
+	       "an authenticated call is served while open calls queue");
+	for (int i = 0; i < 4; i++) {
+		pthread_join(t[i], NULL);
+		ok_calls += a[i].r == 0;
+		rpc_client_free(a[i].c);
+	}
+	is_int(ok_calls, 4, "every open call is served in turn");
+	is_int(slow_max_running, 1, "never more than open_workers of them at once");
+	rpc_client_free(c);
+	rpc_server_free(s, 1000);
+}
+
 /* A NUL in a string field, at the top or nested (Status.details[].type_url),
  * is refused INVALID_INPUT with the JSON transport's words; in a bytes
  * field (Any.value inside details) it is data. */
@@ -1471,6 +1570,8 @@ int main(void)
 	test_shutdown_grace();
 	test_detach_many();
 	test_detach_shutdown();
+	test_messageless();
+	test_open_cap();
 	test_no_server();
 	test_reconnect();
 	if (r == 0)
