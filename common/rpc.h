@@ -5,15 +5,16 @@
  * "/<desc->name>/<method name>", and request/response (un)packing is driven
  * by each method's input/output descriptors, so there is no per-method glue.
  *
- * Server threads: `workers` threads each wait on their own completion queue
- * for new calls. A unary call runs on the worker that received it. A
- * server-streaming or bidi call is authenticated (pre_call) and admitted
- * (stream_admit) on the worker that received it, then runs on a thread of
- * its own (at most max_streams at once; more are refused with
- * RESOURCE_EXHAUSTED) so a long watch never holds a worker.
- * thread_init/thread_fini run on every worker, so each can own a libpq
- * connection (rpc_call_thread()); a stream thread has no state of its own:
- * its handler borrows one while it needs it (rpc_call_set_thread()).
+ * Server threads: an acceptor thread takes new calls from gRPC (a unary one
+ * only once its request message has arrived) and queues them for `workers`
+ * threads. A unary call runs on a worker. A server-streaming or bidi call
+ * is authenticated (pre_call) and admitted (stream_admit) on the worker
+ * that received it, then runs on a thread of its own (at most max_streams
+ * at once; more are refused with RESOURCE_EXHAUSTED) so a long watch never
+ * holds a worker. thread_init/thread_fini run on every worker, so each can
+ * own a libpq connection (rpc_call_thread()); a stream thread has no state
+ * of its own: its handler borrows one while it needs it
+ * (rpc_call_set_thread()).
  *
  * Errors: a handler returns 0, or <0 with a filled bc_error. The server
  * answers with the mapped gRPC status, the message, and a trailer
@@ -94,6 +95,19 @@ struct rpc_server_opts {
 	 * all. */
 	int (*stream_admit)(rpc_call *call, bc_error *err);
 	void (*stream_done)(rpc_call *call);
+	/* gRPC transport limits. A unary call reaches a worker only once its
+	 * request message has arrived; the request of a server-streaming call
+	 * must arrive within recv_timeout_ms (0: 10000) or the call ends
+	 * DEADLINE_EXCEEDED. At most max_streams_per_connection HTTP/2
+	 * streams are open at once on one connection (0: 100; more are
+	 * refused by gRPC). open_methods: NULL-terminated paths
+	 * ("/pkg.Service/Method") of methods that need no credential (with
+	 * grpc.health.v1.Health's, always); at most open_workers workers (0:
+	 * workers / 4, at least 1) serve those at once, the rest wait. */
+	int recv_timeout_ms;
+	int max_streams_per_connection;
+	int open_workers;
+	const char *const *open_methods;
 	/* The JSON/HTTP transport (docs/http.md): "127.0.0.1:8443",
 	 * "[::]:8443"; NULL or "": none. HTTP/1.1 over TLS with the same
 	 * certificate (no client certificate: node calls are not served), or
@@ -186,7 +200,8 @@ void *rpc_new(rpc_call *call, const ProtobufCMessageDescriptor *d);
 /* Streams. send: 0, or -ECANCELED once the client went away/server stops. */
 int rpc_call_send(rpc_call *call, const ProtobufCMessage *msg);
 /* bidi receive: 1 with *ret (free with protobuf_c_message_free_unpacked),
- * 0 when the client half-closed, -ETIMEDOUT, -ECANCELED, -EMSGSIZE, -EBADMSG.
+ * 0 when the client half-closed, -ETIMEDOUT, -ECANCELED, -EMSGSIZE, -EBADMSG,
+ * -EILSEQ (a string field holds a NUL).
  * timeout_ms < 0: no limit; 0: poll. After -ETIMEDOUT the call stays usable. */
 int rpc_call_recv(rpc_call *call, ProtobufCMessage **ret, int timeout_ms);
 /* Server stream idle check: true if the client cancelled or the server

@@ -116,13 +116,22 @@ void rpc_call_set_metadata(rpc_call *c, size_t n, const char **keys, const char 
 	}
 }
 
+static void read_peer(rpc_call *c)
+{
+	char *peer = grpc_call_get_peer(c->call);
+
+	c->peer = rpc_arena_strndup(&c->arena, peer ? peer : "", peer ? strlen(peer) : 0);
+	gpr_free(peer);
+	c->peer_cn = read_peer_prop(c, GRPC_X509_CN_PROPERTY_NAME);
+	c->peer_cert_pem = read_peer_prop(c, GRPC_X509_PEM_CERT_PROPERTY_NAME);
+}
+
 /* See rpc_internal.h. */
 rpc_call *rpc_call_new(rpc_server *s, grpc_call *gc, grpc_completion_queue *cq,
 		       const grpc_call_details *d, const grpc_metadata_array *md,
 		       void *thread_state)
 {
 	rpc_call *c = rpc_call_alloc(s, RPC_TRANSPORT_GRPC, thread_state);
-	char *peer;
 
 	c->call = gc;
 	c->cq = cq;
@@ -130,11 +139,27 @@ rpc_call *rpc_call_new(rpc_server *s, grpc_call *gc, grpc_completion_queue *cq,
 	c->method = method_find(s, c->path);
 	c->deadline_ms = rpc_timespec_mono_ms(d->deadline);
 	read_metadata(c, md);
-	peer = grpc_call_get_peer(gc);
-	c->peer = rpc_arena_strndup(&c->arena, peer ? peer : "", peer ? strlen(peer) : 0);
-	gpr_free(peer);
-	c->peer_cn = read_peer_prop(c, GRPC_X509_CN_PROPERTY_NAME);
-	c->peer_cert_pem = read_peer_prop(c, GRPC_X509_PEM_CERT_PROPERTY_NAME);
+	read_peer(c);
+	return c;
+}
+
+/* See rpc_internal.h. */
+rpc_call *rpc_call_new_registered(rpc_server *s, grpc_call *gc, grpc_completion_queue *cq,
+				  const struct rpc_method *m, gpr_timespec deadline,
+				  const grpc_metadata_array *md, grpc_byte_buffer *payload,
+				  void *thread_state)
+{
+	rpc_call *c = rpc_call_alloc(s, RPC_TRANSPORT_GRPC, thread_state);
+
+	c->call = gc;
+	c->cq = cq;
+	c->path = m->path;
+	c->method = m;
+	c->deadline_ms = rpc_timespec_mono_ms(deadline);
+	c->prefetched = true;
+	c->prefetch_bb = payload;
+	read_metadata(c, md);
+	read_peer(c);
 	return c;
 }
 
@@ -167,6 +192,10 @@ static void finish_wait_outstanding(rpc_call *c)
 	if (c->recv_bb) {
 		grpc_byte_buffer_destroy(c->recv_bb);
 		c->recv_bb = NULL;
+	}
+	if (c->prefetch_bb) {
+		grpc_byte_buffer_destroy(c->prefetch_bb);
+		c->prefetch_bb = NULL;
 	}
 }
 
@@ -230,6 +259,9 @@ void rpc_call_finish(rpc_call *c, int rc, const ProtobufCMessage *resp, bc_error
 /* See rpc_internal.h. */
 void rpc_call_release_grpc(rpc_call *c)
 {
+	if (c->prefetch_bb)
+		grpc_byte_buffer_destroy(c->prefetch_bb);
+	c->prefetch_bb = NULL;
 	if (c->call)
 		grpc_call_unref(c->call);
 	if (c->cq) {
@@ -276,10 +308,11 @@ int rpc_call_stream_admit(rpc_call *c, bc_error *err)
 	return 0;
 }
 
-/* Receive the single request of a unary or server-streaming call. */
+/* Receive the single request of a unary or server-streaming call, within
+ * recv_timeout_ms (a registered unary call has it already). */
 static int recv_request(rpc_call *c, ProtobufCMessage **ret, bc_error *err)
 {
-	int r = rpc_call_recv(c, ret, -1);
+	int r = rpc_call_recv(c, ret, c->srv->opts.recv_timeout_ms);
 
 	switch (r) {
 	case 1:
@@ -292,6 +325,13 @@ static int recv_request(rpc_call *c, ProtobufCMessage **ret, bc_error *err)
 		return bc_error_detail(err, "maxBytes", "%zu", c->srv->opts.max_message_bytes);
 	case -EBADMSG:
 		return bc_error_set(err, BC_INVALID_INPUT, "malformed request message");
+	case -EILSEQ:
+		/* the JSON/HTTP transport's words (pbjson_read.c) */
+		return bc_error_set(err, BC_INVALID_INPUT, "NUL character in string");
+	case -ETIMEDOUT:
+		return bc_error_set(err, BC_DEADLINE_EXCEEDED,
+				    "request message not received within %d ms",
+				    c->srv->opts.recv_timeout_ms);
 	default:
 		return bc_error_set(err, BC_UNAVAILABLE, "call cancelled");
 	}
@@ -479,19 +519,41 @@ int rpc_call_send(rpc_call *call, const ProtobufCMessage *msg)
 	return r < 0 ? -ECANCELED : 0;
 }
 
+/* A received message (NULL: the client half-closed), destroyed: 1 with
+ * *ret, 0, or rpc_bb_unpack_request's error. */
+static int recv_unpack(rpc_call *call, grpc_byte_buffer *bb, ProtobufCMessage **ret)
+{
+	int r;
+
+	if (!bb) {
+		call->recv_eof = true;
+		return 0;
+	}
+	r = rpc_bb_unpack_request(bb, call->method->md->input, call->srv->opts.max_message_bytes,
+				  ret);
+	grpc_byte_buffer_destroy(bb);
+	return r < 0 ? r : 1;
+}
+
 /* See rpc.h. One RECV_MESSAGE stays outstanding across a timeout, so the
- * next call picks up the same message. */
+ * next call picks up the same message. A registered unary call's request,
+ * read by gRPC before the call was handed over, is the first message. */
 int rpc_call_recv(rpc_call *call, ProtobufCMessage **ret, int timeout_ms)
 {
 	grpc_byte_buffer *bb;
 	grpc_event ev;
 	grpc_op op;
-	int r;
 
 	if (!call->call || !call->method)
 		return -EINVAL;
 	if (call->recv_eof)
 		return 0;
+	if (call->prefetched) {
+		call->prefetched = false;
+		bb = call->prefetch_bb;
+		call->prefetch_bb = NULL;
+		return recv_unpack(call, bb, ret);
+	}
 	if (!call->recv_pending) {
 		memset(&op, 0, sizeof(op));
 		op.op = GRPC_OP_RECV_MESSAGE;
@@ -511,13 +573,7 @@ int rpc_call_recv(rpc_call *call, ProtobufCMessage **ret, int timeout_ms)
 			grpc_byte_buffer_destroy(bb);
 		return -ECANCELED;
 	}
-	if (!bb) {
-		call->recv_eof = true;
-		return 0;
-	}
-	r = rpc_bb_unpack(bb, call->method->md->input, call->srv->opts.max_message_bytes, ret);
-	grpc_byte_buffer_destroy(bb);
-	return r < 0 ? r : 1;
+	return recv_unpack(call, bb, ret);
 }
 
 /* See rpc.h. timeout_ms < 0 waits without limit. */

@@ -63,6 +63,10 @@ grpc_byte_buffer *rpc_bb_pack(const ProtobufCMessage *m);
 /* Unpack bb as d. -EMSGSIZE if longer than max, -EBADMSG if malformed. */
 int rpc_bb_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d,
 		  size_t max, ProtobufCMessage **ret);
+/* The same for a request a server received, also -EILSEQ if a string
+ * field anywhere in it holds a NUL (protobuf-c would cut it there). */
+int rpc_bb_unpack_request(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d,
+			  size_t max, ProtobufCMessage **ret);
 
 /* ----------------------------------------------------------- clocks */
 
@@ -87,9 +91,12 @@ struct rpc_method {
 	const ProtobufCMethodDescriptor *md; /* borrowed from the service */
 	struct rpc_handler h;
 	bool has_handler;
+	bool open;                           /* needs no credential: open_workers cap */
+	void *registered;                    /* gRPC's handle: request read first */
 };
 
 struct rpc_worker;
+struct rpc_request;
 struct rpc_stream_thread;
 struct rpc_http;
 
@@ -106,10 +113,24 @@ struct rpc_server {
 	const ProtobufCServiceDescriptor **services;
 	size_t n_services;
 
+	char **open_paths;            /* opts.open_methods, copied */
+	size_t n_open_paths;
+
 	grpc_server *server;
+	grpc_completion_queue *accept_cq; /* every new call, then to the queues */
+	pthread_t acceptor;
 	struct rpc_worker *workers;
 	int n_workers_started;
 	int shutdown_tag;
+
+	/* calls ready for a worker (request read), under lock: authenticated
+	 * methods and others, and those needing no credential (at most
+	 * opts.open_workers of them served at once) */
+	struct rpc_request *ready, **ready_tail;
+	struct rpc_request *open_ready, **open_ready_tail;
+	int n_open_running;
+	bool accept_done;             /* the acceptor is gone: no more calls */
+	pthread_cond_t work_cond;
 
 	pthread_mutex_t lock;         /* stopping, shutdown_done, streams */
 	pthread_cond_t cond;
@@ -164,6 +185,10 @@ struct rpc_call {
 	int cancelled;
 	bool recv_pending, recv_eof;
 	grpc_byte_buffer *recv_bb;
+	/* a registered unary call: its request as gRPC read it before the call
+	 * was handed over (NULL: none came), taken by the first receive */
+	bool prefetched;
+	grpc_byte_buffer *prefetch_bb;
 	int tag_op, tag_recv, tag_close; /* their addresses are the tags */
 	/* detached (rpc_detach.c): list links and who ended it, under
 	 * rpc_detach_mu; `claimed` once the owner or the layer took the
@@ -202,6 +227,14 @@ int rpc_call_invoke_unary(rpc_call *c, const ProtobufCMessage *req,
 rpc_call *rpc_call_new(rpc_server *s, grpc_call *gc, grpc_completion_queue *cq,
 		       const grpc_call_details *d, const grpc_metadata_array *md,
 		       void *thread_state);
+
+/* The same for a call of registered method m whose request gRPC already
+ * read: payload (owned by the call from now on; NULL if the client sent
+ * none) is what the first rpc_call_recv returns. */
+rpc_call *rpc_call_new_registered(rpc_server *s, grpc_call *gc, grpc_completion_queue *cq,
+				  const struct rpc_method *m, gpr_timespec deadline,
+				  const grpc_metadata_array *md, grpc_byte_buffer *payload,
+				  void *thread_state);
 
 /* Start GRPC_OP_RECV_CLOSE_ON_SERVER so cancellation can be observed. */
 void rpc_call_watch_close(rpc_call *c);

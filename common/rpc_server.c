@@ -2,21 +2,32 @@
  * built from protobuf-c service descriptors, worker threads, streaming
  * threads and graceful shutdown.
  *
- * Threads. Each worker owns a GRPC_CQ_NEXT queue registered with the
- * server and keeps exactly one grpc_server_request_call outstanding on it
- * while idle (none while busy, so gRPC hands new calls to idle workers).
- * Every requested call gets a fresh GRPC_CQ_PLUCK queue as its bound queue,
- * so a handler does synchronous batches (rpc_call.c). A unary call runs on
- * the worker; a streaming call is authenticated and admitted on the worker
- * (with its thread state: a stranger's stream never costs a database
- * connection or a thread), then moves to a thread of its own without
- * thread state, bounded by max_streams, which the server joins.
+ * Threads. One acceptor thread owns the GRPC_CQ_NEXT queue registered with
+ * the server. Every unary method with a handler is registered with gRPC
+ * (GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER): gRPC matches such a call to
+ * the acceptor's request only once its request message has arrived (or the
+ * client half-closed or went away), so a client that opens streams and
+ * never sends their message holds no thread of ours. Other paths (streams,
+ * unknown methods) come through one generic grpc_server_request_call. The
+ * acceptor keeps one request outstanding per registered method and one
+ * generic, and queues each call it gets for the workers: a FIFO for
+ * authenticated methods, another for the methods that need no credential
+ * (rpc_server_opts.open_methods, grpc.health.v1.Health), which at most
+ * open_workers workers serve at once, so a flood of those never takes the
+ * whole pool. Every requested call gets a fresh GRPC_CQ_PLUCK queue as its
+ * bound queue, so a handler does synchronous batches (rpc_call.c). A unary
+ * call runs on the worker; a streaming call is authenticated and admitted
+ * on the worker (with its thread state: a stranger's stream never costs a
+ * database connection or a thread), then moves to a thread of its own
+ * without thread state, bounded by max_streams, which the server joins.
  *
  * Shutdown. Set `stopping` (under the lock that guards request_call, so no
  * request starts afterwards), cancel the streaming calls, shutdown and
- * notify, wait grace_ms for unary calls, then cancel all calls, wait for
- * the notification, destroy the server, shut every worker queue down and
- * let its worker drain it to GRPC_QUEUE_SHUTDOWN, join everything.
+ * notify, wait grace_ms for unary calls (the workers serve what is queued),
+ * then cancel all calls, wait for the notification, destroy the server,
+ * shut the acceptor's queue down and let it drain it to
+ * GRPC_QUEUE_SHUTDOWN; the workers end once the queues are empty; join
+ * everything.
  * Detached unary calls (rpc_detach.c) count as in flight: their owners
  * have the grace to answer them, then they are answered UNAVAILABLE
  * before the remaining calls are cancelled. */
@@ -36,18 +47,25 @@
 #define DEFAULT_WORKERS 4
 #define DEFAULT_MAX_STREAMS 1024
 #define DEFAULT_MAX_MESSAGE (1u << 20)
+#define DEFAULT_RECV_TIMEOUT_MS 10000
+#define DEFAULT_CONN_STREAMS 100
 
 struct rpc_worker {
 	rpc_server *srv;
 	pthread_t tid;
-	grpc_completion_queue *cq;
 	void *thread_state;
 };
 
-/* One outstanding grpc_server_request_call; its address is the tag. */
+/* One outstanding request for a call, generic (grpc_server_request_call,
+ * method NULL) or of a registered unary method; its address is the tag.
+ * Once it completed, it waits in a queue of the server for a worker. */
 struct rpc_request {
+	struct rpc_request *next;
+	const struct rpc_method *method; /* NULL: generic */
 	grpc_call *call;
-	grpc_call_details details;
+	grpc_call_details details;      /* generic */
+	gpr_timespec deadline;          /* registered */
+	grpc_byte_buffer *payload;      /* registered: the request, NULL if none came */
 	grpc_metadata_array md;
 	grpc_completion_queue *cq; /* becomes the call's bound pluck queue */
 };
@@ -67,7 +85,8 @@ static int copy_opts(rpc_server *s, const struct rpc_server_opts *o)
 {
 	const struct rpc_tls *t = o->tls;
 
-	if (!o->listen || o->workers < 0 || o->max_streams < 0)
+	if (!o->listen || o->workers < 0 || o->max_streams < 0 || o->recv_timeout_ms < 0 ||
+	    o->max_streams_per_connection < 0 || o->open_workers < 0)
 		return -EINVAL;
 	if (t && (!t->cert_pem || !t->key_pem || (t->request_client_cert && !t->ca_pem)))
 		return -EINVAL;
@@ -87,6 +106,21 @@ static int copy_opts(rpc_server *s, const struct rpc_server_opts *o)
 		s->opts.max_streams = DEFAULT_MAX_STREAMS;
 	if (!s->opts.max_message_bytes)
 		s->opts.max_message_bytes = DEFAULT_MAX_MESSAGE;
+	if (!s->opts.recv_timeout_ms)
+		s->opts.recv_timeout_ms = DEFAULT_RECV_TIMEOUT_MS;
+	if (!s->opts.max_streams_per_connection)
+		s->opts.max_streams_per_connection = DEFAULT_CONN_STREAMS;
+	if (!s->opts.open_workers)
+		s->opts.open_workers = s->opts.workers > 4 ? s->opts.workers / 4 : 1;
+	if (s->opts.open_workers > s->opts.workers)
+		s->opts.open_workers = s->opts.workers;
+	for (size_t i = 0; o->open_methods && o->open_methods[i]; i++) {
+		s->open_paths = realloc(s->open_paths, (s->n_open_paths + 1) * sizeof(char *));
+		if (!s->open_paths)
+			abort();
+		s->open_paths[s->n_open_paths++] = xstrdup(o->open_methods[i]);
+	}
+	s->opts.open_methods = NULL;
 	if (t) {
 		s->tls = true;
 		s->request_client_cert = t->request_client_cert;
@@ -103,6 +137,9 @@ static void server_free_struct(rpc_server *s)
 		free(s->methods[i].path);
 	free(s->methods);
 	free(s->services);
+	for (size_t i = 0; i < s->n_open_paths; i++)
+		free(s->open_paths[i]);
+	free(s->open_paths);
 	free(s->listen);
 	free(s->http_listen);
 	free(s->cert_pem);
@@ -112,6 +149,7 @@ static void server_free_struct(rpc_server *s)
 	free(s->ca_pem);
 	pthread_mutex_destroy(&s->lock);
 	pthread_cond_destroy(&s->cond);
+	pthread_cond_destroy(&s->work_cond);
 	free(s);
 	rpc_global_shutdown();
 }
@@ -134,7 +172,10 @@ rpc_server *rpc_server_new(const struct rpc_server_opts *opts, int *ret_errno)
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&s->cond, &ca);
+	pthread_cond_init(&s->work_cond, &ca);
 	pthread_condattr_destroy(&ca);
+	s->ready_tail = &s->ready;
+	s->open_ready_tail = &s->open_ready;
 	r = copy_opts(s, opts);
 	if (r >= 0)
 		r = rpc_health_register(s);
@@ -330,6 +371,8 @@ static void request_free(struct rpc_request *r)
 {
 	grpc_call_details_destroy(&r->details);
 	grpc_metadata_array_destroy(&r->md);
+	if (r->payload)
+		grpc_byte_buffer_destroy(r->payload);
 	if (r->cq) {
 		grpc_completion_queue_shutdown(r->cq);
 		grpc_completion_queue_destroy(r->cq);
@@ -337,20 +380,25 @@ static void request_free(struct rpc_request *r)
 	free(r);
 }
 
-/* Ask for the next call on w's queue unless the server is stopping. */
-static void request_next(struct rpc_worker *w)
+/* Ask for the next call of method m (NULL: any unregistered path) on the
+ * acceptor's queue unless the server is stopping. */
+static void request_next(rpc_server *s, const struct rpc_method *m)
 {
-	rpc_server *s = w->srv;
 	struct rpc_request *r = xcalloc(1, sizeof(*r));
 	grpc_call_error ce = GRPC_CALL_ERROR;
 
+	r->method = m;
 	grpc_call_details_init(&r->details);
 	grpc_metadata_array_init(&r->md);
 	r->cq = grpc_completion_queue_create_for_pluck(NULL);
 	pthread_mutex_lock(&s->lock);
-	if (!atomic_load(&s->stopping))
-		ce = grpc_server_request_call(s->server, &r->call, &r->details, &r->md,
-					      r->cq, w->cq, r);
+	if (!atomic_load(&s->stopping) && m)
+		ce = grpc_server_request_registered_call(s->server, m->registered, &r->call,
+							 &r->deadline, &r->md, &r->payload,
+							 r->cq, s->accept_cq, r);
+	else if (!atomic_load(&s->stopping))
+		ce = grpc_server_request_call(s->server, &r->call, &r->details, &r->md, r->cq,
+					      s->accept_cq, r);
 	pthread_mutex_unlock(&s->lock);
 	if (ce != GRPC_CALL_OK)
 		request_free(r);
@@ -369,8 +417,15 @@ static void refuse(rpc_call *c, enum bc_code code, const char *msg)
 static void serve(struct rpc_worker *w, struct rpc_request *r)
 {
 	rpc_server *s = w->srv;
-	rpc_call *c = rpc_call_new(s, r->call, r->cq, &r->details, &r->md, w->thread_state);
+	rpc_call *c;
 
+	if (r->method) {
+		c = rpc_call_new_registered(s, r->call, r->cq, r->method, r->deadline, &r->md,
+					    r->payload, w->thread_state);
+		r->payload = NULL;
+	} else {
+		c = rpc_call_new(s, r->call, r->cq, &r->details, &r->md, w->thread_state);
+	}
 	r->cq = NULL;
 	request_free(r);
 	if (!c->method || !c->method->has_handler) {
@@ -384,17 +439,102 @@ static void serve(struct rpc_worker *w, struct rpc_request *r)
 	}
 }
 
+/* The next call for a worker, NULL once the acceptor is gone and nothing is
+ * left. *ret_open: a call of a method needing no credential, counted in
+ * n_open_running until the worker calls open_done. */
+static struct rpc_request *ready_pop(rpc_server *s, bool *ret_open)
+{
+	struct rpc_request *r = NULL;
+
+	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		if ((r = s->ready)) {
+			s->ready = r->next;
+			*ret_open = false;
+			break;
+		}
+		if (s->open_ready && s->n_open_running < s->opts.open_workers) {
+			r = s->open_ready;
+			s->open_ready = r->next;
+			s->n_open_running++;
+			*ret_open = true;
+			break;
+		}
+		if (s->accept_done && !s->open_ready)
+			break;
+		pthread_cond_wait(&s->work_cond, &s->lock);
+	}
+	if (!s->ready)
+		s->ready_tail = &s->ready;
+	if (!s->open_ready)
+		s->open_ready_tail = &s->open_ready;
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+static void open_done(rpc_server *s)
+{
+	pthread_mutex_lock(&s->lock);
+	s->n_open_running--;
+	pthread_cond_broadcast(&s->work_cond);
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* Queue a call whose request (if unary) has arrived, for the workers. */
+static void ready_push(rpc_server *s, struct rpc_request *r)
+{
+	pthread_mutex_lock(&s->lock);
+	r->next = NULL;
+	if (r->method && r->method->open) {
+		*s->open_ready_tail = r;
+		s->open_ready_tail = &r->next;
+	} else {
+		*s->ready_tail = r;
+		s->ready_tail = &r->next;
+	}
+	pthread_cond_signal(&s->work_cond);
+	pthread_mutex_unlock(&s->lock);
+}
+
 static void *worker_main(void *arg)
 {
 	struct rpc_worker *w = arg;
 	rpc_server *s = w->srv;
-	grpc_event ev;
+	struct rpc_request *r;
+	bool open;
 
 	if (s->opts.thread_init)
 		w->thread_state = s->opts.thread_init(s->opts.user);
-	request_next(w);
+	while ((r = ready_pop(s, &open))) {
+		serve(w, r);
+		if (open)
+			open_done(s);
+	}
+	if (s->opts.thread_fini)
+		s->opts.thread_fini(s->opts.user, w->thread_state);
+	return NULL;
+}
+
+static void request_all(rpc_server *s)
+{
+	for (size_t i = 0; i < s->n_methods; i++)
+		if (s->methods[i].registered)
+			request_next(s, &s->methods[i]);
+	request_next(s, NULL);
+}
+
+/* The acceptor: hands every new call to the workers' queues and asks for
+ * the next one of its kind; drains its queue at shutdown. */
+static void *acceptor_main(void *arg)
+{
+	rpc_server *s = arg;
+	struct rpc_request *r;
+	grpc_event ev;
+
+	request_all(s);
 	for (;;) {
-		ev = grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+		ev = grpc_completion_queue_next(s->accept_cq, gpr_inf_future(GPR_CLOCK_MONOTONIC),
+						NULL);
 		if (ev.type == GRPC_QUEUE_SHUTDOWN)
 			break;
 		if (ev.type != GRPC_OP_COMPLETE)
@@ -406,14 +546,18 @@ static void *worker_main(void *arg)
 			pthread_mutex_unlock(&s->lock);
 			continue;
 		}
-		if (ev.success)
-			serve(w, ev.tag);
-		else
-			request_free(ev.tag);
-		request_next(w);
+		r = ev.tag;
+		if (!ev.success) {
+			request_free(r);
+			continue;
+		}
+		request_next(s, r->method);
+		ready_push(s, r);
 	}
-	if (s->opts.thread_fini)
-		s->opts.thread_fini(s->opts.user, w->thread_state);
+	pthread_mutex_lock(&s->lock);
+	s->accept_done = true;
+	pthread_cond_broadcast(&s->work_cond);
+	pthread_mutex_unlock(&s->lock);
 	return NULL;
 }
 
@@ -432,32 +576,61 @@ static grpc_server_credentials *server_creds(const rpc_server *s)
 		NULL);
 }
 
-static void wait_shutdown_tag(rpc_server *s, struct rpc_worker *w)
+static void wait_shutdown_tag(rpc_server *s)
 {
 	grpc_event ev;
 
 	do
-		ev = grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+		ev = grpc_completion_queue_next(s->accept_cq, gpr_inf_future(GPR_CLOCK_MONOTONIC),
+						NULL);
 	while (ev.type == GRPC_OP_COMPLETE && ev.tag != &s->shutdown_tag);
 }
 
-/* Tear down queues and server when no worker thread runs. */
+static void accept_cq_drain_destroy(rpc_server *s)
+{
+	grpc_completion_queue_shutdown(s->accept_cq);
+	while (grpc_completion_queue_next(s->accept_cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
+		       .type != GRPC_QUEUE_SHUTDOWN)
+		;
+	grpc_completion_queue_destroy(s->accept_cq);
+	s->accept_cq = NULL;
+}
+
+/* Tear down queue and server when no thread runs. */
 static void unstarted_teardown(rpc_server *s)
 {
-	grpc_server_shutdown_and_notify(s->server, s->workers[0].cq, &s->shutdown_tag);
-	wait_shutdown_tag(s, &s->workers[0]);
+	grpc_server_shutdown_and_notify(s->server, s->accept_cq, &s->shutdown_tag);
+	wait_shutdown_tag(s);
 	grpc_server_destroy(s->server);
 	s->server = NULL;
-	for (int i = 0; i < s->opts.workers; i++) {
-		grpc_completion_queue_shutdown(s->workers[i].cq);
-		while (grpc_completion_queue_next(s->workers[i].cq,
-						  gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
-			       .type != GRPC_QUEUE_SHUTDOWN)
-			;
-		grpc_completion_queue_destroy(s->workers[i].cq);
+	accept_cq_drain_destroy(s);
+}
+
+static bool method_open(const rpc_server *s, const struct rpc_method *m)
+{
+	if (strcmp(m->svc->name, "grpc.health.v1.Health") == 0)
+		return true;
+	for (size_t i = 0; i < s->n_open_paths; i++)
+		if (strcmp(s->open_paths[i], m->path) == 0)
+			return true;
+	return false;
+}
+
+/* Register every unary method with a handler so that gRPC reads its
+ * request before it hands the call over. */
+static void register_methods(rpc_server *s)
+{
+	for (size_t i = 0; i < s->n_methods; i++) {
+		struct rpc_method *m = &s->methods[i];
+
+		m->open = method_open(s, m);
+		if (!m->has_handler || m->h.kind != RPC_UNARY)
+			continue;
+		m->registered = grpc_server_register_method(s->server, m->path, NULL,
+							    GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+		if (!m->registered)
+			log_debug("rpc: %s: cannot register, served generically", m->path);
 	}
-	free(s->workers);
-	s->workers = NULL;
 }
 
 static grpc_server *server_create(const rpc_server *s)
@@ -479,6 +652,8 @@ static grpc_server *server_create(const rpc_server *s)
 		{.type = GRPC_ARG_INTEGER,
 		 .key = (char *)GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
 		 .value.integer = 10000},
+		{.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_CONCURRENT_STREAMS,
+		 .value.integer = s->opts.max_streams_per_connection},
 	};
 	grpc_channel_args args = {.num_args = sizeof(arg) / sizeof(arg[0]), .args = arg};
 
@@ -501,12 +676,9 @@ int rpc_server_start(rpc_server *s, int *ret_port)
 		return r;
 	}
 	s->server = server_create(s);
-	s->workers = xcalloc(s->opts.workers, sizeof(*s->workers));
-	for (int i = 0; i < s->opts.workers; i++) {
-		s->workers[i].srv = s;
-		s->workers[i].cq = grpc_completion_queue_create_for_next(NULL);
-		grpc_server_register_completion_queue(s->server, s->workers[i].cq, NULL);
-	}
+	s->accept_cq = grpc_completion_queue_create_for_next(NULL);
+	grpc_server_register_completion_queue(s->server, s->accept_cq, NULL);
+	register_methods(s);
 	creds = server_creds(s);
 	port = grpc_server_add_http2_port(s->server, s->listen, creds);
 	grpc_server_credentials_release(creds);
@@ -520,10 +692,15 @@ int rpc_server_start(rpc_server *s, int *ret_port)
 	grpc_server_start(s->server);
 	s->started = true;
 	rpc_detach_start(s);
-	for (int i = 0; i < s->opts.workers; i++)
+	s->workers = xcalloc(s->opts.workers, sizeof(*s->workers));
+	for (int i = 0; i < s->opts.workers; i++) {
+		s->workers[i].srv = s;
 		if (pthread_create(&s->workers[i].tid, NULL, worker_main, &s->workers[i]) != 0)
 			abort();
+	}
 	s->n_workers_started = s->opts.workers;
+	if (pthread_create(&s->acceptor, NULL, acceptor_main, s) != 0)
+		abort();
 	if (s->http)
 		rpc_http_start(s->http);
 	if (ret_port)
@@ -567,7 +744,7 @@ static void server_stop(rpc_server *s, int grace_ms)
 	atomic_store(&s->stopping, true);
 	streams_cancel_locked(s);
 	pthread_mutex_unlock(&s->lock);
-	grpc_server_shutdown_and_notify(s->server, s->workers[0].cq, &s->shutdown_tag);
+	grpc_server_shutdown_and_notify(s->server, s->accept_cq, &s->shutdown_tag);
 	done = wait_shutdown_done(s, grace_ms > 0 ? grace_ms : 0);
 	/* detached calls their owners did not answer within the grace */
 	rpc_detach_stop(s);
@@ -577,12 +754,12 @@ static void server_stop(rpc_server *s, int grace_ms)
 	}
 	grpc_server_destroy(s->server);
 	s->server = NULL;
+	grpc_completion_queue_shutdown(s->accept_cq);
+	pthread_join(s->acceptor, NULL);
+	grpc_completion_queue_destroy(s->accept_cq);
+	s->accept_cq = NULL;
 	for (int i = 0; i < s->n_workers_started; i++)
-		grpc_completion_queue_shutdown(s->workers[i].cq);
-	for (int i = 0; i < s->n_workers_started; i++) {
 		pthread_join(s->workers[i].tid, NULL);
-		grpc_completion_queue_destroy(s->workers[i].cq);
-	}
 	free(s->workers);
 	s->workers = NULL;
 	pthread_mutex_lock(&s->lock);

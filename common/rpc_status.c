@@ -20,6 +20,7 @@
 #include "google/protobuf/any.pb-c.h"
 #include "google/rpc/status.pb-c.h"
 #include "log.h"
+#include "pbwire.h"
 #include "util.h"
 
 static uint8_t *pack_alloc(const ProtobufCMessage *m, size_t *ret_len)
@@ -152,12 +153,10 @@ grpc_byte_buffer *rpc_bb_pack(const ProtobufCMessage *m)
 	return bb;
 }
 
-/* See rpc_internal.h. */
-int rpc_bb_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d,
-		  size_t max, ProtobufCMessage **ret)
+/* Read bb into one slice: 0, -EMSGSIZE if longer than max, -EBADMSG. */
+static int bb_read_all(grpc_byte_buffer *bb, size_t max, grpc_slice *ret)
 {
 	grpc_byte_buffer_reader rd;
-	ProtobufCMessage *m;
 	grpc_slice all;
 
 	if (grpc_byte_buffer_length(bb) > max)
@@ -170,12 +169,46 @@ int rpc_bb_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d,
 		grpc_slice_unref(all);
 		return -EMSGSIZE;
 	}
+	*ret = all;
+	return 0;
+}
+
+static int bb_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d, size_t max,
+		     bool refuse_nul, ProtobufCMessage **ret)
+{
+	ProtobufCMessage *m;
+	grpc_slice all;
+	int r = bb_read_all(bb, max, &all);
+
+	if (r < 0)
+		return r;
 	m = protobuf_c_message_unpack(d, NULL, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
+	r = m ? 0 : -EBADMSG;
+	if (m && refuse_nul)
+		r = pbwire_find_nul(d, GRPC_SLICE_START_PTR(all), GRPC_SLICE_LENGTH(all));
 	grpc_slice_unref(all);
-	if (!m)
-		return -EBADMSG;
+	if (r < 0) {
+		if (m)
+			protobuf_c_message_free_unpacked(m, NULL);
+		return r;
+	}
 	*ret = m;
 	return 0;
+}
+
+/* See rpc_internal.h. */
+int rpc_bb_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d,
+		  size_t max, ProtobufCMessage **ret)
+{
+	return bb_unpack(bb, d, max, false, ret);
+}
+
+/* See rpc_internal.h. The wire bytes are walked only once protobuf-c took
+ * them, so a malformed message is reported as such. */
+int rpc_bb_unpack_request(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d,
+			  size_t max, ProtobufCMessage **ret)
+{
+	return bb_unpack(bb, d, max, true, ret);
 }
 
 /* See rpc_internal.h. */

@@ -17,6 +17,8 @@ PKGS=(
   # the guest image (contrib/guest/build.sh) and the e2e tests' https server and ssh
   mmdebstrap debian-archive-keyring systemd-boot-efi mtools dosfstools fdisk e2fsprogs binutils python3 openssh-client
   cloud-init python3-yaml
+  # tests/integration/attack_unary.t speaks raw HTTP/2
+  python3-h2
 )
 
 missing=()

@@ -60,6 +60,9 @@ static const struct ckey keys[] = {
 	I(node_cert_lifetime_seconds, "31536000", 60, 10 * 31536000),
 	I(join_retry_seconds, "300", 0, 86400),
 	I(server_cert_renew_days, "30", 0, 3650),
+	I(grpc_recv_timeout_ms, "10000", 100, 600000),
+	I(grpc_max_streams_per_connection, "100", 1, 100000),
+	I(grpc_unauthenticated_workers, "0", 0, 256),
 };
 
 static const struct ckey *key_find(const char *name)

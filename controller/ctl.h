@@ -50,6 +50,9 @@ struct ctl_config {
 	int node_cert_lifetime_seconds; /* node certificates (Join, RenewCertificate) */
 	int join_retry_seconds;      /* a Join retried this long after gets the same answer */
 	int server_cert_renew_days;  /* serve reissues server.pem this close to expiry */
+	int grpc_recv_timeout_ms;    /* a streaming call's request must arrive within */
+	int grpc_max_streams_per_connection;
+	int grpc_unauthenticated_workers; /* 0: workers / 4, at least 1 */
 };
 
 /* Load defaults, then the file at path (if not NULL), then argv flags
@@ -101,6 +104,9 @@ const char *migrate_default_dir(const char *configured);
 
 /* auth.c: authenticate a call (bearer token or node certificate). */
 int auth_pre_call(rpc_call *call, bc_error *err);
+/* The methods (besides grpc.health.v1.Health's) that need no credential,
+ * NULL-terminated. */
+extern const char *const auth_open_methods[];
 /* The operator: an administrator of the root tenant (the admin API's
  * callers; implicit allow everywhere). */
 #define AUTH_ROOT_TENANT "root"

@@ -120,6 +120,10 @@ int server_start(struct ctl_app *app)
 	o.tls = &tls;
 	o.workers = app->cfg.workers;
 	o.max_message_bytes = (size_t)app->cfg.max_message_bytes;
+	o.recv_timeout_ms = app->cfg.grpc_recv_timeout_ms;
+	o.max_streams_per_connection = app->cfg.grpc_max_streams_per_connection;
+	o.open_workers = app->cfg.grpc_unauthenticated_workers;
+	o.open_methods = auth_open_methods;
 	o.user = app;
 	o.thread_init = thread_db_open;
 	o.thread_fini = thread_db_close;

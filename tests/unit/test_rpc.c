@@ -51,6 +51,7 @@ static const ProtobufCServiceDescriptor test_service = {
 
 static atomic_int n_thread_init, n_thread_fini, hang_cancelled, principal_freed;
 static atomic_long slow_deadline_left;
+static atomic_int slow_running, slow_max_running;
 static _Atomic int64_t hang_deadline;
 
 static Msg *msg_new(rpc_call *call, int code, const char *text)
@@ -96,8 +97,13 @@ static int h_parse(rpc_call *call, const ProtobufCMessage *req, ProtobufCMessage
 static int h_slow(rpc_call *call, const ProtobufCMessage *req, ProtobufCMessage **ret,
 		  bc_error *err)
 {
+	int n = ++slow_running, m = slow_max_running;
+
+	while (n > m && !atomic_compare_exchange_weak(&slow_max_running, &m, n))
+		;
 	slow_deadline_left = (long)(rpc_call_deadline_mono_ms(call) - mono_ms());
 	usleep((useconds_t)((const Msg *)req)->code * 1000);
+	slow_running--;
 	*ret = &msg_new(call, 0, "slept")->base;
 	return 0;
 }
@@ -881,6 +887,14 @@ static void *slow_main(void *arg)
 	return NULL;
 }
 
+static void *slow_main_long(void *arg)
+{
+	struct slow_arg *a = arg;
+
+	a->r = call(a->c, "Slow", a->ms, "", 30000, NULL, 0, &a->err);
+	return NULL;
+}
+
 /* Unary calls in flight finish within the grace, and are cancelled after. */
 static void test_shutdown_grace(void)
 {
@@ -1082,6 +1096,225 @@ static int cancel_raw(int port, struct held *ret)
 	grpc_completion_queue_destroy(cq);
 	grpc_channel_destroy(ch);
 	return (int)st;
+}
+
+/* A raw client call: initial metadata, then the message bytes buf (if
+ * not NULL) and a half-close (if close). */
+struct raw {
+	grpc_channel *ch;
+	grpc_completion_queue *cq;
+	grpc_call *gc;
+	grpc_metadata_array md, imd;
+	grpc_byte_buffer *resp;
+	grpc_status_code st;
+	grpc_slice details;
+	int tag_send, tag_status;
+	bool status_pending;
+};
+
+static void raw_start(struct raw *r, int port, const char *path, const uint8_t *buf, size_t len,
+		      bool close)
+{
+	char target[64];
+	grpc_channel_credentials *cr = grpc_insecure_credentials_create();
+	grpc_slice sl;
+	grpc_byte_buffer *bb = NULL;
+	grpc_op ops[3];
+	size_t n = 0;
+
+	memset(r, 0, sizeof(*r));
+	snprintf(target, sizeof(target), "127.0.0.1:%d", port);
+	r->ch = grpc_channel_create(target, cr, NULL);
+	grpc_channel_credentials_release(cr);
+	r->cq = grpc_completion_queue_create_for_pluck(NULL);
+	r->gc = grpc_channel_create_call(r->ch, NULL, GRPC_PROPAGATE_DEFAULTS, r->cq,
+					 grpc_slice_from_static_string(path), NULL,
+					 gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+	memset(ops, 0, sizeof(ops));
+	ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+	if (buf) {
+		sl = grpc_slice_from_copied_buffer((const char *)buf, len);
+		bb = grpc_raw_byte_buffer_create(&sl, 1);
+		grpc_slice_unref(sl);
+		ops[n].op = GRPC_OP_SEND_MESSAGE;
+		ops[n++].data.send_message.send_message = bb;
+	}
+	if (close)
+		ops[n++].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+	grpc_call_start_batch(r->gc, ops, n, &r->tag_send, NULL);
+	grpc_completion_queue_pluck(r->cq, &r->tag_send, gpr_inf_future(GPR_CLOCK_MONOTONIC),
+				    NULL);
+	if (bb)
+		grpc_byte_buffer_destroy(bb);
+	grpc_metadata_array_init(&r->md);
+	grpc_metadata_array_init(&r->imd);
+	r->details = grpc_empty_slice();
+	memset(ops, 0, sizeof(ops));
+	ops[0].op = GRPC_OP_RECV_INITIAL_METADATA;
+	ops[0].data.recv_initial_metadata.recv_initial_metadata = &r->imd;
+	ops[1].op = GRPC_OP_RECV_MESSAGE;
+	ops[1].data.recv_message.recv_message = &r->resp;
+	ops[2].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+	ops[2].data.recv_status_on_client.trailing_metadata = &r->md;
+	ops[2].data.recv_status_on_client.status = &r->st;
+	ops[2].data.recv_status_on_client.status_details = &r->details;
+	r->status_pending = grpc_call_start_batch(r->gc, ops, 3, &r->tag_status, NULL) ==
+			    GRPC_CALL_OK;
+}
+
+/* The call's status within timeout_ms, -1 if none came; its details in
+ * out. */
+static int raw_status(struct raw *r, int timeout_ms, char *out, size_t outlen)
+{
+	grpc_event ev;
+
+	if (!r->status_pending)
+		return -1;
+	ev = grpc_completion_queue_pluck(r->cq, &r->tag_status, rpc_deadline_in(timeout_ms), NULL);
+	if (ev.type != GRPC_OP_COMPLETE)
+		return -1;
+	r->status_pending = false;
+	snprintf(out, outlen, "%.*s", (int)GRPC_SLICE_LENGTH(r->details),
+		 (const char *)GRPC_SLICE_START_PTR(r->details));
+	return (int)r->st;
+}
+
+static void raw_free(struct raw *r)
+{
+	grpc_call_cancel(r->gc, NULL);
+	if (r->status_pending)
+		grpc_completion_queue_pluck(r->cq, &r->tag_status,
+					    gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+	grpc_metadata_array_destroy(&r->md);
+	grpc_metadata_array_destroy(&r->imd);
+	if (r->resp)
+		grpc_byte_buffer_destroy(r->resp);
+	grpc_slice_unref(r->details);
+	grpc_call_unref(r->gc);
+	grpc_completion_queue_shutdown(r->cq);
+	grpc_completion_queue_destroy(r->cq);
+	grpc_channel_destroy(r->ch);
+}
+
+/* Unary calls whose message never comes hold no worker: with one worker
+ * and several such calls open, other calls are served; a server-streaming
+ * call whose request never comes ends DEADLINE_EXCEEDED after
+ * recv_timeout_ms. */
+static void test_messageless(void)
+{
+	char listen[64] = "127.0.0.1:0", out[256];
+	struct rpc_server_opts o = {
+		.listen = listen, .workers = 1, .recv_timeout_ms = 300,
+		.thread_init = t_init, .thread_fini = t_fini, .pre_call = pre_call,
+	};
+	struct raw open[6], st;
+	rpc_server *s = rpc_server_new(&o, NULL);
+	rpc_client *c;
+	bc_error err;
+	int port = 0;
+
+	ok(s && rpc_server_add_service(s, &test_service, test_handlers,
+				       ARRAY_SIZE(test_handlers)) == 0 &&
+	   rpc_server_start(s, &port) == 0, "one-worker server starts");
+	for (int i = 0; i < 6; i++)
+		raw_start(&open[i], port, P("Echo"), NULL, 0, false);
+	is_int(raw_status(&open[0], 200, out, sizeof(out)), -1,
+	       "a unary call without its message is held open (no status)");
+	c = client_new(port, NULL, NULL);
+	is_int(call(c, "Echo", 0, "through", 10000, out, sizeof(out), &err), 0,
+	       "another call is served while 6 message-less calls are open on 1 worker");
+	is_str(out, "through", "... with its answer");
+	is_int(raw_status(&open[5], 0, out, sizeof(out)), -1, "... and those are still open");
+	rpc_client_free(c);
+	raw_start(&st, port, P("Count"), NULL, 0, false);
+	is_int(raw_status(&st, 10000, out, sizeof(out)), GRPC_STATUS_DEADLINE_EXCEEDED,
+	       "a server stream whose request never comes: DEADLINE_EXCEEDED");
+	is_str(out, "request message not received within 300 ms", "... saying why");
+	raw_free(&st);
+	/* a half-close without a message: answered, not held */
+	raw_start(&st, port, P("Echo"), NULL, 0, true);
+	is_int(raw_status(&st, 10000, out, sizeof(out)), GRPC_STATUS_INVALID_ARGUMENT,
+	       "a unary call closed without a message: INVALID_ARGUMENT");
+	is_str(out, "request message missing", "... request message missing");
+	raw_free(&st);
+	for (int i = 0; i < 6; i++)
+		raw_free(&open[i]);
+	rpc_server_free(s, 1000);
+}
+
+/* Methods that need no credential (open_methods) run on at most
+ * open_workers workers at once; other calls are served meanwhile. */
+static void test_open_cap(void)
+{
+	const char *open_methods[] = {P("Slow"), NULL};
+	struct rpc_server_opts o = {
+		.listen = "127.0.0.1:0", .workers = 3, .open_workers = 1,
+		.open_methods = open_methods, .thread_init = t_init, .thread_fini = t_fini,
+	};
+	struct slow_arg a[4];
+	pthread_t t[4];
+	rpc_server *s = rpc_server_new(&o, NULL);
+	rpc_client *c;
+	char out[64];
+	bc_error err;
+	int port = 0, ok_calls = 0;
+
+	ok(s && rpc_server_add_service(s, &test_service, test_handlers,
+				       ARRAY_SIZE(test_handlers)) == 0 &&
+	   rpc_server_start(s, &port) == 0, "server with open_workers 1 of 3 starts");
+	slow_max_running = 0;
+	for (int i = 0; i < 4; i++) {
+		a[i] = (struct slow_arg){.c = client_new(port, NULL, NULL), .ms = 400};
+		pthread_create(&t[i], NULL, slow_main_long, &a[i]);
+	}
+	c = client_new(port, NULL, NULL);
+	is_int(call(c, "Echo", 0, "meanwhile", 20000, out, sizeof(out), &err), 0,
+	       "an authenticated call is served while open calls queue");
+	for (int i = 0; i < 4; i++) {
+		pthread_join(t[i], NULL);
+		ok_calls += a[i].r == 0;
+		rpc_client_free(a[i].c);
+	}
+	is_int(ok_calls, 4, "every open call is served in turn");
+	is_int(slow_max_running, 1, "never more than open_workers of them at once");
+	rpc_client_free(c);
+	rpc_server_free(s, 1000);
+}
+
+/* A NUL in a string field, at the top or nested (Status.details[].type_url),
+ * is refused INVALID_INPUT with the JSON transport's words; in a bytes
+ * field (Any.value inside details) it is data. */
+static void test_nul(int port)
+{
+	/* Status{code=1, message="a\0b"} */
+	static const uint8_t top[] = {0x08, 0x01, 0x12, 0x03, 'a', 0, 'b'};
+	/* Status{details=[Any{type_url="t\0u"}]} */
+	static const uint8_t nested[] = {0x1a, 0x05, 0x0a, 0x03, 't', 0, 'u'};
+	/* Status{message="ok", details=[Any{type_url="t", value="\0\0"}]} */
+	static const uint8_t in_bytes[] = {0x12, 0x02, 'o', 'k', 0x1a, 0x07, 0x0a, 0x01,
+					   't', 0x12, 0x02, 0, 0};
+	static const struct {
+		const uint8_t *buf;
+		size_t len;
+		int status;
+		const char *details, *what;
+	} cases[] = {
+		{top, sizeof(top), GRPC_STATUS_INVALID_ARGUMENT, "NUL character in string",
+		 "a NUL in a string field"},
+		{nested, sizeof(nested), GRPC_STATUS_INVALID_ARGUMENT, "NUL character in string",
+		 "a NUL in a nested message's string field"},
+		{in_bytes, sizeof(in_bytes), GRPC_STATUS_OK, "", "NULs in a bytes field"},
+	};
+	char out[256];
+	struct raw r;
+
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		raw_start(&r, port, P("Echo"), cases[i].buf, cases[i].len, true);
+		is_int(raw_status(&r, 10000, out, sizeof(out)), cases[i].status, "%s: status %d",
+		       cases[i].what, cases[i].status);
+		is_str(out, cases[i].details, "... '%s'", cases[i].details);
+		raw_free(&r);
+	}
 }
 
 /* The client's deadline passes, or the client cancels: the layer ends the
@@ -1329,6 +1562,7 @@ int main(void)
 	test_concurrency(c);
 	test_detach_later(c);
 	test_detach_cancel(c, port);
+	test_nul(port);
 	rpc_client_free(c);
 	rpc_server_free(s, 2000);
 	test_max_streams();
@@ -1336,6 +1570,8 @@ int main(void)
 	test_shutdown_grace();
 	test_detach_many();
 	test_detach_shutdown();
+	test_messageless();
+	test_open_cap();
 	test_no_server();
 	test_reconnect();
 	if (r == 0)
