@@ -42,6 +42,8 @@ struct agent_config {
 	char *domain_type;              /* auto | kvm | qemu */
 	uint32_t stop_timeout_seconds;
 	uint64_t image_max_gib;
+	uint32_t node_lost_seconds;     /* fence after this long without a controller */
+	char *fence;                    /* pause | stop | off */
 	/* derived by cfg_finish */
 	struct cfg_label label_list[CFG_MAX_LABELS];
 	size_t n_labels;

@@ -19,6 +19,10 @@ int nl_bridge_ensure(const char *name, const char *addr4, const char *addr6);
  * is enslaved to bridge and up. */
 int nl_tap_ensure(const char *name, const char *bridge);
 
+/* Set the link name up or down (a fenced instance's tap goes down; the
+ * next nl_tap_ensure brings it up). -ENODEV if no such link. */
+int nl_link_set_up(const char *name, bool up);
+
 /* Remove the link name; 0 if it does not exist. */
 int nl_link_delete(const char *name);
 

@@ -77,6 +77,7 @@ static int handle_spec(struct watch *w, const Bc__Node__V1__NodeSpec *spec)
 	log_info("spec generation %" PRIu64 " accepted (%zu instances)", spec->generation,
 		 spec->n_instances);
 	conv_submit(w->conv, copy);
+	conv_confirm(w->conv);  /* after the submit: a fence lifts on this spec */
 	/* in the file system already; to the disk while converge starts */
 	e = state_sync_spec(w->state_dir);
 	if (e < 0)
@@ -203,6 +204,8 @@ static int session(struct watch *w, struct backoff *b, bool *down, bc_error *err
 		r = rpc_stream_recv(st, &bc__node__v1__node_update__descriptor, &m, RECV_POLL_MS, err);
 		if (r != -ETIMEDOUT && r <= 0)
 			break;
+		if (r == 1)
+			conv_contact(w->conv);
 		if (r == 1 || mono_ms() - opened >= WATCH_HEALTHY_MS)
 			healthy(b, down);
 		if (r == -ETIMEDOUT) {
