@@ -478,8 +478,10 @@ static int fence_pass(struct conv *c)
 	Bc__Node__V1__InstanceSpec **v = NULL;
 	struct rt_instance *actual = NULL;
 	struct pass p = {0};
+	struct rt_storage stg;
 	size_t n_actual = 0;
 	int e = list_actual(c, &actual, &n_actual);
+	bool has_stg;
 
 	if (e == 0) {
 		fence_taps(c);
@@ -491,7 +493,8 @@ static int fence_pass(struct conv *c)
 			free(v);
 		}
 	}
-	publish(c, &p, e == 0, NULL);
+	has_stg = c->rt->ops->storage && c->rt->ops->storage(c->rt, c->spec, &stg) == 0;
+	publish(c, &p, e == 0, has_stg ? &stg : NULL);
 	pthread_mutex_lock(&c->lock);
 	c->fence_seq = c->status.seq;
 	pthread_mutex_unlock(&c->lock);
