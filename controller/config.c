@@ -44,6 +44,7 @@ static const struct ckey keys[] = {
 	I(sandbox_reconcile_seconds, "15", 1, 3600),
 	I(metering_interval_seconds, "60", 1, 3600),
 	I(max_waiting_creates, "4096", 0, 1000000),
+	I(ip_quarantine_seconds, "120", 0, 86400),
 };
 
 static const struct ckey *key_find(const char *name)

@@ -14,7 +14,7 @@
 
 /* The newest schema version this binary knows; equals the number of files in
  * migrations/ (checked by a unit test). serve refuses any other version. */
-#define CTL_SCHEMA_VERSION 8
+#define CTL_SCHEMA_VERSION 11
 
 struct ctl_config {
 	char *database;
@@ -35,6 +35,7 @@ struct ctl_config {
 	int sandbox_reconcile_seconds;
 	int metering_interval_seconds;
 	int max_waiting_creates;     /* Sandboxes.Create waits held off the workers */
+	int ip_quarantine_seconds;   /* a released address waits this long (ipam.c) */
 };
 
 /* Load defaults, then the file at path (if not NULL), then argv flags
@@ -182,6 +183,11 @@ void ipam_random_mac(char out[18]);
 int ipam_eui64(const unsigned char net[16], const char *mac, char *out, size_t len);
 /* Tap name for NIC idx of instance id: "bct" + 11 id chars + idx (<= 15). */
 void ipam_tap_name(const char *instance_id, int idx, char out[16]);
+/* How long a released address waits before it is leased again (config key
+ * ip_quarantine_seconds): set once at start, before any thread; read by
+ * lease_nic (placement.c). */
+void ipam_set_quarantine(int seconds);
+int ipam_quarantine(void);
 
 /* events.c: publish an event inside the caller's transaction. data_json
  * may be NULL ("{}"). Statements may insert events themselves: no lock is
