@@ -62,6 +62,9 @@ static const struct cfg_key keys[] = {
 	U32(stop_timeout_seconds, "30", 1, 3600, "ACPI shutdown time before a stop forces the guest off"),
 	U64(image_max_gib, "64", 1, 1ull << 16, "largest image downloaded, GiB"),
 	U32(cert_renew_percent, "67", 10, 95, "renew the node certificate after this percent of its life"),
+	U32(node_lost_seconds, "60", 2, 86400,
+	    "fence after this long without a controller (at most the controller's)"),
+	S(fence, "pause", "when fenced: pause (and cut the network), stop, or off"),
 };
 
 static const struct cfg_key *key_find(const char *name)
@@ -338,6 +341,8 @@ int cfg_finish(struct agent_config *c, char *err, size_t errlen)
 	if (strcmp(c->domain_type, "auto") && strcmp(c->domain_type, "kvm") &&
 	    strcmp(c->domain_type, "qemu"))
 		return fail(err, errlen, "domain_type '%.32s': auto, kvm or qemu", c->domain_type);
+	if (strcmp(c->fence, "pause") && strcmp(c->fence, "stop") && strcmp(c->fence, "off"))
+		return fail(err, errlen, "fence '%.32s': pause, stop or off", c->fence);
 	if (*c->data_dir && *c->data_dir != '/')
 		return fail(err, errlen, "data_dir '%.64s' must be an absolute path", c->data_dir);
 	if (!c->hostname || !*c->hostname) {

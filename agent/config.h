@@ -45,6 +45,8 @@ struct agent_config {
 	uint32_t stop_timeout_seconds;
 	uint32_t cert_renew_percent;    /* Node.RenewCertificate after this much of its life */
 	uint64_t image_max_gib;
+	uint32_t node_lost_seconds;     /* fence after this long without a controller */
+	char *fence;                    /* pause | stop | off */
 	/* derived by cfg_finish */
 	struct cfg_label label_list[CFG_MAX_LABELS];
 	size_t n_labels;

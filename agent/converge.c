@@ -14,7 +14,9 @@
  *  - an instance the spec does not name is destroyed and reported
  *    "deleted" until one report carrying that has been delivered;
  *  - before any spec is known nothing is created or destroyed: the pass
- *    only lists, so a lost spec.pb can never wipe a host.
+ *    only lists, so a lost spec.pb can never wipe a host;
+ *  - fenced (no controller for node_lost_seconds, see fence_step) the pass
+ *    applies nothing: it pauses or stops what runs and sets its taps down.
  * Failures are reported per instance (state error + reason) and logged once
  * per distinct reason, never every pass. */
 #include "converge.h"
@@ -28,6 +30,7 @@
 
 #include "log.h"
 #include "net.h"
+#include "netlink.h"
 #include "util.h"
 
 /* An entry reported until a report that carried it was delivered. */
@@ -68,6 +71,15 @@ struct conv {
 	size_t n_gone, cap_gone;
 	struct once_result *results;
 	size_t n_results, cap_results;
+	/* fencing: policy and time set before the thread starts; the rest
+	 * under lock (mono ms) */
+	enum conv_fence fence;
+	int64_t fence_after_ms;
+	int64_t contact_ms;        /* last contact with a controller */
+	int64_t confirm_ms;        /* last confirmation of the spec we hold */
+	int64_t fenced_at;         /* when the fence began; 0: not fenced */
+	uint64_t fence_seq;        /* status seq of the last fenced pass */
+	uint64_t reported_seq;     /* newest status seq a delivered report carried */
 };
 
 /* Items built during one pass. */
@@ -193,6 +205,7 @@ struct conv *conv_new(struct rt *rt)
 	pthread_condattr_t ca;
 
 	c->rt = rt;
+	c->contact_ms = mono_ms();  /* the fence counts from the start */
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -324,6 +337,170 @@ static enum rt_state move(struct conv *c, const char *id, enum rt_state cur,
 		cur = s.result;
 	}
 	return cur;
+}
+
+/* ------------------------------------------------------------ fencing */
+
+void conv_set_fence(struct conv *c, enum conv_fence policy, int64_t after_ms)
+{
+	c->fence = policy;
+	c->fence_after_ms = after_ms;
+}
+
+int conv_fence_parse(const char *s, enum conv_fence *ret)
+{
+	static const char *const names[] = {"off", "pause", "stop"};
+
+	for (size_t i = 0; s && i < ARRAY_SIZE(names); i++)
+		if (strcmp(s, names[i]) == 0) {
+			*ret = (enum conv_fence)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+/* Under the lock: while fenced, a pass as soon as what it waits for came. */
+static void wake_if_fenced(struct conv *c)
+{
+	if (!c->fenced_at)
+		return;
+	c->poked = true;
+	pthread_cond_broadcast(&c->wake);
+}
+
+void conv_contact(struct conv *c)
+{
+	pthread_mutex_lock(&c->lock);
+	c->contact_ms = mono_ms();
+	pthread_mutex_unlock(&c->lock);
+}
+
+void conv_confirm(struct conv *c)
+{
+	pthread_mutex_lock(&c->lock);
+	c->contact_ms = c->confirm_ms = mono_ms();
+	wake_if_fenced(c);
+	pthread_mutex_unlock(&c->lock);
+}
+
+bool conv_fenced(struct conv *c)
+{
+	bool f;
+
+	pthread_mutex_lock(&c->lock);
+	f = c->fenced_at != 0;
+	pthread_mutex_unlock(&c->lock);
+	return f;
+}
+
+/* The fence for this pass: begins after fence_after_ms without contact;
+ * lifts once a report carried the fenced states and the controller
+ * confirmed the spec since the fence began. True: a fenced pass. */
+static bool fence_step(struct conv *c)
+{
+	int64_t now = mono_ms(), silent;
+	bool begin = false, lift = false, fenced;
+
+	if (c->fence == CONV_FENCE_OFF)
+		return false;
+	pthread_mutex_lock(&c->lock);
+	silent = now - c->contact_ms;
+	if (!c->fenced_at && silent >= c->fence_after_ms) {
+		c->fenced_at = now;
+		begin = true;
+	} else if (c->fenced_at && c->confirm_ms > c->fenced_at &&
+		   c->reported_seq >= c->fence_seq) {
+		c->fenced_at = 0;
+		lift = true;
+	}
+	fenced = c->fenced_at != 0;
+	pthread_mutex_unlock(&c->lock);
+	if (begin)
+		log_warn("fence: no contact with a controller for %" PRId64 " s: %s every instance "
+			 "and cutting its network until the controller confirms this node's spec",
+			 silent / 1000, c->fence == CONV_FENCE_STOP ? "stopping" : "pausing");
+	if (lift)
+		log_info("fence: lifted: the controller confirmed spec generation %" PRIu64
+			 "; converging it", c->spec ? c->spec->generation : 0);
+	return fenced;
+}
+
+/* The taps of the spec's instances down (net_converge brings them up
+ * again once the fence lifts). */
+static void fence_taps(struct conv *c)
+{
+	if (!c->spec || !c->net || !net_enforces(c->net))
+		return;
+	for (size_t i = 0; i < c->spec->n_instances; i++)
+		for (size_t k = 0; k < c->spec->instances[i]->n_nics; k++) {
+			const char *tap = c->spec->instances[i]->nics[k]->tap;
+			int e = nl_link_set_up(tap, false);
+			if (e < 0 && e != -ENODEV)
+				log_warn("fence: tap %s: cannot set it down: %s", tap, strerror(-e));
+		}
+}
+
+/* A running instance paused (or, with fence = stop or when the pause
+ * fails, stopped); reported with a Fenced reason. */
+static void fence_one(struct conv *c, struct pass *p, const struct rt_instance *a)
+{
+	bool stop = c->fence == CONV_FENCE_STOP;
+	enum rt_state st = a->state;
+	char reason[RT_REASON_MAX];
+	int e = 0;
+
+	if (st == RT_STATE_RUNNING && !stop && (e = c->rt->ops->pause(c->rt, a->id)) == 0)
+		st = RT_STATE_PAUSED;
+	else if (st == RT_STATE_RUNNING || (stop && st == RT_STATE_PAUSED))
+		if ((e = c->rt->ops->stop(c->rt, a->id)) == 0)
+			st = RT_STATE_STOPPED;
+	if (st != a->state)
+		log_warn("instance %s: fenced: %s", a->id, rt_state_name(st));
+	if (e < 0 && e != -EINPROGRESS)
+		snprintf(reason, sizeof(reason), "Fenced: no contact with a controller; %s failed: "
+			 "%.100s", stop ? "stop" : "pause", strerror(-e));
+	else
+		snprintf(reason, sizeof(reason), "Fenced: no contact with a controller for %" PRId64
+			 " s", c->fence_after_ms / 1000);
+	add_item(p, a->id, rt_state_name(st), reason);
+}
+
+static void stamp_desired(struct pass *p, Bc__Node__V1__InstanceSpec *const *v, size_t n);
+static size_t spec_sorted(const struct conv *c, Bc__Node__V1__InstanceSpec ***ret);
+static int list_actual(struct conv *c, struct rt_instance **ret, size_t *ret_n);
+static void publish(struct conv *c, struct pass *p, bool complete, const struct rt_storage *stg);
+static void pass_clear(struct pass *p);
+
+/* A pass while fenced: nothing of the spec is applied, nothing created or
+ * destroyed; every instance is held and reported Fenced. */
+static int fence_pass(struct conv *c)
+{
+	Bc__Node__V1__InstanceSpec **v = NULL;
+	struct rt_instance *actual = NULL;
+	struct pass p = {0};
+	struct rt_storage stg;
+	size_t n_actual = 0;
+	int e = list_actual(c, &actual, &n_actual);
+	bool has_stg;
+
+	if (e == 0) {
+		fence_taps(c);
+		for (size_t i = 0; i < n_actual; i++)
+			fence_one(c, &p, &actual[i]);
+		if (c->spec) {
+			size_t n = spec_sorted(c, &v);
+			stamp_desired(&p, v, n);
+			free(v);
+		}
+	}
+	has_stg = c->rt->ops->storage && c->rt->ops->storage(c->rt, c->spec, &stg) == 0;
+	publish(c, &p, e == 0, has_stg ? &stg : NULL);
+	pthread_mutex_lock(&c->lock);
+	c->fence_seq = c->status.seq;
+	pthread_mutex_unlock(&c->lock);
+	pass_clear(&p);
+	free(actual);
+	return e;
 }
 
 /* ------------------------------------------------------------ the pass */
@@ -687,10 +864,15 @@ int conv_pass(struct conv *c)
 	struct rt_storage stg;
 	bool has_stg = false;
 	size_t n_actual = 0;
-	bool *matched;
+	bool *matched, fenced;
 	int e;
 
+	/* the fence first: a confirmation it sees came after its spec was
+	 * submitted, so the spec taken next is at least that one */
+	fenced = fence_step(c);
 	take_pending(c);
+	if (fenced)
+		return fence_pass(c);
 	e = list_actual(c, &actual, &n_actual);
 	if (e < 0) {
 		publish(c, &p, false, NULL);
@@ -733,6 +915,17 @@ static void deadline_after(struct timespec *ts, int ms)
 	}
 }
 
+/* Under the lock: until the next periodic pass, or the fence's deadline
+ * if that comes first. */
+static int next_wait_ms(const struct conv *c)
+{
+	int64_t left = c->contact_ms + c->fence_after_ms - mono_ms() + 100;
+
+	if (c->fence == CONV_FENCE_OFF || c->fenced_at || left >= CONV_INTERVAL_MS)
+		return CONV_INTERVAL_MS;
+	return left > 0 ? (int)left : 1;
+}
+
 void conv_run(struct conv *c)
 {
 	struct timespec until;
@@ -742,7 +935,7 @@ void conv_run(struct conv *c)
 		pthread_mutex_unlock(&c->lock);
 		conv_pass(c);
 		pthread_mutex_lock(&c->lock);
-		deadline_after(&until, CONV_INTERVAL_MS);
+		deadline_after(&until, next_wait_ms(c));
 		while (!c->stopping && !c->pending && !c->poked)
 			if (pthread_cond_timedwait(&c->wake, &c->lock, &until) == ETIMEDOUT)
 				break;
@@ -804,6 +997,10 @@ void conv_report_sent(struct conv *c, uint64_t seq)
 	size_t k = 0;
 
 	pthread_mutex_lock(&c->lock);
+	c->contact_ms = mono_ms();
+	if (seq > c->reported_seq)
+		c->reported_seq = seq;
+	wake_if_fenced(c);
 	for (size_t i = 0; i < c->n_gone; i++)
 		if (c->gone[i].seq > seq)
 			c->gone[k++] = c->gone[i];

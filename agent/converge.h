@@ -101,8 +101,31 @@ bool conv_wait_change(struct conv *c, uint64_t seen_seq, int timeout_ms);
 
 /* A report built from the snapshot with this seq was delivered: drop the
  * one-shot entries it carried (instances destroyed because the spec no
- * longer names them, command results). */
+ * longer names them, command results). A contact with a controller for
+ * the fence. */
 void conv_report_sent(struct conv *c, uint64_t seq);
+
+/* Fencing (docs/operations.md, "What bcd does when cut off"). After
+ * after_ms without a contact with a controller (conv_contact, a delivered
+ * report) a pass fences the host: it pauses (CONV_FENCE_PAUSE) or stops
+ * (CONV_FENCE_STOP) every running instance, sets the taps of the spec's
+ * instances down, and reports them with a "Fenced: ..." reason; while
+ * fenced no spec is applied. The fence lifts only once a report carrying
+ * the fenced states was delivered and the controller confirmed this
+ * node's spec (conv_confirm); the pass that lifts it converges the spec
+ * as usual: instances it still names resume and their taps come up, the
+ * others are destroyed. Set before the converge thread starts. */
+enum conv_fence { CONV_FENCE_OFF, CONV_FENCE_PAUSE, CONV_FENCE_STOP };
+void conv_set_fence(struct conv *c, enum conv_fence policy, int64_t after_ms);
+/* "pause", "stop", "off" (agent config key fence); -EINVAL otherwise. */
+int conv_fence_parse(const char *s, enum conv_fence *ret);
+/* A controller answered (a message on the spec stream). Any thread. */
+void conv_contact(struct conv *c);
+/* The controller's spec for this node is the one persisted (a spec
+ * accepted, or a report acked with the generation we hold). Any thread. */
+void conv_confirm(struct conv *c);
+/* True while the host is fenced. Any thread. */
+bool conv_fenced(struct conv *c);
 
 /* Queue a command result for the next report. Any thread. */
 void conv_add_result(struct conv *c, const char *id, bool ok, const char *error);

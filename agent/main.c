@@ -271,6 +271,7 @@ static void renewed(void *ctx)
 
 static int start_up(struct agent *a)
 {
+	enum conv_fence fence;
 	int e;
 
 	a->client = join_client_new(&a->cfg, &a->creds);
@@ -295,6 +296,8 @@ static int start_up(struct agent *a)
 		return EXIT_CONFIG;
 	}
 	conv_set_net(a->conv, a->net);
+	if (conv_fence_parse(a->cfg.fence, &fence) == 0)  /* checked by cfg_finish */
+		conv_set_fence(a->conv, fence, (int64_t)a->cfg.node_lost_seconds * 1000);
 	backoff_stop_init(&a->stop);
 	a->watch = (struct watch){.client = a->client, .conv = a->conv,
 				  .state_dir = a->cfg.state_dir, .node_id = a->creds.node_id,

@@ -283,6 +283,17 @@ int nl_bridge_fdb_max_learned(const char *bridge, uint32_t max)
 	return talk(nlh, NULL, NULL);
 }
 
+int nl_link_set_up(const char *name, bool up)
+{
+	char buf[MNL_SOCKET_BUFFER_SIZE];
+	struct ifinfomsg *ifm;
+	struct nlmsghdr *nlh = link_msg(buf, RTM_NEWLINK, 0, name, &ifm);
+
+	ifm->ifi_change = IFF_UP;
+	ifm->ifi_flags = up ? IFF_UP : 0;
+	return talk(nlh, NULL, NULL);
+}
+
 int nl_link_delete(const char *name)
 {
 	char buf[MNL_SOCKET_BUFFER_SIZE];

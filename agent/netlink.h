@@ -32,6 +32,9 @@ int nl_port_secure(const char *port, const uint8_t *mac, bool lock);
 /* Bound the FDB entries the bridge learns (from ports that learn: the
  * uplinks) to max, 0 = no bound. Kernel 6.8 on; older kernels ignore it. */
 int nl_bridge_fdb_max_learned(const char *bridge, uint32_t max);
+/* Set the link name up or down (a fenced instance's tap goes down; the
+ * next nl_tap_ensure brings it up). -ENODEV if no such link. */
+int nl_link_set_up(const char *name, bool up);
 
 /* Remove the link name; 0 if it does not exist. */
 int nl_link_delete(const char *name);

@@ -360,6 +360,9 @@ static uint64_t send_once(struct report *r, struct send_state *s)
 			  st.applied_generation, sent->n_items, complete ? "complete" : "delta");
 		__atomic_fetch_add(complete ? &r->n_complete : &r->n_delta, 1, __ATOMIC_RELAXED);
 		conv_report_sent(r->conv, st.seq);
+		/* the controller holds the spec we converged: a fence may lift */
+		if (ack->spec_generation == st.applied_generation)
+			conv_confirm(r->conv);
 		check_ack(r, s, ack);
 	}
 	report_track_done(&s->track, &st, complete, e == 0, ack ? ack->spec_generation : 0,

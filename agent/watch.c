@@ -77,6 +77,7 @@ static int handle_spec(struct watch *w, const Bc__Node__V1__NodeSpec *spec)
 	log_info("spec generation %" PRIu64 " accepted (%zu instances)", spec->generation,
 		 spec->n_instances);
 	conv_submit(w->conv, copy);
+	conv_confirm(w->conv);  /* after the submit: a fence lifts on this spec */
 	/* in the file system already; to the disk while converge starts */
 	e = state_sync_spec(w->state_dir);
 	if (e < 0)
@@ -203,6 +204,8 @@ static int session(struct watch *w, struct backoff *b, bool *down, bc_error *err
 		r = rpc_stream_recv(st, &bc__node__v1__node_update__descriptor, &m, RECV_POLL_MS, err);
 		if (r != -ETIMEDOUT && r <= 0)
 			break;
+		if (r == 1)
+			conv_contact(w->conv);
 		if (r == 1 || mono_ms() - opened >= WATCH_HEALTHY_MS)
 			healthy(b, down);
 		if (r == -ETIMEDOUT) {
@@ -243,6 +246,25 @@ static bool log_failure(const bc_error *err, bool *down)
 	return refused;
 }
 
+/* Wait ms before the next stream. While the channel is not connected,
+ * the wait drives its connection attempt and ends as soon as it is
+ * connected: a controller back is watched again within gRPC's reconnect
+ * backoff (at most 2 s, rpc_client.c), not after the 15-20 s gRPC takes
+ * when nobody polls the channel. A channel that is connected (the
+ * controller itself failed the stream) waits the whole ms. */
+static void pause_before_retry(struct watch *w, int64_t ms)
+{
+	int64_t until = mono_ms() + ms, left;
+
+	if (rpc_client_wait_ready(w->client, 0) == 0) {
+		backoff_sleep(w->stop, ms);
+		return;
+	}
+	while (!backoff_stopped(w->stop) && (left = until - mono_ms()) > 0)
+		if (rpc_client_wait_ready(w->client, left < 500 ? (int)left : 500) == 0)
+			return;
+}
+
 void watch_run(struct watch *w)
 {
 	struct backoff b;
@@ -252,15 +274,11 @@ void watch_run(struct watch *w)
 	log_info("watch: watching spec from generation %" PRIu64, watch_applied(w));
 	while (!backoff_stopped(w->stop)) {
 		bc_error err = {0};
-		int64_t delay;
 		int r = session(w, &b, &down, &err);
-		if (r == 0)
-			delay = backoff_next(&b);
-		else if (log_failure(&err, &down))
-			delay = WATCH_REFUSED_MS;
+		if (r != 0 && log_failure(&err, &down))
+			backoff_sleep(w->stop, WATCH_REFUSED_MS);
 		else
-			delay = backoff_next(&b);
-		backoff_sleep(w->stop, delay);
+			pause_before_retry(w, backoff_next(&b));
 	}
 	log_info("watch: stopped");
 }

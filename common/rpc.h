@@ -262,6 +262,13 @@ struct rpc_client_opts {
 rpc_client *rpc_client_new(const struct rpc_client_opts *opts);
 void rpc_client_free(rpc_client *c);
 
+/* Wait up to timeout_ms (0: only look) for c's channel to be connected,
+ * asking it to connect. The wait drives the connection attempt: without a
+ * call in progress gRPC advances a connecting channel only from its backup
+ * poller, every 5 s, so a caller that retries after a failure waits here
+ * rather than sleeping. 0 when connected, -ETIMEDOUT otherwise. */
+int rpc_client_wait_ready(rpc_client *c, int timeout_ms);
+
 /* "/<service>/<method>" for the named method of desc, into the caller's
  * buffer. 0, -ENOENT if desc has no such method, -ENOSPC if len is short. */
 int rpc_method_path(const ProtobufCServiceDescriptor *desc, const char *method,

@@ -1,8 +1,9 @@
 /* rpc_client.c: the client side. One channel per rpc_client, shared by
  * any number of threads; every call gets its own GRPC_CQ_PLUCK queue, so
  * calls never see each other's events. gRPC reconnects the channel by
- * itself; short reconnect backoffs make a restarted server usable again
- * within a fraction of a second.
+ * itself; short reconnect backoffs (0.2 s .. 2 s, gRPC's jitter) make a
+ * restarted server usable again within a second or two, provided someone
+ * polls the channel meanwhile (rpc_client_wait_ready).
  *
  * Unary calls are one batch. Streams keep a RECV_STATUS_ON_CLIENT op
  * outstanding from the start and at most one RECV_MESSAGE: a receive that
@@ -25,7 +26,7 @@
 /* Not GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: gRPC uses it as the connect
  * (handshake) timeout, which must stay generous. */
 #define RECONNECT_MIN_MS 200
-#define RECONNECT_MAX_MS 5000
+#define RECONNECT_MAX_MS 2000
 /* Pings while calls are open, so a long watch notices a dead server (no
  * FIN) within KEEPALIVE_MS + KEEPALIVE_TIMEOUT_MS. The server allows it. */
 #define KEEPALIVE_MS 30000
@@ -121,6 +122,30 @@ void rpc_client_free(rpc_client *c)
 	}
 	free(c);
 	rpc_global_shutdown();
+}
+
+/* See rpc.h. */
+int rpc_client_wait_ready(rpc_client *c, int timeout_ms)
+{
+	grpc_connectivity_state st = grpc_channel_check_connectivity_state(c->ch, 1);
+	gpr_timespec deadline = rpc_deadline_in(timeout_ms > 0 ? timeout_ms : 1);
+	grpc_completion_queue *cq;
+
+	if (st == GRPC_CHANNEL_READY || timeout_ms <= 0)
+		return st == GRPC_CHANNEL_READY ? 0 : -ETIMEDOUT;
+	cq = grpc_completion_queue_create_for_next(NULL);
+	while (st != GRPC_CHANNEL_READY && st != GRPC_CHANNEL_SHUTDOWN) {
+		grpc_channel_watch_connectivity_state(c->ch, st, deadline, cq, NULL);
+		if (!grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).success)
+			break; /* the deadline passed first */
+		st = grpc_channel_check_connectivity_state(c->ch, 1);
+	}
+	grpc_completion_queue_shutdown(cq);
+	while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type !=
+	       GRPC_QUEUE_SHUTDOWN)
+		;
+	grpc_completion_queue_destroy(cq);
+	return st == GRPC_CHANNEL_READY ? 0 : -ETIMEDOUT;
 }
 
 static grpc_call *call_create(rpc_client *c, grpc_completion_queue *cq, const char *path,

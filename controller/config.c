@@ -63,6 +63,7 @@ static const struct ckey keys[] = {
 	I(grpc_recv_timeout_ms, "10000", 100, 600000),
 	I(grpc_max_streams_per_connection, "100", 1, 100000),
 	I(grpc_unauthenticated_workers, "0", 0, 256),
+	I(ip_quarantine_seconds, "120", 0, 86400),
 };
 
 static const struct ckey *key_find(const char *name)

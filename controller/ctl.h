@@ -14,7 +14,7 @@
 
 /* The newest schema version this binary knows; equals the number of files in
  * migrations/ (checked by a unit test). serve refuses any other version. */
-#define CTL_SCHEMA_VERSION 9
+#define CTL_SCHEMA_VERSION 10
 
 struct ctl_config {
 	char *database;
@@ -53,6 +53,7 @@ struct ctl_config {
 	int grpc_recv_timeout_ms;    /* a streaming call's request must arrive within */
 	int grpc_max_streams_per_connection;
 	int grpc_unauthenticated_workers; /* 0: workers / 4, at least 1 */
+	int ip_quarantine_seconds;   /* a released address waits this long (ipam.c) */
 };
 
 /* Load defaults, then the file at path (if not NULL), then argv flags
@@ -234,6 +235,11 @@ void ipam_random_mac(char out[18]);
 int ipam_eui64(const unsigned char net[16], const char *mac, char *out, size_t len);
 /* Tap name for NIC idx of instance id: "bct" + 11 id chars + idx (<= 15). */
 void ipam_tap_name(const char *instance_id, int idx, char out[16]);
+/* How long a released address waits before it is leased again (config key
+ * ip_quarantine_seconds): set once at start, before any thread; read by
+ * lease_nic (placement.c). */
+void ipam_set_quarantine(int seconds);
+int ipam_quarantine(void);
 
 /* events.c: publish an event inside the caller's transaction. data_json
  * may be NULL ("{}"). Statements may insert events themselves: no lock is

@@ -1,6 +1,8 @@
 /* ipam.c: pure address arithmetic for IP address management: parsing and
  * checking subnets, formatting, MACs, EUI-64 and tap names. The leases
- * themselves are rows in ip_leases (instances.c). */
+ * themselves are rows in ip_leases (placement.c); a released address sits
+ * in ip_quarantine (migration 0010) for ip_quarantine_seconds, held here,
+ * before lease_try hands it out again. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
@@ -146,4 +148,16 @@ void ipam_tap_name(const char *instance_id, int idx, char out[16])
 	const char *tail = n > 11 ? instance_id + n - 11 : instance_id;
 
 	snprintf(out, 16, "bct%s%d", tail, idx % 10);
+}
+
+static int quarantine_seconds = 120;
+
+void ipam_set_quarantine(int seconds)
+{
+	quarantine_seconds = seconds > 0 ? seconds : 0;
+}
+
+int ipam_quarantine(void)
+{
+	return quarantine_seconds;
 }

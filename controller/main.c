@@ -160,6 +160,7 @@ int main(int argc, char **argv)
 	if (log_level_parse(app.cfg.log_level, &lvl) < 0)
 		fprintf(stderr, "bc-controller: unknown log_level %s\n", app.cfg.log_level);
 	log_init("bc-controller", lvl);
+	ipam_set_quarantine(app.cfg.ip_quarantine_seconds);
 	if (strcmp(cmd, "init") == 0)
 		r = init_run(&app, new_token);
 	else if (strcmp(cmd, "migrate") == 0)

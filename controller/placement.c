@@ -215,11 +215,15 @@ static int lease_try(struct db *d, const char *pool, const char *inst, const cha
 	dbp_i64(&p, first);
 	dbp_i64(&p, last);
 	dbp_str(&p, gw);
+	dbp_i64(&p, ipam_quarantine());
+	/* not an address released within the quarantine (migration 0010) */
 	rc = db_exec(d, &r,
 		     "INSERT INTO ip_leases (pool_id, address, mac, instance_id) SELECT $1, a, "
 		     "$3::macaddr, $4 FROM (SELECT set_masklen($2::inet + g, 32) a FROM "
 		     "generate_series($5::bigint, $6::bigint) g) c WHERE c.a <> $7::inet AND NOT "
 		     "EXISTS (SELECT 1 FROM ip_leases l WHERE l.pool_id = $1 AND l.address = c.a) "
+		     "AND NOT EXISTS (SELECT 1 FROM ip_quarantine q WHERE q.pool_id = $1 AND "
+		     "q.address = c.a AND q.released_at > now() - make_interval(secs => $8)) "
 		     "LIMIT 1 ON CONFLICT DO NOTHING RETURNING host(address)", &p);
 	if (rc < 0)
 		return rc;

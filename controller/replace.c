@@ -16,7 +16,9 @@
  * recreateOnHostLoss: an instance of such a pool on a node declared lost
  * (or retired), not being deleted, releases its booking and address and
  * goes back to provisioning, to be placed elsewhere; running_at is cleared
- * since it boots again. Without the flag it stays lost. */
+ * since it boots again, and the lost node's spec moves on without it (its
+ * host, back or fenced, destroys its copy). Without the flag it stays
+ * lost. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -175,6 +177,10 @@ static int lost_tx(struct db *d, void *arg, bc_error *err)
 		return db_fail(err, rc);
 	if (PQntuples(r) == 1) {
 		rc = release_placement(d, a->id, true);
+		/* the lost node's spec no longer names it: back (or fenced), its
+		 * host destroys its copy instead of resuming it */
+		if (rc == 0)
+			rc = spec_bump_instance(d, db_val(r, 0, 0), a->id);
 		if (rc == 0)
 			rc = publish(d, "instance.recreating", a->id, db_val(r, 0, 1), db_val(r, 0, 4));
 		if (rc < 0)

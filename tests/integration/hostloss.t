@@ -1,5 +1,6 @@
 # hostloss.t: recreateOnHostLoss. Two fake agents in a pool that sets it,
-# one in a pool that does not, node_lost_seconds = 3:
+# one in a pool that does not, node_lost_seconds = 10 (short, yet longer
+# than killing two agents and deleting an instance takes on a loaded machine):
 # - when the node of an instance of the first pool goes silent and is
 #   declared lost, the instance is not left lost: its booking and address
 #   are released, it goes back to provisioning (instance.lost, then
@@ -11,7 +12,7 @@
 #   destroys its copy.
 . "$(dirname "$0")/../lib/stack.sh"
 
-export BC_NODE_LOST_SECONDS=3
+export BC_NODE_LOST_SECONDS=10
 stack_up --controllers 1 --agents 0 || bail_out "stack_up failed"
 img=$(stack_image_create loss-img) || bail_out "no image"
 plain_pool=$POOL_ID

@@ -84,8 +84,16 @@ eventually 20 same_view
 ok $? 'the host still runs what the database says'
 ok "[ ! -e '$fake/$victim.inst' ]" 'and the deleted instance is gone from it'
 
-# a new stream builds whole, then claims go back to deltas
+# a new stream builds whole, then claims go back to deltas. A claim needs
+# the node's spec stream: wait for the restarted controller to see bcd
+# watch again (bcd reconnects within its reconnect backoff once the
+# controller answers; on a loaded machine the controller's own start
+# takes a while) rather than racing it
+streams() { grep -c 'node .*: watching its spec from generation' "$STACK_DIR/ctl-1.log"; }
+s0=$(streams)
 ctl_kill 1 && ctl_start 1 || bail_out "controller restart"
+eventually 60 eval '[ "$(streams)" -gt "$s0" ]'
+ok $? "bcd watches its spec on the restarted controller"
 eventually 30 eval '[ "$(paused_n)" = 4 ]'
 out=$(bcctl --format json sandbox create --template "$tmpl" --wait 20s) || bail_out "claim 5"
 is "$(json_get "$out" state)/$(json_get "$out" warm)" ready/true 'a claim through the restarted controller'

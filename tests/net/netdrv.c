@@ -16,10 +16,12 @@
  *                                   ruleset, taps) for each spec in turn, in
  *                                   one process; --break: the next load is
  *                                   sent broken, so the kernel refuses it
- *   netdrv pass DIR [--break] SPEC.json...
+ *   netdrv pass DIR [--break] [--fence] SPEC.json...
  *                                   converge passes (agent/converge.c) with
  *                                   the fake runtime in DIR and networking;
- *                                   prints "<id> <state> <reason>" after each
+ *                                   prints "<id> <state> <reason>" after each;
+ *                                   --fence: no controller from then on, the
+ *                                   next passes are fenced (bcd cut off)
  *   netdrv cut SPEC.json            converge, then net_cut_all (fencing):
  *                                   every tap's frames dropped
  *   netdrv guard SPEC.json SECONDS  converge, then run the guard-check
@@ -214,6 +216,11 @@ static int pass(int argc, char **argv)
 	for (int i = 3; i < argc; i++) {
 		if (strcmp(argv[i], "--break") == 0) {
 			net_test_break_next_load(n);
+			continue;
+		}
+		if (strcmp(argv[i], "--fence") == 0) {
+			conv_set_fence(c, CONV_FENCE_PAUSE, 1);
+			usleep(10000);
 			continue;
 		}
 		conv_submit(c, load(argv[i]));

@@ -554,6 +554,67 @@ static void test_thread(void)
 	rt_close(rt);
 }
 
+
+/* Fencing: a pass after the fence time without contact pauses (or stops)
+ * what runs and applies no spec; the fence lifts only once a report
+ * carrying the fenced states was delivered and the spec confirmed, and
+ * that pass converges the newest spec. */
+static void test_fence(void)
+{
+	_cleanup_free_ char *dir = subdir("fence");
+	struct rt *rt = open_rt(dir, 64, 65536);
+	struct conv *c = conv_new(rt);
+	struct conv_status st = {0};
+	const struct want g1[] = {{"ins_a", RUNNING}, {"ins_b", PAUSED}, {"ins_c", RUNNING}, {0}};
+	const struct want g2[] = {{"ins_a", RUNNING}, {"ins_b", PAUSED}, {"ins_d", RUNNING}, {0}};
+	enum conv_fence f;
+
+	is_int(conv_fence_parse("stop", &f), 0, "fence = stop parses");
+	is_int(conv_fence_parse("halt", &f), -EINVAL, "fence = halt is refused");
+	conv_submit(c, mkspec(1, g1));
+	conv_pass(c);
+	conv_set_fence(c, CONV_FENCE_PAUSE, 1);
+	usleep(5000);
+	conv_submit(c, mkspec(2, g2));
+	conv_pass(c);
+	ok(conv_fenced(c), "no contact for the fence time: fenced");
+	is_str(actual_state(rt, "ins_a"), "paused", "a running instance is paused");
+	is_str(actual_state(rt, "ins_c"), "paused", "one the new spec drops is paused, not destroyed");
+	is_str(actual_state(rt, "ins_d"), "absent", "nothing is created while fenced");
+	is_int(ledger_count(dir, "pause", "ins_b"), 1, "the paused one is left alone");
+	conv_snapshot(c, &st);
+	ok(!strncmp(item_reason(&st, "ins_a"), "Fenced: ", 8), "reported with a Fenced reason");
+	ok(st.has_storage, "storage still reported");
+	conv_status_clear(&st);
+
+	conv_snapshot(c, &st);
+	conv_report_sent(c, st.seq - 1);
+	conv_status_clear(&st);
+	conv_pass(c);
+	ok(conv_fenced(c), "a report without the fenced states does not lift it");
+	conv_confirm(c);
+	conv_pass(c);
+	ok(conv_fenced(c), "a confirmed spec alone does not lift it: the fence is not reported yet");
+	conv_snapshot(c, &st);
+	conv_report_sent(c, st.seq);
+	conv_status_clear(&st);
+	conv_pass(c);
+	ok(!conv_fenced(c), "confirmed and the fenced states reported (in any order): lifted");
+	is_str(actual_state(rt, "ins_a"), "running", "the pass converges: resumed");
+	is_str(actual_state(rt, "ins_c"), "absent", "what the spec no longer names is destroyed");
+	is_int(ledger_count(dir, "resume", "ins_c"), 0, "... never resumed");
+	is_str(actual_state(rt, "ins_d"), "running", "what it names is created");
+	is_str(actual_state(rt, "ins_b"), "paused", "a desired-paused one stays paused");
+
+	conv_set_fence(c, CONV_FENCE_STOP, 1);
+	usleep(5000);
+	conv_pass(c);
+	is_str(actual_state(rt, "ins_a"), "stopped", "fence = stop: a running instance is stopped");
+	is_str(actual_state(rt, "ins_b"), "stopped", "... and a paused one too");
+	conv_free(c);
+	rt_close(rt);
+}
+
 int main(void)
 {
 	log_init("test", LOG_LVL_ERROR);
@@ -571,6 +632,7 @@ int main(void)
 	test_restart();
 	test_results();
 	test_thread();
+	test_fence();
 	rm_rf(tmpdir);
 	done_testing();
 }
