@@ -128,7 +128,7 @@ static void sbx_target(const struct sbx_shape *s, struct authz_target *t, char p
 	authz_attr(t, "templateId", s->template_id);
 	authz_attr(t, "flavor", s->flavor);
 	authz_attr(t, "imageId", s->image);
-	authz_attr(t, "network", s->network);
+	authz_attr(t, "networkPolicy", s->network);
 	authz_attr(t, "createdBy", s->created_by);
 	attr_i64(t, "ttlSeconds", s->ttl);
 	attr_i64(t, "vcpus", s->vcpus);
