@@ -1,8 +1,9 @@
 /* auth.c: who is calling. Public and admin calls carry a bearer token, which
  * is looked up by its SHA-256 (tokens are never stored); node calls carry the
  * node's client certificate, whose common name is the node id. Join and
- * Health need neither. Full policy evaluation (IAM) builds on the principal
- * set here. */
+ * Health need neither. A tenant's identity then spends one token of its
+ * request rate limit (ratelimit.c); the operator has none. Full policy
+ * evaluation (IAM) builds on the principal set here. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -164,6 +165,8 @@ int auth_pre_call(rpc_call *call, bc_error *err)
 	if (has_prefix(m, "/bc.node.v1."))
 		return auth_node(call, p, err);
 	if ((rc = auth_token(call, p, err)) < 0)
+		return rc;
+	if (!auth_is_operator(p) && (rc = ratelimit_take(p->id, err)) < 0)
 		return rc;
 	if (has_prefix(m, "/bc.admin.v1.") && !auth_is_operator(p) && !self_service(m))
 		return bc_error_set(err, BC_ACCESS_DENIED, "operator credential required");

@@ -397,7 +397,8 @@ static int screate_tx(struct db *d, void *arg, bc_error *err)
 		a->reused = true;
 		return 0;
 	}
-	if ((rc = load_template(d, a, &t, err)) < 0)
+	if ((rc = quota_sandboxes(d, a->tenant, err)) < 0 ||
+	    (rc = load_template(d, a, &t, err)) < 0)
 		return rc;
 	ttl = a->q->ttl_seconds ? a->q->ttl_seconds : db_i64(t, 0, 4);
 	if (ttl > db_i64(t, 0, 5)) {
