@@ -76,7 +76,10 @@ BENCH_HTTP_PORT=$(free_tcp_port) || exit 1
 export BC_CTL_EXTRA_CONF="${BC_CTL_EXTRA_CONF:+$BC_CTL_EXTRA_CONF
 }metrics_listen = 127.0.0.1:$SBX_METRICS_PORT
 http_listen = 127.0.0.1:$BENCH_HTTP_PORT
-sandbox_reconcile_seconds = 1"
+sandbox_reconcile_seconds = 1
+default_quota_instances = 0
+default_quota_unplaced_instances = 0
+default_quota_sandboxes = 0"
 # room for every instance the create and push rows make
 stack_up --controllers 1 --agents 1 --agent-capacity 4096,4194304,100000 ||
 	{ log "stack_up failed"; exit 1; }

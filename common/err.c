@@ -35,6 +35,7 @@ static const struct code_row codes[BC_CODE_COUNT] = {
 	[BC_INTERNAL] = {"INTERNAL", 13, 500, 15},
 	[BC_UNAVAILABLE] = {"UNAVAILABLE", 14, 503, 16},
 	[BC_DEADLINE_EXCEEDED] = {"DEADLINE_EXCEEDED", 4, 504, 17},
+	[BC_RESOURCE_EXHAUSTED] = {"RESOURCE_EXHAUSTED", 8, 429, 18},
 };
 
 int bc_error_set(bc_error *e, enum bc_code code, const char *fmt, ...)

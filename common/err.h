@@ -31,6 +31,8 @@ enum bc_code {
 	BC_INTERNAL,
 	BC_UNAVAILABLE,
 	BC_DEADLINE_EXCEEDED,
+	/* too many requests from one principal: details.retryAfterSeconds */
+	BC_RESOURCE_EXHAUSTED,
 	BC_CODE_COUNT
 };
 

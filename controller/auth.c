@@ -2,8 +2,9 @@
  * is looked up by its SHA-256 (tokens are never stored); node calls carry the
  * node's client certificate, whose common name is the node id and whose
  * serial is the one issued last (nodeapi_check_serial). Join and
- * Health need neither. Full policy evaluation (IAM) builds on the principal
- * set here. */
+ * Health need neither. A tenant's identity then spends one token of its
+ * request rate limit (ratelimit.c); the operator has none. Full policy
+ * evaluation (IAM) builds on the principal set here. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -66,24 +67,34 @@ static int auth_node(rpc_call *call, struct principal *p, bc_error *err)
 	return 0;
 }
 
-/* A token of an inactive tenant or identity, or of an agent whose
- * delegation was revoked, is refused: ACCESS_DENIED with the reason. */
+/* A token of an inactive tenant or identity, of an agent whose delegation
+ * was revoked, or of an agent whose delegating user is no longer active,
+ * is refused: ACCESS_DENIED with the reason. */
 static int auth_refuse(const PGresult *r, bc_error *err)
 {
-	const char *reason = NULL;
+	static const struct {
+		const char *reason, *msg;
+	} why[] = {
+		{"tenant-inactive", "tenant is not active"},
+		{"identity-inactive", "identity is not active"},
+		{"delegation-revoked", "the agent's delegation was revoked"},
+		{"delegation-user-inactive", "the agent's delegating user is not active"},
+	};
+	bool agent = strcmp(db_val(r, 0, 5), "agent") == 0;
+	size_t i;
 
 	if (strcmp(db_val(r, 0, 3), "active") != 0)
-		reason = "tenant-inactive";
+		i = 0;
 	else if (strcmp(db_val(r, 0, 4), "active") != 0)
-		reason = "identity-inactive";
-	else if (strcmp(db_val(r, 0, 5), "agent") == 0 && !*db_val(r, 0, 7))
-		reason = "delegation-revoked";
-	if (!reason)
+		i = 1;
+	else if (agent && !*db_val(r, 0, 7))
+		i = 2;
+	else if (agent && strcmp(db_val(r, 0, 8), "active") != 0)
+		i = 3;
+	else
 		return 0;
-	bc_error_set(err, BC_ACCESS_DENIED, "%s", strcmp(reason, "tenant-inactive") == 0 ?
-		     "tenant is not active" : strcmp(reason, "identity-inactive") == 0 ?
-		     "identity is not active" : "the agent's delegation was revoked");
-	return bc_error_detail(err, "reason", "%s", reason);
+	bc_error_set(err, BC_ACCESS_DENIED, "%s", why[i].msg);
+	return bc_error_detail(err, "reason", "%s", why[i].reason);
 }
 
 static int auth_token(rpc_call *call, struct principal *p, bc_error *err)
@@ -102,9 +113,10 @@ static int auth_token(rpc_call *call, struct principal *p, bc_error *err)
 	dbp_str(&q, hash);
 	rc = db_exec(ctl_db(call), &r,
 		     "SELECT i.id, i.tenant_id, i.is_admin, t.state, i.state, i.kind, "
-		     "coalesce(d.user_id, ''), coalesce(d.id, '') FROM api_tokens k "
-		     "JOIN identities i ON i.id = k.identity_id JOIN tenants t ON t.id = i.tenant_id "
-		     "LEFT JOIN delegations d ON d.agent_id = i.id AND d.revoked_at IS NULL "
+		     "coalesce(d.user_id, ''), coalesce(d.id, ''), coalesce(u.state, '') FROM "
+		     "api_tokens k JOIN identities i ON i.id = k.identity_id JOIN tenants t ON t.id = "
+		     "i.tenant_id LEFT JOIN delegations d ON d.agent_id = i.id AND d.revoked_at IS "
+		     "NULL LEFT JOIN identities u ON u.id = d.user_id "
 		     "WHERE k.token_hash = $1 AND k.revoked_at IS NULL "
 		     "AND (k.expires_at IS NULL OR k.expires_at > now())", &q);
 	if (rc < 0)
@@ -173,6 +185,8 @@ int auth_pre_call(rpc_call *call, bc_error *err)
 	if (has_prefix(m, "/bc.node.v1."))
 		return auth_node(call, p, err);
 	if ((rc = auth_token(call, p, err)) < 0)
+		return rc;
+	if (!auth_is_operator(p) && (rc = ratelimit_take(p->id, err)) < 0)
 		return rc;
 	if (has_prefix(m, "/bc.admin.v1.") && !auth_is_operator(p) && !self_service(m))
 		return bc_error_set(err, BC_ACCESS_DENIED, "operator credential required");

@@ -16,7 +16,6 @@
 #include "log.h"
 #include "util.h"
 
-#define AUTHZ_MAX_DOCS 256
 #define AUTHZ_CACHE_STATEMENTS 200000
 #define AUTHZ_CACHE_BUCKETS 1024
 
@@ -85,18 +84,20 @@ void authz_attr(struct authz_target *t, const char *name, const char *value)
 
 	if (i >= AUTHZ_MAX_ATTRS)
 		return;
-	snprintf(t->names[i], sizeof(t->names[i]), "%s", name);
+	snprintf(t->names[i], sizeof(t->names[i]), "%s", policy_attr_canonical(name));
 	snprintf(t->values[i], sizeof(t->values[i]), "%s", value ? value : "");
 	t->attrs[i] = (struct policy_attr){t->names[i], t->values[i]};
 	t->n_attrs++;
 }
 
 struct docs {
-	struct policy *v[AUTHZ_MAX_DOCS];
-	bool owned[AUTHZ_MAX_DOCS];
+	struct policy **v;
+	bool *owned;
 	size_t n;
 	bool admin;
-	bool wants_budget;   /* a document names principal.budgetSpent */
+	bool active;          /* the identity exists and is active */
+	bool wants_budget;    /* a document names principal.budgetSpent */
+	char unreadable[64];  /* the first attached document that does not parse */
 };
 
 static void docs_free(struct docs *s)
@@ -104,45 +105,81 @@ static void docs_free(struct docs *s)
 	for (size_t i = 0; i < s->n; i++)
 		if (s->owned[i])
 			policy_free(s->v[i]);
+	free(s->v);
+	free(s->owned);
+	s->v = NULL;
+	s->owned = NULL;
 	s->n = 0;
 }
 
-/* The policies of identity id in tenant, and whether it is an admin. A
- * stored document that no longer parses is skipped (it was valid when
- * stored; a newer binary may read it differently) and logged. */
+/* The policies of identity id in tenant, whether it is an admin and
+ * whether it is active. Every attached document is loaded (the cap is
+ * enforced when attaching, never here); one that no longer parses (it was
+ * valid when stored; a newer binary may read it differently) is named in
+ * s->unreadable and makes the decision a deny. */
 static int docs_load(struct db *d, const char *id, const char *tenant, struct docs *s)
 {
 	struct dbp p = {0};
 	PGresult *r = NULL;
-	int rc;
+	int rc, n;
 
 	dbp_str(&p, id);
 	dbp_str(&p, tenant);
-	rc = db_exec(d, &r, "SELECT (SELECT is_admin FROM identities WHERE id = $1), p.id, "
-		     "p.document FROM (SELECT 1) one LEFT JOIN (policies p JOIN policy_attachments a "
-		     "ON a.policy_id = p.id AND p.deleted_at IS NULL AND p.tenant_id = $2 AND "
-		     "((a.target_kind = 'identity' AND a.target_id = $1) OR (a.target_kind = "
-		     "'tenant' AND a.target_id = $2))) ON true ORDER BY p.id", &p);
+	rc = db_exec(d, &r, "SELECT i.is_admin, i.state = 'active', p.id, p.document FROM "
+		     "identities i LEFT JOIN (policies p JOIN policy_attachments a ON a.policy_id = "
+		     "p.id AND p.deleted_at IS NULL AND p.tenant_id = $2 AND ((a.target_kind = "
+		     "'identity' AND a.target_id = $1) OR (a.target_kind = 'tenant' AND a.target_id "
+		     "= $2))) ON true WHERE i.id = $1 ORDER BY p.id", &p);
 	if (rc < 0)
 		return rc;
-	s->admin = db_bool(r, 0, 0);
-	for (int i = 0; i < PQntuples(r) && s->n < AUTHZ_MAX_DOCS; i++) {
-		const char *doc = db_val(r, i, 2);
+	n = PQntuples(r);
+	s->admin = n > 0 && db_bool(r, 0, 0);
+	s->active = n > 0 && db_bool(r, 0, 1);
+	s->v = xcalloc(n ? (size_t)n : 1, sizeof(*s->v));
+	s->owned = xcalloc(n ? (size_t)n : 1, sizeof(*s->owned));
+	for (int i = 0; i < n; i++) {
+		const char *doc = db_val(r, i, 3);
 		if (!doc)
 			continue;
 		s->wants_budget |= strstr(doc, AUTHZ_BUDGET_ATTR) != NULL;
-		if (cache_get(db_val(r, i, 1), doc, &s->v[s->n], &s->owned[s->n]) < 0)
-			log_warn("policy %s: stored document does not parse, skipped", db_val(r, i, 1));
-		else
+		if (cache_get(db_val(r, i, 2), doc, &s->v[s->n], &s->owned[s->n]) == 0) {
 			s->n++;
+		} else if (!*s->unreadable) {
+			log_warn("policy %s: stored document does not parse: every decision for "
+				 "identity %s is a deny until it is detached", db_val(r, i, 2), id);
+			snprintf(s->unreadable, sizeof(s->unreadable), "%s", db_val(r, i, 2));
+		}
 	}
 	PQclear(r);
 	return 0;
 }
 
+/* A decision's outcome: the effect, the deciding statement's sid (owned),
+ * and for a refusal that is not the policies' own, why (a reason) and
+ * the policy or identity it names. */
+struct verdict {
+	enum policy_effect e;
+	char *sid;
+	const char *reason;
+	char names[64];
+};
+
 static int refuse(bc_error *err, const char *action, const char *resource,
-		  enum policy_effect e, const char *sid)
+		  const struct verdict *v)
 {
+	enum policy_effect e = v->e;
+	const char *sid = v->sid;
+
+	if (v->reason) {
+		bc_error_set(err, BC_ACCESS_DENIED, "%s on %s is refused: %s %s", action, resource,
+			     strcmp(v->reason, "policy-unreadable") == 0 ? "the stored document of "
+			     "attached policy" : "not active:", v->names);
+		bc_error_detail(err, "action", "%s", action);
+		bc_error_detail(err, "resource", "%s", resource);
+		if (strcmp(v->reason, "policy-unreadable") == 0)
+			bc_error_detail(err, "policyId", "%s", v->names);
+		return bc_error_detail(err, "reason", "%s", v->reason);
+	}
 	if (e == POLICY_DENY_EXPLICIT)
 		bc_error_set(err, BC_ACCESS_DENIED, "%s on %s is denied by %s", action, resource,
 			     sid && *sid ? sid : "a statement");
@@ -177,29 +214,36 @@ static int budget_attr(struct db *d, const char *tenant, struct policy_request *
 	return 0;
 }
 
-/* Decide for one identity's documents; the admin flag allows all. */
-static enum policy_effect decide_for(struct db *d, const char *id, const char *tenant,
-				     struct policy_request *q, struct policy_attr *pa,
-				     const char **sid, int *rc)
+/* Decide for one identity's documents into *v: nothing is allowed for an
+ * identity that is not active (reason inactive_reason), the admin flag
+ * allows all, an unreadable document denies. 0, or -errno. */
+static int decide_for(struct db *d, const char *id, const char *tenant,
+		      struct policy_request *q, struct policy_attr *pa,
+		      const char *inactive_reason, struct verdict *v)
 {
 	struct docs s = {0};
-	enum policy_effect e;
+	const char *sid = NULL;
+	int rc;
 
-	if ((*rc = docs_load(d, id, tenant, &s)) < 0)
-		return POLICY_DENY_DEFAULT;
-	if (s.admin) {
-		docs_free(&s);
-		return POLICY_ALLOW;
+	free(v->sid);
+	*v = (struct verdict){.e = POLICY_DENY_DEFAULT};
+	if ((rc = docs_load(d, id, tenant, &s)) < 0)
+		return rc;
+	if (!s.active) {
+		v->reason = inactive_reason;
+		snprintf(v->names, sizeof(v->names), "identity %s", id);
+	} else if (s.admin) {
+		v->e = POLICY_ALLOW;
+	} else if (*s.unreadable) {
+		v->e = POLICY_DENY_UNREADABLE;
+		v->reason = "policy-unreadable";
+		snprintf(v->names, sizeof(v->names), "%s", s.unreadable);
+	} else if (!s.wants_budget || (rc = budget_attr(d, tenant, q, pa)) == 0) {
+		v->e = policy_decide((const struct policy *const *)s.v, s.n, q, &sid);
+		v->sid = sid ? xstrdup(sid) : NULL; /* outlives the documents */
 	}
-	if (s.wants_budget && (*rc = budget_attr(d, tenant, q, pa)) < 0) {
-		docs_free(&s);
-		return POLICY_DENY_DEFAULT;
-	}
-	e = policy_decide((const struct policy *const *)s.v, s.n, q, sid);
-	if (sid && *sid)
-		*sid = xstrdup(*sid); /* outlives the documents */
 	docs_free(&s);
-	return e;
+	return rc;
 }
 
 int authz_decide(rpc_call *c, struct db *d, const char *action, const struct authz_target *t,
@@ -207,10 +251,10 @@ int authz_decide(rpc_call *c, struct db *d, const char *action, const struct aut
 {
 	const struct principal *p = ctl_principal(c);
 	char resource[160], tenant_res[96], ancestors_buf[160];
-	const char *anc[2], *sid = NULL;
+	const char *anc[2];
+	struct verdict v = {0};
 	struct policy_attr pa[6];
 	struct policy_request q;
-	enum policy_effect e;
 	size_t n_anc = 0;
 	int rc = 0;
 
@@ -237,23 +281,21 @@ int authz_decide(rpc_call *c, struct db *d, const char *action, const struct aut
 				    .n_ancestors = n_anc, .resource_attrs = t->attrs,
 				    .n_resource_attrs = t->n_attrs, .principal_attrs = pa,
 				    .n_principal_attrs = 5};
-	e = decide_for(d, p->id, p->tenant_id, &q, pa, &sid, &rc);
-	/* an agent: its user must allow it too */
-	if (rc == 0 && e == POLICY_ALLOW && *p->user_id) {
-		free((char *)sid);
-		sid = NULL;
-		e = decide_for(d, p->user_id, p->tenant_id, &q, pa, &sid, &rc);
-	}
+	rc = decide_for(d, p->id, p->tenant_id, &q, pa, "identity-inactive", &v);
+	/* an agent: its user must be active and allow it too */
+	if (rc == 0 && v.e == POLICY_ALLOW && *p->user_id)
+		rc = decide_for(d, p->user_id, p->tenant_id, &q, pa, "delegation-user-inactive", &v);
 	if (rc < 0) {
-		free((char *)sid);
+		free(v.sid);
 		return db_fail(err, rc);
 	}
-	if (e != POLICY_ALLOW) {
+	if (v.e != POLICY_ALLOW) {
 		log_info("identity %s: %s on %s refused (%s)", p->id, action, resource,
-			 e == POLICY_DENY_EXPLICIT ? "explicit deny" : "no allow");
-		rc = refuse(err, action, resource, e, sid);
+			 v.reason ? v.reason : v.e == POLICY_DENY_EXPLICIT ? "explicit deny"
+									: "no allow");
+		rc = refuse(err, action, resource, &v);
 	}
-	free((char *)sid);
+	free(v.sid);
 	return rc;
 }
 

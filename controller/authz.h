@@ -57,6 +57,21 @@ int authz_commit(struct db *d, const char *type, const char *id, bc_error *err);
  * QUOTA_EXCEEDED with details resource, requested, remaining, limit. */
 int quota_check(struct db *d, const char *tenant, int vcpus, int64_t memory_mib,
 		int64_t disk_gib, int gpus, bc_error *err);
+/* The defaults for a tenant whose quota does not set a limit (config keys
+ * default_quota_*, 0: none). The instance count's default applies when
+ * the tenant has no quota row or its row leaves instances unset; the
+ * unplaced instances' and open sandboxes' limits have no per-tenant
+ * column and always apply. Counted without a lock, so concurrent creates
+ * of one tenant may pass a limit by at most their number. */
+/* quota_unplaced: after placement left the new instance unplaced (it
+ * waits for room), QUOTA_EXCEEDED (resource unplacedInstances) when the
+ * tenant's waiting instances, with it, pass the limit. */
+int quota_unplaced(struct db *d, const char *tenant, bc_error *err);
+/* quota_sandboxes: before a sandbox is created, QUOTA_EXCEEDED (resource
+ * sandboxes) when the tenant's open sandboxes (any state but deleted)
+ * are at the limit. */
+int quota_sandboxes(struct db *d, const char *tenant, bc_error *err);
+
 /* SPEND_LIMIT_REACHED when new work in pool must stop for a spent budget:
  * the pool checks budgets (budget_check meter) or the tenant's offer says
  * stop-new or drain, and metered spend reached the offer's limit. */
@@ -101,7 +116,8 @@ int authz_pending_clear(struct db *d, const char *type, const char *id, const ch
 int authz_pending_owned(struct db *d, const char *type, const char *id, const char *hold,
 			bc_error *err);
 
-/* Add an attribute to t (copied; past AUTHZ_MAX_ATTRS dropped). */
+/* Add an attribute to t under its canonical name (policy_attr_canonical;
+ * copied; past AUTHZ_MAX_ATTRS dropped). */
 void authz_attr(struct authz_target *t, const char *name, const char *value);
 
 #endif

@@ -64,6 +64,15 @@ static const struct ckey keys[] = {
 	I(grpc_max_streams_per_connection, "100", 1, 100000),
 	I(grpc_unauthenticated_workers, "0", 0, 256),
 	I(ip_quarantine_seconds, "120", 0, 86400),
+	/* hardening: docs/operations.md, "Hardening" (0 turns a limit off) */
+	I(rate_limit_per_second, "50", 0, 1000000),
+	I(rate_limit_burst, "100", 1, 1000000),
+	I(default_quota_instances, "1000", 0, 10000000),
+	I(default_quota_unplaced_instances, "100", 0, 10000000),
+	I(default_quota_sandboxes, "500", 0, 10000000),
+	I(idempotency_retention_seconds, "604800", 0, 1 << 30),
+	I(events_retention_seconds, "2592000", 0, 1 << 30),
+	I(policy_attach_max, "256", 1, 100000),
 };
 
 static const struct ckey *key_find(const char *name)

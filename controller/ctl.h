@@ -54,6 +54,12 @@ struct ctl_config {
 	int grpc_max_streams_per_connection;
 	int grpc_unauthenticated_workers; /* 0: workers / 4, at least 1 */
 	int ip_quarantine_seconds;   /* a released address waits this long (ipam.c) */
+	/* hardening (docs/operations.md, "Hardening"): 0 turns each off */
+	int rate_limit_per_second, rate_limit_burst;   /* per principal, per replica */
+	int default_quota_instances, default_quota_unplaced_instances,
+	    default_quota_sandboxes;                    /* a tenant without its own quota */
+	int idempotency_retention_seconds, events_retention_seconds;
+	int policy_attach_max;                          /* policies applying to one identity */
 };
 
 /* Load defaults, then the file at path (if not NULL), then argv flags
@@ -122,6 +128,24 @@ int auth_create_admin(struct db *d, const char *tenant_id, const char *name, cha
 int auth_tenant(const rpc_call *call, const char *requested, const char **ret_tenant,
 		bc_error *err);
 
+/* quota.c: the default per-tenant limits from the config (see authz.h) */
+void quota_configure(const struct ctl_config *c);
+
+/* ratelimit.c: one token bucket (tokens, when last refilled) */
+struct ratelimit_bucket {
+	double tokens;
+	int64_t at_ms;       /* 0: new, full */
+};
+/* Take a token from b at now_ms, refilling rate a second up to burst:
+ * 0, or -EAGAIN with *ret_retry_s (>= 1) until one is back. Pure. */
+int ratelimit_bucket_take(struct ratelimit_bucket *b, int64_t now_ms, int rate, int burst,
+			  int *ret_retry_s);
+/* Set the rate and burst from the config (rate 0: no limit). */
+void ratelimit_configure(const struct ctl_config *c);
+/* One request of principal_id: 0, or RESOURCE_EXHAUSTED with details
+ * reason rate-limited and retryAfterSeconds. */
+int ratelimit_take(const char *principal_id, bc_error *err);
+
 /* init.c */
 int init_run(struct ctl_app *app, bool new_admin_token);
 int pki_load(struct ctl_app *app);
@@ -153,6 +177,11 @@ int spec_bump(struct db *d, const char *node_id);
  * state, its placement, its deletion) */
 int spec_bump_instance(struct db *d, const char *node_id, const char *instance_id);
 int spec_take_changes(struct db *d, const char *node_id, bool *all, char **dirty);
+
+/* events.c: the reconciler's retention pass (every 30 s): purge
+ * the events and idempotency keys older than their config keys'
+ * retention, a bounded batch each. */
+void events_retention_tick(struct db *d, const struct ctl_config *cfg);
 
 /* watch.c: the LISTEN thread and the registry of open WatchSpec streams. */
 struct watch_registry *watch_registry_new(void);

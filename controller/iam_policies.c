@@ -7,6 +7,7 @@
  * tenant, NULL meaning unlimited; authz.c charges them. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bc/admin/v1/iam.pb-c.h"
@@ -186,7 +187,42 @@ static int pol_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **r
 struct attach {
 	const Bc__Admin__V1__AttachPolicyRequest *q;
 	bool detach, delete;
+	int max;     /* policies that may apply to one identity */
 };
+
+/* After an attach in tenant (to identity, or tenant-wide when ""): the
+ * most live policies now applying to one identity (its own and the
+ * tenant's) must not pass max, or QUOTA_EXCEEDED (resource
+ * attachedPolicies). The cap is enforced here, never when deciding:
+ * authz.c evaluates every attached document. */
+static int attach_cap(struct db *d, const char *tenant, const char *identity, int max,
+		      bc_error *err)
+{
+	_cleanup_free_ char *v = NULL;
+	struct dbp p = {0};
+	long long n;
+	int rc;
+
+	dbp_str(&p, tenant);
+	dbp_str(&p, identity);
+	rc = db_scalar(d, "SELECT (SELECT count(*) FROM policy_attachments a JOIN policies p ON "
+		       "p.id = a.policy_id AND p.deleted_at IS NULL WHERE a.target_kind = 'tenant' "
+		       "AND a.target_id = $1) + coalesce((SELECT max(n) FROM (SELECT count(*) n FROM "
+		       "policy_attachments a JOIN policies p ON p.id = a.policy_id AND p.deleted_at IS "
+		       "NULL AND p.tenant_id = $1 WHERE a.target_kind = 'identity' AND ($2 = '' OR "
+		       "a.target_id = $2) GROUP BY a.target_id) x), 0)", &p, &v);
+	if (rc < 0)
+		return db_fail(err, rc);
+	n = strtoll(v, NULL, 10);
+	if (n <= max)
+		return 0;
+	bc_error_set(err, BC_QUOTA_EXCEEDED, "at most %d policies may apply to one identity "
+		     "(this attach makes %lld)", max, n);
+	bc_error_detail(err, "resource", "attachedPolicies");
+	bc_error_detail(err, "requested", "1");
+	bc_error_detail(err, "remaining", "0");
+	return bc_error_detail(err, "limit", "%d", max);
+}
 
 static int attach_tx(struct db *d, void *arg, bc_error *err)
 {
@@ -231,6 +267,11 @@ static int attach_tx(struct db *d, void *arg, bc_error *err)
 		rc = db_exec(d, NULL, "INSERT INTO policy_attachments (policy_id, target_kind, "
 			     "target_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", &p);
 		ev = "policy.attached";
+		if (rc == 0 && (rc = attach_cap(d, db_val(r, 0, 0), a->q->tenant ? "" :
+						a->q->identity_id, a->max, err)) < 0) {
+			PQclear(r);
+			return rc;
+		}
 	}
 	snprintf(subject, sizeof(subject), "policy/%s", a->q->policy_id);
 	if (rc == 0)
@@ -242,7 +283,8 @@ static int attach_tx(struct db *d, void *arg, bc_error *err)
 static int attach_run(rpc_call *c, const Bc__Admin__V1__AttachPolicyRequest *q, bool detach,
 		      bool del, ProtobufCMessage **ret, bc_error *err)
 {
-	struct attach a = {.q = q, .detach = detach, .delete = del};
+	struct attach a = {.q = q, .detach = detach, .delete = del,
+			   .max = ctl_app(c)->cfg.policy_attach_max};
 	Bc__Admin__V1__Policy *x = NULL;
 	int rc;
 

@@ -387,8 +387,15 @@ static int idn_set_state(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessag
 {
 	const Bc__Admin__V1__SetIdentityStateRequest *q = (const void *)m;
 	struct iam_write w = {
-		.sql = "UPDATE identities SET state = $2, updated_at = now() WHERE id = $1 AND "
-		       "state <> 'deleted' RETURNING " IDN_COLS,
+		/* a user leaving active revokes every delegation to it in the same
+		 * statement, each with its delegation.revoked event */
+		.sql = "WITH u AS (UPDATE identities SET state = $2, updated_at = now() WHERE id = "
+		       "$1 AND state <> 'deleted' RETURNING " IDN_COLS "), d AS (UPDATE delegations "
+		       "SET revoked_at = now() WHERE user_id = $1 AND revoked_at IS NULL AND $2 <> "
+		       "'active' AND EXISTS (SELECT 1 FROM u) RETURNING id, tenant_id), e AS (INSERT "
+		       "INTO events (type, subject, tenant_id, data) SELECT 'delegation.revoked', "
+		       "'delegation/' || id, tenant_id, jsonb_build_object('reason', "
+		       "'user-inactive') FROM d) SELECT * FROM u",
 		.ev_type = "identity.state-changed", .subject_kind = "identity", .tenant_col = 1,
 		.conflict_reason = ""};
 	PGresult *r = NULL;

@@ -4,7 +4,8 @@
  * tenant, the caller and the method. The key is recorded in the same
  * transaction as the resource, so a refused call records nothing; two
  * concurrent calls with one key meet on the primary key and the loser's
- * transaction is retried, finding the winner's row. */
+ * transaction is retried, finding the winner's row. Keys are kept for
+ * idempotency_retention_seconds, then purged by the reconciler. */
 #include <errno.h>
 #include <string.h>
 
@@ -79,4 +80,24 @@ int idem_check_key(const char *key, bc_error *err)
 		return invalid(err, "idempotencyKey", "idempotencyKey must be at most 128 "
 			       "printable characters");
 	return 0;
+}
+
+int idem_purge(struct db *d, int retention_seconds)
+{
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	if (retention_seconds <= 0)
+		return 0;
+	dbp_i64(&p, retention_seconds);
+	dbp_i64(&p, IDEM_PURGE_BATCH);
+	rc = db_exec(d, &r, "WITH g AS (DELETE FROM idempotency_keys WHERE ctid IN (SELECT ctid "
+		     "FROM idempotency_keys WHERE created_at < now() - make_interval(secs => $1) "
+		     "LIMIT $2) RETURNING 1) SELECT count(*) FROM g", &p);
+	if (rc < 0)
+		return rc;
+	rc = (int)db_i64(r, 0, 0);
+	PQclear(r);
+	return rc;
 }

@@ -21,5 +21,12 @@ int idem_lookup(struct db *d, const struct idem *k, char **ret_resource, bc_erro
  * concurrent call recorded it first (db_tx retries). */
 int idem_record(struct db *d, const struct idem *k, const char *resource_id, bc_error *err);
 int idem_check_key(const char *key, bc_error *err);
+/* Delete up to IDEM_PURGE_BATCH keys older than retention_seconds (0:
+ * keep them all); a call with a purged key is a new call. The table has
+ * no index by age: the scan stops at a full batch, and the reconciler
+ * runs it every 30 s. The number
+ * deleted, or -errno. */
+#define IDEM_PURGE_BATCH 1000
+int idem_purge(struct db *d, int retention_seconds);
 
 #endif

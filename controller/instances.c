@@ -410,6 +410,8 @@ int instance_create_tx(rpc_call *c, struct db *d, struct inst_new *n, bc_error *
 	/* placement last: the node's row lock is held only until commit */
 	if ((rc = place_instance(d, &pr, &n->node, err)) < 0)
 		return rc;
+	if (!n->node && (rc = quota_unplaced(d, n->tenant, err)) < 0)
+		return rc;
 	snprintf(subject, sizeof(subject), "instance/%s", n->id);
 	data = xasprintf("{\"poolId\": \"%s\", \"nodeId\": %s%s%s%s%s%s%s%s%s}", n->pool_id,
 			 n->node ? "\"" : "", n->node ? n->node : "null", n->node ? "\"" : "",

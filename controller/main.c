@@ -157,6 +157,8 @@ int main(int argc, char **argv)
 		config_free(&app.cfg);
 		return 1;
 	}
+	ratelimit_configure(&app.cfg);
+	quota_configure(&app.cfg);
 	if (log_level_parse(app.cfg.log_level, &lvl) < 0)
 		fprintf(stderr, "bc-controller: unknown log_level %s\n", app.cfg.log_level);
 	log_init("bc-controller", lvl);

@@ -2,9 +2,16 @@
  * statement is {sid, effect: allow|deny, actions, resources, conditions};
  * conditions map an operator to {"resource.<attr>" | "principal.<attr>":
  * value or [values]}. Every operator must hold (and for a list, one of its
- * values); an attribute the request lacks fails its condition, so a deny
- * with conditions never fires on missing data and an allow never grants on
- * it. Parsing refuses anything it does not understand, naming the field. */
+ * values). An attribute the request lacks (or whose value does not read as
+ * the operator's kind) fails closed: an allow's condition on it fails, so
+ * an allow never grants on missing data, and a deny's holds, so a deny
+ * never lets missing data through. "<Operator>IfExists" holds when the
+ * attribute is missing, for either effect (e.g. an allow capping the
+ * ttlSeconds of what has one); "Null" tests presence itself, so a deny
+ * can be scoped to what has an attribute. Attribute names have one vocabulary: an
+ * alias ("network") is read as its canonical name ("networkPolicy"), on
+ * both sides. Parsing refuses anything it does not understand, naming the
+ * field. */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -17,7 +24,7 @@
 #include "util.h"
 
 enum cond_kind { K_NUM, K_STR, K_BOOL };
-enum cond_op { OP_LT, OP_LE, OP_GT, OP_GE, OP_NEQ, OP_SEQ, OP_SLIKE, OP_BOOL };
+enum cond_op { OP_LT, OP_LE, OP_GT, OP_GE, OP_NEQ, OP_SEQ, OP_SLIKE, OP_BOOL, OP_NULL };
 
 static const struct {
 	const char *name;
@@ -28,10 +35,22 @@ static const struct {
 	{"NumericGreaterThan", OP_GT, K_NUM},     {"NumericGreaterThanEquals", OP_GE, K_NUM},
 	{"NumericEquals", OP_NEQ, K_NUM},         {"StringEquals", OP_SEQ, K_STR},
 	{"StringLike", OP_SLIKE, K_STR},          {"Bool", OP_BOOL, K_BOOL},
+	{"Null", OP_NULL, K_BOOL},   /* true: the attribute is missing; false: present */
+};
+
+#define IF_EXISTS "IfExists"
+
+/* Attribute aliases: sandboxes were staged with "network", instances with
+ * "networkPolicy"; both name the same thing. */
+static const struct {
+	const char *alias, *canonical;
+} attr_aliases[] = {
+	{"network", "networkPolicy"},
 };
 
 struct cond {
 	enum cond_op op;
+	bool if_exists;      /* <op>IfExists: holds when the attribute is missing */
 	bool principal;      /* principal.* (else resource.*) */
 	char *attr;          /* the name after the dot */
 	char **strs;         /* K_STR */
@@ -149,8 +168,32 @@ static int cond_key(const char *key, const char *field, struct perr *e, struct c
 		return fail(e, field, "%s must name resource.<attribute> or principal.<attribute>",
 			    field);
 	c->principal = key[0] == 'p';
-	c->attr = xstrdup(dot + 1);
+	c->attr = xstrdup(policy_attr_canonical(dot + 1));
 	return 0;
+}
+
+const char *policy_attr_canonical(const char *name)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(attr_aliases); i++)
+		if (strcmp(attr_aliases[i].alias, name) == 0)
+			return attr_aliases[i].canonical;
+	return name;
+}
+
+/* The operator named key ("StringEquals", "NumericLessThanIfExists"):
+ * its index in ops, or ARRAY_SIZE(ops); *ret_if_exists for the suffix. */
+static size_t op_find(const char *key, bool *ret_if_exists)
+{
+	size_t n = strlen(key), sfx = strlen(IF_EXISTS), k;
+	bool ifx = n > sfx && strcmp(key + n - sfx, IF_EXISTS) == 0;
+
+	if (ifx)
+		n -= sfx;
+	for (k = 0; k < ARRAY_SIZE(ops); k++)
+		if (strlen(ops[k].name) == n && strncmp(ops[k].name, key, n) == 0)
+			break;
+	*ret_if_exists = ifx;
+	return k;
 }
 
 static int conditions(const struct json *j, const char *base, struct perr *e, struct stmt *s)
@@ -167,10 +210,10 @@ static int conditions(const struct json *j, const char *base, struct perr *e, st
 	s->conds = xcalloc(total ? total : 1, sizeof(*s->conds));
 	for (size_t i = 0; i < j->n; i++) {
 		const struct json *o = j->kids[i];
+		bool ifx;
 		snprintf(field, sizeof(field), "%s.%.64s", base, j->keys[i]);
-		for (k = 0; k < ARRAY_SIZE(ops) && strcmp(ops[k].name, j->keys[i]) != 0; k++)
-			;
-		if (k == ARRAY_SIZE(ops))
+		k = op_find(j->keys[i], &ifx);
+		if (k == ARRAY_SIZE(ops) || (ifx && ops[k].op == OP_NULL))
 			return fail(e, field, "%s is not a known condition operator", field);
 		if (o->type != JSON_OBJECT || o->n == 0)
 			return fail(e, field, "%s must be a non-empty object of attribute: value", field);
@@ -178,6 +221,7 @@ static int conditions(const struct json *j, const char *base, struct perr *e, st
 			struct cond *c = &s->conds[s->n_conds++];
 			snprintf(field, sizeof(field), "%s.%.64s.%.128s", base, j->keys[i], o->keys[a]);
 			c->op = ops[k].op;
+			c->if_exists = ifx;
 			if (cond_key(o->keys[a], field, e, c) < 0 ||
 			    cond_values(o->kids[a], ops[k].kind, field, e, c) < 0)
 				return -EINVAL;
@@ -360,7 +404,7 @@ static const char *attr_of(const struct cond *c, const struct policy_request *q)
 	size_t n = c->principal ? q->n_principal_attrs : q->n_resource_attrs;
 
 	for (size_t i = 0; i < n; i++)
-		if (strcmp(a[i].name, c->attr) == 0)
+		if (strcmp(policy_attr_canonical(a[i].name), c->attr) == 0)
 			return a[i].value;
 	return NULL;
 }
@@ -376,20 +420,25 @@ static bool num_holds(enum cond_op op, double have, double want)
 	}
 }
 
-static bool cond_holds(const struct cond *c, const struct policy_request *q)
+/* Whether c holds for q in a statement of effect deny (or allow): a
+ * missing attribute holds for IfExists and for a deny, and so does a
+ * value a numeric operator cannot read, for a deny (fail closed). */
+static bool cond_holds(const struct cond *c, const struct policy_request *q, bool deny)
 {
 	const char *v = attr_of(c, q);
 	char *end;
 	double d = 0;
 
+	if (c->op == OP_NULL)
+		return (v == NULL) == c->b;
 	if (!v)
-		return false;
+		return c->if_exists || deny;
 	if (c->op == OP_BOOL)
 		return strcmp(v, c->b ? "true" : "false") == 0;
 	if (c->nums) {
 		d = strtod(v, &end);
 		if (!*v || *end || !isfinite(d))
-			return false;
+			return deny;
 	}
 	for (size_t i = 0; i < c->n; i++) {
 		if (c->nums ? num_holds(c->op, d, c->nums[i])
@@ -405,7 +454,7 @@ static bool stmt_matches(const struct stmt *s, const struct policy_request *q)
 	if (!any_glob(s->actions, s->n_actions, q->action) || !resource_matches(s, q))
 		return false;
 	for (size_t i = 0; i < s->n_conds; i++)
-		if (!cond_holds(&s->conds[i], q))
+		if (!cond_holds(&s->conds[i], q, s->deny))
 			return false;
 	return true;
 }
@@ -416,7 +465,12 @@ enum policy_effect policy_decide(const struct policy *const *docs, size_t n,
 	const char *allow_sid = NULL;
 
 	for (size_t d = 0; d < n; d++) {
-		for (size_t i = 0; docs[d] && i < docs[d]->n; i++) {
+		if (!docs[d]) {
+			if (ret_sid)
+				*ret_sid = NULL;
+			return POLICY_DENY_UNREADABLE;
+		}
+		for (size_t i = 0; i < docs[d]->n; i++) {
 			const struct stmt *s = &docs[d]->st[i];
 			if (!stmt_matches(s, q))
 				continue;

@@ -47,14 +47,21 @@ struct policy_request {
 	size_t n_principal_attrs;
 };
 
-enum policy_effect { POLICY_DENY_DEFAULT, POLICY_ALLOW, POLICY_DENY_EXPLICIT };
+enum policy_effect {
+	POLICY_DENY_DEFAULT, POLICY_ALLOW, POLICY_DENY_EXPLICIT, POLICY_DENY_UNREADABLE
+};
 
-/* Decide over every statement of docs[0..n): an explicit deny that matches
- * wins, else an allow that matches, else the default deny. *ret_sid (if
+/* Decide over every statement of docs[0..n): a NULL entry stands for a
+ * document that cannot be read and is a deny (POLICY_DENY_UNREADABLE,
+ * *ret_sid NULL); else an explicit deny that matches wins, else an allow that matches, else the default deny. *ret_sid (if
  * not NULL) is the deciding statement's sid (borrowed from the doc, "" if
  * it had none; NULL for the default deny). */
 enum policy_effect policy_decide(const struct policy *const *docs, size_t n,
 				 const struct policy_request *q, const char **ret_sid);
+
+/* The canonical name of attribute name ("network" is "networkPolicy");
+ * name itself when it is no alias. Stage attributes under this name. */
+const char *policy_attr_canonical(const char *name);
 
 /* Glob match with '*' (any run, also empty) and '?' (one character). */
 bool policy_glob(const char *pattern, const char *s);

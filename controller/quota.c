@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "authz.h"
@@ -31,6 +32,16 @@
 #define QUOTA_SPENT_SQL "(SELECT floor(coalesce(sum(cost_cents), 0))::bigint FROM usage WHERE " \
 	"tenant_id = o.tenant_id)"
 
+/* the config's defaults (quota_configure); 0: no limit */
+static int def_instances, def_unplaced, def_sandboxes;
+
+void quota_configure(const struct ctl_config *c)
+{
+	def_instances = c->default_quota_instances;
+	def_unplaced = c->default_quota_unplaced_instances;
+	def_sandboxes = c->default_quota_sandboxes;
+}
+
 struct charge {
 	const char *name;
 	int col;         /* of the limit and of the usage in the query */
@@ -49,6 +60,9 @@ static int exceeded(bc_error *err, const struct charge *ch, int64_t limit, int64
 	bc_error_detail(err, "remaining", "%" PRId64, (left < 0 ? 0 : left) / ch->scale);
 	return bc_error_detail(err, "limit", "%" PRId64, limit / ch->scale);
 }
+
+static int quota_count(struct db *d, const char *resource, const char *count_sql,
+		       const char *tenant, int limit, int extra, bc_error *err);
 
 int quota_check(struct db *d, const char *tenant, int vcpus, int64_t memory_mib,
 		int64_t disk_gib, int gpus, bc_error *err)
@@ -73,7 +87,8 @@ int quota_check(struct db *d, const char *tenant, int vcpus, int64_t memory_mib,
 	PQclear(r);
 	r = NULL;
 	if (rc == 0)
-		return 0; /* no quota: unlimited */
+		return quota_count(d, "instances", "SELECT count(*) FROM instances WHERE tenant_id = $1 "
+				   "AND state <> 'deleted'", tenant, def_instances, 0, err);
 	rc = db_exec(d, &r, "SELECT q.vcpus, q.memory_gib * 1024, q.disk_gib, q.gpus, q.instances, "
 		     "u.vcpus, u.mem, u.disk, u.gpus, (SELECT count(*) FROM instances WHERE "
 		     "tenant_id = q.tenant_id AND state <> 'deleted') FROM quotas q, LATERAL (SELECT "
@@ -84,9 +99,11 @@ int quota_check(struct db *d, const char *tenant, int vcpus, int64_t memory_mib,
 		return db_fail(err, rc);
 	for (size_t i = 0; PQntuples(r) == 1 && i < ARRAY_SIZE(ch); i++) {
 		int64_t limit, used;
-		if (!db_val(r, 0, ch[i].col))
+		bool unset = !db_val(r, 0, ch[i].col);
+		/* the instance count's default stands in for an unset limit */
+		if (unset && (ch[i].col != 4 || def_instances <= 0))
 			continue;
-		limit = db_i64(r, 0, ch[i].col);
+		limit = unset ? def_instances : db_i64(r, 0, ch[i].col);
 		used = db_i64(r, 0, ch[i].col + 5);
 		if (ch[i].want > 0 && used > limit) {
 			PQclear(r);
@@ -95,6 +112,39 @@ int quota_check(struct db *d, const char *tenant, int vcpus, int64_t memory_mib,
 	}
 	PQclear(r);
 	return 0;
+}
+
+/* QUOTA_EXCEEDED for resource when count_sql ($1 tenant) counts more than
+ * limit, plus extra (what is about to be added); a limit of 0 is none. */
+static int quota_count(struct db *d, const char *resource, const char *count_sql,
+		       const char *tenant, int limit, int extra, bc_error *err)
+{
+	const struct charge ch = {resource, 0, 1, 1};
+	_cleanup_free_ char *v = NULL;
+	struct dbp p = {0};
+	int rc;
+
+	if (limit <= 0)
+		return 0;
+	dbp_str(&p, tenant);
+	if ((rc = db_scalar(d, count_sql, &p, &v)) < 0)
+		return db_fail(err, rc);
+	if (strtoll(v, NULL, 10) + extra <= limit)
+		return 0;
+	return exceeded(err, &ch, limit, strtoll(v, NULL, 10) + extra);
+}
+
+int quota_unplaced(struct db *d, const char *tenant, bc_error *err)
+{
+	return quota_count(d, "unplacedInstances", "SELECT count(*) FROM instances WHERE tenant_id "
+			   "= $1 AND node_id IS NULL AND state <> 'deleted'", tenant, def_unplaced, 0,
+			   err);
+}
+
+int quota_sandboxes(struct db *d, const char *tenant, bc_error *err)
+{
+	return quota_count(d, "sandboxes", "SELECT count(*) FROM sandboxes WHERE tenant_id = $1 "
+			   "AND state <> 'deleted'", tenant, def_sandboxes, 1, err);
 }
 
 const char *const QUOTA_BUDGET_SQL =

@@ -128,6 +128,7 @@ void *reconcile_thread(void *arg)
 		meter_tick(d, app->cfg.metering_interval_seconds);
 		teardown_tick(d);
 		iam_react_tick(d);
+		events_retention_tick(d, &app->cfg);
 	}
 	db_close(d);
 	return NULL;

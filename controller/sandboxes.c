@@ -128,7 +128,7 @@ static void sbx_target(const struct sbx_shape *s, struct authz_target *t, char p
 	authz_attr(t, "templateId", s->template_id);
 	authz_attr(t, "flavor", s->flavor);
 	authz_attr(t, "imageId", s->image);
-	authz_attr(t, "network", s->network);
+	authz_attr(t, "networkPolicy", s->network);
 	authz_attr(t, "createdBy", s->created_by);
 	attr_i64(t, "ttlSeconds", s->ttl);
 	attr_i64(t, "vcpus", s->vcpus);
@@ -397,7 +397,8 @@ static int screate_tx(struct db *d, void *arg, bc_error *err)
 		a->reused = true;
 		return 0;
 	}
-	if ((rc = load_template(d, a, &t, err)) < 0)
+	if ((rc = quota_sandboxes(d, a->tenant, err)) < 0 ||
+	    (rc = load_template(d, a, &t, err)) < 0)
 		return rc;
 	ttl = a->q->ttl_seconds ? a->q->ttl_seconds : db_i64(t, 0, 4);
 	if (ttl > db_i64(t, 0, 5)) {

@@ -1,6 +1,9 @@
 /* Unit tests of the policy engine (controller/policy.c): parsing and its
  * refusals naming the field, wildcards, the resource hierarchy, every
- * condition operator, explicit deny over allow and the default deny. */
+ * condition operator and its IfExists form, explicit deny over allow and
+ * the default deny, a deny failing closed on a missing attribute, an
+ * unreadable document denying, attribute aliases, and a deny in the last
+ * of many documents. */
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +48,7 @@ static enum policy_effect decide(const struct policy *p, const char *action, con
 				   .principal_attrs = pa, .n_principal_attrs = 2};
 	const struct policy *const docs[] = {p};
 
-	return policy_decide(docs, 1, &q, NULL);
+	return policy_decide(docs, p ? 1 : 0, &q, NULL);
 }
 
 static void test_refusals(void)
@@ -204,10 +207,89 @@ static void test_decide(void)
 	policy_free(p);
 	p = parse("[{\"effect\": \"deny\", \"actions\": \"*\", \"resources\": \"*\", "
 		  "\"conditions\": {\"NumericGreaterThan\": {\"resource.spend\": 10}}}]");
-	is_int(decide(p, "x", res, small, 3), POLICY_DENY_DEFAULT,
-	       "conditional deny does not fire on a missing attribute");
+	is_int(decide(p, "x", res, small, 3), POLICY_DENY_EXPLICIT,
+	       "conditional deny fires on a missing attribute (fails closed)");
 	policy_free(p);
 	is_int(decide(NULL, "x", res, NULL, 0), POLICY_DENY_DEFAULT, "no policy: default deny");
+}
+
+static void test_fail_closed(void)
+{
+	const struct policy_attr inst[] = {{"vcpus", "2"}, {"networkPolicy", "egress"}};
+	const struct policy_attr sbx[] = {{"vcpus", "2"}, {"network", "egress"},
+					  {"ttlSeconds", "7200"}};
+	const struct policy_attr bad[] = {{"ttlSeconds", "soon"}};
+	const char *res = "compute-instance/inst_1";
+	struct policy *p;
+
+	p = parse("{\"effect\": \"allow\", \"actions\": \"*\", \"resources\": \"*\", "
+		  "\"conditions\": {\"NumericLessThanEqualsIfExists\": {\"resource.ttlSeconds\": 3600}}}");
+	is_int(decide(p, "x", res, inst, 2), POLICY_ALLOW, "IfExists: missing attribute holds");
+	is_int(decide(p, "x", res, sbx, 3), POLICY_DENY_DEFAULT, "IfExists: present, compared");
+	is_int(decide(p, "x", res, bad, 1), POLICY_DENY_DEFAULT,
+	       "IfExists: an unreadable number does not grant");
+	policy_free(p);
+	p = parse("{\"effect\": \"allow\", \"actions\": \"*\", \"resources\": \"*\", "
+		  "\"conditions\": {\"NumericLessThanEquals\": {\"resource.ttlSeconds\": 3600}}}");
+	is_int(decide(p, "x", res, inst, 2), POLICY_DENY_DEFAULT,
+	       "without IfExists an allow never grants on a missing attribute");
+	policy_free(p);
+	p = parse("{\"effect\": \"deny\", \"actions\": \"*\", \"resources\": \"*\", "
+		  "\"conditions\": {\"NumericGreaterThan\": {\"resource.ttlSeconds\": 3600}}}");
+	is_int(decide(p, "x", res, bad, 1), POLICY_DENY_EXPLICIT,
+	       "a deny fires on a value its operator cannot read");
+	is_int(decide(p, "x", res, inst, 2), POLICY_DENY_EXPLICIT, "and on a missing one");
+	policy_free(p);
+	is_str(refused("{\"effect\": \"allow\", \"actions\": \"*\", \"resources\": \"*\", "
+		       "\"conditions\": {\"BoolIfExists\": {\"resource.gpu\": [true]}}}"),
+	       "statement.conditions.BoolIfExists.resource.gpu", "IfExists checks values as its base");
+	is_str(refused("{\"effect\": \"allow\", \"actions\": \"*\", \"resources\": \"*\", "
+		       "\"conditions\": {\"IfExists\": {\"resource.gpu\": true}}}"),
+	       "statement.conditions.IfExists", "IfExists alone is no operator");
+
+	p = parse("{\"effect\": \"deny\", \"actions\": \"*\", \"resources\": \"*\", "
+		  "\"conditions\": {\"StringEquals\": {\"resource.networkPolicy\": \"egress\"}}}");
+	is_int(decide(p, "x", res, sbx, 3), POLICY_DENY_EXPLICIT,
+	       "networkPolicy reads a resource staged with the alias network");
+	policy_free(p);
+	p = parse("{\"effect\": \"deny\", \"actions\": \"*\", \"resources\": \"*\", "
+		  "\"conditions\": {\"StringEquals\": {\"resource.network\": \"egress\"}}}");
+	is_int(decide(p, "x", res, inst, 2), POLICY_DENY_EXPLICIT,
+	       "the alias network reads networkPolicy");
+	policy_free(p);
+	p = parse("{\"effect\": \"deny\", \"actions\": \"*\", \"resources\": \"*\", "
+		  "\"conditions\": {\"Null\": {\"resource.ttlSeconds\": false}}}");
+	is_int(decide(p, "x", res, sbx, 3), POLICY_DENY_EXPLICIT, "Null false: present, the deny fires");
+	is_int(decide(p, "x", res, inst, 2), POLICY_DENY_DEFAULT, "Null false: missing, it does not");
+	policy_free(p);
+	is_str(refused("{\"effect\": \"allow\", \"actions\": \"*\", \"resources\": \"*\", "
+		       "\"conditions\": {\"NullIfExists\": {\"resource.gpu\": true}}}"),
+	       "statement.conditions.NullIfExists", "Null has no IfExists form");
+	is_str(policy_attr_canonical("network"), "networkPolicy", "network is an alias");
+	is_str(policy_attr_canonical("vcpus"), "vcpus", "vcpus is its own name");
+}
+
+static void test_many_docs(void)
+{
+	enum { N = 600 };
+	struct policy *v[N];
+	struct policy_request q = {.action = "compute:instances:create",
+				   .resource = "compute-instance/inst_1"};
+	const char *sid = NULL;
+
+	for (size_t i = 0; i + 1 < N; i++)
+		v[i] = parse("{\"effect\": \"allow\", \"actions\": \"*\", \"resources\": \"*\"}");
+	v[N - 1] = parse("{\"sid\": \"Last\", \"effect\": \"deny\", \"actions\": \"*\", "
+			 "\"resources\": \"*\"}");
+	is_int(policy_decide((const struct policy *const *)v, N, &q, &sid), POLICY_DENY_EXPLICIT,
+	       "a deny in the 600th document holds");
+	is_str(sid ? sid : "", "Last", "and is named");
+	policy_free(v[N - 1]);
+	v[N - 1] = NULL;
+	is_int(policy_decide((const struct policy *const *)v, N, &q, &sid), POLICY_DENY_UNREADABLE,
+	       "an unreadable document among allows denies");
+	for (size_t i = 0; i + 1 < N; i++)
+		policy_free(v[i]);
 }
 
 int main(void)
@@ -216,5 +298,7 @@ int main(void)
 	test_refusals();
 	test_glob();
 	test_decide();
+	test_fail_closed();
+	test_many_docs();
 	done_testing();
 }
