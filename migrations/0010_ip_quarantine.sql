@@ -1,4 +1,4 @@
--- 0011_ip_quarantine: an address released from an instance (deleted,
+-- 0010_ip_quarantine: an address released from an instance (deleted,
 -- re-placed after its node was lost, refused) is not leased to another
 -- instance for ip_quarantine_seconds (controller config). A host cut off
 -- from the controller may still run the instance that held it until its
