@@ -62,6 +62,8 @@ static const struct cfg_key keys[] = {
 	U32(stop_timeout_seconds, "30", 1, 3600, "ACPI shutdown time before a stop forces the guest off"),
 	U64(image_max_gib, "64", 1, 1ull << 16, "largest image downloaded, GiB"),
 	U32(cert_renew_percent, "67", 10, 95, "renew the node certificate after this percent of its life"),
+	U32(cert_warn_seconds, "2592000", 0, 10 * 31536000,
+	    "reports warn cert-expiring when the node certificate expires within this (0: never)"),
 	U32(node_lost_seconds, "60", 2, 86400,
 	    "fence after this long without a controller (at most the controller's)"),
 	S(fence, "pause", "when fenced: pause (and cut the network), stop, or off"),

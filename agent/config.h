@@ -44,6 +44,7 @@ struct agent_config {
 	char *domain_type;              /* auto | kvm | qemu */
 	uint32_t stop_timeout_seconds;
 	uint32_t cert_renew_percent;    /* Node.RenewCertificate after this much of its life */
+	uint32_t cert_warn_seconds;     /* reports warn this long before it expires (0: never) */
 	uint64_t image_max_gib;
 	uint32_t node_lost_seconds;     /* fence after this long without a controller */
 	char *fence;                    /* pause | stop | off */

@@ -313,6 +313,7 @@ static int start_up(struct agent *a)
 		log_warn("runtime %s with network = %s: nothing makes the instances' taps, so an "
 			 "instance with a NIC will not start", a->cfg.runtime, a->cfg.network);
 	report_init(&a->report, &a->cfg, &a->traits);
+	report_set_cert(&a->report, a->creds.cert_pem, a->cfg.cert_warn_seconds);
 	a->renew = (struct renew){.state_dir = a->cfg.state_dir,
 				  .percent = a->cfg.cert_renew_percent, .client = a->client,
 				  .creds = &a->creds, .stop = &a->stop, .renewed = renewed, .ctx = a};

@@ -22,6 +22,7 @@
 
 #include "join.h"
 #include "log.h"
+#include "pki.h"
 #include "util.h"
 #include "watch.h"
 
@@ -92,7 +93,37 @@ static void build_results(struct report_msg *m, const struct conv_status *st)
 	m->msg.results = m->results_p;
 }
 
-void report_build(const struct report_info *info, const struct conv_status *st,
+bool report_cert_warning(int64_t now, int64_t not_after_ms, int64_t warn_ms, char *out,
+			 size_t len)
+{
+	int64_t left = not_after_ms - now;
+
+	if (not_after_ms <= 0 || warn_ms <= 0 || left >= warn_ms)
+		return false;
+	if (left <= 0)
+		snprintf(out, len, "the node certificate expired %" PRId64 " s ago; join the host "
+			 "again", -left / 1000);
+	else
+		snprintf(out, len, "the node certificate expires in %" PRId64 "d %" PRId64 "h %"
+			 PRId64 "m and is not renewed yet", left / 86400000, left / 3600000 % 24,
+			 left / 60000 % 60);
+	return true;
+}
+
+static void build_warnings(struct report_msg *m, const struct report_info *info, int64_t now)
+{
+	if (!report_cert_warning(now, info->cert_not_after_ms, info->cert_warn_ms,
+				 m->warning_text, sizeof(m->warning_text)))
+		return;
+	bc__node__v1__host_warning__init(&m->warning);
+	m->warning.code = (char *)"cert-expiring";
+	m->warning.message = m->warning_text;
+	m->warning_p = &m->warning;
+	m->msg.n_warnings = 1;
+	m->msg.warnings = &m->warning_p;
+}
+
+void report_build(const struct report_info *info, const struct conv_status *st, int64_t now,
 		  struct report_msg *m)
 {
 	memset(m, 0, sizeof(*m));
@@ -119,6 +150,7 @@ void report_build(const struct report_info *info, const struct conv_status *st,
 	build_instances(m, st);
 	build_labels(m, info);
 	build_results(m, st);
+	build_warnings(m, info, now);
 }
 
 void report_msg_clear(struct report_msg *m)
@@ -174,6 +206,16 @@ void report_init(struct report *r, const struct agent_config *cfg, const struct 
 	i->memory_mib = cfg->capacity_memory_mib;
 	i->disk_gib = cfg->capacity_disk_gib;
 	r->interval_ms = (int)cfg->report_interval_seconds * 1000;
+}
+
+void report_set_cert(struct report *r, const char *cert_pem, uint32_t warn_seconds)
+{
+	int64_t issued = 0, not_after = 0;
+
+	if (pki_cert_validity(cert_pem, &issued, &not_after) < 0)
+		return;
+	r->info.cert_not_after_ms = not_after;
+	r->info.cert_warn_ms = (int64_t)warn_seconds * 1000;
 }
 
 void report_fini(struct report *r)
@@ -352,7 +394,7 @@ static uint64_t send_once(struct report *r, struct send_state *s)
 		report_delta(&s->track, &st, &delta);
 		sent = &delta;
 	}
-	report_build(&r->info, sent, &m);
+	report_build(&r->info, sent, now_ms(), &m);
 	e = deliver(r, s, &m, &ackm);
 	if (e == 0) {
 		ack = (const Bc__Node__V1__ReportAck *)ackm;

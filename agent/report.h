@@ -34,6 +34,8 @@ struct report_info {
 	uint32_t vcpus;
 	uint64_t memory_mib;
 	uint64_t disk_gib;
+	int64_t cert_not_after_ms;    /* the node certificate's expiry (0: unknown) */
+	int64_t cert_warn_ms;         /* warn when it expires within this (0: never) */
 };
 
 /* A built StatusReport: msg and the arrays it points into. Strings are
@@ -45,10 +47,19 @@ struct report_msg {
 	Bc__Node__V1__InstanceStatus *inst, **inst_p;
 	Bc__Node__V1__StatusReport__LabelsEntry *labels, **labels_p;
 	Bc__Node__V1__CommandResult *results, **results_p;
+	Bc__Node__V1__HostWarning warning, *warning_p;
+	char warning_text[128];
 };
 
-/* Build the report of st. Pure; release with report_msg_clear. */
-void report_build(const struct report_info *info, const struct conv_status *st,
+/* The cert-expiring warning's text into out, if a certificate expiring at
+ * not_after_ms is within warn_ms of now (all wall-clock ms): true then.
+ * Nothing (false) for an unknown expiry or warn_ms 0. Pure. */
+bool report_cert_warning(int64_t now, int64_t not_after_ms, int64_t warn_ms, char *out,
+			 size_t len);
+
+/* Build the report of st at wall-clock now (which decides the warnings).
+ * Pure; release with report_msg_clear. */
+void report_build(const struct report_info *info, const struct conv_status *st, int64_t now,
 		  struct report_msg *ret);
 /* Free the arrays of a built report (not the borrowed strings). */
 void report_msg_clear(struct report_msg *m);
@@ -108,6 +119,10 @@ void report_counts(const struct report *r, uint64_t *ret_complete, uint64_t *ret
 /* Fill r->info from cfg and the runtime's traits (cpu model read from
  * /proc/cpuinfo; freed by report_fini). */
 void report_init(struct report *r, const struct agent_config *cfg, const struct rt_traits *traits);
+/* Warn in every report once the certificate cert_pem nears its expiry
+ * (within warn_seconds; 0: never). An unreadable certificate: no warning
+ * (renew.c logs it). */
+void report_set_cert(struct report *r, const char *cert_pem, uint32_t warn_seconds);
 /* Free what report_init allocated. */
 void report_fini(struct report *r);
 

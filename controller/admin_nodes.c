@@ -27,7 +27,7 @@
 	"coalesce(" MS("n.last_report_at") ", 0), " MS("n.joined_at")                           \
 	", array_to_string(n.capabilities, E'\\n'), coalesce(b.instances, 0), n.max_vcpus, "    \
 	"n.max_memory_mib, n.max_disk_gib, n.max_gpus, n.cert_serial, coalesce("              \
-	MS("n.cert_not_after") ", 0)"
+	MS("n.cert_not_after") ", 0), array_to_string(n.warnings, E'\\n')"
 #define NODE_FROM                                                                            \
 	" FROM nodes n LEFT JOIN LATERAL (SELECT sum(a.vcpus) vcpus, sum(a.memory_mib) mem, "   \
 	"sum(a.disk_gib) disk, sum(a.gpus) gpus, count(*) FILTER (WHERE a.owner_kind = "         \
@@ -86,6 +86,7 @@ static Bc__Admin__V1__Node *node_from_row(rpc_call *c, const PGresult *r, int i)
 	n->capacity_ceiling = capacity(c, r, i, 20);
 	n->cert_serial = row_str(c, r, i, 24);
 	n->cert_expires_at = db_i64(r, i, 25);
+	n->n_warnings = row_strv(c, r, i, 26, &n->warnings);
 	return n;
 }
 

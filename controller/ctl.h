@@ -14,7 +14,7 @@
 
 /* The newest schema version this binary knows; equals the number of files in
  * migrations/ (checked by a unit test). serve refuses any other version. */
-#define CTL_SCHEMA_VERSION 11
+#define CTL_SCHEMA_VERSION 12
 
 struct ctl_config {
 	char *database;

@@ -30,6 +30,7 @@
 #define CSR_MAX 16384
 #define LABELS_MAX 64
 #define REPORT_INSTANCES_MAX 10000
+#define REPORT_WARNINGS_MAX 8
 
 /* ------------------------------------------------------------------ join */
 
@@ -501,6 +502,7 @@ struct report {
 	 * by report_node last, for the ack) */
 	uint64_t spec_generation;
 	struct lines ids, st, reasons, deleted, caps, lkeys, lvals;
+	struct lines warnings; /* "code: message" */
 	struct lines changed; /* instances whose state this report changed */
 };
 
@@ -688,6 +690,44 @@ static int report_fence(struct db *d, struct report *a, bc_error *err)
 	return read_generation(d, a->node, true, &a->spec_generation, err);
 }
 
+/* Columns of report_warnings' RETURNING. */
+enum { RW_OLD };
+
+/* The host's warnings replace the node's, logged when they change: each
+ * new one as a warning, their end once. The node's row is already locked
+ * by report_node. */
+static int report_warnings(struct db *d, struct report *a, bc_error *err)
+{
+	_cleanup_free_ char *old = NULL;
+	const char *now = lines_str(&a->warnings);
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, a->node);
+	dbp_str(&p, now);
+	rc = db_exec(d, &r,
+		     "UPDATE nodes n SET warnings = string_to_array($2, E'\\n') FROM (SELECT "
+		     "warnings FROM nodes WHERE id = $1) old WHERE n.id = $1 AND n.warnings IS "
+		     "DISTINCT FROM string_to_array($2, E'\\n') RETURNING array_to_string("
+		     "old.warnings, E'\\n')",
+		     &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	if (PQntuples(r) == 1)
+		old = xstrdup(db_val(r, 0, RW_OLD));
+	PQclear(r);
+	if (!old)
+		return 0;
+	if (!*now)
+		log_info("node %s: no warnings any more", a->node);
+	for (const char *w = now, *e; *w; w = *e ? e + 1 : e) {
+		e = w + strcspn(w, "\n");
+		log_warn("node %s: %.*s", a->node, (int)(e - w), w);
+	}
+	return 0;
+}
+
 static int report_tx(struct db *d, void *arg, bc_error *err)
 {
 	struct report *a = arg;
@@ -696,7 +736,36 @@ static int report_tx(struct db *d, void *arg, bc_error *err)
 	if ((rc = report_fence(d, a, err)) < 0 || (rc = report_instances(d, a, err)) < 0 ||
 	    (rc = report_deletions(d, a, err)) < 0)
 		return rc;
-	return report_node(d, a, err);
+	if ((rc = report_node(d, a, err)) < 0)
+		return rc;
+	return report_warnings(d, a, err);
+}
+
+static bool warning_code_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	return n >= 1 && n <= 64 && strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789-") == n;
+}
+
+static int prepare_warnings(struct report *a, bc_error *err)
+{
+	const Bc__Node__V1__StatusReport *q = a->q;
+	char line[336];
+
+	if (q->n_warnings > REPORT_WARNINGS_MAX)
+		return invalid(err, "warnings", "at most %d warnings", REPORT_WARNINGS_MAX);
+	for (size_t i = 0; i < q->n_warnings; i++) {
+		const Bc__Node__V1__HostWarning *w = q->warnings[i];
+		if (!warning_code_ok(w->code))
+			return invalid(err, "warnings", "warnings[%zu].code must be 1-64 of [a-z0-9-]", i);
+		if (!*w->message || !str_is_printable(w->message, 256))
+			return invalid(err, "warnings",
+				       "warnings[%zu].message must be 1-256 printable characters", i);
+		snprintf(line, sizeof(line), "%s: %s", w->code, w->message);
+		lines_add(&a->warnings, line);
+	}
+	return 0;
 }
 
 static int prepare_report(struct report *a, bc_error *err)
@@ -728,7 +797,7 @@ static int prepare_report(struct report *a, bc_error *err)
 	}
 	/* a report's labels are not taken: a node's labels are those it
 	 * joined with, so a host cannot relabel itself to draw work */
-	return 0;
+	return prepare_warnings(a, err);
 }
 
 static void report_free(struct report *a)
@@ -740,6 +809,7 @@ static void report_free(struct report *a)
 	free(a->caps.buf);
 	free(a->lkeys.buf);
 	free(a->lvals.buf);
+	free(a->warnings.buf);
 	free(a->changed.buf);
 }
 

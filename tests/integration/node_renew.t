@@ -4,12 +4,16 @@
 # life has passed, keeps its node id, and restarts on the new key and
 # certificate; the controller refuses the old serial from the new one's
 # first use. While the controller cannot be reached bcd warns as expiry
-# nears. The controller's own server certificate is reissued from the API
+# nears, and every report carries a cert-expiring warning from
+# cert_warn_seconds (110 here) before expiry until the renewal: the
+# controller logs it and `bcctl node get` shows it. The controller's own
+# server certificate is reissued from the API
 # CA at start when it nears expiry (server_cert_renew_days).
 . "$(dirname "$0")/../lib/stack.sh"
 
 export BC_CTL_EXTRA_CONF='node_cert_lifetime_seconds = 120'
-export BC_AGENT_EXTRA_CONF='cert_renew_percent = 50'
+export BC_AGENT_EXTRA_CONF='cert_renew_percent = 50
+cert_warn_seconds = 110'
 stack_up --controllers 1 --agents 1 || bail_out "stack_up failed"
 q() { psql -d bc -XAtq -c "$1"; }
 d1=$STACK_DIR/agent-1
@@ -24,11 +28,24 @@ call() { # CERT KEY: a Report with that certificate
 }
 call "$STACK_DIR/old.pem" "$STACK_DIR/old.key" >/dev/null
 ok $? 'control: the first certificate is taken'
+bad='{"applied_generation": "0", "complete": false, "instances": [], "warnings": [{"code": "Not A Code", "message": "x"}]}'
+out=$(report="$bad" call "$STACK_DIR/old.pem" "$STACK_DIR/old.key")
+is "$(printf '%s' "$out" | jq -r .code)" 3 'a report with a malformed warning is refused: INVALID_ARGUMENT'
+ok "printf '%s' '$out' | grep -q 'warnings\[0\].code'" 'naming the field'
+
+# -- the certificate nears expiry: every report warns until it is renewed
+warned() { bcctl --format json node get "$node1" | jq -e '.warnings[]? | select(startswith("cert-expiring: the node certificate expires in"))' >/dev/null; }
+eventually 60 warned
+ok $? 'node get shows the cert-expiring warning of the host report'
+ok "grep -q 'node $node1: cert-expiring: the node certificate expires in .* and is not renewed yet' '$STACK_DIR/ctl-1.log'" \
+	'the controller logs it as a warning'
 
 # -- renewal
 eventually 90 grep -q "node $node1: renewed certificate .* in use" "$STACK_DIR/ctl-1.log"
 ok $? 'bcd renewed its certificate and uses the new one'
 ok "grep -q 'certificate: renewed; bcd restarts' '$STACK_DIR/bcd-1.log'" 'bcd logs the renewal'
+eventually 30 grep -q "node $node1: no warnings any more" "$STACK_DIR/ctl-1.log"
+ok $? 'the renewed certificate is far from expiry: the warning ends, and the controller says so'
 serial1=$(q "SELECT cert_serial FROM nodes WHERE id = '$node1'")
 ok "[ -n '$serial1' ] && [ '$serial1' != '$serial0' ]" 'the controller records the new serial'
 is "$(agent_node_id 1)" "$node1" 'the node id is the same'

@@ -209,7 +209,7 @@ static void test_report_build(void)
 	Bc__Node__V1__StatusReport *back;
 
 	info.n_caps = rt_capabilities(&rt_fake_ops.traits, info.caps, REPORT_MAX_CAPS);
-	report_build(&info, &st, &m);
+	report_build(&info, &st, 1000000, &m);
 	len = protobuf_c_message_get_packed_size(&m.msg.base);
 	buf = xmalloc(len);
 	protobuf_c_message_pack(&m.msg.base, buf);
@@ -229,6 +229,7 @@ static void test_report_build(void)
 		is_int(back->n_results, 1, "command result");
 		is_str(back->hostname, "h1", "hostname");
 		is_str(back->agent_version, "9.9", "agent version");
+		is_int(back->n_warnings, 0, "no certificate expiry known: no warning");
 		bc__node__v1__status_report__free_unpacked(back, NULL);
 	}
 	free(buf);
@@ -236,10 +237,40 @@ static void test_report_build(void)
 
 	labels[0].key = "cpu.model";
 	st.has_storage = false;
-	report_build(&info, &st, &m);
+	report_build(&info, &st, 1000000, &m);
 	is_int(m.msg.n_labels, 1, "a configured cpu.model wins over /proc/cpuinfo");
 	ok(m.msg.volume_storage == NULL, "no storage numbers: field absent");
 	report_msg_clear(&m);
+
+	/* the certificate expires at 100 days; warnings start 30 days before */
+	info.cert_not_after_ms = 100LL * 86400000;
+	info.cert_warn_ms = 30LL * 86400000;
+	report_build(&info, &st, 69LL * 86400000, &m);
+	is_int(m.msg.n_warnings, 0, "31 days left: no warning");
+	report_msg_clear(&m);
+	report_build(&info, &st, 71LL * 86400000 - 3600000, &m);
+	is_int(m.msg.n_warnings, 1, "29 days left: a warning");
+	if (m.msg.n_warnings == 1) {
+		is_str(m.msg.warnings[0]->code, "cert-expiring", "its code");
+		is_str(m.msg.warnings[0]->message,
+		       "the node certificate expires in 29d 1h 0m and is not renewed yet", "its text");
+	}
+	report_msg_clear(&m);
+	info.cert_warn_ms = 0;
+	report_build(&info, &st, 99LL * 86400000, &m);
+	is_int(m.msg.n_warnings, 0, "cert_warn_seconds 0: never");
+	report_msg_clear(&m);
+}
+
+static void test_cert_warning(void)
+{
+	char buf[128];
+
+	ok(!report_cert_warning(0, 0, 1000, buf, sizeof(buf)), "unknown expiry: none");
+	ok(!report_cert_warning(0, 5000, 5000, buf, sizeof(buf)), "exactly the window away: none");
+	ok(report_cert_warning(1, 5000, 5000, buf, sizeof(buf)), "inside the window: a warning");
+	ok(report_cert_warning(9000, 5000, 5000, buf, sizeof(buf)), "expired: a warning");
+	is_str(buf, "the node certificate expired 4 s ago; join the host again", "saying so");
 }
 
 int main(void)
@@ -255,6 +286,7 @@ int main(void)
 	test_fill_host();
 	test_cpu_model();
 	test_report_build();
+	test_cert_warning();
 	{
 		char cmd[128];
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
