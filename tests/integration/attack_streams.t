@@ -14,7 +14,12 @@
 . "$(dirname "$0")/../lib/tenant.sh"
 
 HTTP_PORT=$(free_tcp_port)
-export BC_CTL_EXTRA_CONF="http_listen = 127.0.0.1:$HTTP_PORT"
+# 60 TLS handshakes at once on a loaded machine can outlast the default 5 s
+# handshake deadline (attack_http.t tests the deadlines): generous ones
+# here, so that every connection reaches the stream limits this file tests
+export BC_CTL_EXTRA_CONF="http_listen = 127.0.0.1:$HTTP_PORT
+http_handshake_timeout_seconds = 120
+http_header_timeout_seconds = 120"
 stack_up --controllers 1 --agents 1 || bail_out "stack_up failed"
 img=$(stack_image_create attack-img) || bail_out "no image"
 bcctl tenant create mallory >/dev/null || bail_out "tenant create"
