@@ -1,6 +1,6 @@
 # hostloss.t: recreateOnHostLoss. Two fake agents in a pool that sets it,
-# one in a pool that does not, node_lost_seconds = 10 (short, yet longer
-# than killing two agents and deleting an instance takes on a loaded machine):
+# one in a pool that does not, node_lost_seconds = 10 (short: the delete
+# below is sent while the silent node's bcd is frozen, so it cannot race it):
 # - when the node of an instance of the first pool goes silent and is
 #   declared lost, the instance is not left lost: its booking and address
 #   are released, it goes back to provisioning (instance.lost, then
@@ -58,11 +58,15 @@ other_node=$(agent_node_id $other)
 created=$(col "$r" "created_at")
 addr=$(q "SELECT host(address) FROM ip_leases WHERE instance_id = '$r'")
 
-# the node stops reporting; the instance being deleted cannot finish there
-agent_kill $lost
-agent_kill 3
+# the node stops reporting; the instance being deleted cannot finish there.
+# Its bcd is frozen first and the delete sent at once: killing two ASan
+# agents can outlast node_lost_seconds on a loaded machine, and a delete on
+# a node already lost finishes at once
+kill -STOP "$(_stack_get_pid "bcd-$lost")"
 bcctl instance delete "$d" >/dev/null
 is "$(col "$d" state)" deleting 'one instance is being deleted when its node goes silent'
+agent_kill $lost
+agent_kill 3
 
 moved() { [ "$(col "$r" "state || ' ' || node_id")" = "running $other_node" ]; }
 eventually 60 moved
