@@ -16,7 +16,7 @@
 #include "idem.h"
 #include "instances.h"
 #include "log.h"
-#include "nodes.h"
+#include "node.h"
 #include "rowmsg.h"
 #include "util.h"
 #include "waiter.h"

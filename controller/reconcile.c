@@ -13,7 +13,7 @@
 #include "ctl.h"
 #include "instances.h"
 #include "log.h"
-#include "nodes.h"
+#include "node.h"
 #include "util.h"
 
 #define LEADER_LOCK "7164930317812342"

@@ -25,7 +25,7 @@
 #include "idem.h"
 #include "instances.h"
 #include "log.h"
-#include "nodes.h"
+#include "node.h"
 #include "rowmsg.h"
 #include "sandboxes.h"
 #include "util.h"

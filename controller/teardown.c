@@ -29,7 +29,7 @@
 
 #include "ctl.h"
 #include "log.h"
-#include "nodes.h"
+#include "node.h"
 #include "util.h"
 
 #define TEARDOWN_BATCH 100

@@ -28,7 +28,7 @@
 #include "instances.h"
 #include "log.h"
 #include "metrics.h"
-#include "nodes.h"
+#include "node.h"
 #include "sandboxes.h"
 #include "util.h"
 #include "warm.h"

@@ -1,9 +1,9 @@
-/* nodes.h: instance lifecycle steps shared by the API, the node API and the
+/* node.h: instance lifecycle steps shared by the API, the node API and the
  * reconciler: placement (booking capacity on a node), address leases, the
  * end of a deletion, and abandoning a node that is lost or retired. Every
  * function runs inside the caller's transaction. */
-#ifndef BC_CTL_NODES_H
-#define BC_CTL_NODES_H
+#ifndef BC_CTL_NODE_H
+#define BC_CTL_NODE_H
 
 #include <stdbool.h>
 

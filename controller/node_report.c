@@ -20,7 +20,7 @@
 #include "bc/node/v1/node.pb-c.h"
 #include "ctl.h"
 #include "log.h"
-#include "nodes.h"
+#include "node.h"
 #include "nodespec.h"
 #include "pki.h"
 #include "sealed.h"

@@ -12,7 +12,7 @@
 #include "ctl.h"
 #include "instances.h"
 #include "log.h"
-#include "nodes.h"
+#include "node.h"
 #include "sealed.h"
 #include "util.h"
 

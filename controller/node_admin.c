@@ -12,7 +12,7 @@
 #include "bc/admin/v1/admin.pb-c.h"
 #include "ctl.h"
 #include "log.h"
-#include "nodes.h"
+#include "node.h"
 #include "rowmsg.h"
 #include "util.h"
 

@@ -25,7 +25,7 @@
 
 #include "ctl.h"
 #include "log.h"
-#include "nodes.h"
+#include "node.h"
 #include "util.h"
 
 #define BATCH 50
