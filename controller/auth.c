@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "node.h"
 #include "log.h"
 #include "util.h"
 

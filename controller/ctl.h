@@ -154,30 +154,6 @@ int pki_load(struct ctl_app *app);
  * (0: never); 0 or -errno. Called by serve before it listens. */
 int init_renew_server_cert(struct ctl_app *app);
 
-/* services: registration of each API group on the server. */
-int admin_register(rpc_server *s);
-int admin_catalog_register(rpc_server *s);
-int instances_register(rpc_server *s);
-int nodeapi_register(rpc_server *s);
-/* nodeapi.c: 0 if cert_pem (the node's verified client certificate) carries
- * the serial issued to node last, or a renewed one not presented before,
- * which becomes the only one accepted; -EACCES for any other (or none),
- * -errno from the database. */
-int nodeapi_check_serial(struct db *d, const char *node, const char *cert_pem);
-int iam_tenants_register(rpc_server *s);
-int events_register(rpc_server *s);
-int iam_policies_register(rpc_server *s);
-
-/* events.c: record a change to what a node runs, inside the caller's tx
- * (a node_spec_changes row naming no instance, so the next build is whole,
- * and a NOTIFY; the node's stream bumps the generation when it takes them:
- * spec_take_changes, 1 if it moved, with the instances the rows named). */
-int spec_bump(struct db *d, const char *node_id);
-/* the same for a change to that one instance's entry alone (its desired
- * state, its placement, its deletion) */
-int spec_bump_instance(struct db *d, const char *node_id, const char *instance_id);
-int spec_take_changes(struct db *d, const char *node_id, bool *all, char **dirty);
-
 /* events.c: the reconciler's retention pass (every 30 s): purge
  * the events and idempotency keys older than their config keys'
  * retention, a bounded batch each. */
@@ -197,7 +173,8 @@ void *reconcile_thread(void *app);
  * when interval_seconds have passed since the last (reconciler only). */
 int meter_pass(struct db *d, int64_t *ret_lines, bc_error *err);
 void meter_tick(struct db *d, int interval_seconds);
-int usage_register(rpc_server *s);
+/* The handlers of the Usage service (server.c's table). */
+const struct rpc_handler *usage_handlers(size_t *ret_n);
 
 /* teardown.c: tear a `deleting` tenant down, one transaction (a no-op for
  * a tenant not deleting, or one another pass holds); *ret_done (may be

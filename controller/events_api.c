@@ -15,6 +15,7 @@
 
 #include "authz.h"
 #include "bc/compute/v1/events.pb-c.h"
+#include "events_api.h"
 #include "log.h"
 #include "rowmsg.h"
 #include "util.h"
@@ -172,12 +173,13 @@ static int ev_watch(rpc_call *c, const ProtobufCMessage *m, bc_error *err)
 	return r == -ECANCELED ? 0 : r;
 }
 
-int events_register(rpc_server *s)
+const struct rpc_handler *events_handlers(size_t *ret_n)
 {
 	static const struct rpc_handler h[] = {
 		{"List", RPC_UNARY, {.unary = ev_list}},
 		{"Watch", RPC_SERVER_STREAM, {.sstream = ev_watch}},
 	};
 
-	return rpc_server_add_service(s, &bc__compute__v1__events__descriptor, h, ARRAY_SIZE(h));
+	*ret_n = ARRAY_SIZE(h);
+	return h;
 }

@@ -53,7 +53,4 @@ struct iam_ref {
 int iam_identity_of(rpc_call *c, const char *sql, const char *id, const char *what,
 		    struct iam_ref *ret, bc_error *err);
 
-/* iam_offers.c, registered by iam_policies_register */
-int iam_offers_register(rpc_server *s);
-
 #endif

@@ -11,6 +11,7 @@
 #include "authz.h"
 #include "bc/admin/v1/iam.pb-c.h"
 #include "iam.h"
+#include "iam_offers.h"
 #include "log.h"
 #include "rowmsg.h"
 #include "util.h"
@@ -213,7 +214,7 @@ static int offer_pool_check(rpc_call *c, const ProtobufCMessage *m, ProtobufCMes
 	return 0;
 }
 
-int iam_offers_register(rpc_server *s)
+const struct rpc_handler *offers_handlers(size_t *ret_n)
 {
 	static const struct rpc_handler h[] = {
 		{"Set", RPC_UNARY, {.unary = offer_set}},
@@ -221,5 +222,6 @@ int iam_offers_register(rpc_server *s)
 		{"SetPoolBudgetCheck", RPC_UNARY, {.unary = offer_pool_check}},
 	};
 
-	return rpc_server_add_service(s, &bc__admin__v1__offers__descriptor, h, ARRAY_SIZE(h));
+	*ret_n = ARRAY_SIZE(h);
+	return h;
 }

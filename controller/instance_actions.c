@@ -16,8 +16,10 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "instance_actions.h"
 #include "instances.h"
 #include "log.h"
+#include "node.h"
 #include "util.h"
 
 /* The row as the checks see it, read FOR UPDATE. */

@@ -710,7 +710,7 @@ static int inst_delete(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage 
 	return 0;
 }
 
-int instances_register(rpc_server *s)
+const struct rpc_handler *inst_handlers(size_t *ret_n)
 {
 	static const struct rpc_handler h[] = {
 		{"Create", RPC_UNARY, {.unary = inst_create}},
@@ -718,13 +718,7 @@ int instances_register(rpc_server *s)
 		{"List", RPC_UNARY, {.unary = inst_list}},
 		{"Delete", RPC_UNARY, {.unary = inst_delete}},
 	};
-	struct rpc_handler all[ARRAY_SIZE(h) + 8];
-	size_t n_act = 0, n = 0;
-	const struct rpc_handler *act = inst_actions(&n_act);
 
-	for (size_t i = 0; i < ARRAY_SIZE(h); i++)
-		all[n++] = h[i];
-	for (size_t i = 0; i < n_act && n < ARRAY_SIZE(all); i++)
-		all[n++] = act[i];
-	return rpc_server_add_service(s, &bc__compute__v1__instances__descriptor, all, n);
+	*ret_n = ARRAY_SIZE(h);
+	return h;
 }

@@ -240,11 +240,12 @@ static int usage_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 	return 0;
 }
 
-int usage_register(rpc_server *s)
+const struct rpc_handler *usage_handlers(size_t *ret_n)
 {
 	static const struct rpc_handler h[] = {
 		{"List", RPC_UNARY, {.unary = usage_list}},
 	};
 
-	return rpc_server_add_service(s, &bc__compute__v1__usage__descriptor, h, ARRAY_SIZE(h));
+	*ret_n = ARRAY_SIZE(h);
+	return h;
 }

@@ -1,4 +1,4 @@
-/* admin_nodes.c: the operator's view of hosts: join tokens (pool-scoped,
+/* node_admin.c: the operator's view of hosts: join tokens (pool-scoped,
  * single use, expiring, stored as a hash and shown once), node get/list with
  * capacity and bookings, its capacity ceiling (what a report may claim at
  * most), and retirement (the node's certificate is refused from then on;
@@ -314,13 +314,12 @@ static int nodes_set_capacity(rpc_call *c, const ProtobufCMessage *m, ProtobufCM
 
 #define U(name, f) {name, RPC_UNARY, {.unary = f}}
 
-int admin_register(rpc_server *s)
+const struct rpc_handler *node_admin_handlers(size_t *ret_n)
 {
 	static const struct rpc_handler nodes[] = {
 		U("CreateJoinToken", nodes_join_token), U("Get", nodes_get), U("List", nodes_list),
 		U("Retire", nodes_retire), U("SetCapacity", nodes_set_capacity)};
-	int r = admin_catalog_register(s);
 
-	return r < 0 ? r : rpc_server_add_service(s, &bc__admin__v1__nodes__descriptor, nodes,
-						  ARRAY_SIZE(nodes));
+	*ret_n = ARRAY_SIZE(nodes);
+	return nodes;
 }

@@ -1,4 +1,4 @@
-/* placement.c: where an instance runs and what it holds there. Placement
+/* node_place.c: where an instance runs and what it holds there. Placement
  * books vCPUs, memory, disk and GPUs on a ready node of the pool that has
  * room and carries the required labels, under the node's row lock so two
  * replicas never overbook one node; IPAM leases an address and a MAC; a

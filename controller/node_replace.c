@@ -1,14 +1,14 @@
-/* replace.c: placing an instance again, away from the host it was on. Run
+/* node_replace.c: placing an instance again, away from the host it was on. Run
  * by the reconciler's leader (reconcile.c), each instance in a transaction
  * of its own, so one that cannot move now never holds up the others.
  *
  * Host admission (the spec's "hosts that cannot start an instance"): a host
  * that cannot fit an instance reports it stopped with "ResourcesExhausted:
- * ...", and the report stamps refused_at (nodeapi.c). Once that refusal has
+ * ...", and the report stamps refused_at (node_report.c). Once that refusal has
  * stood replace_after_seconds and the instance has never run, its booking
  * and address are released, the host joins refused_nodes, replacements
  * grows by one, and the instance is placed away from every host in
- * refused_nodes (placement.c excludes them; with none left it waits
+ * refused_nodes (node_place.c excludes them; with none left it waits
  * Unschedulable). After REPLACE_MAX re-placements the next standing refusal
  * fails it: state error, reason naming every host that refused it. It
  * keeps its id and created_at throughout.

@@ -1,4 +1,4 @@
-/* events.c: the events outbox. Every state change inserts its event in the
+/* outbox.c: the events outbox. Every state change inserts its event in the
  * same transaction as the change, so an event exists exactly when the change
  * committed. Inserting takes no lock: the order readers see is given after
  * commit by bc_events_sequence (migration 0007), which numbers every
@@ -81,63 +81,4 @@ void events_retention_tick(struct db *d, const struct ctl_config *cfg)
 int events_sequence(struct db *d)
 {
 	return db_exec(d, NULL, "SELECT bc_events_sequence()", NULL);
-}
-
-/* A change to what node_id runs: a row in node_spec_changes (insert-only,
- * so writers on one node never wait for each other) and a notification to
- * the node's spec stream, which takes the rows and bumps the generation
- * (spec_take_changes). instance_id, when the change is to that one
- * instance's entry alone, lets the next build read only it again
- * (nodespec.c); NULL: anything of the node may have changed. */
-int spec_bump_instance(struct db *d, const char *node_id, const char *instance_id)
-{
-	struct dbp p = {0};
-
-	if (!node_id)
-		return 0;
-	dbp_str(&p, node_id);
-	dbp_nstr(&p, instance_id);
-	return db_exec(d, NULL, "WITH c AS (INSERT INTO node_spec_changes (node_id, instance_id) "
-		       "VALUES ($1, $2) RETURNING 1) SELECT pg_notify('bc_node_spec', $1) FROM c",
-		       &p);
-}
-
-int spec_bump(struct db *d, const char *node_id)
-{
-	return spec_bump_instance(d, node_id, NULL);
-}
-
-/* The node's spec stream: take every change row this statement sees and,
- * if there was any, bump the generation once. A spec built afterwards
- * (nodespec_build, a later snapshot) carries every change taken here; a
- * change committed later keeps its row for the next take. Returns 1 if the
- * generation moved, 0 if not, <0 on failure. The instances the taken rows
- * name are appended to *dirty (newline-separated); *all is set when a row
- * named none (anything of the node may have changed). */
-int spec_take_changes(struct db *d, const char *node_id, bool *all, char **dirty)
-{
-	struct dbp p = {0};
-	PGresult *r = NULL;
-	const char *ids;
-	int rc;
-
-	dbp_str(&p, node_id);
-	rc = db_exec(d, &r, "WITH c AS (DELETE FROM node_spec_changes WHERE node_id = $1 RETURNING "
-		     "instance_id), u AS (UPDATE nodes SET spec_generation = spec_generation + 1 "
-		     "WHERE id = $1 AND EXISTS (SELECT 1 FROM c) RETURNING spec_generation) SELECT "
-		     "(SELECT count(*) FROM u), coalesce(bool_or(instance_id IS NULL), false), "
-		     "coalesce(string_agg(DISTINCT instance_id, E'\\n'), '') FROM c", &p);
-	if (rc < 0)
-		return rc;
-	rc = db_i64(r, 0, 0) > 0;
-	if (db_bool(r, 0, 1))
-		*all = true;
-	ids = db_val(r, 0, 2);
-	if (ids && *ids) {
-		char *n = *dirty && **dirty ? xasprintf("%s\n%s", *dirty, ids) : xstrdup(ids);
-		free(*dirty);
-		*dirty = n;
-	}
-	PQclear(r);
-	return rc;
 }

@@ -15,12 +15,12 @@
 
 struct waiter_kind;
 
-int templates_register(rpc_server *s);
-
 /* What the waiter of Sandboxes.Create calls with `wait` reads (waiter.h):
  * a sandbox has settled once it left starting. */
 extern const struct waiter_kind sbx_waiter_kind;
-int sandboxes_register(rpc_server *s);
+
+/* The handlers of the Sandboxes service (server.c's table). */
+const struct rpc_handler *sbx_handlers(size_t *ret_n);
 
 /* Inside the caller's transaction, with the sandbox row locked: the sandbox
  * becomes deleting, its instance desired deleted (instance.deleting with
