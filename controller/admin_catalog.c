@@ -8,13 +8,16 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bc/admin/v1/admin.pb-c.h"
-#include "ctl.h"
 #include "admin_catalog.h"
+#include "app.h"
+#include "bc/admin/v1/admin.pb-c.h"
+#include "db.h"
 #include "idem.h"
+#include "ipam.h"
 #include "log.h"
 #include "rowmsg.h"
 #include "util.h"
+#include "validate.h"
 
 #define LIST_MAX 500
 

@@ -13,12 +13,18 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "app.h"
+#include "auth.h"
 #include "authz.h"
 #include "bc/compute/v1/events.pb-c.h"
+#include "db.h"
 #include "events_api.h"
 #include "log.h"
+#include "outbox.h"
 #include "rowmsg.h"
+#include "streams.h"
 #include "util.h"
+#include "validate.h"
 #include "watch.h"
 
 #define EV_PAGE_MAX 1000

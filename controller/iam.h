@@ -3,7 +3,11 @@
 #ifndef BC_CTL_IAM_H
 #define BC_CTL_IAM_H
 
-#include "ctl.h"
+#include <stdbool.h>
+
+#include "db.h"
+#include "err.h"
+#include "rpc.h"
 
 /* One row-returning write and its event, in one transaction: run sql with
  * p; no row is NOT_FOUND with notfound_msg; else publish ev_type with

@@ -8,13 +8,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "authz.h"
+#include "app.h"
 #include "bc/admin/v1/iam.pb-c.h"
+#include "db.h"
 #include "iam.h"
 #include "iam_offers.h"
 #include "log.h"
+#include "quota.h"
 #include "rowmsg.h"
 #include "util.h"
+#include "validate.h"
 
 #define OFFER_COLS                                                                    \
 	"t.id, o.spend_limit_cents, coalesce(o.on_budget_exceeded, 'none'), (SELECT "      \

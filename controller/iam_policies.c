@@ -10,13 +10,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app.h"
 #include "bc/admin/v1/iam.pb-c.h"
+#include "db.h"
 #include "iam.h"
 #include "iam_policies.h"
 #include "log.h"
+#include "outbox.h"
 #include "policy.h"
 #include "rowmsg.h"
 #include "util.h"
+#include "validate.h"
 
 #define POL_COLS                                                                            \
 	"p.id, p.tenant_id, p.name, p.document, array_to_string(ARRAY(SELECT a.target_id FROM " \

@@ -9,12 +9,17 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "app.h"
+#include "auth.h"
 #include "bc/admin/v1/iam.pb-c.h"
+#include "db.h"
 #include "iam.h"
 #include "iam_tenants.h"
 #include "log.h"
+#include "outbox.h"
 #include "rowmsg.h"
 #include "util.h"
+#include "validate.h"
 
 #define TOKEN_TTL_MAX (400LL * 86400)
 

@@ -14,8 +14,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ctl.h"
+#include "app.h"
+#include "auth.h"
+#include "db.h"
+#include "init.h"
 #include "log.h"
+#include "migrate.h"
 #include "pki.h"
 #include "util.h"
 

@@ -9,16 +9,23 @@
 #include <string.h>
 #include <time.h>
 
+#include "app.h"
+#include "auth.h"
 #include "authz.h"
 #include "bc/compute/v1/instances.pb-c.h"
 #include "bootdata.h"
-#include "ctl.h"
+#include "db.h"
 #include "idem.h"
 #include "instances.h"
+#include "ipam.h"
 #include "log.h"
 #include "node.h"
+#include "outbox.h"
+#include "quota.h"
 #include "rowmsg.h"
+#include "sealed.h"
 #include "util.h"
+#include "validate.h"
 #include "waiter.h"
 #include "watch.h"
 

@@ -9,7 +9,10 @@
 
 #include "bc/compute/v1/instances.pb-c.h"
 #include "bootdata.h"
-#include "ctl.h"
+#include "app.h"
+#include "db.h"
+#include "err.h"
+#include "rpc.h"
 
 #define CAP_NETWORK_POLICY "bc.dev/cap.instance.network-policy"
 #define CAP_SSH_HOST_ONLY "bc.dev/cap.instance.ssh-host-only"

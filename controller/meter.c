@@ -27,11 +27,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app.h"
+#include "auth.h"
 #include "authz.h"
 #include "bc/compute/v1/usage.pb-c.h"
+#include "db.h"
 #include "log.h"
+#include "meter.h"
 #include "rowmsg.h"
 #include "util.h"
+#include "validate.h"
 
 /* a booking written by a transaction that began up to this long before it
  * committed still lands in an open window */

@@ -9,12 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app.h"
 #include "bc/admin/v1/admin.pb-c.h"
-#include "ctl.h"
+#include "db.h"
 #include "log.h"
 #include "node.h"
+#include "outbox.h"
 #include "rowmsg.h"
 #include "util.h"
+#include "validate.h"
 
 #define JOIN_TTL_DEFAULT 3600
 #define JOIN_TTL_MAX (7 * 86400)

@@ -15,12 +15,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app.h"
 #include "bc/node/v1/node.pb-c.h"
-#include "ctl.h"
+#include "db.h"
 #include "log.h"
 #include "node.h"
+#include "outbox.h"
 #include "pki.h"
 #include "util.h"
+#include "validate.h"
 
 #define CSR_MAX 16384
 #define LABELS_MAX 64

@@ -9,10 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctl.h"
+#include "db.h"
 #include "instances.h"
+#include "ipam.h"
 #include "log.h"
 #include "node.h"
+#include "outbox.h"
 #include "sealed.h"
 #include "util.h"
 

@@ -23,9 +23,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ctl.h"
+#include "db.h"
 #include "log.h"
 #include "node.h"
+#include "outbox.h"
 #include "util.h"
 
 #define BATCH 50

@@ -11,11 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app.h"
 #include "bc/node/v1/node.pb-c.h"
-#include "ctl.h"
+#include "db.h"
 #include "log.h"
 #include "node.h"
+#include "outbox.h"
 #include "util.h"
+#include "validate.h"
 #include "watch.h"
 
 #define REPORT_INSTANCES_MAX 10000

@@ -25,12 +25,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app.h"
 #include "bc/node/v1/node.pb-c.h"
-#include "ctl.h"
+#include "db.h"
+#include "ipam.h"
 #include "log.h"
 #include "node.h"
 #include "sealed.h"
+#include "streams.h"
 #include "util.h"
+#include "validate.h"
 #include "watch.h"
 
 #define SPEC_INST_COLS                                                                       \

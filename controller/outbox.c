@@ -10,9 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctl.h"
+#include "config.h"
+#include "db.h"
 #include "idem.h"
 #include "log.h"
+#include "outbox.h"
 #include "util.h"
 
 #define EVENTS_PURGE_BATCH 1000
@@ -37,23 +39,10 @@ int event_publish(struct db *d, const char *type, const char *subject, const cha
  * table). The number deleted, or -errno. */
 static int events_purge(struct db *d, int retention_seconds)
 {
-	struct dbp p = {0};
-	PGresult *r = NULL;
-	int rc;
-
-	if (retention_seconds <= 0)
-		return 0;
-	dbp_i64(&p, retention_seconds);
-	dbp_i64(&p, EVENTS_PURGE_BATCH);
-	rc = db_exec(d, &r, "WITH g AS (DELETE FROM events WHERE id IN (SELECT id FROM (SELECT id, "
-		     "seq, created_at FROM events ORDER BY id LIMIT $2) o WHERE o.seq IS NOT NULL AND "
-		     "o.created_at < now() - make_interval(secs => $1)) RETURNING 1) SELECT count(*) "
-		     "FROM g", &p);
-	if (rc < 0)
-		return rc;
-	rc = (int)db_i64(r, 0, 0);
-	PQclear(r);
-	return rc;
+	return db_purge(d, "WITH g AS (DELETE FROM events WHERE id IN (SELECT id FROM (SELECT id, "
+			"seq, created_at FROM events ORDER BY id LIMIT $2) o WHERE o.seq IS NOT NULL "
+			"AND o.created_at < now() - make_interval(secs => $1)) RETURNING 1) SELECT "
+			"count(*) FROM g", retention_seconds, EVENTS_PURGE_BATCH);
 }
 
 void events_retention_tick(struct db *d, const struct ctl_config *cfg)

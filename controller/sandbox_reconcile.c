@@ -22,7 +22,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ctl.h"
+#include "app.h"
+#include "db.h"
 #include "log.h"
 #include "metrics.h"
 #include "sandboxes.h"

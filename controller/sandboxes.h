@@ -3,9 +3,12 @@
 #ifndef BC_CTL_SANDBOXES_H
 #define BC_CTL_SANDBOXES_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 
-#include "ctl.h"
+#include "db.h"
+#include "rpc.h"
 
 #define SBX_TTL_DEFAULT 3600            /* a template's default lifetime */
 #define SBX_TTL_MAX 86400               /* and the bound of its maxTtlSeconds */

@@ -5,11 +5,14 @@
  * thread, and the API groups; with
  * http_listen set, the same handlers over JSON/HTTP too (docs/http.md). */
 #include <errno.h>
+#include <openssl/crypto.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "admin_catalog.h"
+#include "app.h"
+#include "auth.h"
 #include "bc/admin/v1/admin.pb-c.h"
 #include "bc/admin/v1/iam.pb-c.h"
 #include "bc/compute/v1/events.pb-c.h"
@@ -17,7 +20,7 @@
 #include "bc/compute/v1/sandboxes.pb-c.h"
 #include "bc/compute/v1/usage.pb-c.h"
 #include "bc/node/v1/node.pb-c.h"
-#include "ctl.h"
+#include "db.h"
 #include "events_api.h"
 #include "iam_offers.h"
 #include "iam_policies.h"
@@ -25,12 +28,17 @@
 #include "instance_actions.h"
 #include "instances.h"
 #include "log.h"
+#include "meter.h"
 #include "metrics.h"
 #include "node.h"
+#include "reconcile.h"
 #include "sandboxes.h"
+#include "server.h"
+#include "streams.h"
 #include "templates.h"
 #include "util.h"
 #include "waiter.h"
+#include "watch.h"
 
 /* Every API service and the files its handlers come from. A service whose
  * handlers live in several files (Node, Instances) has one row per file;
@@ -60,21 +68,6 @@ static const struct service_part {
 	{&bc__compute__v1__events__descriptor, events_handlers},
 	{&bc__compute__v1__usage__descriptor, usage_handlers},
 };
-
-struct ctl_app *ctl_app(const rpc_call *call)
-{
-	return rpc_call_user(call);
-}
-
-struct db *ctl_db(const rpc_call *call)
-{
-	return rpc_call_thread(call);
-}
-
-const struct principal *ctl_principal(const rpc_call *call)
-{
-	return rpc_call_principal(call);
-}
 
 static void *thread_db_open(void *user)
 {
@@ -181,6 +174,34 @@ static int server_register(rpc_server *srv)
 	return 0;
 }
 
+/* The background threads: the LISTEN thread, the reconciler, the sandbox
+ * reconciler. On a failure those started are stopped (app->stopping) and
+ * joined: -errno, logged. */
+static int start_threads(struct ctl_app *app)
+{
+	const struct {
+		pthread_t *t;
+		void *(*fn)(void *);
+		const char *name;
+	} th[] = {
+		{&app->listen_thread, watch_listen_thread, "LISTEN"},
+		{&app->reconcile_thread, reconcile_thread, "reconciler"},
+		{&app->sbx_thread, sbx_reconcile_thread, "sandbox reconciler"},
+	};
+	int e;
+
+	for (size_t i = 0; i < ARRAY_SIZE(th); i++) {
+		if ((e = pthread_create(th[i].t, NULL, th[i].fn, app)) == 0)
+			continue;
+		log_error("serve: cannot start the %s thread: %s", th[i].name, strerror(e));
+		app->stopping = true;
+		while (i-- > 0)
+			pthread_join(*th[i].t, NULL);
+		return -e;
+	}
+	return 0;
+}
+
 int server_start(struct ctl_app *app)
 {
 	_cleanup_free_ char *cp = xasprintf("%s/server.pem", app->cfg.pki_dir);
@@ -253,9 +274,8 @@ int server_start(struct ctl_app *app)
 			  http ? " or " : "", http ? app->cfg.http_listen : "", strerror(-r));
 		goto out;
 	}
-	pthread_create(&app->listen_thread, NULL, watch_listen_thread, app);
-	pthread_create(&app->reconcile_thread, NULL, reconcile_thread, app);
-	pthread_create(&app->sbx_thread, NULL, sbx_reconcile_thread, app);
+	if ((r = start_threads(app)) < 0)
+		goto out;
 	log_info("serve: replica %s listening on %s (port %d)", app->cfg.replica, app->cfg.listen,
 		 port);
 	if (http)
@@ -263,6 +283,8 @@ int server_start(struct ctl_app *app)
 			 app->cfg.http_listen, rpc_server_http_port(app->server));
 out:
 	free(cert);
+	if (key)
+		OPENSSL_cleanse(key, strlen(key));
 	free(key);
 	if (r < 0) {
 		rpc_server_free(app->server, 0);

@@ -27,8 +27,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "ctl.h"
+#include "app.h"
+#include "config.h"
+#include "db.h"
 #include "log.h"
+#include "streams.h"
 #include "util.h"
 
 #define POOL_WAIT_MS 30000

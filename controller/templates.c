@@ -15,15 +15,18 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "app.h"
+#include "auth.h"
 #include "authz.h"
 #include "bc/compute/v1/sandboxes.pb-c.h"
 #include "bootdata.h"
-#include "ctl.h"
-#include "templates.h"
+#include "db.h"
 #include "log.h"
 #include "rowmsg.h"
 #include "sandboxes.h"
+#include "templates.h"
 #include "util.h"
+#include "validate.h"
 
 #define NAME_MAX_LEN 64
 #define WARM_MAX 64

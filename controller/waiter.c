@@ -25,7 +25,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "ctl.h"
+#include "app.h"
+#include "db.h"
 #include "log.h"
 #include "util.h"
 #include "watch.h"

@@ -6,7 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "ctl.h"
+#include "app.h"
+#include "db.h"
 #include "node.h"
 
 #define WARM_REFILL_PER_PASS 4      /* warm instances created per template per pass */
