@@ -44,6 +44,19 @@
 	"host(l.address) FROM ip_leases l WHERE l.instance_id = i.id LIMIT 1), ''), i.gpus, "   \
 	"i.tenant_id, coalesce(i.user_data_ref, ''), coalesce(masklen(p.ipam_subnet), 0), "               \
 	"coalesce(p.ipam_subnet6::text, '')"
+/* The columns of SPEC_INST_COLS, in order. */
+enum {
+	SI_ID, SI_RUNTIME, SI_DESIRED, SI_VCPUS, SI_MEMORY_MIB, SI_DISK_GIB, SI_HUGE_PAGES,
+	SI_NUMA_NODE, SI_IMAGE_ID, SI_IMAGE_URL, SI_IMAGE_SHA256, SI_IMAGE_FORMAT, SI_IMAGE_SIZE,
+	SI_NETWORK_POLICY, SI_SSH_HOST_ONLY, SI_MAC, SI_IPV4, SI_GPUS, SI_TENANT, SI_USER_DATA_REF,
+	SI_IPV4_PREFIX, SI_SUBNET6
+};
+
+/* The node's header, in order (build_tx). */
+#define SPEC_NODE_COLS                                                                       \
+	"n.spec_generation, n.pool_id, p.bridge, coalesce(p.ipam_subnet::text, ''), "          \
+	"coalesce(host(p.ipam_gateway), ''), coalesce(p.ipam_subnet6::text, '')"
+enum { SN_GENERATION, SN_POOL, SN_BRIDGE, SN_SUBNET, SN_GATEWAY, SN_SUBNET6 };
 
 struct build {
 	const char *node_id;
@@ -72,17 +85,17 @@ static Bc__Node__V1__DesiredState desired(const char *s)
 static Bc__Node__V1__NicSpec *nic(const PGresult *r, int i)
 {
 	Bc__Node__V1__NicSpec *n = xmalloc(sizeof(*n));
-	const char *subnet6 = db_val(r, i, 21);
+	const char *subnet6 = db_val(r, i, SI_SUBNET6);
 	unsigned char net[16];
 	char tap[16], v6[64] = "";
 	int prefix;
 
 	bc__node__v1__nic_spec__init(n);
-	ipam_tap_name(db_val(r, i, 0), 0, tap);
+	ipam_tap_name(db_val(r, i, SI_ID), 0, tap);
 	n->tap = xstrdup(tap);
-	n->mac = dup_col(r, i, 15);
-	n->ipv4 = dup_col(r, i, 16);
-	n->ipv4_prefix = *n->ipv4 ? (uint32_t)db_i64(r, i, 20) : 0;
+	n->mac = dup_col(r, i, SI_MAC);
+	n->ipv4 = dup_col(r, i, SI_IPV4);
+	n->ipv4_prefix = *n->ipv4 ? (uint32_t)db_i64(r, i, SI_IPV4_PREFIX) : 0;
 	if (*subnet6 && *n->mac && ipam_parse_cidr6(subnet6, net, &prefix) == 0 &&
 	    ipam_eui64(net, n->mac, v6, sizeof(v6)) == 0)
 		n->ipv6_prefix = 64;
@@ -97,30 +110,30 @@ static Bc__Node__V1__InstanceSpec *inst(const PGresult *r, int i)
 
 	bc__node__v1__instance_spec__init(s);
 	bc__node__v1__image_ref__init(im);
-	s->id = dup_col(r, i, 0);
-	s->runtime = dup_col(r, i, 1);
-	s->desired_state = desired(db_val(r, i, 2));
-	s->vcpus = (uint32_t)db_i64(r, i, 3);
-	s->memory_mib = (uint64_t)db_i64(r, i, 4);
-	s->disk_gib = (uint64_t)db_i64(r, i, 5);
-	s->huge_pages = dup_col(r, i, 6);
-	s->numa_node = (int32_t)db_i64(r, i, 7);
-	im->id = dup_col(r, i, 8);
-	im->url = dup_col(r, i, 9);
-	im->sha256 = dup_col(r, i, 10);
-	im->format = dup_col(r, i, 11);
-	im->size_bytes = (uint64_t)db_i64(r, i, 12);
+	s->id = dup_col(r, i, SI_ID);
+	s->runtime = dup_col(r, i, SI_RUNTIME);
+	s->desired_state = desired(db_val(r, i, SI_DESIRED));
+	s->vcpus = (uint32_t)db_i64(r, i, SI_VCPUS);
+	s->memory_mib = (uint64_t)db_i64(r, i, SI_MEMORY_MIB);
+	s->disk_gib = (uint64_t)db_i64(r, i, SI_DISK_GIB);
+	s->huge_pages = dup_col(r, i, SI_HUGE_PAGES);
+	s->numa_node = (int32_t)db_i64(r, i, SI_NUMA_NODE);
+	im->id = dup_col(r, i, SI_IMAGE_ID);
+	im->url = dup_col(r, i, SI_IMAGE_URL);
+	im->sha256 = dup_col(r, i, SI_IMAGE_SHA256);
+	im->format = dup_col(r, i, SI_IMAGE_FORMAT);
+	im->size_bytes = (uint64_t)db_i64(r, i, SI_IMAGE_SIZE);
 	s->image = im;
-	s->network_policy = dup_col(r, i, 13);
-	s->ssh_from_host_only = db_bool(r, i, 14);
-	if (*db_val(r, i, 15)) {
+	s->network_policy = dup_col(r, i, SI_NETWORK_POLICY);
+	s->ssh_from_host_only = db_bool(r, i, SI_SSH_HOST_ONLY);
+	if (*db_val(r, i, SI_MAC)) {
 		s->nics = xmalloc(sizeof(*s->nics));
 		s->nics[0] = nic(r, i);
 		s->n_nics = 1;
 	}
-	s->gpus = (uint32_t)db_i64(r, i, 17);
-	s->tenant_id = dup_col(r, i, 18);
-	s->user_data_ref = dup_col(r, i, 19);
+	s->gpus = (uint32_t)db_i64(r, i, SI_GPUS);
+	s->tenant_id = dup_col(r, i, SI_TENANT);
+	s->user_data_ref = dup_col(r, i, SI_USER_DATA_REF);
 	s->identity_rebind_ref = xstrdup("");
 	return s;
 }
@@ -138,20 +151,19 @@ static int build_tx(struct db *d, void *arg, bc_error *err)
 		b->spec = NULL;
 	}
 	dbp_str(&p, b->node_id);
-	if ((rc = db_one(d, &r, "SELECT n.spec_generation, n.pool_id, p.bridge, coalesce(p.ipam_subnet::"
-		     "text, ''), coalesce(host(p.ipam_gateway), ''), coalesce(p.ipam_subnet6::text, "
-		     "'') FROM nodes n JOIN pools p ON p.id = n.pool_id WHERE n.id = $1", &p, err,
+	if ((rc = db_one(d, &r, "SELECT " SPEC_NODE_COLS " FROM nodes n JOIN pools p ON p.id = "
+		     "n.pool_id WHERE n.id = $1", &p, err,
 			  "node %s not found", b->node_id)) < 0)
 		return rc;
 	s = xmalloc(sizeof(*s));
 	bc__node__v1__node_spec__init(s);
-	s->generation = (uint64_t)db_i64(r, 0, 0);
+	s->generation = (uint64_t)db_i64(r, 0, SN_GENERATION);
 	s->node_id = xstrdup(b->node_id);
-	s->pool_id = dup_col(r, 0, 1);
-	s->bridge = dup_col(r, 0, 2);
-	s->ipam_subnet = dup_col(r, 0, 3);
-	s->ipam_gateway = dup_col(r, 0, 4);
-	s->ipam_subnet6 = dup_col(r, 0, 5);
+	s->pool_id = dup_col(r, 0, SN_POOL);
+	s->bridge = dup_col(r, 0, SN_BRIDGE);
+	s->ipam_subnet = dup_col(r, 0, SN_SUBNET);
+	s->ipam_gateway = dup_col(r, 0, SN_GATEWAY);
+	s->ipam_subnet6 = dup_col(r, 0, SN_SUBNET6);
 	PQclear(r);
 	b->spec = s;
 	if (b->dirty) {
@@ -288,6 +300,9 @@ int spec_bump(struct db *d, const char *node_id)
  * generation moved, 0 if not, <0 on failure. The instances the taken rows
  * name are appended to *dirty (newline-separated); *all is set when a row
  * named none (anything of the node may have changed). */
+/* The columns of spec_take_changes's SELECT. */
+enum { TC_MOVED, TC_ALL, TC_IDS };
+
 int spec_take_changes(struct db *d, const char *node_id, bool *all, char **dirty)
 {
 	struct dbp p = {0};
@@ -303,10 +318,10 @@ int spec_take_changes(struct db *d, const char *node_id, bool *all, char **dirty
 		     "coalesce(string_agg(DISTINCT instance_id, E'\\n'), '') FROM c", &p);
 	if (rc < 0)
 		return rc;
-	rc = db_i64(r, 0, 0) > 0;
-	if (db_bool(r, 0, 1))
+	rc = db_i64(r, 0, TC_MOVED) > 0;
+	if (db_bool(r, 0, TC_ALL))
 		*all = true;
-	ids = db_val(r, 0, 2);
+	ids = db_val(r, 0, TC_IDS);
 	if (ids && *ids) {
 		char *n = *dirty && **dirty ? xasprintf("%s\n%s", *dirty, ids) : xstrdup(ids);
 		free(*dirty);
