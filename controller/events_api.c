@@ -1,5 +1,5 @@
 /* events_api.c: Events.List and Events.Watch over the outbox. An event's id
- * is its seq, given after commit by one sequencer at a time (events.c,
+ * is its seq, given after commit by one sequencer at a time (outbox.c,
  * migration 0007): once a seq is visible every smaller one is, so "seq >
  * last seen" is a complete resume point. Every read first sequences what
  * committed before it (a transaction of its own), so a caller's List sees

@@ -483,7 +483,7 @@ const struct waiter_kind inst_waiter_kind = {
  * half the workers wait at once: past that a create answers with its first
  * read, as if its time had run out. The wait sleeps on the instance's key
  * in the watch registry: a host report through this controller that
- * changes its state wakes it at once (nodeapi.c); anything else is seen at
+ * changes its state wakes it at once (node_report.c); anything else is seen at
  * the next re-read, every 50 ms. */
 static int wait_settled(rpc_call *c, const char *tenant, const char *id, int timeout_ms,
 			Bc__Compute__V1__Instance **inst, bc_error *err)

@@ -263,7 +263,10 @@ static int promote_serial(struct db *d, const char *node, const char *serial, in
 	return rc;
 }
 
-/* See ctl.h. */
+/* The columns of nodeapi_check_serial's SELECT. */
+enum { SER_CURRENT, SER_NEXT };
+
+/* See node.h. */
 int nodeapi_check_serial(struct db *d, const char *node, const char *cert_pem)
 {
 	_cleanup_free_ char *serial = NULL;
@@ -279,15 +282,15 @@ int nodeapi_check_serial(struct db *d, const char *node, const char *cert_pem)
 		     "id = $1", &p);
 	if (rc < 0)
 		return rc;
-	if (PQntuples(r) == 1 && strcmp(db_val(r, 0, 0), serial) == 0)
+	if (PQntuples(r) == 1 && strcmp(db_val(r, 0, SER_CURRENT), serial) == 0)
 		rc = 0;
-	else if (PQntuples(r) == 1 && strcmp(db_val(r, 0, 1), serial) == 0)
-		rc = promote_serial(d, node, serial, not_after, db_val(r, 0, 0));
+	else if (PQntuples(r) == 1 && strcmp(db_val(r, 0, SER_NEXT), serial) == 0)
+		rc = promote_serial(d, node, serial, not_after, db_val(r, 0, SER_CURRENT));
 	else
 		rc = -EACCES;
 	if (rc == -EACCES)
 		log_warn("node %s: certificate serial %s refused: not the one issued (%s)", node,
-			 serial, PQntuples(r) == 1 ? db_val(r, 0, 0) : "none");
+			 serial, PQntuples(r) == 1 ? db_val(r, 0, SER_CURRENT) : "none");
 	PQclear(r);
 	return rc;
 }

@@ -436,7 +436,7 @@ out:
  * is the answer either way. A waiting create sleeps on its instance's key
  * in the watch registry: the host report that changes the instance's state
  * (and stamps readiness in its transaction) wakes it once committed, when
- * the report reached this controller (nodeapi.c); a report through another
+ * the report reached this controller (node_report.c); a report through another
  * replica, or readiness stamped by the reconciler, is seen at the next
  * re-read, every WAIT_REREAD_MS. Nothing else wakes it, so waiting creates
  * cost no reads while other claims' events go by.
