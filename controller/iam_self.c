@@ -17,7 +17,7 @@
 #include "app.h"
 #include "authz.h"
 #include "db.h"
-#include "iam.h"
+#include "iam_self.h"
 #include "util.h"
 #include "validate.h"
 

@@ -13,7 +13,7 @@
 #include "auth.h"
 #include "bc/admin/v1/iam.pb-c.h"
 #include "db.h"
-#include "iam.h"
+#include "iam_self.h"
 #include "iam_tenants.h"
 #include "log.h"
 #include "outbox.h"

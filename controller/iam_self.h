@@ -1,7 +1,7 @@
 /* iam.h: what the IAM admin services (iam_tenants.c, iam_policies.c) and
  * the decision layer (authz.c) share. */
-#ifndef BC_CTL_IAM_H
-#define BC_CTL_IAM_H
+#ifndef BC_CTL_IAM_SELF_H
+#define BC_CTL_IAM_SELF_H
 
 #include <stdbool.h>
 
