@@ -5,7 +5,6 @@
 
 #include <stddef.h>
 
-#include "app.h"
 #include "db.h"
 #include "err.h"
 #include "rpc.h"

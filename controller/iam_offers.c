@@ -12,7 +12,7 @@
 #include "bc/admin/v1/iam.pb-c.h"
 #include "db.h"
 #include "iam_offers.h"
-#include "iam_self.h"
+#include "iam_tenants.h"
 #include "log.h"
 #include "quota.h"
 #include "rowmsg.h"

@@ -15,6 +15,7 @@
 #include "db.h"
 #include "iam_policies.h"
 #include "iam_self.h"
+#include "iam_tenants.h"
 #include "log.h"
 #include "outbox.h"
 #include "policy.h"

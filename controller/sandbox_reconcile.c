@@ -26,6 +26,7 @@
 #include "db.h"
 #include "log.h"
 #include "metrics.h"
+#include "sandbox_reconcile.h"
 #include "sandboxes.h"
 #include "util.h"
 #include "warm.h"

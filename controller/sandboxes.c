@@ -369,15 +369,16 @@ static int stage_and_claim(struct db *d, struct screate *a, const PGresult *t, i
 	rc = authz_decide_staged(a->call, d, "compute:sandboxes:create", at.type, at.id, err);
 	if (rc == 0 && pool)
 		rc = quota_budget_judge(q[1].r, err);
+	if (rc == 0 && pool && PQntuples(q[2].r) == 1 &&
+	    (rc = publish(d, "sandbox.created", a->id, a->tenant, a->q->template_id,
+			  db_val(q[2].r, 0, 4), s.pool, "\"warm\": true")) < 0)
+		rc = db_fail(err, rc);
 	if (rc == 0 && pool && PQntuples(q[2].r) == 1) {
 		a->warm = true;
 		snprintf(a->instance, sizeof(a->instance), "%s", db_val(q[2].r, 0, 4));
 		PQclear(a->row); /* a retried transaction starts over */
 		a->row = q[2].r;
 		q[2].r = NULL;
-		if ((rc = publish(d, "sandbox.created", a->id, a->tenant, a->q->template_id,
-				  a->instance, s.pool, "\"warm\": true")) < 0)
-			rc = db_fail(err, rc);
 	}
 	PQclear(q[0].r);
 	if (pool) {

@@ -32,12 +32,4 @@ const struct rpc_handler *sbx_handlers(size_t *ret_n);
  * says whether expiry ended it. */
 int sbx_delete_locked(struct db *d, const char *id, bool expired);
 
-/* The sandbox reconciler: one worker across replicas (advisory lock),
- * every period_seconds and on NOTIFY bc_sandboxes. */
-void *sbx_reconcile_thread(void *app);
-
-/* Prometheus text for the controller's /metrics: the sandbox histograms,
- * read from the database (the same on every replica). */
-void sbx_metrics_render(FILE *out, struct db *d);
-
 #endif

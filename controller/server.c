@@ -32,6 +32,7 @@
 #include "metrics.h"
 #include "node.h"
 #include "reconcile.h"
+#include "sandbox_reconcile.h"
 #include "sandboxes.h"
 #include "server.h"
 #include "streams.h"
