@@ -1,4 +1,4 @@
-/* admin_catalog.c: the operator's catalog services, Pools, Flavors and Images. */
+/* admin_catalog.h: the operator's catalog services, Pools, Flavors and Images. */
 #ifndef BC_CTL_ADMIN_CATALOG_H
 #define BC_CTL_ADMIN_CATALOG_H
 

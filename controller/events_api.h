@@ -1,4 +1,4 @@
-/* events_api.c: the Events service, List (paged) and Watch (a server
+/* events_api.h: the Events service, List (paged) and Watch (a server
  * stream resumable from an event id). */
 #ifndef BC_CTL_EVENTS_API_H
 #define BC_CTL_EVENTS_API_H

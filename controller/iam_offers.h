@@ -1,4 +1,4 @@
-/* iam_offers.c: the Offers service (a tenant's spend limit, a pool's
+/* iam_offers.h: the Offers service (a tenant's spend limit, a pool's
  * budget check). */
 #ifndef BC_CTL_IAM_OFFERS_H
 #define BC_CTL_IAM_OFFERS_H

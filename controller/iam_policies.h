@@ -1,4 +1,4 @@
-/* iam_policies.c: the Policies and Quotas services. */
+/* iam_policies.h: the Policies and Quotas services. */
 #ifndef BC_CTL_IAM_POLICIES_H
 #define BC_CTL_IAM_POLICIES_H
 

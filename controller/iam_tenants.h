@@ -1,5 +1,6 @@
-/* iam_tenants.c: the Tenants, Identities, ApiTokens and Delegations
- * services. */
+/* iam_tenants.h: the Tenants, Identities, ApiTokens and Delegations
+ * services (iam_tenants.c), and the write-and-publish helper every IAM
+ * service uses. */
 #ifndef BC_CTL_IAM_TENANTS_H
 #define BC_CTL_IAM_TENANTS_H
 

@@ -1,4 +1,4 @@
-/* instance_actions.c: Start, Stop, Pause and Resume of the Instances
+/* instance_actions.h: Start, Stop, Pause and Resume of the Instances
  * service. */
 #ifndef BC_CTL_INSTANCE_ACTIONS_H
 #define BC_CTL_INSTANCE_ACTIONS_H

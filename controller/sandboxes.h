@@ -1,5 +1,6 @@
-/* sandboxes.h: sandbox templates (templates.c), sandboxes (sandboxes.c)
- * and the sandbox reconciler (sandbox_reconcile.c). */
+/* sandboxes.h: sandboxes (sandboxes.c): the lifetimes and the wake channel
+ * templates.c, warm.c and the sandbox reconciler share with it, the
+ * Sandboxes handlers, and the deletion the reconciler calls. */
 #ifndef BC_CTL_SANDBOXES_H
 #define BC_CTL_SANDBOXES_H
 

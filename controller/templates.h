@@ -1,4 +1,4 @@
-/* templates.c: the SandboxTemplates service. */
+/* templates.h: the SandboxTemplates service. */
 #ifndef BC_CTL_TEMPLATES_H
 #define BC_CTL_TEMPLATES_H
 
