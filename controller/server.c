@@ -2,8 +2,9 @@
  * certificates (verified against the node CA), one PostgreSQL connection per
  * worker thread (streams borrow one from the pool of streams.c while they
  * read), authentication before every handler and before a stream gets a
- * thread, and the API groups; with
- * http_listen set, the same handlers over JSON/HTTP too (docs/http.md). */
+ * thread, and every API service from one table (services[]); with
+ * http_listen set, the same handlers over JSON/HTTP too (docs/http.md).
+ * Per-call context (the app, the thread's database, the caller): app.c. */
 #include <errno.h>
 #include <openssl/crypto.h>
 #include <pthread.h>
