@@ -8,12 +8,16 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "admin_catalog.h"
+#include "app.h"
 #include "bc/admin/v1/admin.pb-c.h"
-#include "ctl.h"
+#include "db.h"
 #include "idem.h"
+#include "ipam.h"
 #include "log.h"
 #include "rowmsg.h"
 #include "util.h"
+#include "validate.h"
 
 #define LIST_MAX 500
 
@@ -658,21 +662,32 @@ static int images_delete(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessag
 
 #define U(name, f) {name, RPC_UNARY, {.unary = f}}
 
-int admin_catalog_register(rpc_server *s)
+const struct rpc_handler *pools_handlers(size_t *ret_n)
 {
 	static const struct rpc_handler pools[] = {
 		U("Create", pools_create), U("Get", pools_get), U("List", pools_list),
 		U("Delete", pools_delete)};
+
+	*ret_n = ARRAY_SIZE(pools);
+	return pools;
+}
+
+const struct rpc_handler *flavors_handlers(size_t *ret_n)
+{
 	static const struct rpc_handler flavors[] = {
 		U("Create", flavors_create), U("Get", flavors_get), U("List", flavors_list),
 		U("Delete", flavors_delete)};
+
+	*ret_n = ARRAY_SIZE(flavors);
+	return flavors;
+}
+
+const struct rpc_handler *images_handlers(size_t *ret_n)
+{
 	static const struct rpc_handler images[] = {
 		U("Create", images_create), U("Get", images_get), U("List", images_list),
 		U("Delete", images_delete)};
-	int r;
 
-	if ((r = rpc_server_add_service(s, &bc__admin__v1__pools__descriptor, pools, 4)) < 0 ||
-	    (r = rpc_server_add_service(s, &bc__admin__v1__flavors__descriptor, flavors, 4)) < 0)
-		return r;
-	return rpc_server_add_service(s, &bc__admin__v1__images__descriptor, images, 4);
+	*ret_n = ARRAY_SIZE(images);
+	return images;
 }

@@ -9,8 +9,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ctl.h"
+#include "app.h"
+#include "auth.h"
+#include "db.h"
 #include "log.h"
+#include "node.h"
+#include "ratelimit.h"
 #include "util.h"
 
 static bool has_prefix(const char *s, const char *p)
@@ -152,12 +156,6 @@ static bool self_service(const char *method)
 		if (has_prefix(method, svc[i]))
 			return true;
 	return false;
-}
-
-bool auth_is_operator(const struct principal *p)
-{
-	return p && p->kind == PRINCIPAL_IDENTITY && p->is_admin &&
-	       strcmp(p->tenant_id, AUTH_ROOT_TENANT) == 0;
 }
 
 const char *const auth_open_methods[] = {"/bc.node.v1.Node/Join", NULL};

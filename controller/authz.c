@@ -12,8 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app.h"
 #include "authz.h"
+#include "db.h"
 #include "log.h"
+#include "policy.h"
+#include "quota.h"
 #include "util.h"
 
 #define AUTHZ_CACHE_STATEMENTS 200000

@@ -16,8 +16,10 @@
 #include <string.h>
 
 #include "bootdata.h"
-#include "ctl.h"
+#include "db.h"
+#include "sealed.h"
 #include "util.h"
+#include "validate.h"
 
 #define B64_LINE 76   /* MIME: at most 76 characters a line */
 

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ctl.h"
+#include "config.h"
 #include "util.h"
 
 enum ctype { C_STR, C_INT };

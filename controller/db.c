@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -423,4 +424,55 @@ bool db_bool(const PGresult *r, int row, int col)
 	const char *v = db_val(r, row, col);
 
 	return v && v[0] == 't';
+}
+
+/* See db.h. */
+int db_fail(bc_error *err, int rc)
+{
+	if (rc == -BC_EDOMAIN)
+		return rc;
+	if (rc == -EAGAIN)
+		return rc; /* let db_tx retry */
+	return bc_error_set(err, rc == -EIO ? BC_UNAVAILABLE : BC_INTERNAL,
+			    "database error, try again");
+}
+
+/* See db.h. */
+int db_one(struct db *d, PGresult **ret, const char *sql, const struct dbp *p, bc_error *err,
+	   const char *fmt, ...)
+{
+	PGresult *r = NULL;
+	char msg[400];
+	va_list ap;
+	int rc = db_exec(d, &r, sql, p);
+
+	if (rc < 0)
+		return db_fail(err, rc);
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		va_start(ap, fmt);
+		vsnprintf(msg, sizeof(msg), fmt, ap);
+		va_end(ap);
+		return bc_error_set(err, BC_NOT_FOUND, "%s", msg);
+	}
+	*ret = r;
+	return 0;
+}
+
+/* See db.h. */
+int db_purge(struct db *d, const char *sql, int retention_seconds, int batch)
+{
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	if (retention_seconds <= 0)
+		return 0;
+	dbp_i64(&p, retention_seconds);
+	dbp_i64(&p, batch);
+	if ((rc = db_exec(d, &r, sql, &p)) < 0)
+		return rc;
+	rc = (int)db_i64(r, 0, 0);
+	PQclear(r);
+	return rc;
 }

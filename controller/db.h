@@ -90,4 +90,18 @@ bool db_bool(const PGresult *r, int row, int col);
 /* The SQLSTATE of the last failed statement on this connection ("" if none). */
 const char *db_last_sqlstate(const struct db *d);
 
+/* Map a database failure to the caller: UNAVAILABLE/INTERNAL in err
+ * (-BC_EDOMAIN and -EAGAIN, which db_tx retries, pass untouched). */
+int db_fail(bc_error *err, int rc);
+/* Run a statement that must return a row: 0 with *ret (PQclear it), or
+ * NOT_FOUND with the printf-style message when it returns none, or the
+ * database failure as db_fail maps it. */
+int db_one(struct db *d, PGresult **ret, const char *sql, const struct dbp *p, bc_error *err,
+	   const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* One batch of a retention purge: sql deletes at most $2 (batch) rows
+ * older than $1 (retention_seconds) and selects how many. Nothing to do
+ * when retention_seconds <= 0 (keep them all). The number deleted, or
+ * -errno. */
+int db_purge(struct db *d, const char *sql, int retention_seconds, int batch);
+
 #endif

@@ -1,5 +1,5 @@
 /* events_api.c: Events.List and Events.Watch over the outbox. An event's id
- * is its seq, given after commit by one sequencer at a time (events.c,
+ * is its seq, given after commit by one sequencer at a time (outbox.c,
  * migration 0007): once a seq is visible every smaller one is, so "seq >
  * last seen" is a complete resume point. Every read first sequences what
  * committed before it (a transaction of its own), so a caller's List sees
@@ -13,11 +13,18 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "app.h"
+#include "auth.h"
 #include "authz.h"
 #include "bc/compute/v1/events.pb-c.h"
+#include "db.h"
+#include "events_api.h"
 #include "log.h"
+#include "outbox.h"
 #include "rowmsg.h"
+#include "streams.h"
 #include "util.h"
+#include "validate.h"
 #include "watch.h"
 
 #define EV_PAGE_MAX 1000
@@ -172,12 +179,13 @@ static int ev_watch(rpc_call *c, const ProtobufCMessage *m, bc_error *err)
 	return r == -ECANCELED ? 0 : r;
 }
 
-int events_register(rpc_server *s)
+const struct rpc_handler *events_handlers(size_t *ret_n)
 {
 	static const struct rpc_handler h[] = {
 		{"List", RPC_UNARY, {.unary = ev_list}},
 		{"Watch", RPC_SERVER_STREAM, {.sstream = ev_watch}},
 	};
 
-	return rpc_server_add_service(s, &bc__compute__v1__events__descriptor, h, ARRAY_SIZE(h));
+	*ret_n = ARRAY_SIZE(h);
+	return h;
 }

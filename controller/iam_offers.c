@@ -8,12 +8,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "authz.h"
+#include "app.h"
 #include "bc/admin/v1/iam.pb-c.h"
-#include "iam.h"
+#include "db.h"
+#include "iam_offers.h"
+#include "iam_tenants.h"
 #include "log.h"
+#include "quota.h"
 #include "rowmsg.h"
 #include "util.h"
+#include "validate.h"
 
 #define OFFER_COLS                                                                    \
 	"t.id, o.spend_limit_cents, coalesce(o.on_budget_exceeded, 'none'), (SELECT "      \
@@ -213,7 +217,7 @@ static int offer_pool_check(rpc_call *c, const ProtobufCMessage *m, ProtobufCMes
 	return 0;
 }
 
-int iam_offers_register(rpc_server *s)
+const struct rpc_handler *offers_handlers(size_t *ret_n)
 {
 	static const struct rpc_handler h[] = {
 		{"Set", RPC_UNARY, {.unary = offer_set}},
@@ -221,5 +225,6 @@ int iam_offers_register(rpc_server *s)
 		{"SetPoolBudgetCheck", RPC_UNARY, {.unary = offer_pool_check}},
 	};
 
-	return rpc_server_add_service(s, &bc__admin__v1__offers__descriptor, h, ARRAY_SIZE(h));
+	*ret_n = ARRAY_SIZE(h);
+	return h;
 }

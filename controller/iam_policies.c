@@ -10,12 +10,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app.h"
 #include "bc/admin/v1/iam.pb-c.h"
-#include "iam.h"
+#include "db.h"
+#include "iam_policies.h"
+#include "iam_self.h"
+#include "iam_tenants.h"
 #include "log.h"
+#include "outbox.h"
 #include "policy.h"
 #include "rowmsg.h"
 #include "util.h"
+#include "validate.h"
 
 #define POL_COLS                                                                            \
 	"p.id, p.tenant_id, p.name, p.document, array_to_string(ARRAY(SELECT a.target_id FROM " \
@@ -416,17 +422,20 @@ static int quota_set(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 
 #define U(name, f) {name, RPC_UNARY, {.unary = f}}
 
-int iam_policies_register(rpc_server *s)
+const struct rpc_handler *pol_handlers(size_t *ret_n)
 {
 	static const struct rpc_handler pol[] = {
 		U("Create", pol_create), U("Get", pol_get), U("List", pol_list),
 		U("Delete", pol_delete), U("Attach", pol_attach), U("Detach", pol_detach)};
-	static const struct rpc_handler quota[] = {U("Set", quota_set), U("Get", quota_get)};
-	int r = rpc_server_add_service(s, &bc__admin__v1__policies__descriptor, pol,
-				       ARRAY_SIZE(pol));
 
-	if (r == 0)
-		r = rpc_server_add_service(s, &bc__admin__v1__quotas__descriptor, quota,
-					   ARRAY_SIZE(quota));
-	return r < 0 ? r : iam_offers_register(s);
+	*ret_n = ARRAY_SIZE(pol);
+	return pol;
+}
+
+const struct rpc_handler *quotas_handlers(size_t *ret_n)
+{
+	static const struct rpc_handler quota[] = {U("Set", quota_set), U("Get", quota_get)};
+
+	*ret_n = ARRAY_SIZE(quota);
+	return quota;
 }

@@ -20,8 +20,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ctl.h"
+#include "db.h"
+#include "iam_react.h"
 #include "log.h"
+#include "outbox.h"
 #include "sandboxes.h"
 #include "util.h"
 

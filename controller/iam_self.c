@@ -14,9 +14,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "app.h"
 #include "authz.h"
-#include "iam.h"
+#include "db.h"
+#include "iam_self.h"
 #include "util.h"
+#include "validate.h"
 
 int iam_scope_tenant(rpc_call *c, const char *requested, const char **ret, bc_error *err)
 {

@@ -9,11 +9,17 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "app.h"
+#include "auth.h"
 #include "bc/admin/v1/iam.pb-c.h"
-#include "iam.h"
+#include "db.h"
+#include "iam_self.h"
+#include "iam_tenants.h"
 #include "log.h"
+#include "outbox.h"
 #include "rowmsg.h"
 #include "util.h"
+#include "validate.h"
 
 #define TOKEN_TTL_MAX (400LL * 86400)
 
@@ -729,27 +735,40 @@ static int dlg_revoke(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 
 #define U(name, f) {name, RPC_UNARY, {.unary = f}}
 
-int iam_tenants_register(rpc_server *s)
+const struct rpc_handler *tenants_handlers(size_t *ret_n)
 {
 	static const struct rpc_handler tenants[] = {
 		U("Create", tenants_create), U("Get", tenants_get), U("List", tenants_list),
 		U("SetState", tenants_set_state)};
+
+	*ret_n = ARRAY_SIZE(tenants);
+	return tenants;
+}
+
+const struct rpc_handler *idn_handlers(size_t *ret_n)
+{
 	static const struct rpc_handler idn[] = {
 		U("Create", idn_create), U("Get", idn_get), U("List", idn_list),
 		U("SetState", idn_set_state)};
+
+	*ret_n = ARRAY_SIZE(idn);
+	return idn;
+}
+
+const struct rpc_handler *tok_handlers(size_t *ret_n)
+{
 	static const struct rpc_handler tok[] = {
 		U("Create", tok_create), U("List", tok_list), U("Revoke", tok_revoke)};
+
+	*ret_n = ARRAY_SIZE(tok);
+	return tok;
+}
+
+const struct rpc_handler *dlg_handlers(size_t *ret_n)
+{
 	static const struct rpc_handler dlg[] = {
 		U("Create", dlg_create), U("List", dlg_list), U("Revoke", dlg_revoke)};
-	int r;
 
-	if ((r = rpc_server_add_service(s, &bc__admin__v1__tenants__descriptor, tenants,
-					ARRAY_SIZE(tenants))) < 0 ||
-	    (r = rpc_server_add_service(s, &bc__admin__v1__identities__descriptor, idn,
-					ARRAY_SIZE(idn))) < 0 ||
-	    (r = rpc_server_add_service(s, &bc__admin__v1__api_tokens__descriptor, tok,
-					ARRAY_SIZE(tok))) < 0)
-		return r;
-	return rpc_server_add_service(s, &bc__admin__v1__delegations__descriptor, dlg,
-				      ARRAY_SIZE(dlg));
+	*ret_n = ARRAY_SIZE(dlg);
+	return dlg;
 }

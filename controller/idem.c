@@ -9,9 +9,10 @@
 #include <errno.h>
 #include <string.h>
 
-#include "ctl.h"
+#include "db.h"
 #include "idem.h"
 #include "util.h"
+#include "validate.h"
 
 int idem_hash(const ProtobufCMessage *req, char out[65])
 {
@@ -84,20 +85,8 @@ int idem_check_key(const char *key, bc_error *err)
 
 int idem_purge(struct db *d, int retention_seconds)
 {
-	struct dbp p = {0};
-	PGresult *r = NULL;
-	int rc;
-
-	if (retention_seconds <= 0)
-		return 0;
-	dbp_i64(&p, retention_seconds);
-	dbp_i64(&p, IDEM_PURGE_BATCH);
-	rc = db_exec(d, &r, "WITH g AS (DELETE FROM idempotency_keys WHERE ctid IN (SELECT ctid "
-		     "FROM idempotency_keys WHERE created_at < now() - make_interval(secs => $1) "
-		     "LIMIT $2) RETURNING 1) SELECT count(*) FROM g", &p);
-	if (rc < 0)
-		return rc;
-	rc = (int)db_i64(r, 0, 0);
-	PQclear(r);
-	return rc;
+	return db_purge(d, "WITH g AS (DELETE FROM idempotency_keys WHERE ctid IN (SELECT ctid "
+			"FROM idempotency_keys WHERE created_at < now() - make_interval(secs => $1) "
+			"LIMIT $2) RETURNING 1) SELECT count(*) FROM g", retention_seconds,
+			IDEM_PURGE_BATCH);
 }

@@ -14,8 +14,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ctl.h"
+#include "app.h"
+#include "auth.h"
+#include "db.h"
+#include "init.h"
 #include "log.h"
+#include "migrate.h"
 #include "pki.h"
 #include "util.h"
 
@@ -119,7 +123,7 @@ static int64_t server_cert_left_ms(struct ctl_app *app)
 	return not_after - (int64_t)time(NULL) * 1000;
 }
 
-/* See ctl.h. Replicas sharing pki_dir renew one at a time (a lock file),
+/* See init.h. Replicas sharing pki_dir renew one at a time (a lock file),
  * and the second finds the new certificate and keeps it. */
 int init_renew_server_cert(struct ctl_app *app)
 {

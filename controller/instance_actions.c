@@ -15,10 +15,16 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ctl.h"
+#include "app.h"
+#include "auth.h"
+#include "db.h"
+#include "instance_actions.h"
 #include "instances.h"
 #include "log.h"
+#include "node.h"
+#include "outbox.h"
 #include "util.h"
+#include "validate.h"
 
 /* The row as the checks see it, read FOR UPDATE. */
 struct inst_row {

@@ -9,16 +9,23 @@
 #include <string.h>
 #include <time.h>
 
+#include "app.h"
+#include "auth.h"
 #include "authz.h"
 #include "bc/compute/v1/instances.pb-c.h"
 #include "bootdata.h"
-#include "ctl.h"
+#include "db.h"
 #include "idem.h"
 #include "instances.h"
+#include "ipam.h"
 #include "log.h"
-#include "nodes.h"
+#include "node.h"
+#include "outbox.h"
+#include "quota.h"
 #include "rowmsg.h"
+#include "sealed.h"
 #include "util.h"
+#include "validate.h"
 #include "waiter.h"
 #include "watch.h"
 
@@ -476,7 +483,7 @@ const struct waiter_kind inst_waiter_kind = {
  * half the workers wait at once: past that a create answers with its first
  * read, as if its time had run out. The wait sleeps on the instance's key
  * in the watch registry: a host report through this controller that
- * changes its state wakes it at once (nodeapi.c); anything else is seen at
+ * changes its state wakes it at once (node_report.c); anything else is seen at
  * the next re-read, every 50 ms. */
 static int wait_settled(rpc_call *c, const char *tenant, const char *id, int timeout_ms,
 			Bc__Compute__V1__Instance **inst, bc_error *err)
@@ -710,7 +717,7 @@ static int inst_delete(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage 
 	return 0;
 }
 
-int instances_register(rpc_server *s)
+const struct rpc_handler *inst_handlers(size_t *ret_n)
 {
 	static const struct rpc_handler h[] = {
 		{"Create", RPC_UNARY, {.unary = inst_create}},
@@ -718,13 +725,7 @@ int instances_register(rpc_server *s)
 		{"List", RPC_UNARY, {.unary = inst_list}},
 		{"Delete", RPC_UNARY, {.unary = inst_delete}},
 	};
-	struct rpc_handler all[ARRAY_SIZE(h) + 8];
-	size_t n_act = 0, n = 0;
-	const struct rpc_handler *act = inst_actions(&n_act);
 
-	for (size_t i = 0; i < ARRAY_SIZE(h); i++)
-		all[n++] = h[i];
-	for (size_t i = 0; i < n_act && n < ARRAY_SIZE(all); i++)
-		all[n++] = act[i];
-	return rpc_server_add_service(s, &bc__compute__v1__instances__descriptor, all, n);
+	*ret_n = ARRAY_SIZE(h);
+	return h;
 }

@@ -9,7 +9,10 @@
 
 #include "bc/compute/v1/instances.pb-c.h"
 #include "bootdata.h"
-#include "ctl.h"
+#include "app.h"
+#include "db.h"
+#include "err.h"
+#include "rpc.h"
 
 #define CAP_NETWORK_POLICY "bc.dev/cap.instance.network-policy"
 #define CAP_SSH_HOST_ONLY "bc.dev/cap.instance.ssh-host-only"
@@ -72,8 +75,8 @@ int inst_decide(rpc_call *c, const char *action, const Bc__Compute__V1__Instance
 struct waiter_kind;
 extern const struct waiter_kind inst_waiter_kind;
 
-/* instance_actions.c: the handlers of Start, Stop, Pause and Resume, which
- * instances_register adds to the Instances service. */
-const struct rpc_handler *inst_actions(size_t *ret_n);
+/* The handlers of Create, Get, List and Delete of the Instances service
+ * (server.c's table; Start, Stop, Pause and Resume: instance_actions.h). */
+const struct rpc_handler *inst_handlers(size_t *ret_n);
 
 #endif

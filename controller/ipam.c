@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctl.h"
+#include "ipam.h"
 #include "util.h"
 
 int ipam_parse_ip4(const char *s, uint32_t *ret)

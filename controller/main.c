@@ -13,9 +13,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctl.h"
+#include "app.h"
+#include "config.h"
+#include "db.h"
+#include "init.h"
+#include "ipam.h"
 #include "log.h"
+#include "meter.h"
+#include "migrate.h"
+#include "quota.h"
+#include "ratelimit.h"
 #include "rpc.h"
+#include "server.h"
 #include "util.h"
 
 #ifndef BC_VERSION

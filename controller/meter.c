@@ -27,11 +27,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app.h"
+#include "auth.h"
 #include "authz.h"
 #include "bc/compute/v1/usage.pb-c.h"
+#include "db.h"
 #include "log.h"
+#include "meter.h"
 #include "rowmsg.h"
 #include "util.h"
+#include "validate.h"
 
 /* a booking written by a transaction that began up to this long before it
  * committed still lands in an open window */
@@ -240,11 +245,12 @@ static int usage_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 	return 0;
 }
 
-int usage_register(rpc_server *s)
+const struct rpc_handler *usage_handlers(size_t *ret_n)
 {
 	static const struct rpc_handler h[] = {
 		{"List", RPC_UNARY, {.unary = usage_list}},
 	};
 
-	return rpc_server_add_service(s, &bc__compute__v1__usage__descriptor, h, ARRAY_SIZE(h));
+	*ret_n = ARRAY_SIZE(h);
+	return h;
 }

@@ -9,8 +9,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "ctl.h"
+#include "db.h"
 #include "log.h"
+#include "migrate.h"
 #include "util.h"
 
 #define MIGRATE_LOCK "7164930317812341"

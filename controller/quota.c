@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "authz.h"
+#include "config.h"
+#include "db.h"
+#include "quota.h"
 #include "util.h"
 
 /* What a tenant (q.tenant_id) is charged with: its open bookings (the

@@ -13,7 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctl.h"
+#include "config.h"
+#include "ratelimit.h"
 #include "util.h"
 
 #define RL_BUCKETS 4096

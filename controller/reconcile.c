@@ -10,10 +10,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ctl.h"
-#include "instances.h"
+#include "app.h"
+#include "db.h"
+#include "iam_react.h"
 #include "log.h"
-#include "nodes.h"
+#include "meter.h"
+#include "node.h"
+#include "outbox.h"
+#include "reconcile.h"
+#include "teardown.h"
 #include "util.h"
 
 #define LEADER_LOCK "7164930317812342"

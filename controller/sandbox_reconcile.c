@@ -22,9 +22,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ctl.h"
+#include "app.h"
+#include "db.h"
 #include "log.h"
 #include "metrics.h"
+#include "sandbox_reconcile.h"
 #include "sandboxes.h"
 #include "util.h"
 #include "warm.h"

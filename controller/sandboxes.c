@@ -19,16 +19,22 @@
 #include <string.h>
 #include <time.h>
 
+#include "app.h"
+#include "auth.h"
 #include "authz.h"
 #include "bc/compute/v1/sandboxes.pb-c.h"
-#include "ctl.h"
+#include "db.h"
 #include "idem.h"
 #include "instances.h"
+#include "ipam.h"
 #include "log.h"
-#include "nodes.h"
+#include "node.h"
+#include "outbox.h"
+#include "quota.h"
 #include "rowmsg.h"
 #include "sandboxes.h"
 #include "util.h"
+#include "validate.h"
 #include "waiter.h"
 #include "warm.h"
 #include "watch.h"
@@ -301,20 +307,18 @@ static int publish(struct db *d, const char *type, const char *id, const char *t
 
 /* The warm path's statement: the claim (warm.h) and, on the instance it
  * took, what insert_sandbox writes for a cold create (the sandbox, its
- * authorization row made live, sandbox.created), returning the answer's
- * row (SBX_COLS, the instance as claimed); no row when nothing was
- * claimable. $8 tenant, $9 pool, $10 creator after the claim's. */
+ * authorization row made live; sandbox.created follows through publish,
+ * in the same transaction), returning the answer's row (SBX_COLS, the
+ * instance as claimed); no row when nothing was claimable. $8 tenant, $9
+ * pool, $10 creator after the claim's. */
 #define SBX_CLAIM_SQL                                                                      \
 	WARM_CLAIM_CTE ", y AS (UPDATE authz_resources SET draft = false WHERE type = "       \
-	"'compute-sandbox' AND id = $5 AND EXISTS (SELECT 1 FROM u)), e AS (INSERT INTO "     \
-	"events (type, subject, tenant_id, data) SELECT 'sandbox.created', 'sandbox/' || $5, " \
-	"$8, jsonb_build_object('templateId', $1::text, 'instanceId', u.id, 'poolId', "       \
-	"$9::text, 'warm', true) FROM u), s AS (INSERT INTO sandboxes (id, tenant_id, "        \
-	"template_id, pool_id, instance_id, ttl_seconds, expires_at, created_by, owner_id, "  \
-	"agent_id, warm) SELECT $5, $8, $1, $9, u.id, $4::int, now() + make_interval(secs => " \
-	"$4::int), $10, $6, $7, true FROM u RETURNING *) SELECT " SBX_COLS ", pg_notify("     \
-	"'bc_node_spec', i.node_id), pg_notify('" SBX_WAKE_CHANNEL "', 'warm') FROM s JOIN u " \
-	"i ON i.id = s.instance_id"
+	"'compute-sandbox' AND id = $5 AND EXISTS (SELECT 1 FROM u)), s AS (INSERT INTO "     \
+	"sandboxes (id, tenant_id, template_id, pool_id, instance_id, ttl_seconds, "          \
+	"expires_at, created_by, owner_id, agent_id, warm) SELECT $5, $8, $1, $9, u.id, "      \
+	"$4::int, now() + make_interval(secs => $4::int), $10, $6, $7, true FROM u RETURNING " \
+	"*) SELECT " SBX_COLS ", pg_notify('" NODE_SPEC_CHANNEL "', i.node_id), pg_notify('"  \
+	SBX_WAKE_CHANNEL "', 'warm') FROM s JOIN u i ON i.id = s.instance_id"
 
 /* Stage the sandbox's authorization row and, for a template that keeps a
  * warm pool, check the budget and claim, all in one round trip (db_pipe:
@@ -365,6 +369,10 @@ static int stage_and_claim(struct db *d, struct screate *a, const PGresult *t, i
 	rc = authz_decide_staged(a->call, d, "compute:sandboxes:create", at.type, at.id, err);
 	if (rc == 0 && pool)
 		rc = quota_budget_judge(q[1].r, err);
+	if (rc == 0 && pool && PQntuples(q[2].r) == 1 &&
+	    (rc = publish(d, "sandbox.created", a->id, a->tenant, a->q->template_id,
+			  db_val(q[2].r, 0, 4), s.pool, "\"warm\": true")) < 0)
+		rc = db_fail(err, rc);
 	if (rc == 0 && pool && PQntuples(q[2].r) == 1) {
 		a->warm = true;
 		snprintf(a->instance, sizeof(a->instance), "%s", db_val(q[2].r, 0, 4));
@@ -429,7 +437,7 @@ out:
  * is the answer either way. A waiting create sleeps on its instance's key
  * in the watch registry: the host report that changes the instance's state
  * (and stamps readiness in its transaction) wakes it once committed, when
- * the report reached this controller (nodeapi.c); a report through another
+ * the report reached this controller (node_report.c); a report through another
  * replica, or readiness stamped by the reconciler, is seen at the next
  * re-read, every WAIT_REREAD_MS. Nothing else wakes it, so waiting creates
  * cost no reads while other claims' events go by.
@@ -901,7 +909,7 @@ static int sbx_extend(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 	return 0;
 }
 
-int sandboxes_register(rpc_server *s)
+const struct rpc_handler *sbx_handlers(size_t *ret_n)
 {
 	static const struct rpc_handler h[] = {
 		{"Create", RPC_UNARY, {.unary = sbx_create}},
@@ -911,6 +919,6 @@ int sandboxes_register(rpc_server *s)
 		{"Delete", RPC_UNARY, {.unary = sbx_delete}},
 	};
 
-	return rpc_server_add_service(s, &bc__compute__v1__sandboxes__descriptor, h,
-				      ARRAY_SIZE(h));
+	*ret_n = ARRAY_SIZE(h);
+	return h;
 }

@@ -1,11 +1,15 @@
-/* sandboxes.h: sandbox templates (templates.c), sandboxes (sandboxes.c)
- * and the sandbox reconciler (sandbox_reconcile.c). */
+/* sandboxes.h: sandboxes (sandboxes.c): the lifetimes and the wake channel
+ * templates.c, warm.c and the sandbox reconciler share with it, the
+ * Sandboxes handlers, and the deletion the reconciler calls. */
 #ifndef BC_CTL_SANDBOXES_H
 #define BC_CTL_SANDBOXES_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 
-#include "ctl.h"
+#include "db.h"
+#include "rpc.h"
 
 #define SBX_TTL_DEFAULT 3600            /* a template's default lifetime */
 #define SBX_TTL_MAX 86400               /* and the bound of its maxTtlSeconds */
@@ -15,12 +19,12 @@
 
 struct waiter_kind;
 
-int templates_register(rpc_server *s);
-
 /* What the waiter of Sandboxes.Create calls with `wait` reads (waiter.h):
  * a sandbox has settled once it left starting. */
 extern const struct waiter_kind sbx_waiter_kind;
-int sandboxes_register(rpc_server *s);
+
+/* The handlers of the Sandboxes service (server.c's table). */
+const struct rpc_handler *sbx_handlers(size_t *ret_n);
 
 /* Inside the caller's transaction, with the sandbox row locked: the sandbox
  * becomes deleting, its instance desired deleted (instance.deleting with
@@ -28,13 +32,5 @@ int sandboxes_register(rpc_server *s);
  * sandbox.deleting is published and the sandbox reconciler woken. expired
  * says whether expiry ended it. */
 int sbx_delete_locked(struct db *d, const char *id, bool expired);
-
-/* The sandbox reconciler: one worker across replicas (advisory lock),
- * every period_seconds and on NOTIFY bc_sandboxes. */
-void *sbx_reconcile_thread(void *app);
-
-/* Prometheus text for the controller's /metrics: the sandbox histograms,
- * read from the database (the same on every replica). */
-void sbx_metrics_render(FILE *out, struct db *d);
 
 #endif

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctl.h"
+#include "db.h"
 #include "sealed.h"
 #include "util.h"
 

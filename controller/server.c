@@ -2,35 +2,74 @@
  * certificates (verified against the node CA), one PostgreSQL connection per
  * worker thread (streams borrow one from the pool of streams.c while they
  * read), authentication before every handler and before a stream gets a
- * thread, and the API groups; with
- * http_listen set, the same handlers over JSON/HTTP too (docs/http.md). */
+ * thread, and every API service from one table (services[]); with
+ * http_listen set, the same handlers over JSON/HTTP too (docs/http.md).
+ * Per-call context (the app, the thread's database, the caller): app.c. */
 #include <errno.h>
+#include <openssl/crypto.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctl.h"
+#include "admin_catalog.h"
+#include "app.h"
+#include "auth.h"
+#include "bc/admin/v1/admin.pb-c.h"
+#include "bc/admin/v1/iam.pb-c.h"
+#include "bc/compute/v1/events.pb-c.h"
+#include "bc/compute/v1/instances.pb-c.h"
+#include "bc/compute/v1/sandboxes.pb-c.h"
+#include "bc/compute/v1/usage.pb-c.h"
+#include "bc/node/v1/node.pb-c.h"
+#include "db.h"
+#include "events_api.h"
+#include "iam_offers.h"
+#include "iam_policies.h"
+#include "iam_tenants.h"
+#include "instance_actions.h"
 #include "instances.h"
 #include "log.h"
+#include "meter.h"
 #include "metrics.h"
+#include "node.h"
+#include "reconcile.h"
+#include "sandbox_reconcile.h"
 #include "sandboxes.h"
+#include "server.h"
+#include "streams.h"
+#include "templates.h"
 #include "util.h"
 #include "waiter.h"
+#include "watch.h"
 
-struct ctl_app *ctl_app(const rpc_call *call)
-{
-	return rpc_call_user(call);
-}
-
-struct db *ctl_db(const rpc_call *call)
-{
-	return rpc_call_thread(call);
-}
-
-const struct principal *ctl_principal(const rpc_call *call)
-{
-	return rpc_call_principal(call);
-}
+/* Every API service and the files its handlers come from. A service whose
+ * handlers live in several files (Node, Instances) has one row per file;
+ * server_register adds it once, with the handlers of all its rows. */
+static const struct service_part {
+	const ProtobufCServiceDescriptor *desc;
+	const struct rpc_handler *(*handlers)(size_t *ret_n);
+} services[] = {
+	{&bc__node__v1__node__descriptor, node_join_handlers},
+	{&bc__node__v1__node__descriptor, node_spec_handlers},
+	{&bc__node__v1__node__descriptor, node_report_handlers},
+	{&bc__admin__v1__nodes__descriptor, node_admin_handlers},
+	{&bc__admin__v1__pools__descriptor, pools_handlers},
+	{&bc__admin__v1__flavors__descriptor, flavors_handlers},
+	{&bc__admin__v1__images__descriptor, images_handlers},
+	{&bc__admin__v1__tenants__descriptor, tenants_handlers},
+	{&bc__admin__v1__identities__descriptor, idn_handlers},
+	{&bc__admin__v1__api_tokens__descriptor, tok_handlers},
+	{&bc__admin__v1__delegations__descriptor, dlg_handlers},
+	{&bc__admin__v1__policies__descriptor, pol_handlers},
+	{&bc__admin__v1__quotas__descriptor, quotas_handlers},
+	{&bc__admin__v1__offers__descriptor, offers_handlers},
+	{&bc__compute__v1__instances__descriptor, inst_handlers},
+	{&bc__compute__v1__instances__descriptor, inst_actions},
+	{&bc__compute__v1__sandbox_templates__descriptor, tmpl_handlers},
+	{&bc__compute__v1__sandboxes__descriptor, sbx_handlers},
+	{&bc__compute__v1__events__descriptor, events_handlers},
+	{&bc__compute__v1__usage__descriptor, usage_handlers},
+};
 
 static void *thread_db_open(void *user)
 {
@@ -95,6 +134,76 @@ static int check_budget(struct ctl_app *app)
 	return r;
 }
 
+/* Add the service of services[first] with the handlers of every row
+ * naming it, in table order. 0 or rpc_server_add_service's error. */
+static int add_service(rpc_server *srv, size_t first)
+{
+	const ProtobufCServiceDescriptor *desc = services[first].desc;
+	_cleanup_free_ struct rpc_handler *all = NULL;
+	size_t n = 0, cap = 0, k;
+
+	for (size_t i = first; i < ARRAY_SIZE(services); i++)
+		if (services[i].desc == desc) {
+			services[i].handlers(&k);
+			cap += k;
+		}
+	all = xcalloc(cap, sizeof(*all));
+	for (size_t i = first; i < ARRAY_SIZE(services); i++) {
+		const struct rpc_handler *h;
+
+		if (services[i].desc != desc)
+			continue;
+		h = services[i].handlers(&k);
+		memcpy(all + n, h, k * sizeof(*h));
+		n += k;
+	}
+	return rpc_server_add_service(srv, desc, all, n);
+}
+
+/* Register every service of the table, each once. */
+static int server_register(rpc_server *srv)
+{
+	int r;
+
+	for (size_t i = 0; i < ARRAY_SIZE(services); i++) {
+		bool seen = false;
+
+		for (size_t j = 0; j < i && !seen; j++)
+			seen = services[j].desc == services[i].desc;
+		if (!seen && (r = add_service(srv, i)) < 0)
+			return r;
+	}
+	return 0;
+}
+
+/* The background threads: the LISTEN thread, the reconciler, the sandbox
+ * reconciler. On a failure those started are stopped (app->stopping) and
+ * joined: -errno, logged. */
+static int start_threads(struct ctl_app *app)
+{
+	const struct {
+		pthread_t *t;
+		void *(*fn)(void *);
+		const char *name;
+	} th[] = {
+		{&app->listen_thread, watch_listen_thread, "LISTEN"},
+		{&app->reconcile_thread, reconcile_thread, "reconciler"},
+		{&app->sbx_thread, sbx_reconcile_thread, "sandbox reconciler"},
+	};
+	int e;
+
+	for (size_t i = 0; i < ARRAY_SIZE(th); i++) {
+		if ((e = pthread_create(th[i].t, NULL, th[i].fn, app)) == 0)
+			continue;
+		log_error("serve: cannot start the %s thread: %s", th[i].name, strerror(e));
+		app->stopping = true;
+		while (i-- > 0)
+			pthread_join(*th[i].t, NULL);
+		return -e;
+	}
+	return 0;
+}
+
 int server_start(struct ctl_app *app)
 {
 	_cleanup_free_ char *cp = xasprintf("%s/server.pem", app->cfg.pki_dir);
@@ -147,14 +256,7 @@ int server_start(struct ctl_app *app)
 		r = -err;
 		goto out;
 	}
-	if ((r = admin_register(app->server)) < 0 || (r = instances_register(app->server)) < 0 ||
-	    (r = nodeapi_register(app->server)) < 0 ||
-	    (r = iam_tenants_register(app->server)) < 0 ||
-	    (r = iam_policies_register(app->server)) < 0 ||
-	    (r = events_register(app->server)) < 0 ||
-	    (r = templates_register(app->server)) < 0 ||
-	    (r = sandboxes_register(app->server)) < 0 ||
-	    (r = usage_register(app->server)) < 0) {
+	if ((r = server_register(app->server)) < 0) {
 		log_error("serve: service registration failed: %s", strerror(-r));
 		goto out;
 	}
@@ -174,9 +276,8 @@ int server_start(struct ctl_app *app)
 			  http ? " or " : "", http ? app->cfg.http_listen : "", strerror(-r));
 		goto out;
 	}
-	pthread_create(&app->listen_thread, NULL, watch_listen_thread, app);
-	pthread_create(&app->reconcile_thread, NULL, reconcile_thread, app);
-	pthread_create(&app->sbx_thread, NULL, sbx_reconcile_thread, app);
+	if ((r = start_threads(app)) < 0)
+		goto out;
 	log_info("serve: replica %s listening on %s (port %d)", app->cfg.replica, app->cfg.listen,
 		 port);
 	if (http)
@@ -184,6 +285,8 @@ int server_start(struct ctl_app *app)
 			 app->cfg.http_listen, rpc_server_http_port(app->server));
 out:
 	free(cert);
+	if (key)
+		OPENSSL_cleanse(key, strlen(key));
 	free(key);
 	if (r < 0) {
 		rpc_server_free(app->server, 0);

@@ -27,8 +27,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "ctl.h"
+#include "app.h"
+#include "config.h"
+#include "db.h"
 #include "log.h"
+#include "streams.h"
 #include "util.h"
 
 #define POOL_WAIT_MS 30000
@@ -50,7 +53,7 @@ struct streams {
 	char *conninfo;
 };
 
-/* See ctl.h. */
+/* See streams.h. */
 struct streams *streams_new(const struct ctl_config *cfg)
 {
 	struct streams *s = xcalloc(1, sizeof(*s));
@@ -70,7 +73,7 @@ struct streams *streams_new(const struct ctl_config *cfg)
 	return s;
 }
 
-/* See ctl.h. No stream may be running. */
+/* See streams.h. No stream may be running. */
 void streams_free(struct streams *s)
 {
 	struct stream_count *c, *next;
@@ -180,7 +183,7 @@ static int admit_check(struct streams *s, const struct ctl_config *cfg, const ch
 	return 0;
 }
 
-/* See ctl.h. */
+/* See streams.h. */
 int streams_admit(rpc_call *call, bc_error *err)
 {
 	struct ctl_app *app = ctl_app(call);
@@ -205,7 +208,7 @@ int streams_admit(rpc_call *call, bc_error *err)
 	return r;
 }
 
-/* See ctl.h. */
+/* See streams.h. */
 void streams_done(rpc_call *call)
 {
 	struct streams *s = ctl_app(call)->streams;
@@ -250,7 +253,7 @@ static struct db *pool_handle(struct streams *s)
 	return d;
 }
 
-/* See ctl.h. */
+/* See streams.h. */
 int stream_db_take(rpc_call *call, bc_error *err)
 {
 	struct ctl_app *app = ctl_app(call);
@@ -281,7 +284,7 @@ int stream_db_take(rpc_call *call, bc_error *err)
 	return 0;
 }
 
-/* See ctl.h. */
+/* See streams.h. */
 void stream_db_give(rpc_call *call)
 {
 	struct streams *s = ctl_app(call)->streams;
@@ -309,7 +312,7 @@ void stream_db_give(rpc_call *call)
  * waiters, /metrics, and one spare. */
 #define FIXED_CONNECTIONS 8
 
-/* See ctl.h. */
+/* See streams.h. */
 int streams_check_budget(struct db *d, const struct ctl_config *cfg)
 {
 	_cleanup_free_ char *max = NULL, *reserved = NULL;

@@ -27,9 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctl.h"
+#include "db.h"
 #include "log.h"
-#include "nodes.h"
+#include "node.h"
+#include "teardown.h"
 #include "util.h"
 
 #define TEARDOWN_BATCH 100

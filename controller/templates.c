@@ -15,14 +15,18 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "app.h"
+#include "auth.h"
 #include "authz.h"
 #include "bc/compute/v1/sandboxes.pb-c.h"
 #include "bootdata.h"
-#include "ctl.h"
+#include "db.h"
 #include "log.h"
 #include "rowmsg.h"
 #include "sandboxes.h"
+#include "templates.h"
 #include "util.h"
+#include "validate.h"
 
 #define NAME_MAX_LEN 64
 #define WARM_MAX 64
@@ -547,7 +551,7 @@ static int tmpl_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 	return 0;
 }
 
-int templates_register(rpc_server *s)
+const struct rpc_handler *tmpl_handlers(size_t *ret_n)
 {
 	static const struct rpc_handler h[] = {
 		{"Create", RPC_UNARY, {.unary = tmpl_create}},
@@ -557,6 +561,6 @@ int templates_register(rpc_server *s)
 		{"List", RPC_UNARY, {.unary = tmpl_list}},
 	};
 
-	return rpc_server_add_service(s, &bc__compute__v1__sandbox_templates__descriptor, h,
-				      ARRAY_SIZE(h));
+	*ret_n = ARRAY_SIZE(h);
+	return h;
 }

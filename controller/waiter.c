@@ -6,7 +6,7 @@
  * A handler detaches its call (rpc.h) and hands it here with the watch key
  * of its instance. The thread re-reads an item at once, when its key is
  * notified in the watch registry (a host report through this controller
- * that changed the instance, nodeapi.c) and every WAITER_REREAD_MS
+ * that changed the instance, node_report.c) and every WAITER_REREAD_MS
  * otherwise, until it is answered (settled, time up, gone, client gone,
  * controller stopping). Every item due in one pass is re-read in one query,
  * the waiter_kind's (sandboxes.c, instances.c). Its keys are registered
@@ -25,7 +25,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "ctl.h"
+#include "app.h"
+#include "db.h"
 #include "log.h"
 #include "util.h"
 #include "watch.h"

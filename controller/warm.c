@@ -24,12 +24,14 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "authz.h"
+#include "app.h"
+#include "db.h"
 #include "instances.h"
 #include "log.h"
 #include "metrics.h"
-#include "nodes.h"
-#include "sandboxes.h"
+#include "node.h"
+#include "outbox.h"
+#include "quota.h"
 #include "util.h"
 #include "warm.h"
 

@@ -6,7 +6,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "ctl.h"
+#include "app.h"
+#include "db.h"
+#include "node.h"
 
 #define WARM_REFILL_PER_PASS 4      /* warm instances created per template per pass */
 #define WARM_BUDGET_CACHE_MS 60000  /* a tenant's budget answer is kept a minute */
@@ -32,9 +34,10 @@ struct warm_claim {
  * claimed); z makes its authorization row the caller's; n records the
  * change of its node (an insert-only row, as spec_bump: concurrent claims
  * on one node do not wait for each other), naming the instance, so the
- * node's next spec reads only it again (nodespec.c). The statement must also
- * select pg_notify('bc_node_spec', node_id) and pg_notify(SBX_WAKE_CHANNEL,
- * 'warm') from u (the node's spec stream, the pool's refill). Nothing
+ * node's next spec reads only it again (NODE_SPEC_CHANGES_FROM, node.h).
+ * The statement must also select pg_notify(NODE_SPEC_CHANNEL, node_id) and
+ * pg_notify(SBX_WAKE_CHANNEL, 'warm') from u (the node's spec stream, the
+ * pool's refill). Nothing
  * claimable: u is empty, and so is whatever is built on it. Parameters
  * $1-$7 from warm_claim_params: template, instance_version, capabilities
  * ("\n"-separated), lifetime (s), sandbox, owner, agent (NULL: none). */
@@ -51,7 +54,7 @@ struct warm_claim {
 	"z AS (UPDATE authz_resources a SET owner_id = $6, agent_id = $7, attrs = (a.attrs - " \
 	"'warmTemplateId') || jsonb_build_object('sandboxId', $5::text) FROM u WHERE a.type " \
 	"= 'compute-instance' AND a.id = u.id), "                                             \
-	"n AS (INSERT INTO node_spec_changes (node_id, instance_id) SELECT node_id, id FROM u)"
+	"n AS (" NODE_SPEC_CHANGES_FROM("u") ")"
 #define WARM_CLAIM_NPARAMS 7
 void warm_claim_params(struct dbp *q, const struct warm_claim *w);
 

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "ctl.h"
+#include "app.h"
 #include "log.h"
 #include "util.h"
 #include "watch.h"

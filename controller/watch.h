@@ -1,4 +1,5 @@
-/* watch.h: the registry of open WatchSpec streams (see watch.c). */
+/* watch.h: the LISTEN thread and the registry of open WatchSpec streams
+ * (see watch.c). */
 #ifndef BC_CTL_WATCH_H
 #define BC_CTL_WATCH_H
 
@@ -6,6 +7,15 @@
 
 struct watch_registry;
 struct watch_entry;
+
+/* A new, empty registry; watch_registry_free frees it (NULL-safe) once
+ * no stream uses it. */
+struct watch_registry *watch_registry_new(void);
+void watch_registry_free(struct watch_registry *r);
+/* The LISTEN thread (bc_node_spec, bc_events, sandbox wakes): wakes the
+ * registry's entries on each notification until app (struct ctl_app)
+ * stops. */
+void *watch_listen_thread(void *app);
 
 /* The key Events.Watch streams register under (no node id starts with '*'). */
 #define WATCH_EVENTS "*events"

@@ -10,7 +10,8 @@
 #include <string.h>
 
 #include "controller/bootdata.h"
-#include "controller/ctl.h"
+#include "controller/db.h"
+#include "controller/validate.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

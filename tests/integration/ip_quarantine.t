@@ -1,6 +1,6 @@
 # ip_quarantine.t: an address released from an instance is not leased to
 # another one for ip_quarantine_seconds (default 120 s; migration 0010,
-# placement.c lease_try): a host cut off from the controller may still run
+# node_place.c lease_try): a host cut off from the controller may still run
 # the instance that held it until its fence acts. A /29 pool has five
 # leasable addresses: five instances fill it (a sixth is refused
 # ipam-exhausted, the control that the pool really is full); one is

@@ -2,7 +2,7 @@
 # rows name (a warm claim, a warm instance's boot-then-pause, an instance's
 # placement, action or deletion) and keeps the rest of its last build; any
 # other change, a new stream and the periodic resync build it whole
-# (controller/nodespec.c). What the host runs must be exactly what the
+# (controller/node_spec.c). What the host runs must be exactly what the
 # database says either way: every instance on the node held by the fake
 # runtime in its desired state, nothing more, after claims, a pause, a
 # create, a delete, and again after the controller restarts (a new stream:

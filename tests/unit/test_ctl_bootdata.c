@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "controller/bootdata.h"
-#include "controller/ctl.h"
+#include "controller/validate.h"
 #include "util.h"
 #include "tap.h"
 

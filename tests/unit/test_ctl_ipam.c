@@ -5,7 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "controller/ctl.h"
+#include "controller/ipam.h"
+#include "controller/migrate.h"
 #include "tap.h"
 
 static int count_migrations(void)

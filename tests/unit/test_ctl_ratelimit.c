@@ -5,7 +5,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "controller/ctl.h"
+#include "controller/ratelimit.h"
 #include "tap.h"
 
 static int take_n(struct ratelimit_bucket *b, int64_t now, int rate, int burst, int n)

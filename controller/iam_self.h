@@ -1,25 +1,15 @@
-/* iam.h: what the IAM admin services (iam_tenants.c, iam_policies.c) and
- * the decision layer (authz.c) share. */
-#ifndef BC_CTL_IAM_H
-#define BC_CTL_IAM_H
+/* iam_self.h: the tenant an IAM call acts in and the IAM decisions
+ * (iam_self.c), shared by the IAM services (iam_tenants.c, iam_policies.c,
+ * iam_offers.c). */
+#ifndef BC_CTL_IAM_SELF_H
+#define BC_CTL_IAM_SELF_H
 
-#include "ctl.h"
+#include <stdbool.h>
 
-/* One row-returning write and its event, in one transaction: run sql with
- * p; no row is NOT_FOUND with notfound_msg; else publish ev_type with
- * subject "<subject_kind>/<row[id_col]>" in the tenant row[tenant_col],
- * and *ret is the row (PQclear it). -EEXIST (a unique violation) becomes
- * CONFLICT with reason conflict_reason. */
-struct iam_write {
-	const char *sql;
-	struct dbp p;
-	const char *notfound_msg, *conflict_reason;
-	const char *ev_type, *subject_kind;
-	int id_col, tenant_col;
-};
-int iam_write_run(rpc_call *c, struct iam_write *w, PGresult **ret, bc_error *err);
+#include "err.h"
+#include "rpc.h"
 
-/* iam_self.c: self-service (see there). The tenant an IAM call acts in:
+/* Self-service (see iam_self.c). The tenant an IAM call acts in:
  * the operator's request as given ("" may mean every tenant); anyone
  * else's own tenant ("" or its own id; another is NOT_FOUND). */
 int iam_scope_tenant(rpc_call *c, const char *requested, const char **ret, bc_error *err);
@@ -52,8 +42,5 @@ struct iam_ref {
 };
 int iam_identity_of(rpc_call *c, const char *sql, const char *id, const char *what,
 		    struct iam_ref *ret, bc_error *err);
-
-/* iam_offers.c, registered by iam_policies_register */
-int iam_offers_register(rpc_server *s);
 
 #endif

@@ -1,14 +1,14 @@
-/* replace.c: placing an instance again, away from the host it was on. Run
+/* node_replace.c: placing an instance again, away from the host it was on. Run
  * by the reconciler's leader (reconcile.c), each instance in a transaction
  * of its own, so one that cannot move now never holds up the others.
  *
  * Host admission (the spec's "hosts that cannot start an instance"): a host
  * that cannot fit an instance reports it stopped with "ResourcesExhausted:
- * ...", and the report stamps refused_at (nodeapi.c). Once that refusal has
+ * ...", and the report stamps refused_at (node_report.c). Once that refusal has
  * stood replace_after_seconds and the instance has never run, its booking
  * and address are released, the host joins refused_nodes, replacements
  * grows by one, and the instance is placed away from every host in
- * refused_nodes (placement.c excludes them; with none left it waits
+ * refused_nodes (node_place.c excludes them; with none left it waits
  * Unschedulable). After REPLACE_MAX re-placements the next standing refusal
  * fails it: state error, reason naming every host that refused it. It
  * keeps its id and created_at throughout.
@@ -23,9 +23,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ctl.h"
+#include "db.h"
 #include "log.h"
-#include "nodes.h"
+#include "node.h"
+#include "outbox.h"
 #include "util.h"
 
 #define BATCH 50
@@ -62,6 +63,13 @@ static int publish(struct db *d, const char *type, const char *id, const char *t
 	return event_publish(d, type, subject, tenant, data);
 }
 
+/* The columns of refused_tx's SELECT (r), of the UPDATE's RETURNING of
+ * fail_refused and move_refused (u: the first two in both), and of
+ * lost_tx's RETURNING. */
+enum { RF_ID, RF_NODE, RF_TENANT, RF_REPLACEMENTS, RF_POOL };
+enum { RU_REASON, RU_DATA, RU_REPLACEMENTS, RU_MAC };
+enum { LO_NODE, LO_TENANT, LO_POOL, LO_MAC, LO_DATA };
+
 /* Run sql, an UPDATE of the instance of refused_tx()'s row r ($1 its id,
  * $2 its host) returning the reason and the event's data first; publish
  * type with that data and bump the host's spec. The UPDATE's row into
@@ -69,7 +77,7 @@ static int publish(struct db *d, const char *type, const char *id, const char *t
 static int refused_update(struct db *d, const PGresult *r, const char *sql, const char *type,
 			  PGresult **ret_u, bc_error *err)
 {
-	const char *id = db_val(r, 0, 0), *node = db_val(r, 0, 1);
+	const char *id = db_val(r, 0, RF_ID), *node = db_val(r, 0, RF_NODE);
 	struct dbp p = {0};
 	PGresult *u = NULL;
 	int rc;
@@ -78,7 +86,7 @@ static int refused_update(struct db *d, const PGresult *r, const char *sql, cons
 	dbp_str(&p, node);
 	rc = db_exec(d, &u, sql, &p);
 	if (rc == 0)
-		rc = publish(d, type, id, db_val(r, 0, 2), db_val(u, 0, 1));
+		rc = publish(d, type, id, db_val(r, 0, RF_TENANT), db_val(u, 0, RU_DATA));
 	if (rc == 0)
 		rc = spec_bump_instance(d, node, id);
 	if (rc < 0) {
@@ -104,7 +112,7 @@ static int fail_refused(struct db *d, const PGresult *r, bc_error *err)
 
 	if (rc < 0)
 		return rc;
-	log_warn("instance %s: %s", db_val(r, 0, 0), db_val(u, 0, 0));
+	log_warn("instance %s: %s", db_val(r, 0, RF_ID), db_val(u, 0, RU_REASON));
 	PQclear(u);
 	return 0;
 }
@@ -123,9 +131,11 @@ static int move_refused(struct db *d, const PGresult *r, bc_error *err)
 
 	if (rc < 0)
 		return rc;
-	log_info("instance %s: %s; placing it elsewhere (re-placement %s of %d)", db_val(r, 0, 0),
-		 db_val(u, 0, 0), db_val(u, 0, 2), REPLACE_MAX);
-	rc = lease_and_place(d, db_val(r, 0, 0), db_val(r, 0, 4), db_val(u, 0, 3), err);
+	log_info("instance %s: %s; placing it elsewhere (re-placement %s of %d)",
+		 db_val(r, 0, RF_ID), db_val(u, 0, RU_REASON), db_val(u, 0, RU_REPLACEMENTS),
+		 REPLACE_MAX);
+	rc = lease_and_place(d, db_val(r, 0, RF_ID), db_val(r, 0, RF_POOL), db_val(u, 0, RU_MAC),
+			     err);
 	PQclear(u);
 	return rc;
 }
@@ -146,7 +156,7 @@ static int refused_tx(struct db *d, void *arg, bc_error *err)
 	if (rc < 0)
 		return db_fail(err, rc);
 	if (PQntuples(r) == 1) {
-		bool last = db_i64(r, 0, 3) >= REPLACE_MAX;
+		bool last = db_i64(r, 0, RF_REPLACEMENTS) >= REPLACE_MAX;
 		rc = release_placement(d, a->id, !last);
 		if (rc < 0)
 			rc = db_fail(err, rc);
@@ -180,15 +190,18 @@ static int lost_tx(struct db *d, void *arg, bc_error *err)
 		/* the lost node's spec no longer names it: back (or fenced), its
 		 * host destroys its copy instead of resuming it */
 		if (rc == 0)
-			rc = spec_bump_instance(d, db_val(r, 0, 0), a->id);
+			rc = spec_bump_instance(d, db_val(r, 0, LO_NODE), a->id);
 		if (rc == 0)
-			rc = publish(d, "instance.recreating", a->id, db_val(r, 0, 1), db_val(r, 0, 4));
+			rc = publish(d, "instance.recreating", a->id, db_val(r, 0, LO_TENANT),
+				     db_val(r, 0, LO_DATA));
 		if (rc < 0)
 			rc = db_fail(err, rc);
 		else
-			rc = lease_and_place(d, a->id, db_val(r, 0, 2), db_val(r, 0, 3), err);
+			rc = lease_and_place(d, a->id, db_val(r, 0, LO_POOL), db_val(r, 0, LO_MAC),
+					     err);
 		if (rc == 0)
-			log_info("instance %s: node %s was lost: recreating it", a->id, db_val(r, 0, 0));
+			log_info("instance %s: node %s was lost: recreating it", a->id,
+				 db_val(r, 0, LO_NODE));
 	}
 	PQclear(r);
 	return rc;

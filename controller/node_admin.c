@@ -1,4 +1,4 @@
-/* admin_nodes.c: the operator's view of hosts: join tokens (pool-scoped,
+/* node_admin.c: the operator's view of hosts: join tokens (pool-scoped,
  * single use, expiring, stored as a hash and shown once), node get/list with
  * capacity and bookings, its capacity ceiling (what a report may claim at
  * most), and retirement (the node's certificate is refused from then on;
@@ -9,12 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app.h"
 #include "bc/admin/v1/admin.pb-c.h"
-#include "ctl.h"
+#include "db.h"
 #include "log.h"
-#include "nodes.h"
+#include "node.h"
+#include "outbox.h"
 #include "rowmsg.h"
 #include "util.h"
+#include "validate.h"
 
 #define JOIN_TTL_DEFAULT 3600
 #define JOIN_TTL_MAX (7 * 86400)
@@ -28,6 +31,16 @@
 	", array_to_string(n.capabilities, E'\\n'), coalesce(b.instances, 0), n.max_vcpus, "    \
 	"n.max_memory_mib, n.max_disk_gib, n.max_gpus, n.cert_serial, coalesce("              \
 	MS("n.cert_not_after") ", 0), array_to_string(n.warnings, E'\\n')"
+/* The columns of NODE_COLS, in order; each capacity is four columns
+ * (enum cap_col). */
+enum {
+	NODE_COL_ID, NODE_COL_POOL, NODE_COL_HOSTNAME, NODE_COL_ADDRESS, NODE_COL_STATE,
+	NODE_COL_LABELS, NODE_COL_CAPACITY, NODE_COL_BOOKED = NODE_COL_CAPACITY + 4,
+	NODE_COL_SPEC_GEN = NODE_COL_BOOKED + 4, NODE_COL_APPLIED_GEN, NODE_COL_LAST_REPORT,
+	NODE_COL_JOINED, NODE_COL_CAPABILITIES, NODE_COL_INSTANCES, NODE_COL_CEILING,
+	NODE_COL_CERT_SERIAL = NODE_COL_CEILING + 4, NODE_COL_CERT_EXPIRES, NODE_COL_WARNINGS
+};
+enum cap_col { CAP_VCPUS, CAP_MEMORY_MIB, CAP_DISK_GIB, CAP_GPUS };
 #define NODE_FROM                                                                            \
 	" FROM nodes n LEFT JOIN LATERAL (SELECT sum(a.vcpus) vcpus, sum(a.memory_mib) mem, "   \
 	"sum(a.disk_gib) disk, sum(a.gpus) gpus, count(*) FILTER (WHERE a.owner_kind = "         \
@@ -38,10 +51,10 @@ static Bc__Admin__V1__Capacity *capacity(rpc_call *c, const PGresult *r, int i, 
 {
 	Bc__Admin__V1__Capacity *cap = rpc_new(c, &bc__admin__v1__capacity__descriptor);
 
-	cap->vcpus = (uint32_t)db_i64(r, i, col);
-	cap->memory_mib = (uint64_t)db_i64(r, i, col + 1);
-	cap->disk_gib = (uint64_t)db_i64(r, i, col + 2);
-	cap->gpus = (uint32_t)db_i64(r, i, col + 3);
+	cap->vcpus = (uint32_t)db_i64(r, i, col + CAP_VCPUS);
+	cap->memory_mib = (uint64_t)db_i64(r, i, col + CAP_MEMORY_MIB);
+	cap->disk_gib = (uint64_t)db_i64(r, i, col + CAP_DISK_GIB);
+	cap->gpus = (uint32_t)db_i64(r, i, col + CAP_GPUS);
 	return cap;
 }
 
@@ -69,24 +82,24 @@ static Bc__Admin__V1__Node *node_from_row(rpc_call *c, const PGresult *r, int i)
 {
 	Bc__Admin__V1__Node *n = rpc_new(c, &bc__admin__v1__node__descriptor);
 
-	n->id = row_str(c, r, i, 0);
-	n->pool_id = row_str(c, r, i, 1);
-	n->hostname = row_str(c, r, i, 2);
-	n->address = row_str(c, r, i, 3);
-	n->state = row_str(c, r, i, 4);
-	labels(c, n, r, i, 5);
-	n->capacity = capacity(c, r, i, 6);
-	n->booked = capacity(c, r, i, 10);
-	n->spec_generation = (uint64_t)db_i64(r, i, 14);
-	n->applied_generation = (uint64_t)db_i64(r, i, 15);
-	n->last_report_at = db_i64(r, i, 16);
-	n->joined_at = db_i64(r, i, 17);
-	n->n_capabilities = row_strv(c, r, i, 18, &n->capabilities);
-	n->instances = (uint32_t)db_i64(r, i, 19);
-	n->capacity_ceiling = capacity(c, r, i, 20);
-	n->cert_serial = row_str(c, r, i, 24);
-	n->cert_expires_at = db_i64(r, i, 25);
-	n->n_warnings = row_strv(c, r, i, 26, &n->warnings);
+	n->id = row_str(c, r, i, NODE_COL_ID);
+	n->pool_id = row_str(c, r, i, NODE_COL_POOL);
+	n->hostname = row_str(c, r, i, NODE_COL_HOSTNAME);
+	n->address = row_str(c, r, i, NODE_COL_ADDRESS);
+	n->state = row_str(c, r, i, NODE_COL_STATE);
+	labels(c, n, r, i, NODE_COL_LABELS);
+	n->capacity = capacity(c, r, i, NODE_COL_CAPACITY);
+	n->booked = capacity(c, r, i, NODE_COL_BOOKED);
+	n->spec_generation = (uint64_t)db_i64(r, i, NODE_COL_SPEC_GEN);
+	n->applied_generation = (uint64_t)db_i64(r, i, NODE_COL_APPLIED_GEN);
+	n->last_report_at = db_i64(r, i, NODE_COL_LAST_REPORT);
+	n->joined_at = db_i64(r, i, NODE_COL_JOINED);
+	n->n_capabilities = row_strv(c, r, i, NODE_COL_CAPABILITIES, &n->capabilities);
+	n->instances = (uint32_t)db_i64(r, i, NODE_COL_INSTANCES);
+	n->capacity_ceiling = capacity(c, r, i, NODE_COL_CEILING);
+	n->cert_serial = row_str(c, r, i, NODE_COL_CERT_SERIAL);
+	n->cert_expires_at = db_i64(r, i, NODE_COL_CERT_EXPIRES);
+	n->n_warnings = row_strv(c, r, i, NODE_COL_WARNINGS, &n->warnings);
 	return n;
 }
 
@@ -253,6 +266,9 @@ struct set_capacity {
 
 /* The ceiling, each resource left 0 keeping its own; the capacity drops to
  * it at once (a report raises it again only up to the ceiling). */
+/* The columns of set_capacity_tx's RETURNING: the ceiling before and after. */
+enum { CEIL_WAS, CEIL_NOW };
+
 static int set_capacity_tx(struct db *d, void *arg, bc_error *err)
 {
 	struct set_capacity *a = arg;
@@ -276,8 +292,8 @@ static int set_capacity_tx(struct db *d, void *arg, bc_error *err)
 			 "n.max_vcpus || '/' || n.max_memory_mib || '/' || n.max_disk_gib || '/' || "
 			 "n.max_gpus", &p, err, "node %s not found", a->q->node_id)) < 0)
 		return rc;
-	snprintf(a->was, sizeof(a->was), "%s", db_val(r, 0, 0));
-	snprintf(a->now, sizeof(a->now), "%s", db_val(r, 0, 1));
+	snprintf(a->was, sizeof(a->was), "%s", db_val(r, 0, CEIL_WAS));
+	snprintf(a->now, sizeof(a->now), "%s", db_val(r, 0, CEIL_NOW));
 	PQclear(r);
 	p.n = 1;
 	rc = db_exec(d, NULL, "UPDATE nodes SET cap_vcpus = least(cap_vcpus, max_vcpus), "
@@ -315,13 +331,12 @@ static int nodes_set_capacity(rpc_call *c, const ProtobufCMessage *m, ProtobufCM
 
 #define U(name, f) {name, RPC_UNARY, {.unary = f}}
 
-int admin_register(rpc_server *s)
+const struct rpc_handler *node_admin_handlers(size_t *ret_n)
 {
 	static const struct rpc_handler nodes[] = {
 		U("CreateJoinToken", nodes_join_token), U("Get", nodes_get), U("List", nodes_list),
 		U("Retire", nodes_retire), U("SetCapacity", nodes_set_capacity)};
-	int r = admin_catalog_register(s);
 
-	return r < 0 ? r : rpc_server_add_service(s, &bc__admin__v1__nodes__descriptor, nodes,
-						  ARRAY_SIZE(nodes));
+	*ret_n = ARRAY_SIZE(nodes);
+	return nodes;
 }

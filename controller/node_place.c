@@ -1,4 +1,4 @@
-/* placement.c: where an instance runs and what it holds there. Placement
+/* node_place.c: where an instance runs and what it holds there. Placement
  * books vCPUs, memory, disk and GPUs on a ready node of the pool that has
  * room and carries the required labels, under the node's row lock so two
  * replicas never overbook one node; IPAM leases an address and a MAC; a
@@ -9,10 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctl.h"
+#include "db.h"
 #include "instances.h"
+#include "ipam.h"
 #include "log.h"
-#include "nodes.h"
+#include "node.h"
+#include "outbox.h"
 #include "sealed.h"
 #include "util.h"
 
@@ -134,6 +136,12 @@ int place_instance(struct db *d, const struct place_req *q, char **ret_node, bc_
 	return 0;
 }
 
+/* The columns of place_pending's SELECT. */
+enum {
+	PP_TENANT, PP_POOL, PP_VCPUS, PP_MEMORY_MIB, PP_DISK_GIB, PP_GPUS, PP_NETWORK_POLICY,
+	PP_SSH_HOST_ONLY
+};
+
 int place_pending(struct db *d, const char *id, char **ret_node, bc_error *err)
 {
 	const char *labels[3] = {NULL, NULL, NULL};
@@ -156,14 +164,15 @@ int place_pending(struct db *d, const char *id, char **ret_node, bc_error *err)
 		PQclear(r);
 		return 0;
 	}
-	if (strcmp(db_val(r, 0, 6), "egress") != 0)
+	if (strcmp(db_val(r, 0, PP_NETWORK_POLICY), "egress") != 0)
 		labels[0] = CAP_NETWORK_POLICY;
-	if (db_bool(r, 0, 7))
+	if (db_bool(r, 0, PP_SSH_HOST_ONLY))
 		labels[labels[0] ? 1 : 0] = CAP_SSH_HOST_ONLY;
-	q = (struct place_req){.instance_id = id, .tenant_id = db_val(r, 0, 0),
-			       .pool_id = db_val(r, 0, 1), .vcpus = (int)db_i64(r, 0, 2),
-			       .memory_mib = db_i64(r, 0, 3), .disk_gib = db_i64(r, 0, 4),
-			       .gpus = (int)db_i64(r, 0, 5), .labels = labels};
+	q = (struct place_req){.instance_id = id, .tenant_id = db_val(r, 0, PP_TENANT),
+			       .pool_id = db_val(r, 0, PP_POOL), .vcpus = (int)db_i64(r, 0, PP_VCPUS),
+			       .memory_mib = db_i64(r, 0, PP_MEMORY_MIB),
+			       .disk_gib = db_i64(r, 0, PP_DISK_GIB),
+			       .gpus = (int)db_i64(r, 0, PP_GPUS), .labels = labels};
 	rc = place_instance(d, &q, ret_node, err);
 	if (rc == 0 && *ret_node) {
 		snprintf(subject, sizeof(subject), "instance/%s", id);
@@ -236,6 +245,9 @@ static int lease_try(struct db *d, const char *pool, const char *inst, const cha
 
 #define LEASE_WINDOW 64
 
+/* The columns of lease_nic's SELECT of the pool. */
+enum { IP_SUBNET, IP_GATEWAY, IP_PREFIX };
+
 int lease_nic(struct db *d, const char *pool_id, const char *instance_id, char mac[18],
 	      bc_error *err)
 {
@@ -249,11 +261,11 @@ int lease_nic(struct db *d, const char *pool_id, const char *instance_id, char m
 		     "FROM pools WHERE id = $1", &p);
 	if (rc < 0)
 		return db_fail(err, rc);
-	if (PQntuples(r) != 1 || !db_val(r, 0, 0)) {
+	if (PQntuples(r) != 1 || !db_val(r, 0, IP_SUBNET)) {
 		PQclear(r);
 		return 0; /* no IPAM: a MAC only */
 	}
-	prefix = (int)db_i64(r, 0, 2);
+	prefix = (int)db_i64(r, 0, IP_PREFIX);
 	addr[0] = '\0';
 	/* random windows first; the whole range only when they were full */
 	for (int attempt = 0; attempt < 8 && rc == 0 && !addr[0]; attempt++) {
@@ -266,7 +278,8 @@ int lease_nic(struct db *d, const char *pool_id, const char *instance_id, char m
 			rc = db_exec(d, NULL, "UPDATE instances SET mac = $1::macaddr WHERE id = $2", &p);
 		}
 		if (rc == 0)
-			rc = lease_try(d, pool_id, instance_id, mac, db_val(r, 0, 0), db_val(r, 0, 1),
+			rc = lease_try(d, pool_id, instance_id, mac, db_val(r, 0, IP_SUBNET),
+				       db_val(r, 0, IP_GATEWAY),
 				       (int64_t)ipam_hosts4(prefix), attempt < 6 ? LEASE_WINDOW : 0,
 				       addr, sizeof(addr));
 	}
@@ -291,6 +304,9 @@ static int bump_lines(struct db *d, const char *lines)
 		rc = spec_bump(d, n);
 	return rc;
 }
+
+/* The columns of finish_deletions's SELECT. */
+enum { FD_COUNT, FD_USER_DATA_REFS, FD_NODES };
 
 int finish_deletions(struct db *d, const char *node_id, const char *ids_lines)
 {
@@ -318,12 +334,12 @@ int finish_deletions(struct db *d, const char *node_id, const char *ids_lines)
 		     "node_id, E'\\n') FROM gone)", &p);
 	if (rc < 0)
 		return rc;
-	n = (int)db_i64(r, 0, 0);
+	n = (int)db_i64(r, 0, FD_COUNT);
 	/* the sealed user data goes with the instance */
-	rc = sealed_delete(d, db_val(r, 0, 1));
+	rc = sealed_delete(d, db_val(r, 0, FD_USER_DATA_REFS));
 	/* a spec without the instance, so its host drops its taps and guards */
 	if (rc >= 0 && n > 0)
-		rc = bump_lines(d, db_val(r, 0, 2));
+		rc = bump_lines(d, db_val(r, 0, FD_NODES));
 	PQclear(r);
 	return rc < 0 ? rc : n;
 }

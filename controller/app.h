@@ -1,0 +1,58 @@
+/* app.h: what every API call sees (app.c): the application object, the
+ * caller (principal) set by the pre-call hook, and this thread's database. */
+#ifndef BC_CTL_APP_H
+#define BC_CTL_APP_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "config.h"
+#include "db.h"
+#include "rpc.h"
+
+struct watch_registry;
+struct waiter;
+struct metrics_srv;
+struct streams;
+
+struct ctl_app {
+	struct ctl_config cfg;
+	rpc_server *server;
+	struct watch_registry *watches;
+	char *api_ca_pem, *node_ca_pem, *node_ca_key_pem;
+	volatile bool stopping;
+	pthread_t listen_thread, reconcile_thread, sbx_thread;
+	struct metrics_srv *metrics;
+	int waiting;                 /* calls holding a worker in a create's wait */
+	struct waiter *waiter;       /* sandbox creates waiting off the workers (waiter.c) */
+	struct waiter *inst_waiter;  /* instance creates waiting off the workers */
+	struct streams *streams;     /* stream admission and database pool */
+};
+
+/* The caller of an API call, set by the pre-call hook. */
+enum principal_kind { PRINCIPAL_NONE, PRINCIPAL_IDENTITY, PRINCIPAL_NODE };
+
+struct principal {
+	enum principal_kind kind;
+	char id[64];         /* identity id or node id */
+	char tenant_id[64];  /* identities */
+	char pool_id[64];    /* nodes */
+	bool is_admin;
+	char identity_kind[16];  /* user | service | agent */
+	/* an agent: the user it acts for and the live delegation; others: "" */
+	char user_id[64];
+	char delegation_id[64];
+};
+
+/* From a call: the app, this thread's database (or the stream pool's
+ * connection it holds), the principal; all borrowed. */
+struct ctl_app *ctl_app(const rpc_call *call);
+struct db *ctl_db(const rpc_call *call);
+const struct principal *ctl_principal(const rpc_call *call);
+
+/* The operator: an administrator of the root tenant (the admin API's
+ * callers; implicit allow everywhere). */
+#define AUTH_ROOT_TENANT "root"
+bool auth_is_operator(const struct principal *p);
+
+#endif
