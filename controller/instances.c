@@ -481,7 +481,7 @@ static ProtobufCMessage *inst_wait_answer(rpc_call *c, const PGresult *r, int i)
 const struct waiter_kind inst_waiter_kind = {
 	.noun = "instance",
 	.sql = "SELECT " INST_COLS " FROM instances i WHERE i.id = ANY($1::text[])" INST_NOT_DRAFT,
-	.state_col = 6,
+	.state_col = INST_STATE,
 	.settled = inst_settled,
 	.answer = inst_wait_answer,
 };

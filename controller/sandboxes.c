@@ -476,7 +476,7 @@ static ProtobufCMessage *sbx_wait_answer(rpc_call *c, const PGresult *r, int i)
 const struct waiter_kind sbx_waiter_kind = {
 	.noun = "sandbox",
 	.sql = "SELECT " SBX_COLS SBX_FROM "WHERE s.id = ANY($1::text[])",
-	.state_col = 5,
+	.state_col = SBX_STATE,
 	.settled = sbx_settled,
 	.answer = sbx_wait_answer,
 };
