@@ -26,6 +26,7 @@ int idem_hash(const ProtobufCMessage *req, char out[65])
 
 int idem_lookup(struct db *d, const struct idem *k, char **ret_resource, bc_error *err)
 {
+	enum { LK_REQUEST_HASH, LK_RESOURCE_ID };
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	int rc;
@@ -42,13 +43,13 @@ int idem_lookup(struct db *d, const struct idem *k, char **ret_resource, bc_erro
 	if (rc < 0)
 		return db_fail(err, rc);
 	if (PQntuples(r) == 1) {
-		if (strcmp(db_val(r, 0, 0), k->request_hash) != 0) {
+		if (strcmp(db_val(r, 0, LK_REQUEST_HASH), k->request_hash) != 0) {
 			PQclear(r);
 			bc_error_set(err, BC_CONFLICT, "idempotency key %s was used with another "
 				     "request", k->key);
 			return bc_error_detail(err, "reason", "idempotency-key-reused");
 		}
-		*ret_resource = xstrdup(db_val(r, 0, 1));
+		*ret_resource = xstrdup(db_val(r, 0, LK_RESOURCE_ID));
 	}
 	PQclear(r);
 	return 0;
@@ -84,6 +85,7 @@ int idem_check_key(const char *key, bc_error *err)
 
 int idem_purge(struct db *d, int retention_seconds)
 {
+	enum { PURGE_COUNT };
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	int rc;
@@ -97,7 +99,7 @@ int idem_purge(struct db *d, int retention_seconds)
 		     "LIMIT $2) RETURNING 1) SELECT count(*) FROM g", &p);
 	if (rc < 0)
 		return rc;
-	rc = (int)db_i64(r, 0, 0);
+	rc = (int)db_i64(r, 0, PURGE_COUNT);
 	PQclear(r);
 	return rc;
 }
