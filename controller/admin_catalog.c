@@ -53,21 +53,27 @@ static const char *const runtimes[] = {"fake", "libvirt", "cloud-hypervisor"};
 	"id, name, runtime, coalesce(ipam_subnet::text, ''), coalesce(host(ipam_gateway), ''), " \
 	"bridge, recreate_on_host_loss, array_to_string(tenant_ids, E'\\n'), " MS("created_at") \
 	", coalesce(ipam_subnet6::text, '')"
+/* The columns of POOL_COLS, in its order: the two must stay in step. */
+enum {
+	POOL_ID, POOL_NAME, POOL_RUNTIME, POOL_IPAM_SUBNET, POOL_IPAM_GATEWAY, POOL_BRIDGE,
+	POOL_RECREATE, POOL_TENANT_IDS, POOL_CREATED_AT, POOL_IPAM_SUBNET6, POOL_NCOLS
+};
+COLS_CHECK(POOL_COLS, POOL_NCOLS)
 
 static Bc__Admin__V1__Pool *pool_from_row(rpc_call *c, const PGresult *r, int i)
 {
 	Bc__Admin__V1__Pool *p = rpc_new(c, &bc__admin__v1__pool__descriptor);
 
-	p->id = row_str(c, r, i, 0);
-	p->name = row_str(c, r, i, 1);
-	p->runtime = row_str(c, r, i, 2);
-	p->ipam_subnet = row_str(c, r, i, 3);
-	p->ipam_gateway = row_str(c, r, i, 4);
-	p->bridge = row_str(c, r, i, 5);
-	p->recreate_on_host_loss = db_bool(r, i, 6);
-	p->n_tenant_ids = row_strv(c, r, i, 7, &p->tenant_ids);
-	p->created_at = db_i64(r, i, 8);
-	p->ipam_subnet6 = row_str(c, r, i, 9);
+	p->id = row_str(c, r, i, POOL_ID);
+	p->name = row_str(c, r, i, POOL_NAME);
+	p->runtime = row_str(c, r, i, POOL_RUNTIME);
+	p->ipam_subnet = row_str(c, r, i, POOL_IPAM_SUBNET);
+	p->ipam_gateway = row_str(c, r, i, POOL_IPAM_GATEWAY);
+	p->bridge = row_str(c, r, i, POOL_BRIDGE);
+	p->recreate_on_host_loss = db_bool(r, i, POOL_RECREATE);
+	p->n_tenant_ids = row_strv(c, r, i, POOL_TENANT_IDS, &p->tenant_ids);
+	p->created_at = db_i64(r, i, POOL_CREATED_AT);
+	p->ipam_subnet6 = row_str(c, r, i, POOL_IPAM_SUBNET6);
 	return p;
 }
 
@@ -330,21 +336,27 @@ static int pools_delete(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage
 #define FLAVOR_COLS                                                                      \
 	"id, name, vcpus, memory_mib, disk_gib, gpus, huge_pages, numa_node, pin_vcpus, " \
 	MS("created_at")
+/* The columns of FLAVOR_COLS, in its order: the two must stay in step. */
+enum {
+	FLAVOR_ID, FLAVOR_NAME, FLAVOR_VCPUS, FLAVOR_MEMORY_MIB, FLAVOR_DISK_GIB, FLAVOR_GPUS,
+	FLAVOR_HUGE_PAGES, FLAVOR_NUMA_NODE, FLAVOR_PIN_VCPUS, FLAVOR_CREATED_AT, FLAVOR_NCOLS
+};
+COLS_CHECK(FLAVOR_COLS, FLAVOR_NCOLS)
 
 static Bc__Admin__V1__Flavor *flavor_from_row(rpc_call *c, const PGresult *r, int i)
 {
 	Bc__Admin__V1__Flavor *f = rpc_new(c, &bc__admin__v1__flavor__descriptor);
 
-	f->id = row_str(c, r, i, 0);
-	f->name = row_str(c, r, i, 1);
-	f->vcpus = (uint32_t)db_i64(r, i, 2);
-	f->memory_mib = (uint64_t)db_i64(r, i, 3);
-	f->disk_gib = (uint64_t)db_i64(r, i, 4);
-	f->gpus = (uint32_t)db_i64(r, i, 5);
-	f->huge_pages = row_str(c, r, i, 6);
-	f->numa_node = (int32_t)db_i64(r, i, 7);
-	f->pin_vcpus = db_bool(r, i, 8);
-	f->created_at = db_i64(r, i, 9);
+	f->id = row_str(c, r, i, FLAVOR_ID);
+	f->name = row_str(c, r, i, FLAVOR_NAME);
+	f->vcpus = (uint32_t)db_i64(r, i, FLAVOR_VCPUS);
+	f->memory_mib = (uint64_t)db_i64(r, i, FLAVOR_MEMORY_MIB);
+	f->disk_gib = (uint64_t)db_i64(r, i, FLAVOR_DISK_GIB);
+	f->gpus = (uint32_t)db_i64(r, i, FLAVOR_GPUS);
+	f->huge_pages = row_str(c, r, i, FLAVOR_HUGE_PAGES);
+	f->numa_node = (int32_t)db_i64(r, i, FLAVOR_NUMA_NODE);
+	f->pin_vcpus = db_bool(r, i, FLAVOR_PIN_VCPUS);
+	f->created_at = db_i64(r, i, FLAVOR_CREATED_AT);
 	return f;
 }
 
@@ -406,18 +418,24 @@ static int flavors_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessa
 /* --------------------------------------------------------------- images */
 
 #define IMAGE_COLS "id, name, format, url, sha256, size_bytes, " MS("created_at")
+/* The columns of IMAGE_COLS, in its order: the two must stay in step. */
+enum {
+	IMAGE_ID, IMAGE_NAME, IMAGE_FORMAT, IMAGE_URL, IMAGE_SHA256, IMAGE_SIZE_BYTES,
+	IMAGE_CREATED_AT, IMAGE_NCOLS
+};
+COLS_CHECK(IMAGE_COLS, IMAGE_NCOLS)
 
 static Bc__Admin__V1__Image *image_from_row(rpc_call *c, const PGresult *r, int i)
 {
 	Bc__Admin__V1__Image *im = rpc_new(c, &bc__admin__v1__image__descriptor);
 
-	im->id = row_str(c, r, i, 0);
-	im->name = row_str(c, r, i, 1);
-	im->format = row_str(c, r, i, 2);
-	im->url = row_str(c, r, i, 3);
-	im->sha256 = row_str(c, r, i, 4);
-	im->size_bytes = (uint64_t)db_i64(r, i, 5);
-	im->created_at = db_i64(r, i, 6);
+	im->id = row_str(c, r, i, IMAGE_ID);
+	im->name = row_str(c, r, i, IMAGE_NAME);
+	im->format = row_str(c, r, i, IMAGE_FORMAT);
+	im->url = row_str(c, r, i, IMAGE_URL);
+	im->sha256 = row_str(c, r, i, IMAGE_SHA256);
+	im->size_bytes = (uint64_t)db_i64(r, i, IMAGE_SIZE_BYTES);
+	im->created_at = db_i64(r, i, IMAGE_CREATED_AT);
 	return im;
 }
 

@@ -35,6 +35,7 @@ void auth_token_new(char *out, size_t len)
 
 static int auth_node(rpc_call *call, struct principal *p, bc_error *err)
 {
+	enum { NODE_POOL_ID, NODE_STATE };
 	const char *cn = rpc_call_peer_cn(call);
 	struct dbp q = {0};
 	PGresult *r = NULL;
@@ -51,7 +52,7 @@ static int auth_node(rpc_call *call, struct principal *p, bc_error *err)
 		PQclear(r);
 		return bc_error_set(err, BC_UNAUTHENTICATED, "unknown node %s", cn);
 	}
-	if (strcmp(db_val(r, 0, 1), "retired") == 0) {
+	if (strcmp(db_val(r, 0, NODE_STATE), "retired") == 0) {
 		PQclear(r);
 		log_warn("node %s: call refused: node is retired", cn);
 		bc_error_set(err, BC_ACCESS_DENIED, "node %s is retired", cn);
@@ -66,10 +67,16 @@ static int auth_node(rpc_call *call, struct principal *p, bc_error *err)
 	}
 	p->kind = PRINCIPAL_NODE;
 	snprintf(p->id, sizeof(p->id), "%s", cn);
-	snprintf(p->pool_id, sizeof(p->pool_id), "%s", db_val(r, 0, 0));
+	snprintf(p->pool_id, sizeof(p->pool_id), "%s", db_val(r, 0, NODE_POOL_ID));
 	PQclear(r);
 	return 0;
 }
+
+/* The columns auth_token reads of a token, in its SELECT's order. */
+enum {
+	TOKEN_IDENTITY_ID, TOKEN_TENANT_ID, TOKEN_IS_ADMIN, TOKEN_TENANT_STATE,
+	TOKEN_IDENTITY_STATE, TOKEN_KIND, TOKEN_USER_ID, TOKEN_DELEGATION_ID, TOKEN_USER_STATE
+};
 
 /* A token of an inactive tenant or identity, of an agent whose delegation
  * was revoked, or of an agent whose delegating user is no longer active,
@@ -84,16 +91,16 @@ static int auth_refuse(const PGresult *r, bc_error *err)
 		{"delegation-revoked", "the agent's delegation was revoked"},
 		{"delegation-user-inactive", "the agent's delegating user is not active"},
 	};
-	bool agent = strcmp(db_val(r, 0, 5), "agent") == 0;
+	bool agent = strcmp(db_val(r, 0, TOKEN_KIND), "agent") == 0;
 	size_t i;
 
-	if (strcmp(db_val(r, 0, 3), "active") != 0)
+	if (strcmp(db_val(r, 0, TOKEN_TENANT_STATE), "active") != 0)
 		i = 0;
-	else if (strcmp(db_val(r, 0, 4), "active") != 0)
+	else if (strcmp(db_val(r, 0, TOKEN_IDENTITY_STATE), "active") != 0)
 		i = 1;
-	else if (agent && !*db_val(r, 0, 7))
+	else if (agent && !*db_val(r, 0, TOKEN_DELEGATION_ID))
 		i = 2;
-	else if (agent && strcmp(db_val(r, 0, 8), "active") != 0)
+	else if (agent && strcmp(db_val(r, 0, TOKEN_USER_STATE), "active") != 0)
 		i = 3;
 	else
 		return 0;
@@ -134,12 +141,13 @@ static int auth_token(rpc_call *call, struct principal *p, bc_error *err)
 		return rc;
 	}
 	p->kind = PRINCIPAL_IDENTITY;
-	snprintf(p->id, sizeof(p->id), "%s", db_val(r, 0, 0));
-	snprintf(p->tenant_id, sizeof(p->tenant_id), "%s", db_val(r, 0, 1));
-	snprintf(p->identity_kind, sizeof(p->identity_kind), "%s", db_val(r, 0, 5));
-	snprintf(p->user_id, sizeof(p->user_id), "%s", db_val(r, 0, 6));
-	snprintf(p->delegation_id, sizeof(p->delegation_id), "%s", db_val(r, 0, 7));
-	p->is_admin = db_bool(r, 0, 2);
+	snprintf(p->id, sizeof(p->id), "%s", db_val(r, 0, TOKEN_IDENTITY_ID));
+	snprintf(p->tenant_id, sizeof(p->tenant_id), "%s", db_val(r, 0, TOKEN_TENANT_ID));
+	snprintf(p->identity_kind, sizeof(p->identity_kind), "%s", db_val(r, 0, TOKEN_KIND));
+	snprintf(p->user_id, sizeof(p->user_id), "%s", db_val(r, 0, TOKEN_USER_ID));
+	snprintf(p->delegation_id, sizeof(p->delegation_id), "%s",
+		 db_val(r, 0, TOKEN_DELEGATION_ID));
+	p->is_admin = db_bool(r, 0, TOKEN_IS_ADMIN);
 	PQclear(r);
 	return 0;
 }

@@ -123,6 +123,7 @@ static void docs_free(struct docs *s)
  * s->unreadable and makes the decision a deny. */
 static int docs_load(struct db *d, const char *id, const char *tenant, struct docs *s)
 {
+	enum { DOC_IS_ADMIN, DOC_ACTIVE, DOC_POLICY_ID, DOC_DOCUMENT };
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	int rc, n;
@@ -137,21 +138,24 @@ static int docs_load(struct db *d, const char *id, const char *tenant, struct do
 	if (rc < 0)
 		return rc;
 	n = PQntuples(r);
-	s->admin = n > 0 && db_bool(r, 0, 0);
-	s->active = n > 0 && db_bool(r, 0, 1);
+	s->admin = n > 0 && db_bool(r, 0, DOC_IS_ADMIN);
+	s->active = n > 0 && db_bool(r, 0, DOC_ACTIVE);
 	s->v = xcalloc(n ? (size_t)n : 1, sizeof(*s->v));
 	s->owned = xcalloc(n ? (size_t)n : 1, sizeof(*s->owned));
 	for (int i = 0; i < n; i++) {
-		const char *doc = db_val(r, i, 3);
+		const char *doc = db_val(r, i, DOC_DOCUMENT);
 		if (!doc)
 			continue;
 		s->wants_budget |= strstr(doc, AUTHZ_BUDGET_ATTR) != NULL;
-		if (cache_get(db_val(r, i, 2), doc, &s->v[s->n], &s->owned[s->n]) == 0) {
+		if (cache_get(db_val(r, i, DOC_POLICY_ID), doc, &s->v[s->n],
+			      &s->owned[s->n]) == 0) {
 			s->n++;
 		} else if (!*s->unreadable) {
 			log_warn("policy %s: stored document does not parse: every decision for "
-				 "identity %s is a deny until it is detached", db_val(r, i, 2), id);
-			snprintf(s->unreadable, sizeof(s->unreadable), "%s", db_val(r, i, 2));
+				 "identity %s is a deny until it is detached",
+				 db_val(r, i, DOC_POLICY_ID), id);
+			snprintf(s->unreadable, sizeof(s->unreadable), "%s",
+				 db_val(r, i, DOC_POLICY_ID));
 		}
 	}
 	PQclear(r);
@@ -388,6 +392,7 @@ int authz_decide_staged(rpc_call *c, struct db *d, const char *action, const cha
 		return 0; /* allowed everything: no need to read the row */
 	dbp_str(&q, type);
 	dbp_str(&q, id);
+	enum { RES_TENANT_ID, RES_PARENT, RES_AGENT_ID, RES_KEY, RES_VALUE };
 	rc = db_exec(d, &r, "SELECT a.tenant_id, a.parent, coalesce(a.agent_id, ''), e.key, e.value "
 		     "FROM authz_resources a LEFT JOIN LATERAL jsonb_each_text(a.attrs || "
 		     "coalesce(a.pending, '{}')) e ON true WHERE a.type = $1 AND a.id = $2 "
@@ -398,15 +403,15 @@ int authz_decide_staged(rpc_call *c, struct db *d, const char *action, const cha
 		PQclear(r);
 		return bc_error_set(err, BC_NOT_FOUND, "%s/%s not found", type, id);
 	}
-	snprintf(tenant, sizeof(tenant), "%s", db_val(r, 0, 0));
-	snprintf(parent, sizeof(parent), "%s", db_val(r, 0, 1));
-	snprintf(agent, sizeof(agent), "%s", db_val(r, 0, 2));
+	snprintf(tenant, sizeof(tenant), "%s", db_val(r, 0, RES_TENANT_ID));
+	snprintf(parent, sizeof(parent), "%s", db_val(r, 0, RES_PARENT));
+	snprintf(agent, sizeof(agent), "%s", db_val(r, 0, RES_AGENT_ID));
 	t.tenant_id = tenant;
 	t.parent = parent;
 	t.agent_id = *agent ? agent : NULL;
 	for (int i = 0; i < PQntuples(r); i++)
-		if (db_val(r, i, 3))
-			authz_attr(&t, db_val(r, i, 3), db_val(r, i, 4));
+		if (db_val(r, i, RES_KEY))
+			authz_attr(&t, db_val(r, i, RES_KEY), db_val(r, i, RES_VALUE));
 	PQclear(r);
 	return authz_decide(c, d, action, &t, err);
 }

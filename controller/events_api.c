@@ -30,16 +30,19 @@
 #define EV_PAGE_MAX 1000
 #define EV_POLL_MS 5000
 
+/* The columns of ev_page's SELECT, in its order. */
+enum { EVR_SEQ, EVR_TYPE, EVR_SUBJECT, EVR_TENANT_ID, EVR_DATA, EVR_CREATED_AT };
+
 static Bc__Compute__V1__Event *ev_row(rpc_call *c, const PGresult *r, int i)
 {
 	Bc__Compute__V1__Event *e = rpc_new(c, &bc__compute__v1__event__descriptor);
 
-	e->id = (uint64_t)db_i64(r, i, 0);
-	e->type = row_str(c, r, i, 1);
-	e->subject = row_str(c, r, i, 2);
-	e->tenant_id = row_str(c, r, i, 3);
-	e->data = row_str(c, r, i, 4);
-	e->created_at = db_i64(r, i, 5);
+	e->id = (uint64_t)db_i64(r, i, EVR_SEQ);
+	e->type = row_str(c, r, i, EVR_TYPE);
+	e->subject = row_str(c, r, i, EVR_SUBJECT);
+	e->tenant_id = row_str(c, r, i, EVR_TENANT_ID);
+	e->data = row_str(c, r, i, EVR_DATA);
+	e->created_at = db_i64(r, i, EVR_CREATED_AT);
 	return e;
 }
 

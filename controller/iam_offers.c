@@ -24,6 +24,12 @@
 	"floor(coalesce(sum(cost_cents), 0))::bigint FROM usage u WHERE u.tenant_id = t.id), " \
 	"(SELECT string_agg(key || '=' || value, E'\\n' ORDER BY key) FROM "              \
 	"jsonb_each_text(o.prices))"
+/* The columns of OFFER_COLS, in its order: the two must stay in step. */
+enum {
+	OFFER_TENANT_ID, OFFER_SPEND_LIMIT, OFFER_ON_BUDGET_EXCEEDED, OFFER_SPENT, OFFER_PRICES,
+	OFFER_NCOLS
+};
+COLS_CHECK(OFFER_COLS, OFFER_NCOLS)
 #define BUDGET_NAMES {"ok", "spent", "stop-new", "drain"}
 #define PRICES_MAX 32
 #define PRICE_MAX 1e12
@@ -92,12 +98,12 @@ static Bc__Admin__V1__Offer *offer_row(rpc_call *c, const PGresult *r)
 {
 	Bc__Admin__V1__Offer *x = rpc_new(c, &bc__admin__v1__offer__descriptor);
 
-	x->tenant_id = row_str(c, r, 0, 0);
-	x->has_spend_limit_cents = db_val(r, 0, 1) != NULL;
-	x->spend_limit_cents = db_i64(r, 0, 1);
-	x->on_budget_exceeded = row_str(c, r, 0, 2);
-	x->spent_cents = db_i64(r, 0, 3);
-	offer_prices(c, x, db_val(r, 0, 4));
+	x->tenant_id = row_str(c, r, 0, OFFER_TENANT_ID);
+	x->has_spend_limit_cents = db_val(r, 0, OFFER_SPEND_LIMIT) != NULL;
+	x->spend_limit_cents = db_i64(r, 0, OFFER_SPEND_LIMIT);
+	x->on_budget_exceeded = row_str(c, r, 0, OFFER_ON_BUDGET_EXCEEDED);
+	x->spent_cents = db_i64(r, 0, OFFER_SPENT);
+	offer_prices(c, x, db_val(r, 0, OFFER_PRICES));
 	x->budget = (char *)"ok";
 	return x;
 }
@@ -189,11 +195,12 @@ static int offer_pool_check(rpc_call *c, const ProtobufCMessage *m, ProtobufCMes
 {
 	const Bc__Admin__V1__SetPoolBudgetCheckRequest *q = (const void *)m;
 	Bc__Admin__V1__SetPoolBudgetCheckResponse *resp;
+	enum { PBC_POOL_ID, PBC_BUDGET_CHECK, PBC_TENANT_ID }; /* the RETURNING's columns */
 	struct iam_write w = {
 		.sql = "UPDATE pools SET budget_check = $2 WHERE id = $1 AND deleted_at IS NULL "
 		       "RETURNING id, budget_check, NULL::text",
 		.conflict_reason = "", .ev_type = "pool.budget-check-set", .subject_kind = "pool",
-		.tenant_col = 2};
+		.tenant_col = PBC_TENANT_ID};
 	PGresult *r = NULL;
 	char msg[128];
 	int rc;
@@ -209,8 +216,8 @@ static int offer_pool_check(rpc_call *c, const ProtobufCMessage *m, ProtobufCMes
 	if ((rc = iam_write_run(c, &w, &r, err)) < 0)
 		return rc;
 	resp = rpc_new(c, &bc__admin__v1__set_pool_budget_check_response__descriptor);
-	resp->pool_id = row_str(c, r, 0, 0);
-	resp->budget_check = row_str(c, r, 0, 1);
+	resp->pool_id = row_str(c, r, 0, PBC_POOL_ID);
+	resp->budget_check = row_str(c, r, 0, PBC_BUDGET_CHECK);
 	PQclear(r);
 	*ret = &resp->base;
 	log_info("pool %s: budget check %s", q->pool_id, q->budget_check);

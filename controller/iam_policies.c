@@ -28,19 +28,25 @@
 	"policy_attachments a WHERE a.policy_id = p.id AND a.target_kind = 'identity' ORDER BY " \
 	"a.target_id), E'\\n'), EXISTS (SELECT 1 FROM policy_attachments a WHERE a.policy_id = " \
 	"p.id AND a.target_kind = 'tenant'), " MS("p.created_at")
+/* The columns of POL_COLS, in its order: the two must stay in step. */
+enum {
+	POL_ID, POL_TENANT_ID, POL_NAME, POL_DOCUMENT, POL_IDENTITY_IDS, POL_TENANT_WIDE,
+	POL_CREATED_AT, POL_NCOLS
+};
+COLS_CHECK(POL_COLS, POL_NCOLS)
 
 static Bc__Admin__V1__Policy *pol_row(rpc_call *c, const PGresult *r, int i)
 {
 	Bc__Admin__V1__Policy *x = rpc_new(c, &bc__admin__v1__policy__descriptor);
 	struct policy *p = NULL;
 
-	x->id = row_str(c, r, i, 0);
-	x->tenant_id = row_str(c, r, i, 1);
-	x->name = row_str(c, r, i, 2);
-	x->document = row_str(c, r, i, 3);
-	x->n_identity_ids = row_strv(c, r, i, 4, &x->identity_ids);
-	x->tenant_wide = db_bool(r, i, 5);
-	x->created_at = db_i64(r, i, 6);
+	x->id = row_str(c, r, i, POL_ID);
+	x->tenant_id = row_str(c, r, i, POL_TENANT_ID);
+	x->name = row_str(c, r, i, POL_NAME);
+	x->document = row_str(c, r, i, POL_DOCUMENT);
+	x->n_identity_ids = row_strv(c, r, i, POL_IDENTITY_IDS, &x->identity_ids);
+	x->tenant_wide = db_bool(r, i, POL_TENANT_WIDE);
+	x->created_at = db_i64(r, i, POL_CREATED_AT);
 	if (policy_parse(x->document, strlen(x->document), &p, NULL, NULL, 0) == 0)
 		x->statements = (uint32_t)policy_statements(p);
 	policy_free(p);
@@ -99,7 +105,7 @@ static int pol_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 		       "$3, $4 FROM tenants WHERE id = $2 AND state <> 'deleted' RETURNING *) SELECT "
 		       POL_COLS " FROM p",
 		.conflict_reason = "name-taken", .ev_type = "policy.created", .subject_kind = "policy",
-		.tenant_col = 1};
+		.tenant_col = POL_TENANT_ID};
 	PGresult *r = NULL;
 	char id[64], msg[128];
 	const char *tenant;
@@ -184,7 +190,7 @@ static int pol_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **r
 			resp->items[resp->n_items++] = x;
 	}
 	if (PQntuples(r) == limit)
-		resp->cursor = row_str(c, r, limit - 1, 0);
+		resp->cursor = row_str(c, r, limit - 1, POL_ID);
 	PQclear(r);
 	*ret = &resp->base;
 	return 0;
@@ -232,6 +238,7 @@ static int attach_cap(struct db *d, const char *tenant, const char *identity, in
 
 static int attach_tx(struct db *d, void *arg, bc_error *err)
 {
+	enum { AT_TENANT_ID, AT_IDENTITY_OK }; /* the policy's read */
 	struct attach *a = arg;
 	const char *kind = a->q->tenant ? "tenant" : "identity";
 	struct dbp p = {0};
@@ -247,7 +254,7 @@ static int attach_tx(struct db *d, void *arg, bc_error *err)
 		     "AND p.deleted_at IS NULL FOR UPDATE", &p);
 	if (rc < 0)
 		return db_fail(err, rc);
-	if (PQntuples(r) == 0 || !db_bool(r, 0, 1)) {
+	if (PQntuples(r) == 0 || !db_bool(r, 0, AT_IDENTITY_OK)) {
 		rc = PQntuples(r);
 		PQclear(r);
 		if (rc == 0)
@@ -258,7 +265,7 @@ static int attach_tx(struct db *d, void *arg, bc_error *err)
 	p.n = 0;
 	dbp_str(&p, a->q->policy_id);
 	dbp_str(&p, kind);
-	dbp_str(&p, a->q->tenant ? db_val(r, 0, 0) : a->q->identity_id);
+	dbp_str(&p, a->q->tenant ? db_val(r, 0, AT_TENANT_ID) : a->q->identity_id);
 	if (a->delete) {
 		p.n = 1; /* only the policy id */
 		rc = db_exec(d, NULL, "DELETE FROM policy_attachments WHERE policy_id = $1", &p);
@@ -273,7 +280,7 @@ static int attach_tx(struct db *d, void *arg, bc_error *err)
 		rc = db_exec(d, NULL, "INSERT INTO policy_attachments (policy_id, target_kind, "
 			     "target_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", &p);
 		ev = "policy.attached";
-		if (rc == 0 && (rc = attach_cap(d, db_val(r, 0, 0), a->q->tenant ? "" :
+		if (rc == 0 && (rc = attach_cap(d, db_val(r, 0, AT_TENANT_ID), a->q->tenant ? "" :
 						a->q->identity_id, a->max, err)) < 0) {
 			PQclear(r);
 			return rc;
@@ -281,7 +288,7 @@ static int attach_tx(struct db *d, void *arg, bc_error *err)
 	}
 	snprintf(subject, sizeof(subject), "policy/%s", a->q->policy_id);
 	if (rc == 0)
-		rc = event_publish(d, ev, subject, db_val(r, 0, 0), NULL);
+		rc = event_publish(d, ev, subject, db_val(r, 0, AT_TENANT_ID), NULL);
 	PQclear(r);
 	return rc < 0 ? db_fail(err, rc) : 0;
 }
@@ -339,22 +346,28 @@ static int pol_delete(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 /* ----------------------------------------------------------------- quotas */
 
 #define QUOTA_COLS "t.id, q.vcpus, q.memory_gib, q.disk_gib, q.gpus, q.instances"
+/* The columns of QUOTA_COLS, in its order: the two must stay in step. */
+enum {
+	QUOTA_TENANT_ID, QUOTA_VCPUS, QUOTA_MEMORY_GIB, QUOTA_DISK_GIB, QUOTA_GPUS,
+	QUOTA_INSTANCES, QUOTA_NCOLS
+};
+COLS_CHECK(QUOTA_COLS, QUOTA_NCOLS)
 
 static Bc__Admin__V1__Quota *quota_row(rpc_call *c, const PGresult *r)
 {
 	Bc__Admin__V1__Quota *x = rpc_new(c, &bc__admin__v1__quota__descriptor);
 
-	x->tenant_id = row_str(c, r, 0, 0);
-	x->has_vcpus = db_val(r, 0, 1) != NULL;
-	x->vcpus = (uint32_t)db_i64(r, 0, 1);
-	x->has_memory_gib = db_val(r, 0, 2) != NULL;
-	x->memory_gib = (uint64_t)db_i64(r, 0, 2);
-	x->has_disk_gib = db_val(r, 0, 3) != NULL;
-	x->disk_gib = (uint64_t)db_i64(r, 0, 3);
-	x->has_gpus = db_val(r, 0, 4) != NULL;
-	x->gpus = (uint32_t)db_i64(r, 0, 4);
-	x->has_instances = db_val(r, 0, 5) != NULL;
-	x->instances = (uint32_t)db_i64(r, 0, 5);
+	x->tenant_id = row_str(c, r, 0, QUOTA_TENANT_ID);
+	x->has_vcpus = db_val(r, 0, QUOTA_VCPUS) != NULL;
+	x->vcpus = (uint32_t)db_i64(r, 0, QUOTA_VCPUS);
+	x->has_memory_gib = db_val(r, 0, QUOTA_MEMORY_GIB) != NULL;
+	x->memory_gib = (uint64_t)db_i64(r, 0, QUOTA_MEMORY_GIB);
+	x->has_disk_gib = db_val(r, 0, QUOTA_DISK_GIB) != NULL;
+	x->disk_gib = (uint64_t)db_i64(r, 0, QUOTA_DISK_GIB);
+	x->has_gpus = db_val(r, 0, QUOTA_GPUS) != NULL;
+	x->gpus = (uint32_t)db_i64(r, 0, QUOTA_GPUS);
+	x->has_instances = db_val(r, 0, QUOTA_INSTANCES) != NULL;
+	x->instances = (uint32_t)db_i64(r, 0, QUOTA_INSTANCES);
 	return x;
 }
 

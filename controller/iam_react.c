@@ -36,6 +36,8 @@ static const char withdraw_sql[] =
 	"UNION ALL SELECT s.id, 'owner-deleted', coalesce(s.agent_id, '') FROM sandboxes s JOIN "
 	"identities o ON o.id = s.owner_id WHERE s.deleting_at IS NULL AND o.state = 'deleted' "
 	"LIMIT 100";
+/* withdraw_sql's columns, in its order */
+enum { WD_SANDBOX_ID, WD_REASON, WD_AGENT_ID };
 
 struct wd {
 	const char *id, *reason, *agent;
@@ -44,6 +46,7 @@ struct wd {
 
 static int withdraw_tx(struct db *d, void *arg, bc_error *err)
 {
+	enum { WS_TENANT_ID, WS_TEMPLATE_ID, WS_INSTANCE_ID, WS_POOL_ID };
 	struct wd *a = arg;
 	_cleanup_free_ char *data = NULL;
 	struct dbp p = {0};
@@ -68,7 +71,8 @@ static int withdraw_tx(struct db *d, void *arg, bc_error *err)
 			 db_val(r, 0, 1), db_val(r, 0, 2), db_val(r, 0, 3));
 	/* an owner who is gone: an ordinary delete (sandbox.deleting) */
 	if (strcmp(a->reason, "owner-deleted") != 0)
-		rc = event_publish(d, "sandbox.withdrawn", subject, db_val(r, 0, 0), data);
+		rc = event_publish(d, "sandbox.withdrawn", subject, db_val(r, 0, WS_TENANT_ID),
+				   data);
 	PQclear(r);
 	if (rc == 0)
 		rc = sbx_delete_locked(d, a->id, false);
@@ -83,7 +87,8 @@ void iam_react_tick(struct db *d)
 	if (db_exec(d, &r, withdraw_sql, NULL) < 0)
 		return;
 	for (int i = 0; i < PQntuples(r); i++) {
-		struct wd a = {db_val(r, i, 0), db_val(r, i, 1), db_val(r, i, 2), false};
+		struct wd a = {db_val(r, i, WD_SANDBOX_ID), db_val(r, i, WD_REASON),
+			       db_val(r, i, WD_AGENT_ID), false};
 		bc_error err;
 
 		bc_error_clear(&err);

@@ -79,6 +79,7 @@ int iam_visible(rpc_call *c, const char *action, const struct iam_obj *o, bc_err
 int iam_identity_of(rpc_call *c, const char *sql, const char *id, const char *what,
 		    struct iam_ref *ret, bc_error *err)
 {
+	enum { REF_TENANT_ID, REF_IDENTITY_ID, REF_IS_ADMIN }; /* what sql selects (iam.h) */
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	int rc;
@@ -86,9 +87,10 @@ int iam_identity_of(rpc_call *c, const char *sql, const char *id, const char *wh
 	dbp_str(&p, id);
 	if ((rc = db_one(ctl_db(c), &r, sql, &p, err, "%s %s not found", what, id)) < 0)
 		return rc;
-	snprintf(ret->tenant, sizeof(ret->tenant), "%s", db_val(r, 0, 0));
-	snprintf(ret->identity, sizeof(ret->identity), "%s", db_val(r, 0, 1) ? db_val(r, 0, 1) : "");
-	ret->admin = db_bool(r, 0, 2);
+	snprintf(ret->tenant, sizeof(ret->tenant), "%s", db_val(r, 0, REF_TENANT_ID));
+	snprintf(ret->identity, sizeof(ret->identity), "%s",
+		 db_val(r, 0, REF_IDENTITY_ID) ? db_val(r, 0, REF_IDENTITY_ID) : "");
+	ret->admin = db_bool(r, 0, REF_IS_ADMIN);
 	PQclear(r);
 	if (!auth_is_operator(ctl_principal(c)) &&
 	    strcmp(ret->tenant, ctl_principal(c)->tenant_id) != 0)

@@ -68,15 +68,18 @@ int iam_write_run(rpc_call *c, struct iam_write *w, PGresult **ret, bc_error *er
 /* ---------------------------------------------------------------- tenants */
 
 #define TENANT_COLS "id, name, state, " MS("created_at")
+/* The columns of TENANT_COLS, in its order: the two must stay in step. */
+enum { TENANT_ID, TENANT_NAME, TENANT_STATE, TENANT_CREATED_AT, TENANT_NCOLS };
+COLS_CHECK(TENANT_COLS, TENANT_NCOLS)
 
 static Bc__Admin__V1__Tenant *tenant_row(rpc_call *c, const PGresult *r, int i)
 {
 	Bc__Admin__V1__Tenant *t = rpc_new(c, &bc__admin__v1__tenant__descriptor);
 
-	t->id = row_str(c, r, i, 0);
-	t->name = row_str(c, r, i, 1);
-	t->state = row_str(c, r, i, 2);
-	t->created_at = db_i64(r, i, 3);
+	t->id = row_str(c, r, i, TENANT_ID);
+	t->name = row_str(c, r, i, TENANT_NAME);
+	t->state = row_str(c, r, i, TENANT_STATE);
+	t->created_at = db_i64(r, i, TENANT_CREATED_AT);
 	return t;
 }
 
@@ -95,7 +98,8 @@ static int tenants_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessa
 	struct iam_write w = {
 		.sql = "INSERT INTO tenants (id, name) VALUES ($1, $2) RETURNING " TENANT_COLS,
 		.notfound_msg = "", .conflict_reason = "tenant-exists", .ev_type = "tenant.created",
-		.subject_kind = "tenant", .id_col = 0, .tenant_col = 0};
+		.subject_kind = "tenant", .id_col = TENANT_ID,
+		.tenant_col = TENANT_ID};
 	PGresult *r = NULL;
 	int rc;
 
@@ -247,18 +251,24 @@ static int tenants_set_state(rpc_call *c, const ProtobufCMessage *m, ProtobufCMe
 /* ------------------------------------------------------------- identities */
 
 #define IDN_COLS "id, tenant_id, kind, name, is_admin, state, " MS("created_at")
+/* The columns of IDN_COLS, in its order: the two must stay in step. */
+enum {
+	IDN_ID, IDN_TENANT_ID, IDN_KIND, IDN_NAME, IDN_IS_ADMIN, IDN_STATE, IDN_CREATED_AT,
+	IDN_NCOLS
+};
+COLS_CHECK(IDN_COLS, IDN_NCOLS)
 
 static Bc__Admin__V1__Identity *idn_row(rpc_call *c, const PGresult *r, int i)
 {
 	Bc__Admin__V1__Identity *x = rpc_new(c, &bc__admin__v1__identity__descriptor);
 
-	x->id = row_str(c, r, i, 0);
-	x->tenant_id = row_str(c, r, i, 1);
-	x->kind = row_str(c, r, i, 2);
-	x->name = row_str(c, r, i, 3);
-	x->is_admin = db_bool(r, i, 4);
-	x->state = row_str(c, r, i, 5);
-	x->created_at = db_i64(r, i, 6);
+	x->id = row_str(c, r, i, IDN_ID);
+	x->tenant_id = row_str(c, r, i, IDN_TENANT_ID);
+	x->kind = row_str(c, r, i, IDN_KIND);
+	x->name = row_str(c, r, i, IDN_NAME);
+	x->is_admin = db_bool(r, i, IDN_IS_ADMIN);
+	x->state = row_str(c, r, i, IDN_STATE);
+	x->created_at = db_i64(r, i, IDN_CREATED_AT);
 	return x;
 }
 
@@ -270,7 +280,8 @@ static int idn_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 		.sql = "INSERT INTO identities (id, tenant_id, kind, name, is_admin) SELECT $1, id, "
 		       "$3, $4, $5 FROM tenants WHERE id = $2 AND state <> 'deleted' RETURNING " IDN_COLS,
 		.conflict_reason = "identity-exists", .ev_type = "identity.created",
-		.subject_kind = "identity", .id_col = 0, .tenant_col = 1};
+		.subject_kind = "identity", .id_col = IDN_ID,
+		.tenant_col = IDN_TENANT_ID};
 	PGresult *r = NULL;
 	char id[64], msg[128];
 	const char *tenant;
@@ -371,9 +382,10 @@ static int idn_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **r
 	resp->items = rpc_alloc(c, ((size_t)PQntuples(r) + 1) * sizeof(*resp->items));
 	for (int i = 0; i < PQntuples(r); i++) {
 		/* each item is checked; one the caller may not read is left out */
-		struct iam_obj o = {.type = "iam-identity", .id = db_val(r, i, 0),
-				    .tenant = db_val(r, i, 1),
-				    .attrs = {"isAdmin", db_bool(r, i, 4) ? "true" : "false"}};
+		struct iam_obj o = {.type = "iam-identity", .id = db_val(r, i, IDN_ID),
+				    .tenant = db_val(r, i, IDN_TENANT_ID),
+				    .attrs = {"isAdmin",
+					      db_bool(r, i, IDN_IS_ADMIN) ? "true" : "false"}};
 		if ((rc = iam_visible(c, "iam:identities:read", &o, err)) < 0) {
 			PQclear(r);
 			return rc;
@@ -382,7 +394,7 @@ static int idn_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **r
 			resp->items[resp->n_items++] = idn_row(c, r, i);
 	}
 	if (PQntuples(r) == limit)
-		resp->cursor = row_str(c, r, limit - 1, 0);
+		resp->cursor = row_str(c, r, limit - 1, IDN_ID);
 	PQclear(r);
 	*ret = &resp->base;
 	return 0;
@@ -402,7 +414,8 @@ static int idn_set_state(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessag
 		       "INTO events (type, subject, tenant_id, data) SELECT 'delegation.revoked', "
 		       "'delegation/' || id, tenant_id, jsonb_build_object('reason', "
 		       "'user-inactive') FROM d) SELECT * FROM u",
-		.ev_type = "identity.state-changed", .subject_kind = "identity", .tenant_col = 1,
+		.ev_type = "identity.state-changed", .subject_kind = "identity",
+		.tenant_col = IDN_TENANT_ID,
 		.conflict_reason = ""};
 	PGresult *r = NULL;
 	char msg[128];
@@ -434,17 +447,23 @@ static int idn_set_state(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessag
 
 #define TOK_COLS "k.id, k.identity_id, k.name, coalesce(" MS("k.expires_at") ", 0), " \
 	"coalesce(" MS("k.revoked_at") ", 0), " MS("k.created_at") ", i.tenant_id"
+/* The columns of TOK_COLS, in its order: the two must stay in step. */
+enum {
+	TOK_ID, TOK_IDENTITY_ID, TOK_NAME, TOK_EXPIRES_AT, TOK_REVOKED_AT, TOK_CREATED_AT,
+	TOK_TENANT_ID, TOK_NCOLS
+};
+COLS_CHECK(TOK_COLS, TOK_NCOLS)
 
 static Bc__Admin__V1__ApiToken *tok_row(rpc_call *c, const PGresult *r, int i)
 {
 	Bc__Admin__V1__ApiToken *t = rpc_new(c, &bc__admin__v1__api_token__descriptor);
 
-	t->id = row_str(c, r, i, 0);
-	t->identity_id = row_str(c, r, i, 1);
-	t->name = row_str(c, r, i, 2);
-	t->expires_at = db_i64(r, i, 3);
-	t->revoked_at = db_i64(r, i, 4);
-	t->created_at = db_i64(r, i, 5);
+	t->id = row_str(c, r, i, TOK_ID);
+	t->identity_id = row_str(c, r, i, TOK_IDENTITY_ID);
+	t->name = row_str(c, r, i, TOK_NAME);
+	t->expires_at = db_i64(r, i, TOK_EXPIRES_AT);
+	t->revoked_at = db_i64(r, i, TOK_REVOKED_AT);
+	t->created_at = db_i64(r, i, TOK_CREATED_AT);
 	return t;
 }
 
@@ -477,7 +496,7 @@ static int tok_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 		       "'active' RETURNING *) SELECT " TOK_COLS " FROM k JOIN identities i ON "
 		       "i.id = k.identity_id",
 		.conflict_reason = "token-exists", .ev_type = "token.created", .subject_kind = "token",
-		.tenant_col = 6};
+		.tenant_col = TOK_TENANT_ID};
 	Bc__Admin__V1__ApiToken *t;
 	char id[64], token[128], hash[65], msg[128];
 	PGresult *r = NULL;
@@ -536,7 +555,8 @@ static int tok_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **r
 	resp = rpc_new(c, &bc__admin__v1__list_api_tokens_response__descriptor);
 	resp->items = rpc_alloc(c, ((size_t)PQntuples(r) + 1) * sizeof(*resp->items));
 	for (int i = 0; i < PQntuples(r); i++) {
-		struct iam_obj o = {.type = "iam-token", .id = db_val(r, i, 0), .tenant = ref.tenant,
+		struct iam_obj o = {.type = "iam-token", .id = db_val(r, i, TOK_ID),
+				    .tenant = ref.tenant,
 				    .parent = parent, .attrs = {"identityId", q->identity_id}};
 		if ((rc = iam_visible(c, "iam:tokens:read", &o, err)) < 0) {
 			PQclear(r);
@@ -560,7 +580,7 @@ static int tok_revoke(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 		       "WHERE id = $1 RETURNING *) SELECT " TOK_COLS " FROM k JOIN identities i ON "
 		       "i.id = k.identity_id",
 		.conflict_reason = "", .ev_type = "token.revoked", .subject_kind = "token",
-		.tenant_col = 6};
+		.tenant_col = TOK_TENANT_ID};
 	PGresult *r = NULL;
 	char msg[128];
 	int rc;
@@ -586,17 +606,23 @@ static int tok_revoke(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 
 #define DLG_COLS "id, tenant_id, agent_id, user_id, " MS("created_at") ", coalesce(" \
 	MS("revoked_at") ", 0)"
+/* The columns of DLG_COLS, in its order: the two must stay in step. */
+enum {
+	DLG_ID, DLG_TENANT_ID, DLG_AGENT_ID, DLG_USER_ID, DLG_CREATED_AT, DLG_REVOKED_AT,
+	DLG_NCOLS
+};
+COLS_CHECK(DLG_COLS, DLG_NCOLS)
 
 static Bc__Admin__V1__Delegation *dlg_row(rpc_call *c, const PGresult *r, int i)
 {
 	Bc__Admin__V1__Delegation *x = rpc_new(c, &bc__admin__v1__delegation__descriptor);
 
-	x->id = row_str(c, r, i, 0);
-	x->tenant_id = row_str(c, r, i, 1);
-	x->agent_id = row_str(c, r, i, 2);
-	x->user_id = row_str(c, r, i, 3);
-	x->created_at = db_i64(r, i, 4);
-	x->revoked_at = db_i64(r, i, 5);
+	x->id = row_str(c, r, i, DLG_ID);
+	x->tenant_id = row_str(c, r, i, DLG_TENANT_ID);
+	x->agent_id = row_str(c, r, i, DLG_AGENT_ID);
+	x->user_id = row_str(c, r, i, DLG_USER_ID);
+	x->created_at = db_i64(r, i, DLG_CREATED_AT);
+	x->revoked_at = db_i64(r, i, DLG_REVOKED_AT);
 	return x;
 }
 
@@ -631,7 +657,7 @@ static int dlg_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 		       "u.id = $3 AND u.kind = 'user' AND u.state = 'active' RETURNING " DLG_COLS,
 		.notfound_msg = "no active agent and active user of one tenant with these ids",
 		.conflict_reason = "agent-delegated", .ev_type = "delegation.created",
-		.subject_kind = "delegation", .tenant_col = 1};
+		.subject_kind = "delegation", .tenant_col = DLG_TENANT_ID};
 	PGresult *r = NULL;
 	char id[64];
 	int rc;
@@ -673,11 +699,12 @@ static int dlg_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **r
 	resp->items = rpc_alloc(c, ((size_t)PQntuples(r) + 1) * sizeof(*resp->items));
 	for (int i = 0; i < PQntuples(r); i++) {
 		char parent[96];
-		struct iam_obj o = {.type = "iam-delegation", .id = db_val(r, i, 0),
-				    .tenant = db_val(r, i, 1), .parent = parent,
-				    .attrs = {"agentId", db_val(r, i, 2), "userId", db_val(r, i, 3)}};
+		struct iam_obj o = {.type = "iam-delegation", .id = db_val(r, i, DLG_ID),
+				    .tenant = db_val(r, i, DLG_TENANT_ID), .parent = parent,
+				    .attrs = {"agentId", db_val(r, i, DLG_AGENT_ID), "userId",
+					      db_val(r, i, DLG_USER_ID)}};
 
-		snprintf(parent, sizeof(parent), "iam-identity/%s", db_val(r, i, 2));
+		snprintf(parent, sizeof(parent), "iam-identity/%s", db_val(r, i, DLG_AGENT_ID));
 		if ((rc = iam_visible(c, "iam:delegations:read", &o, err)) < 0) {
 			PQclear(r);
 			return rc;
@@ -712,7 +739,7 @@ static int dlg_revoke(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 		.sql = "UPDATE delegations SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 "
 		       "RETURNING " DLG_COLS,
 		.conflict_reason = "", .ev_type = "delegation.revoked",
-		.subject_kind = "delegation", .tenant_col = 1};
+		.subject_kind = "delegation", .tenant_col = DLG_TENANT_ID};
 	PGresult *r = NULL;
 	char msg[128];
 	int rc;

@@ -27,6 +27,7 @@ int idem_hash(const ProtobufCMessage *req, char out[65])
 
 int idem_lookup(struct db *d, const struct idem *k, char **ret_resource, bc_error *err)
 {
+	enum { LK_REQUEST_HASH, LK_RESOURCE_ID };
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	int rc;
@@ -43,13 +44,13 @@ int idem_lookup(struct db *d, const struct idem *k, char **ret_resource, bc_erro
 	if (rc < 0)
 		return db_fail(err, rc);
 	if (PQntuples(r) == 1) {
-		if (strcmp(db_val(r, 0, 0), k->request_hash) != 0) {
+		if (strcmp(db_val(r, 0, LK_REQUEST_HASH), k->request_hash) != 0) {
 			PQclear(r);
 			bc_error_set(err, BC_CONFLICT, "idempotency key %s was used with another "
 				     "request", k->key);
 			return bc_error_detail(err, "reason", "idempotency-key-reused");
 		}
-		*ret_resource = xstrdup(db_val(r, 0, 1));
+		*ret_resource = xstrdup(db_val(r, 0, LK_RESOURCE_ID));
 	}
 	PQclear(r);
 	return 0;

@@ -142,6 +142,7 @@ static int apply(struct db *d, struct act_tx *t, const struct inst_row *r)
 
 static int act_tx_fn(struct db *d, void *arg, bc_error *err)
 {
+	enum { ACT_STATE, ACT_DESIRED_STATE, ACT_NODE_ID, ACT_SANDBOX_ID, ACT_WARM_TEMPLATE_ID };
 	struct act_tx *t = arg;
 	struct inst_row row;
 	struct dbp p = {0};
@@ -155,9 +156,11 @@ static int act_tx_fn(struct db *d, void *arg, bc_error *err)
 			 "warm_template_id FROM instances WHERE id = $1 AND tenant_id = $2 FOR "
 			 "UPDATE", &p, err, "instance %s not found", t->id)) < 0)
 		return rc;
-	row = (struct inst_row){.id = t->id, .state = db_val(r, 0, 0), .desired = db_val(r, 0, 1),
-				.node = db_val(r, 0, 2), .sandbox = db_val(r, 0, 3),
-				.warm = db_val(r, 0, 4)};
+	row = (struct inst_row){.id = t->id, .state = db_val(r, 0, ACT_STATE),
+				.desired = db_val(r, 0, ACT_DESIRED_STATE),
+				.node = db_val(r, 0, ACT_NODE_ID),
+				.sandbox = db_val(r, 0, ACT_SANDBOX_ID),
+				.warm = db_val(r, 0, ACT_WARM_TEMPLATE_ID)};
 	if ((rc = check_common(&row, err)) == 0 && (rc = t->a->check(&row, err)) == 1) {
 		t->changed = true;
 		rc = apply(d, t, &row);

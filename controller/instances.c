@@ -41,6 +41,15 @@
 	"coalesce((SELECT host(l.address) FROM ip_leases l WHERE l.instance_id = i.id LIMIT 1), " \
 	"''), coalesce((SELECT p.ipam_subnet6::text FROM pools p WHERE p.id = i.pool_id), ''), " \
 	"(SELECT a.agent_id FROM authz_resources a WHERE a.type = 'compute-instance' AND a.id = i.id)"
+/* The columns of INST_COLS, in its order: the two must stay in step. */
+enum {
+	INST_ID, INST_TENANT_ID, INST_POOL_ID, INST_NODE_ID, INST_FLAVOR, INST_IMAGE_ID,
+	INST_STATE, INST_DESIRED_STATE, INST_REASON, INST_VCPUS, INST_MEMORY_MIB, INST_DISK_GIB,
+	INST_GPUS, INST_NETWORK_POLICY, INST_SANDBOX_ID, INST_WARM_TEMPLATE_ID, INST_CREATED_AT,
+	INST_UPDATED_AT, INST_DELETED_AT, INST_CREATED_BY, INST_SSH_KEYS, INST_MAC, INST_IPV4,
+	INST_SUBNET6, INST_AGENT, INST_NCOLS
+};
+COLS_CHECK(INST_COLS, INST_NCOLS)
 /* drafts are being decided: nobody sees them */
 #define INST_NOT_DRAFT                                                                     \
 	" AND NOT EXISTS (SELECT 1 FROM authz_resources a WHERE a.type = 'compute-instance' AND " \
@@ -49,15 +58,15 @@
 static Bc__Compute__V1__Nic *nic_from_row(rpc_call *c, const PGresult *r, int i)
 {
 	Bc__Compute__V1__Nic *n = rpc_new(c, &bc__compute__v1__nic__descriptor);
-	const char *subnet6 = db_val(r, i, 23);
+	const char *subnet6 = db_val(r, i, INST_SUBNET6);
 	unsigned char net[16];
 	char tap[16];
 	int prefix;
 
-	ipam_tap_name(db_val(r, i, 0), 0, tap);
+	ipam_tap_name(db_val(r, i, INST_ID), 0, tap);
 	n->name = rpc_strdup(c, tap);
-	n->mac = row_str(c, r, i, 21);
-	n->ipv4 = row_str(c, r, i, 22);
+	n->mac = row_str(c, r, i, INST_MAC);
+	n->ipv4 = row_str(c, r, i, INST_IPV4);
 	n->ipv6 = (char *)"";
 	if (subnet6 && *subnet6 && *n->mac && ipam_parse_cidr6(subnet6, net, &prefix) == 0) {
 		n->ipv6 = rpc_alloc(c, 64);
@@ -71,28 +80,28 @@ static Bc__Compute__V1__Instance *inst_from_row(rpc_call *c, const PGresult *r, 
 {
 	Bc__Compute__V1__Instance *x = rpc_new(c, &bc__compute__v1__instance__descriptor);
 
-	x->id = row_str(c, r, i, 0);
-	x->tenant_id = row_str(c, r, i, 1);
-	x->pool_id = row_str(c, r, i, 2);
-	x->node_id = row_str(c, r, i, 3);
-	x->flavor = row_str(c, r, i, 4);
-	x->image_id = row_str(c, r, i, 5);
-	x->state = row_str(c, r, i, 6);
-	x->desired_state = row_str(c, r, i, 7);
-	x->reason = row_str(c, r, i, 8);
-	x->vcpus = (uint32_t)db_i64(r, i, 9);
-	x->memory_mib = (uint64_t)db_i64(r, i, 10);
-	x->disk_gib = (uint64_t)db_i64(r, i, 11);
-	x->gpus = (uint32_t)db_i64(r, i, 12);
-	x->network_policy = row_str(c, r, i, 13);
-	x->sandbox_id = row_str(c, r, i, 14);
-	x->warm_template_id = row_str(c, r, i, 15);
-	x->created_at = db_i64(r, i, 16);
-	x->updated_at = db_i64(r, i, 17);
-	x->deleted_at = db_i64(r, i, 18);
-	x->created_by = row_str(c, r, i, 19);
-	x->n_ssh_keys = row_strv(c, r, i, 20, &x->ssh_keys);
-	if (*db_val(r, i, 21) || *db_val(r, i, 22)) {
+	x->id = row_str(c, r, i, INST_ID);
+	x->tenant_id = row_str(c, r, i, INST_TENANT_ID);
+	x->pool_id = row_str(c, r, i, INST_POOL_ID);
+	x->node_id = row_str(c, r, i, INST_NODE_ID);
+	x->flavor = row_str(c, r, i, INST_FLAVOR);
+	x->image_id = row_str(c, r, i, INST_IMAGE_ID);
+	x->state = row_str(c, r, i, INST_STATE);
+	x->desired_state = row_str(c, r, i, INST_DESIRED_STATE);
+	x->reason = row_str(c, r, i, INST_REASON);
+	x->vcpus = (uint32_t)db_i64(r, i, INST_VCPUS);
+	x->memory_mib = (uint64_t)db_i64(r, i, INST_MEMORY_MIB);
+	x->disk_gib = (uint64_t)db_i64(r, i, INST_DISK_GIB);
+	x->gpus = (uint32_t)db_i64(r, i, INST_GPUS);
+	x->network_policy = row_str(c, r, i, INST_NETWORK_POLICY);
+	x->sandbox_id = row_str(c, r, i, INST_SANDBOX_ID);
+	x->warm_template_id = row_str(c, r, i, INST_WARM_TEMPLATE_ID);
+	x->created_at = db_i64(r, i, INST_CREATED_AT);
+	x->updated_at = db_i64(r, i, INST_UPDATED_AT);
+	x->deleted_at = db_i64(r, i, INST_DELETED_AT);
+	x->created_by = row_str(c, r, i, INST_CREATED_BY);
+	x->n_ssh_keys = row_strv(c, r, i, INST_SSH_KEYS, &x->ssh_keys);
+	if (*db_val(r, i, INST_MAC) || *db_val(r, i, INST_IPV4)) {
 		x->nics = rpc_alloc(c, sizeof(*x->nics));
 		x->nics[0] = nic_from_row(c, r, i);
 		x->n_nics = 1;
@@ -150,7 +159,8 @@ int inst_fetch(rpc_call *c, const char *tenant, const char *id,
 		return rc;
 	*ret = inst_from_row(c, r, 0);
 	if (ret_agent)
-		snprintf(ret_agent, 64, "%s", db_val(r, 0, 24) ? db_val(r, 0, 24) : "");
+		snprintf(ret_agent, 64, "%s",
+			 db_val(r, 0, INST_AGENT) ? db_val(r, 0, INST_AGENT) : "");
 	PQclear(r);
 	return 0;
 }
@@ -210,6 +220,7 @@ struct create {
 static int resolve_pool(struct db *d, const struct inst_new *n, char **ret_runtime,
 			bc_error *err)
 {
+	enum { POOL_RUNTIME, POOL_HAS_RANGE };
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	int rc;
@@ -225,13 +236,13 @@ static int resolve_pool(struct db *d, const struct inst_new *n, char **ret_runti
 		PQclear(r);
 		return bc_error_set(err, BC_NOT_FOUND, "pool %s not found", n->pool_id);
 	}
-	if (strcmp(n->policy, "egress") != 0 && !db_bool(r, 0, 1)) {
+	if (strcmp(n->policy, "egress") != 0 && !db_bool(r, 0, POOL_HAS_RANGE)) {
 		PQclear(r);
 		bc_error_set(err, BC_INVALID_STATE, "network policy %s needs the pool's IP range, and "
 			     "pool %s has none", n->policy, n->pool_id);
 		return bc_error_detail(err, "reason", "pool-without-ip-range");
 	}
-	*ret_runtime = xstrdup(db_val(r, 0, 0));
+	*ret_runtime = xstrdup(db_val(r, 0, POOL_RUNTIME));
 	PQclear(r);
 	return 0;
 }
@@ -253,6 +264,9 @@ static const struct principal *create_owner(rpc_call *c, const struct inst_new *
 {
 	return n->owner ? n->owner : ctl_principal(c);
 }
+
+/* The shape insert_instance returns, in its RETURNING's order. */
+enum { SHAPE_VCPUS, SHAPE_MEMORY_MIB, SHAPE_DISK_GIB, SHAPE_GPUS, SHAPE_FLAVOR, SHAPE_IMAGE_ID };
 
 static int insert_instance(struct db *d, rpc_call *c, struct inst_new *n, PGresult **ret_shape,
 			   bc_error *err)
@@ -338,10 +352,10 @@ static int admit(struct db *d, rpc_call *c, const struct inst_new *n, const PGre
 	authz_attr(&t, "imageId", n->image_id);
 	authz_attr(&t, "networkPolicy", n->policy);
 	authz_attr(&t, "createdBy", create_owner(c, n)->id);
-	authz_attr(&t, "vcpus", db_val(shape, 0, 0));
-	authz_attr(&t, "memoryMib", db_val(shape, 0, 1));
-	authz_attr(&t, "diskGiB", db_val(shape, 0, 2));
-	authz_attr(&t, "gpus", db_val(shape, 0, 3));
+	authz_attr(&t, "vcpus", db_val(shape, 0, SHAPE_VCPUS));
+	authz_attr(&t, "memoryMib", db_val(shape, 0, SHAPE_MEMORY_MIB));
+	authz_attr(&t, "diskGiB", db_val(shape, 0, SHAPE_DISK_GIB));
+	authz_attr(&t, "gpus", db_val(shape, 0, SHAPE_GPUS));
 	if (n->sandbox_id)
 		authz_attr(&t, "sandboxId", n->sandbox_id);
 	if (n->warm_template_id)
@@ -351,8 +365,9 @@ static int admit(struct db *d, rpc_call *c, const struct inst_new *n, const PGre
 	if (n->decide_action &&
 	    (rc = authz_decide_staged(c, d, n->decide_action, t.type, t.id, err)) < 0)
 		return rc;
-	if ((rc = quota_check(d, n->tenant, (int)db_i64(shape, 0, 0), db_i64(shape, 0, 1),
-			      db_i64(shape, 0, 2), (int)db_i64(shape, 0, 3), err)) < 0)
+	if ((rc = quota_check(d, n->tenant, (int)db_i64(shape, 0, SHAPE_VCPUS),
+			      db_i64(shape, 0, SHAPE_MEMORY_MIB), db_i64(shape, 0, SHAPE_DISK_GIB),
+			      (int)db_i64(shape, 0, SHAPE_GPUS), err)) < 0)
 		return rc;
 	if (n->warm_template_id)
 		return 0; /* the pool's budget rules, with their cache (warm.c) */
@@ -373,12 +388,13 @@ static int tenant_active(struct db *d, const char *tenant, bc_error *err)
 	if ((rc = db_one(d, &r, "SELECT state FROM tenants WHERE id = $1 FOR SHARE", &p, err,
 			 "tenant %s not found", tenant)) < 0)
 		return rc;
-	if (strcmp(db_val(r, 0, 0), "active") == 0) {
+	if (strcmp(db_val(r, 0, COL_ONLY), "active") == 0) {
 		PQclear(r);
 		return 0;
 	}
-	bc_error_set(err, BC_INVALID_STATE, "tenant %s is %s: no new work", tenant, db_val(r, 0, 0));
-	bc_error_detail(err, "state", "%s", db_val(r, 0, 0));
+	bc_error_set(err, BC_INVALID_STATE, "tenant %s is %s: no new work", tenant,
+		     db_val(r, 0, COL_ONLY));
+	bc_error_detail(err, "state", "%s", db_val(r, 0, COL_ONLY));
 	PQclear(r);
 	return bc_error_detail(err, "reason", "tenant-inactive");
 }
@@ -403,9 +419,10 @@ int instance_create_tx(rpc_call *c, struct db *d, struct inst_new *n, bc_error *
 		return rc;
 	}
 	pr = (struct place_req){.instance_id = n->id, .tenant_id = n->tenant,
-				.pool_id = n->pool_id, .vcpus = (int)db_i64(shape, 0, 0),
-				.memory_mib = db_i64(shape, 0, 1), .disk_gib = db_i64(shape, 0, 2),
-				.gpus = (int)db_i64(shape, 0, 3), .labels = labels};
+				.pool_id = n->pool_id, .vcpus = (int)db_i64(shape, 0, SHAPE_VCPUS),
+				.memory_mib = db_i64(shape, 0, SHAPE_MEMORY_MIB),
+				.disk_gib = db_i64(shape, 0, SHAPE_DISK_GIB),
+				.gpus = (int)db_i64(shape, 0, SHAPE_GPUS), .labels = labels};
 	PQclear(shape);
 	if (strcmp(n->policy, "egress") != 0)
 		labels[nl++] = CAP_NETWORK_POLICY;
@@ -471,7 +488,7 @@ static ProtobufCMessage *inst_wait_answer(rpc_call *c, const PGresult *r, int i)
 const struct waiter_kind inst_waiter_kind = {
 	.noun = "instance",
 	.sql = "SELECT " INST_COLS " FROM instances i WHERE i.id = ANY($1::text[])" INST_NOT_DRAFT,
-	.state_col = 6,
+	.state_col = INST_STATE,
 	.settled = inst_settled,
 	.answer = inst_wait_answer,
 };
@@ -619,7 +636,8 @@ static int inst_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 		Bc__Compute__V1__Instance *x = inst_from_row(c, r, i);
 		bc_error skip = {0};
 		/* each item is checked; one the caller may not read is left out */
-		if (inst_decide(c, "compute:instances:read", x, db_val(r, i, 24), &skip) < 0) {
+		if (inst_decide(c, "compute:instances:read", x, db_val(r, i, INST_AGENT),
+				&skip) < 0) {
 			if (skip.code == BC_UNAVAILABLE || skip.code == BC_INTERNAL) {
 				PQclear(r);
 				*err = skip;
@@ -630,7 +648,7 @@ static int inst_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 		resp->items[resp->n_items++] = x;
 	}
 	if (PQntuples(r) == limit)
-		resp->cursor = row_str(c, r, limit - 1, 0);
+		resp->cursor = row_str(c, r, limit - 1, INST_ID);
 	PQclear(r);
 	*ret = &resp->base;
 	return 0;
@@ -657,6 +675,7 @@ struct del {
 
 static int delete_tx(struct db *d, void *arg, bc_error *err)
 {
+	enum { DEL_NODE_ID, DEL_STATE, DEL_DESIRED_STATE, DEL_SANDBOX_ID, DEL_WARM_TEMPLATE_ID };
 	struct del *a = arg;
 	struct dbp p = {0};
 	PGresult *r = NULL;
@@ -669,15 +688,16 @@ static int delete_tx(struct db *d, void *arg, bc_error *err)
 		     "FROM instances WHERE id = $1 AND tenant_id = $2 FOR UPDATE", &p, err,
 			  "instance %s not found", a->id)) < 0)
 		return rc;
-	if ((rc = instance_managed(a->id, db_val(r, 0, 3), db_val(r, 0, 4), err)) < 0) {
+	if ((rc = instance_managed(a->id, db_val(r, 0, DEL_SANDBOX_ID),
+				   db_val(r, 0, DEL_WARM_TEMPLATE_ID), err)) < 0) {
 		PQclear(r);
 		return rc;
 	}
-	if (strcmp(db_val(r, 0, 2), "deleted") == 0) {
+	if (strcmp(db_val(r, 0, DEL_DESIRED_STATE), "deleted") == 0) {
 		PQclear(r); /* already deleting or deleted: idempotent */
 		return 0;
 	}
-	a->node = xstrdup(db_val(r, 0, 0));
+	a->node = xstrdup(db_val(r, 0, DEL_NODE_ID));
 	PQclear(r);
 	p.n = 1; /* only the id */
 	rc = db_exec(d, NULL, "UPDATE instances SET desired_state = 'deleted', state = 'deleting', "

@@ -88,6 +88,8 @@ static const char meter_sql[] =
 	"done AS (UPDATE metering SET closed_before = greatest(m.since, date_trunc('hour', now() - "
 	METER_GRACE ")), last_pass_at = now() FROM m WHERE metering.id RETURNING 1) "
 	"SELECT (SELECT count(*) FROM up), (SELECT count(*) FROM done)";
+/* meter_sql's columns, in its order */
+enum { PASS_LINES, PASS_DONE };
 
 struct pass {
 	int64_t lines;
@@ -105,7 +107,7 @@ static int pass_tx(struct db *d, void *arg, bc_error *err)
 		rc = db_exec(d, &r, meter_sql, NULL);
 	if (rc < 0)
 		return db_fail(err, rc);
-	a->lines = db_i64(r, 0, 0);
+	a->lines = db_i64(r, 0, PASS_LINES);
 	PQclear(r);
 	return 0;
 }
@@ -144,19 +146,25 @@ void meter_tick(struct db *d, int interval_seconds)
 	"to_timestamp($3::bigint / 1000.0)) AND ($4 = '' OR u.meter = $4) AND ($5 = '' OR "     \
 	"u.identity_id = $5)"
 
+/* The columns of usage_list's SELECT, in its order. */
+enum {
+	USE_ID, USE_TENANT_ID, USE_IDENTITY_ID, USE_RESOURCE, USE_METER, USE_WINDOW_START,
+	USE_QUANTITY, USE_COST_CENTS, USE_UPDATED_AT
+};
+
 static Bc__Compute__V1__UsageLine *line_row(rpc_call *c, const PGresult *r, int i)
 {
 	Bc__Compute__V1__UsageLine *x = rpc_new(c, &bc__compute__v1__usage_line__descriptor);
 
-	x->id = (uint64_t)db_i64(r, i, 0);
-	x->tenant_id = row_str(c, r, i, 1);
-	x->identity_id = row_str(c, r, i, 2);
-	x->resource = row_str(c, r, i, 3);
-	x->meter = row_str(c, r, i, 4);
-	x->window_start = db_i64(r, i, 5);
-	x->quantity = strtod(db_val(r, i, 6), NULL);
-	x->cost_cents = strtod(db_val(r, i, 7), NULL);
-	x->updated_at = db_i64(r, i, 8);
+	x->id = (uint64_t)db_i64(r, i, USE_ID);
+	x->tenant_id = row_str(c, r, i, USE_TENANT_ID);
+	x->identity_id = row_str(c, r, i, USE_IDENTITY_ID);
+	x->resource = row_str(c, r, i, USE_RESOURCE);
+	x->meter = row_str(c, r, i, USE_METER);
+	x->window_start = db_i64(r, i, USE_WINDOW_START);
+	x->quantity = strtod(db_val(r, i, USE_QUANTITY), NULL);
+	x->cost_cents = strtod(db_val(r, i, USE_COST_CENTS), NULL);
+	x->updated_at = db_i64(r, i, USE_UPDATED_AT);
 	return x;
 }
 
@@ -191,6 +199,7 @@ static void filter_params(struct dbp *p, const char *tenant,
 static int list_totals(rpc_call *c, const char *tenant, const Bc__Compute__V1__ListUsageRequest *q,
 		       Bc__Compute__V1__ListUsageResponse *resp, bc_error *err)
 {
+	enum { TOT_QUANTITY, TOT_COST_CENTS };
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	int rc;
@@ -200,8 +209,8 @@ static int list_totals(rpc_call *c, const char *tenant, const Bc__Compute__V1__L
 		     "u.cost_cents), 0)" USAGE_FILTER, &p);
 	if (rc < 0)
 		return db_fail(err, rc);
-	resp->total_quantity = strtod(db_val(r, 0, 0), NULL);
-	resp->total_cost_cents = strtod(db_val(r, 0, 1), NULL);
+	resp->total_quantity = strtod(db_val(r, 0, TOT_QUANTITY), NULL);
+	resp->total_cost_cents = strtod(db_val(r, 0, TOT_COST_CENTS), NULL);
 	PQclear(r);
 	return 0;
 }

@@ -66,13 +66,18 @@ static int exceeded(bc_error *err, const struct charge *ch, int64_t limit, int64
 static int quota_count(struct db *d, const char *resource, const char *count_sql,
 		       const char *tenant, int limit, int extra, bc_error *err);
 
+/* The columns of quota_check's read: the five limits, then what is used
+ * of each, in the same order (the usage of limit c is column QC_USED + c). */
+enum { QC_VCPUS, QC_MEMORY_MIB, QC_DISK_GIB, QC_GPUS, QC_INSTANCES, QC_USED };
+
 int quota_check(struct db *d, const char *tenant, int vcpus, int64_t memory_mib,
 		int64_t disk_gib, int gpus, bc_error *err)
 {
 	const struct charge ch[] = {
 		/* memory is limited in GiB but told in MiB, so half a GiB is not 0 */
-		{"vcpus", 0, vcpus, 1}, {"memoryMib", 1, memory_mib, 1},
-		{"diskGiB", 2, disk_gib, 1}, {"gpus", 3, gpus, 1}, {"instances", 4, 1, 1},
+		{"vcpus", QC_VCPUS, vcpus, 1}, {"memoryMib", QC_MEMORY_MIB, memory_mib, 1},
+		{"diskGiB", QC_DISK_GIB, disk_gib, 1}, {"gpus", QC_GPUS, gpus, 1},
+		{"instances", QC_INSTANCES, 1, 1},
 	};
 	struct dbp p = {0};
 	PGresult *r = NULL;
@@ -103,10 +108,10 @@ int quota_check(struct db *d, const char *tenant, int vcpus, int64_t memory_mib,
 		int64_t limit, used;
 		bool unset = !db_val(r, 0, ch[i].col);
 		/* the instance count's default stands in for an unset limit */
-		if (unset && (ch[i].col != 4 || def_instances <= 0))
+		if (unset && (ch[i].col != QC_INSTANCES || def_instances <= 0))
 			continue;
 		limit = unset ? def_instances : db_i64(r, 0, ch[i].col);
-		used = db_i64(r, 0, ch[i].col + 5);
+		used = db_i64(r, 0, QC_USED + ch[i].col);
 		if (ch[i].want > 0 && used > limit) {
 			PQclear(r);
 			return exceeded(err, &ch[i], limit, used);
@@ -153,14 +158,16 @@ const char *const QUOTA_BUDGET_SQL =
 	"SELECT o.spend_limit_cents, " QUOTA_SPENT_SQL ", o.on_budget_exceeded FROM offers o "
 	"WHERE o.tenant_id = $1 AND o.spend_limit_cents IS NOT NULL AND (o.on_budget_exceeded "
 	"<> 'none' OR EXISTS (SELECT 1 FROM pools WHERE id = $2 AND budget_check = 'meter'))";
+/* QUOTA_BUDGET_SQL's columns, in its order */
+enum { BUDGET_LIMIT, BUDGET_SPENT, BUDGET_ON_EXCEEDED };
 
 int quota_budget_judge(const PGresult *r, bc_error *err)
 {
-	if (PQntuples(r) == 1 && db_i64(r, 0, 1) >= db_i64(r, 0, 0)) {
+	if (PQntuples(r) == 1 && db_i64(r, 0, BUDGET_SPENT) >= db_i64(r, 0, BUDGET_LIMIT)) {
 		bc_error_set(err, BC_SPEND_LIMIT_REACHED, "the tenant's budget is spent: %s of %s "
-			     "cents", db_val(r, 0, 1), db_val(r, 0, 0));
-		bc_error_detail(err, "spentCents", "%s", db_val(r, 0, 1));
-		bc_error_detail(err, "limitCents", "%s", db_val(r, 0, 0));
+			     "cents", db_val(r, 0, BUDGET_SPENT), db_val(r, 0, BUDGET_LIMIT));
+		bc_error_detail(err, "spentCents", "%s", db_val(r, 0, BUDGET_SPENT));
+		bc_error_detail(err, "limitCents", "%s", db_val(r, 0, BUDGET_LIMIT));
 		return bc_error_detail(err, "reason", "budget-spent");
 	}
 	return 0;
@@ -184,6 +191,7 @@ int quota_budget(struct db *d, const char *tenant, const char *pool, bc_error *e
 
 int quota_billing_check(struct db *d, const char *tenant, enum quota_budget_state *ret)
 {
+	enum { BILL_ON_EXCEEDED };
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	int rc;
@@ -195,9 +203,9 @@ int quota_billing_check(struct db *d, const char *tenant, enum quota_budget_stat
 	if (rc < 0)
 		return rc;
 	*ret = PQntuples(r) == 0 ? QUOTA_BUDGET_OK :
-	       strcmp(db_val(r, 0, 0), "drain") == 0 ? QUOTA_BUDGET_DRAIN :
-	       strcmp(db_val(r, 0, 0), "stop-new") == 0 ? QUOTA_BUDGET_STOP_NEW :
-							   QUOTA_BUDGET_SPENT;
+	       strcmp(db_val(r, 0, BILL_ON_EXCEEDED), "drain") == 0 ? QUOTA_BUDGET_DRAIN :
+	       strcmp(db_val(r, 0, BILL_ON_EXCEEDED), "stop-new") == 0 ? QUOTA_BUDGET_STOP_NEW :
+									 QUOTA_BUDGET_SPENT;
 	PQclear(r);
 	return 0;
 }

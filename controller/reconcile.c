@@ -32,6 +32,7 @@ struct lost {
 
 static int lost_tx(struct db *d, void *arg, bc_error *err)
 {
+	enum { LOST_NODE_ID };
 	struct lost *a = arg;
 	struct dbp p = {0};
 	PGresult *r = NULL;
@@ -46,9 +47,9 @@ static int lost_tx(struct db *d, void *arg, bc_error *err)
 	a->count = PQntuples(r);
 	for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
 		char subject[96];
-		log_warn("node %s: silent for %d s, lost", db_val(r, i, 0), a->seconds);
-		rc = nodes_abandon(d, db_val(r, i, 0), "node lost");
-		snprintf(subject, sizeof(subject), "node/%s", db_val(r, i, 0));
+		log_warn("node %s: silent for %d s, lost", db_val(r, i, LOST_NODE_ID), a->seconds);
+		rc = nodes_abandon(d, db_val(r, i, LOST_NODE_ID), "node lost");
+		snprintf(subject, sizeof(subject), "node/%s", db_val(r, i, LOST_NODE_ID));
 		if (rc == 0)
 			rc = event_publish(d, "node.lost", subject, NULL, NULL);
 	}
@@ -75,6 +76,7 @@ static int place_tx(struct db *d, void *arg, bc_error *err)
 
 static void place_unplaced(struct db *d)
 {
+	enum { UNPLACED_ID };
 	PGresult *r = NULL;
 	struct dbp p = {0};
 	bc_error err;
@@ -85,7 +87,7 @@ static void place_unplaced(struct db *d)
 		return;
 	for (int i = 0; i < PQntuples(r); i++) {
 		struct unplaced a = {.placed = false};
-		snprintf(a.id, sizeof(a.id), "%s", db_val(r, i, 0));
+		snprintf(a.id, sizeof(a.id), "%s", db_val(r, i, UNPLACED_ID));
 		bc_error_clear(&err);
 		if (db_tx(d, "READ COMMITTED", place_tx, &a, &err) < 0)
 			log_warn("instance %s: placement failed: %s", a.id, err.message);

@@ -61,6 +61,7 @@ static int expiring_tx(struct db *d, void *arg, bc_error *err)
 
 static int expire_tx(struct db *d, void *arg, bc_error *err)
 {
+	enum { EXP_SANDBOX_ID };
 	int *count = arg;
 	struct dbp p = {0};
 	PGresult *r = NULL;
@@ -79,7 +80,7 @@ static int expire_tx(struct db *d, void *arg, bc_error *err)
 	if (rc < 0)
 		return db_fail(err, rc);
 	for (int i = 0; rc == 0 && i < PQntuples(r); i++)
-		rc = sbx_delete_locked(d, db_val(r, i, 0), true);
+		rc = sbx_delete_locked(d, db_val(r, i, EXP_SANDBOX_ID), true);
 	*count = PQntuples(r);
 	PQclear(r);
 	return rc < 0 ? db_fail(err, rc) : 0;
@@ -263,6 +264,7 @@ static const double ready_b[] = {READY_BUCKETS};
 static const double lag_b[] = {LAG_BUCKETS};
 
 /* One histogram from rows (label value, count, sum, bucket counts...). */
+enum { H_LABEL, H_COUNT, H_SUM, H_BUCKETS };
 static void histogram(FILE *out, const char *name, const char *label, const PGresult *r,
 		      const double *b, size_t nb)
 {
@@ -273,7 +275,7 @@ static void histogram(FILE *out, const char *name, const char *label, const PGre
 	for (int i = 0; i < PQntuples(r); i++) {
 		char labels[160], own[96] = "";
 		if (label)
-			snprintf(own, sizeof(own), "%s=\"%s\"", label, db_val(r, i, 0));
+			snprintf(own, sizeof(own), "%s=\"%s\"", label, db_val(r, i, H_LABEL));
 		for (size_t k = 0; k <= nb; k++) {
 			char le[32];
 			if (k < nb)
@@ -282,10 +284,10 @@ static void histogram(FILE *out, const char *name, const char *label, const PGre
 				snprintf(le, sizeof(le), "+Inf");
 			snprintf(labels, sizeof(labels), "%s%sle=\"%s\"", own, *own ? "," : "", le);
 			metrics_line(out, bucket, labels,
-				     (double)db_i64(r, i, k < nb ? 3 + (int)k : 1));
+				     (double)db_i64(r, i, k < nb ? H_BUCKETS + (int)k : H_COUNT));
 		}
-		metrics_line(out, sum, *own ? own : NULL, strtod(db_val(r, i, 2), NULL));
-		metrics_line(out, count, *own ? own : NULL, (double)db_i64(r, i, 1));
+		metrics_line(out, sum, *own ? own : NULL, strtod(db_val(r, i, H_SUM), NULL));
+		metrics_line(out, count, *own ? own : NULL, (double)db_i64(r, i, H_COUNT));
 	}
 }
 

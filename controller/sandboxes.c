@@ -52,8 +52,15 @@
 	"LIMIT 1), '')"
 #define SBX_FROM " FROM sandboxes s JOIN instances i ON i.id = s.instance_id "
 
-/* The columns a decision reads, by index in SBX_COLS. */
-enum { C_AGENT = 19, C_FLAVOR, C_IMAGE, C_NET, C_VCPUS, C_MEM, C_DISK, C_GPUS, C_MAC, C_IPV4 };
+/* The columns of SBX_COLS, in its order: the two must stay in step. */
+enum {
+	SBX_ID, SBX_TENANT_ID, SBX_TEMPLATE_ID, SBX_POOL_ID, SBX_INSTANCE_ID, SBX_STATE, SBX_WARM,
+	SBX_TTL_SECONDS, SBX_EXPIRES_AT, SBX_CREATED_AT, SBX_UPDATED_AT, SBX_READY_AT,
+	SBX_EXPIRED_AT, SBX_DELETED_AT, SBX_CREATED_BY, SBX_OWNER_ID, SBX_NODE_ID,
+	SBX_INSTANCE_STATE, SBX_REASON, SBX_AGENT, SBX_FLAVOR, SBX_IMAGE, SBX_NET, SBX_VCPUS,
+	SBX_MEM, SBX_DISK, SBX_GPUS, SBX_MAC, SBX_IPV4, SBX_NCOLS
+};
+COLS_CHECK(SBX_COLS, SBX_NCOLS)
 
 struct sbx_row {
 	Bc__Compute__V1__Sandbox *x;
@@ -66,45 +73,45 @@ static void sbx_from_row(rpc_call *c, const PGresult *r, int i, struct sbx_row *
 {
 	Bc__Compute__V1__Sandbox *x = rpc_new(c, &bc__compute__v1__sandbox__descriptor);
 
-	x->id = row_str(c, r, i, 0);
-	x->tenant_id = row_str(c, r, i, 1);
-	x->template_id = row_str(c, r, i, 2);
-	x->pool_id = row_str(c, r, i, 3);
-	x->instance_id = row_str(c, r, i, 4);
-	x->state = row_str(c, r, i, 5);
-	x->warm = db_bool(r, i, 6);
-	x->ttl_seconds = db_i64(r, i, 7);
-	x->expires_at = db_i64(r, i, 8);
-	x->created_at = db_i64(r, i, 9);
-	x->updated_at = db_i64(r, i, 10);
-	x->ready_at = db_i64(r, i, 11);
-	x->expired_at = db_i64(r, i, 12);
-	x->deleted_at = db_i64(r, i, 13);
-	x->created_by = row_str(c, r, i, 14);
-	x->owner_id = row_str(c, r, i, 15);
-	x->node_id = row_str(c, r, i, 16);
-	x->instance_state = row_str(c, r, i, 17);
-	x->reason = row_str(c, r, i, 18);
-	if (*db_val(r, i, C_MAC) || *db_val(r, i, C_IPV4)) {
+	x->id = row_str(c, r, i, SBX_ID);
+	x->tenant_id = row_str(c, r, i, SBX_TENANT_ID);
+	x->template_id = row_str(c, r, i, SBX_TEMPLATE_ID);
+	x->pool_id = row_str(c, r, i, SBX_POOL_ID);
+	x->instance_id = row_str(c, r, i, SBX_INSTANCE_ID);
+	x->state = row_str(c, r, i, SBX_STATE);
+	x->warm = db_bool(r, i, SBX_WARM);
+	x->ttl_seconds = db_i64(r, i, SBX_TTL_SECONDS);
+	x->expires_at = db_i64(r, i, SBX_EXPIRES_AT);
+	x->created_at = db_i64(r, i, SBX_CREATED_AT);
+	x->updated_at = db_i64(r, i, SBX_UPDATED_AT);
+	x->ready_at = db_i64(r, i, SBX_READY_AT);
+	x->expired_at = db_i64(r, i, SBX_EXPIRED_AT);
+	x->deleted_at = db_i64(r, i, SBX_DELETED_AT);
+	x->created_by = row_str(c, r, i, SBX_CREATED_BY);
+	x->owner_id = row_str(c, r, i, SBX_OWNER_ID);
+	x->node_id = row_str(c, r, i, SBX_NODE_ID);
+	x->instance_state = row_str(c, r, i, SBX_INSTANCE_STATE);
+	x->reason = row_str(c, r, i, SBX_REASON);
+	if (*db_val(r, i, SBX_MAC) || *db_val(r, i, SBX_IPV4)) {
 		Bc__Compute__V1__Nic *n = rpc_new(c, &bc__compute__v1__nic__descriptor);
 		char tap[16];
 		ipam_tap_name(x->instance_id, 0, tap);
 		n->name = rpc_strdup(c, tap);
-		n->mac = row_str(c, r, i, C_MAC);
-		n->ipv4 = row_str(c, r, i, C_IPV4);
+		n->mac = row_str(c, r, i, SBX_MAC);
+		n->ipv4 = row_str(c, r, i, SBX_IPV4);
 		x->nics = rpc_alloc(c, sizeof(*x->nics));
 		x->nics[0] = n;
 		x->n_nics = 1;
 	}
 	o->x = x;
-	snprintf(o->agent, sizeof(o->agent), "%s", db_val(r, i, C_AGENT));
-	snprintf(o->flavor, sizeof(o->flavor), "%s", db_val(r, i, C_FLAVOR));
-	snprintf(o->image, sizeof(o->image), "%s", db_val(r, i, C_IMAGE));
-	snprintf(o->network, sizeof(o->network), "%s", db_val(r, i, C_NET));
-	o->vcpus = db_i64(r, i, C_VCPUS);
-	o->memory_mib = db_i64(r, i, C_MEM);
-	o->disk_gib = db_i64(r, i, C_DISK);
-	o->gpus = db_i64(r, i, C_GPUS);
+	snprintf(o->agent, sizeof(o->agent), "%s", db_val(r, i, SBX_AGENT));
+	snprintf(o->flavor, sizeof(o->flavor), "%s", db_val(r, i, SBX_FLAVOR));
+	snprintf(o->image, sizeof(o->image), "%s", db_val(r, i, SBX_IMAGE));
+	snprintf(o->network, sizeof(o->network), "%s", db_val(r, i, SBX_NET));
+	o->vcpus = db_i64(r, i, SBX_VCPUS);
+	o->memory_mib = db_i64(r, i, SBX_MEM);
+	o->disk_gib = db_i64(r, i, SBX_DISK);
+	o->gpus = db_i64(r, i, SBX_GPUS);
 }
 
 static void attr_i64(struct authz_target *t, const char *name, int64_t v)
@@ -220,6 +227,10 @@ static int check_create(const Bc__Compute__V1__CreateSandboxRequest *q, bc_error
 }
 
 /* The template a create uses, read FOR SHARE so it cannot change under us. */
+enum {
+	TQ_POOL_ID, TQ_FLAVOR, TQ_IMAGE_ID, TQ_NETWORK, TQ_DEFAULT_TTL, TQ_MAX_TTL, TQ_USER_DATA,
+	TQ_VCPUS, TQ_MEMORY_MIB, TQ_DISK_GIB, TQ_GPUS, TQ_WARM_MAX, TQ_INSTANCE_VERSION
+}; /* load_template's columns, in its SELECT's order */
 static int load_template(struct db *d, struct screate *a, PGresult **ret, bc_error *err)
 {
 	struct dbp p = {0};
@@ -332,17 +343,20 @@ static int stage_and_claim(struct db *d, struct screate *a, const PGresult *t, i
 			   bc_error *err)
 {
 	const struct principal *p = ctl_principal(a->call);
-	struct sbx_shape s = {.id = a->id, .tenant = a->tenant, .pool = db_val(t, 0, 0),
-			      .template_id = a->q->template_id, .flavor = db_val(t, 0, 1),
-			      .image = db_val(t, 0, 2), .network = db_val(t, 0, 3),
-			      .created_by = p->id, .ttl = ttl, .vcpus = db_i64(t, 0, 7),
-			      .memory_mib = db_i64(t, 0, 8), .disk_gib = db_i64(t, 0, 9),
-			      .gpus = db_i64(t, 0, 10)};
+	struct sbx_shape s = {.id = a->id, .tenant = a->tenant, .pool = db_val(t, 0, TQ_POOL_ID),
+			      .template_id = a->q->template_id,
+			      .flavor = db_val(t, 0, TQ_FLAVOR),
+			      .image = db_val(t, 0, TQ_IMAGE_ID),
+			      .network = db_val(t, 0, TQ_NETWORK),
+			      .created_by = p->id, .ttl = ttl, .vcpus = db_i64(t, 0, TQ_VCPUS),
+			      .memory_mib = db_i64(t, 0, TQ_MEMORY_MIB),
+			      .disk_gib = db_i64(t, 0, TQ_DISK_GIB),
+			      .gpus = db_i64(t, 0, TQ_GPUS)};
 	struct warm_claim w = {.template_id = a->q->template_id, .sandbox_id = a->id,
-			       .network = db_val(t, 0, 3),
-			       .instance_version = (int)db_i64(t, 0, 12), .ttl_seconds = ttl,
-			       .caller = p};
-	bool pool = db_i64(t, 0, 11) > 0;
+			       .network = db_val(t, 0, TQ_NETWORK),
+			       .instance_version = (int)db_i64(t, 0, TQ_INSTANCE_VERSION),
+			       .ttl_seconds = ttl, .caller = p};
+	bool pool = db_i64(t, 0, TQ_WARM_MAX) > 0;
 	struct dbp bp = {0}, cp = {0};
 	struct authz_stage_q sq;
 	struct authz_target at;
@@ -375,7 +389,8 @@ static int stage_and_claim(struct db *d, struct screate *a, const PGresult *t, i
 		rc = db_fail(err, rc);
 	if (rc == 0 && pool && PQntuples(q[2].r) == 1) {
 		a->warm = true;
-		snprintf(a->instance, sizeof(a->instance), "%s", db_val(q[2].r, 0, 4));
+		snprintf(a->instance, sizeof(a->instance), "%s",
+			 db_val(q[2].r, 0, SBX_INSTANCE_ID));
 		PQclear(a->row); /* a retried transaction starts over */
 		a->row = q[2].r;
 		q[2].r = NULL;
@@ -408,17 +423,19 @@ static int screate_tx(struct db *d, void *arg, bc_error *err)
 	if ((rc = quota_sandboxes(d, a->tenant, err)) < 0 ||
 	    (rc = load_template(d, a, &t, err)) < 0)
 		return rc;
-	ttl = a->q->ttl_seconds ? a->q->ttl_seconds : db_i64(t, 0, 4);
-	if (ttl > db_i64(t, 0, 5)) {
-		rc = ttl_too_long(err, ttl, db_i64(t, 0, 5));
+	ttl = a->q->ttl_seconds ? a->q->ttl_seconds : db_i64(t, 0, TQ_DEFAULT_TTL);
+	if (ttl > db_i64(t, 0, TQ_MAX_TTL)) {
+		rc = ttl_too_long(err, ttl, db_i64(t, 0, TQ_MAX_TTL));
 		goto out;
 	}
 	id_new("sbx", a->id, sizeof(a->id));
 	if ((rc = stage_and_claim(d, a, t, ttl, err)) < 0)
 		goto out;
-	n = (struct inst_new){.tenant = a->tenant, .pool_id = db_val(t, 0, 0),
-			      .flavor = db_val(t, 0, 1), .image_id = db_val(t, 0, 2),
-			      .policy = db_val(t, 0, 3), .user_data = db_val(t, 0, 6),
+	n = (struct inst_new){.tenant = a->tenant, .pool_id = db_val(t, 0, TQ_POOL_ID),
+			      .flavor = db_val(t, 0, TQ_FLAVOR),
+			      .image_id = db_val(t, 0, TQ_IMAGE_ID),
+			      .policy = db_val(t, 0, TQ_NETWORK),
+			      .user_data = db_val(t, 0, TQ_USER_DATA),
 			      .sandbox_id = a->id, .ssh_from_host_only = true};
 	if (!a->warm && (rc = instance_create_tx(a->call, d, &n, err)) < 0)
 		goto out;
@@ -467,7 +484,7 @@ static ProtobufCMessage *sbx_wait_answer(rpc_call *c, const PGresult *r, int i)
 const struct waiter_kind sbx_waiter_kind = {
 	.noun = "sandbox",
 	.sql = "SELECT " SBX_COLS SBX_FROM "WHERE s.id = ANY($1::text[])",
-	.state_col = 5,
+	.state_col = SBX_STATE,
 	.settled = sbx_settled,
 	.answer = sbx_wait_answer,
 };
@@ -624,7 +641,7 @@ static int sbx_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **r
 		resp->items[resp->n_items++] = sbx_answer(&o);
 	}
 	if (PQntuples(r) == limit)
-		resp->cursor = row_str(c, r, limit - 1, 0);
+		resp->cursor = row_str(c, r, limit - 1, SBX_ID);
 	PQclear(r);
 	*ret = &resp->base;
 	return 0;
@@ -642,6 +659,7 @@ static int wake(struct db *d, const char *id)
 
 int sbx_delete_locked(struct db *d, const char *id, bool expired)
 {
+	enum { DEL_INSTANCE_ID, DEL_NODE_ID, DEL_TENANT_ID, DEL_TEMPLATE_ID, DEL_POOL_ID };
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	char subject[96];
@@ -660,20 +678,23 @@ int sbx_delete_locked(struct db *d, const char *id, bool expired)
 		PQclear(r);
 		return 0; /* already deleting */
 	}
-	snprintf(subject, sizeof(subject), "instance/%s", db_val(r, 0, 0));
+	snprintf(subject, sizeof(subject), "instance/%s", db_val(r, 0, DEL_INSTANCE_ID));
 	{
 		_cleanup_free_ char *data = xasprintf("{\"sandboxId\": \"%s\"%s}", id,
 						      expired ? ", \"reason\": \"expired\"" : "");
-		rc = event_publish(d, "instance.deleting", subject, db_val(r, 0, 2), data);
+		rc = event_publish(d, "instance.deleting", subject, db_val(r, 0, DEL_TENANT_ID),
+				   data);
 	}
 	if (rc == 0)
-		rc = publish(d, "sandbox.deleting", id, db_val(r, 0, 2), db_val(r, 0, 3),
-			     db_val(r, 0, 0), db_val(r, 0, 4),
+		rc = publish(d, "sandbox.deleting", id, db_val(r, 0, DEL_TENANT_ID),
+			     db_val(r, 0, DEL_TEMPLATE_ID), db_val(r, 0, DEL_INSTANCE_ID),
+			     db_val(r, 0, DEL_POOL_ID),
 			     expired ? "\"expired\": true" : "\"expired\": false");
-	if (rc == 0 && !db_val(r, 0, 1))
-		rc = finish_deletions(d, NULL, db_val(r, 0, 0)) < 0 ? -EIO : 0;
+	if (rc == 0 && !db_val(r, 0, DEL_NODE_ID))
+		rc = finish_deletions(d, NULL, db_val(r, 0, DEL_INSTANCE_ID)) < 0 ? -EIO : 0;
 	else if (rc == 0)
-		rc = spec_bump_instance(d, db_val(r, 0, 1), db_val(r, 0, 0));
+		rc = spec_bump_instance(d, db_val(r, 0, DEL_NODE_ID),
+					db_val(r, 0, DEL_INSTANCE_ID));
 	PQclear(r);
 	return rc < 0 ? rc : wake(d, id);
 }
@@ -694,7 +715,7 @@ static int sdelete_tx(struct db *d, void *arg, bc_error *err)
 	if ((rc = db_one(d, &r, "SELECT deleting_at IS NOT NULL FROM sandboxes WHERE id = $1 AND "
 			 "tenant_id = $2 FOR UPDATE", &p, err, "sandbox %s not found", a->id)) < 0)
 		return rc;
-	rc = db_bool(r, 0, 0) ? 0 : 1;
+	rc = db_bool(r, 0, COL_ONLY) ? 0 : 1;
 	PQclear(r);
 	if (rc == 0)
 		return 0; /* idempotent */
@@ -759,6 +780,7 @@ static int deleting_refused(bc_error *err, const char *id, const char *state)
 }
 
 /* The sandbox (locked), its expiry, creation and template bound. */
+enum { EXT_STATE, EXT_EXPIRES_AT, EXT_CREATED_AT, EXT_MAX_TTL, EXT_DELETING };
 static int extend_read(struct db *d, struct sext *a, PGresult **ret, bc_error *err)
 {
 	struct dbp p = {0};
@@ -786,11 +808,11 @@ static int stage_tx(struct db *d, void *arg, bc_error *err)
 
 	if ((rc = extend_read(d, a, &r, err)) < 0)
 		return rc;
-	cur = db_i64(r, 0, 1);
-	created = db_i64(r, 0, 2);
-	max = db_i64(r, 0, 3);
-	if (db_bool(r, 0, 4) || strcmp(db_val(r, 0, 0), "deleted") == 0) {
-		rc = deleting_refused(err, a->q->sandbox_id, db_val(r, 0, 0));
+	cur = db_i64(r, 0, EXT_EXPIRES_AT);
+	created = db_i64(r, 0, EXT_CREATED_AT);
+	max = db_i64(r, 0, EXT_MAX_TTL);
+	if (db_bool(r, 0, EXT_DELETING) || strcmp(db_val(r, 0, EXT_STATE), "deleted") == 0) {
+		rc = deleting_refused(err, a->q->sandbox_id, db_val(r, 0, EXT_STATE));
 		PQclear(r);
 		return rc;
 	}
@@ -811,6 +833,7 @@ static int stage_tx(struct db *d, void *arg, bc_error *err)
  * still owns the pending value, and only within the template's bound. */
 static int apply_tx(struct db *d, void *arg, bc_error *err)
 {
+	enum { APPLY_TENANT_ID, APPLY_TEMPLATE_ID, APPLY_INSTANCE_ID, APPLY_POOL_ID };
 	struct sext *a = arg;
 	_cleanup_free_ char *extra = NULL;
 	struct dbp p = {0};
@@ -819,10 +842,10 @@ static int apply_tx(struct db *d, void *arg, bc_error *err)
 
 	if ((rc = extend_read(d, a, &r, err)) < 0)
 		return rc;
-	if (db_bool(r, 0, 4))
-		rc = deleting_refused(err, a->q->sandbox_id, db_val(r, 0, 0));
-	else if (a->lifetime > db_i64(r, 0, 3))
-		rc = ttl_too_long(err, a->lifetime, db_i64(r, 0, 3));
+	if (db_bool(r, 0, EXT_DELETING))
+		rc = deleting_refused(err, a->q->sandbox_id, db_val(r, 0, EXT_STATE));
+	else if (a->lifetime > db_i64(r, 0, EXT_MAX_TTL))
+		rc = ttl_too_long(err, a->lifetime, db_i64(r, 0, EXT_MAX_TTL));
 	PQclear(r);
 	if (rc < 0)
 		return rc;
@@ -847,8 +870,9 @@ static int apply_tx(struct db *d, void *arg, bc_error *err)
 		return db_fail(err, rc);
 	extra = xasprintf("\"expiresAt\": %" PRId64 ", \"ttlSeconds\": %" PRId64, a->new_ms,
 			  a->lifetime);
-	rc = publish(d, "sandbox.extended", a->q->sandbox_id, db_val(r, 0, 0), db_val(r, 0, 1),
-		     db_val(r, 0, 2), db_val(r, 0, 3), extra);
+	rc = publish(d, "sandbox.extended", a->q->sandbox_id, db_val(r, 0, APPLY_TENANT_ID),
+		     db_val(r, 0, APPLY_TEMPLATE_ID), db_val(r, 0, APPLY_INSTANCE_ID),
+		     db_val(r, 0, APPLY_POOL_ID), extra);
 	PQclear(r);
 	return rc < 0 ? db_fail(err, rc) : 0;
 }

@@ -77,6 +77,7 @@ static const char *const access_steps[] = {
  * will never confirm), finished at once. */
 static int instances_step(struct db *d, struct td *a)
 {
+	enum { STEP_INSTANCE_ID, STEP_NODE_ID };
 	_cleanup_free_ char *unplaced = NULL;
 	size_t len = 1, used = 0;
 	struct dbp p = {0};
@@ -101,11 +102,11 @@ static int instances_step(struct db *d, struct td *a)
 	len += (size_t)PQntuples(r) * 64;
 	unplaced = xcalloc(1, len);
 	for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
-		const char *node = db_val(r, i, 1);
+		const char *node = db_val(r, i, STEP_NODE_ID);
 		if (!*node)
 			used += (size_t)snprintf(unplaced + used, len - used, "%s%s", used ? "\n" : "",
-						 db_val(r, i, 0));
-		else if (i == 0 || strcmp(node, db_val(r, i - 1, 1)) != 0)
+						 db_val(r, i, STEP_INSTANCE_ID));
+		else if (i == 0 || strcmp(node, db_val(r, i - 1, STEP_NODE_ID)) != 0)
 			rc = spec_bump(d, node);
 	}
 	PQclear(r);
@@ -182,6 +183,7 @@ int teardown_tenant(struct db *d, const char *tenant, bool *ret_done, bc_error *
 
 void teardown_tick(struct db *d)
 {
+	enum { TICK_TENANT_ID };
 	struct dbp p = {0};
 	PGresult *r = NULL;
 
@@ -193,8 +195,9 @@ void teardown_tick(struct db *d)
 		bc_error err;
 
 		bc_error_clear(&err);
-		if (teardown_tenant(d, db_val(r, i, 0), NULL, &err) < 0)
-			log_warn("tenant %s: teardown pass failed: %s", db_val(r, i, 0), err.message);
+		if (teardown_tenant(d, db_val(r, i, TICK_TENANT_ID), NULL, &err) < 0)
+			log_warn("tenant %s: teardown pass failed: %s", db_val(r, i, TICK_TENANT_ID),
+				 err.message);
 	}
 	PQclear(r);
 }

@@ -40,6 +40,14 @@
 	"'starting', 'running') OR w.desired_state = 'running') FROM instances w WHERE "      \
 	"w.warm_template_id = t.id AND w.desired_state <> 'deleted' AND "                    \
 	"w.warm_instance_version = t.instance_version)"
+/* The columns of TMPL_COLS, in its order: the two must stay in step. */
+enum {
+	TMPL_ID, TMPL_TENANT_ID, TMPL_NAME, TMPL_POOL_ID, TMPL_RUNTIME, TMPL_FLAVOR, TMPL_IMAGE_ID,
+	TMPL_USER_DATA, TMPL_NETWORK, TMPL_DEFAULT_TTL, TMPL_MAX_TTL, TMPL_WARM_MIN, TMPL_WARM_MAX,
+	TMPL_VERSION, TMPL_CREATED_BY, TMPL_CREATED_AT, TMPL_UPDATED_AT, TMPL_WARM_COUNTS,
+	TMPL_NCOLS
+};
+COLS_CHECK(TMPL_COLS, TMPL_NCOLS)
 #define TMPL_FROM " FROM sandbox_templates t JOIN flavors f ON f.id = t.flavor_id "
 
 /* What each runtime boots and passes through. */
@@ -58,27 +66,27 @@ static Bc__Compute__V1__SandboxTemplate *tmpl_from_row(rpc_call *c, const PGresu
 	Bc__Compute__V1__SandboxTemplate *t =
 		rpc_new(c, &bc__compute__v1__sandbox_template__descriptor);
 
-	t->id = row_str(c, r, i, 0);
-	t->tenant_id = row_str(c, r, i, 1);
-	t->name = row_str(c, r, i, 2);
-	t->pool_id = row_str(c, r, i, 3);
-	t->runtime = row_str(c, r, i, 4);
-	t->flavor = row_str(c, r, i, 5);
-	t->image_id = row_str(c, r, i, 6);
-	t->user_data = row_str(c, r, i, 7);
-	t->network = row_str(c, r, i, 8);
-	t->default_ttl_seconds = db_i64(r, i, 9);
-	t->max_ttl_seconds = db_i64(r, i, 10);
-	if (db_i64(r, i, 12) > 0) {
+	t->id = row_str(c, r, i, TMPL_ID);
+	t->tenant_id = row_str(c, r, i, TMPL_TENANT_ID);
+	t->name = row_str(c, r, i, TMPL_NAME);
+	t->pool_id = row_str(c, r, i, TMPL_POOL_ID);
+	t->runtime = row_str(c, r, i, TMPL_RUNTIME);
+	t->flavor = row_str(c, r, i, TMPL_FLAVOR);
+	t->image_id = row_str(c, r, i, TMPL_IMAGE_ID);
+	t->user_data = row_str(c, r, i, TMPL_USER_DATA);
+	t->network = row_str(c, r, i, TMPL_NETWORK);
+	t->default_ttl_seconds = db_i64(r, i, TMPL_DEFAULT_TTL);
+	t->max_ttl_seconds = db_i64(r, i, TMPL_MAX_TTL);
+	if (db_i64(r, i, TMPL_WARM_MAX) > 0) {
 		t->warm = rpc_new(c, &bc__compute__v1__warm_pool__descriptor);
-		t->warm->min = (uint32_t)db_i64(r, i, 11);
-		t->warm->max = (uint32_t)db_i64(r, i, 12);
+		t->warm->min = (uint32_t)db_i64(r, i, TMPL_WARM_MIN);
+		t->warm->max = (uint32_t)db_i64(r, i, TMPL_WARM_MAX);
 	}
-	t->version = db_i64(r, i, 13);
-	t->created_by = row_str(c, r, i, 14);
-	t->created_at = db_i64(r, i, 15);
-	t->updated_at = db_i64(r, i, 16);
-	if (sscanf(db_val(r, i, 17), "%u %u", &t->warm_ready, &t->warm_booting) != 2)
+	t->version = db_i64(r, i, TMPL_VERSION);
+	t->created_by = row_str(c, r, i, TMPL_CREATED_BY);
+	t->created_at = db_i64(r, i, TMPL_CREATED_AT);
+	t->updated_at = db_i64(r, i, TMPL_UPDATED_AT);
+	if (sscanf(db_val(r, i, TMPL_WARM_COUNTS), "%u %u", &t->warm_ready, &t->warm_booting) != 2)
 		t->warm_ready = t->warm_booting = 0;
 	return t;
 }
@@ -215,6 +223,7 @@ static int check_runtime(const char *runtime, const char *format, int gpus, bc_e
  * them; private/none need the pool's IP range. */
 static int resolve_shape(struct db *d, struct shape *s, bc_error *err)
 {
+	enum { SH_RUNTIME, SH_HAS_RANGE, SH_FLAVOR_ID, SH_GPUS, SH_IMAGE_ID, SH_FORMAT };
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	int rc;
@@ -234,24 +243,25 @@ static int resolve_shape(struct db *d, struct shape *s, bc_error *err)
 		return db_fail(err, rc);
 	if (PQntuples(r) == 0)
 		rc = bc_error_set(err, BC_NOT_FOUND, "pool %s not found", s->pool_id);
-	else if (!db_val(r, 0, 2))
+	else if (!db_val(r, 0, SH_FLAVOR_ID))
 		rc = invalid(err, "flavor", "unknown flavor %s", s->flavor);
-	else if (!db_val(r, 0, 4))
+	else if (!db_val(r, 0, SH_IMAGE_ID))
 		rc = invalid(err, "imageId", "unknown image %s", s->image_id);
-	else if (s->runtime && strcmp(s->runtime, db_val(r, 0, 0)) != 0) {
+	else if (s->runtime && strcmp(s->runtime, db_val(r, 0, SH_RUNTIME)) != 0) {
 		bc_error_set(err, BC_INVALID_STATE, "pool %s now runs %s, the template %s",
-			     s->pool_id, db_val(r, 0, 0), s->runtime);
+			     s->pool_id, db_val(r, 0, SH_RUNTIME), s->runtime);
 		rc = bc_error_detail(err, "reason", "pool-runtime-changed");
-	} else if (strcmp(s->network, "egress") != 0 && !db_bool(r, 0, 1)) {
+	} else if (strcmp(s->network, "egress") != 0 && !db_bool(r, 0, SH_HAS_RANGE)) {
 		bc_error_set(err, BC_INVALID_STATE, "network %s needs the pool's IP range, and pool "
 			     "%s has none", s->network, s->pool_id);
 		rc = bc_error_detail(err, "reason", "pool-without-ip-range");
 	} else
-		rc = check_runtime(db_val(r, 0, 0), db_val(r, 0, 5), (int)db_i64(r, 0, 3), err);
+		rc = check_runtime(db_val(r, 0, SH_RUNTIME), db_val(r, 0, SH_FORMAT),
+				   (int)db_i64(r, 0, SH_GPUS), err);
 	if (rc == 0) {
-		snprintf(s->runtime_out, sizeof(s->runtime_out), "%s", db_val(r, 0, 0));
-		snprintf(s->flavor_id, sizeof(s->flavor_id), "%s", db_val(r, 0, 2));
-		snprintf(s->image_id_out, sizeof(s->image_id_out), "%s", db_val(r, 0, 4));
+		snprintf(s->runtime_out, sizeof(s->runtime_out), "%s", db_val(r, 0, SH_RUNTIME));
+		snprintf(s->flavor_id, sizeof(s->flavor_id), "%s", db_val(r, 0, SH_FLAVOR_ID));
+		snprintf(s->image_id_out, sizeof(s->image_id_out), "%s", db_val(r, 0, SH_IMAGE_ID));
 	}
 	PQclear(r);
 	return rc;
@@ -351,16 +361,22 @@ struct tupdate {
 
 #define Q_SET(q, f, F) ((q)->f##_set_case == BC__COMPUTE__V1__UPDATE_SANDBOX_TEMPLATE_REQUEST__##F##_SET_##F)
 
+/* The columns of the template tupdate_tx reads, in its SELECT's order. */
+enum {
+	UPD_POOL_ID, UPD_NAME, UPD_RUNTIME, UPD_FLAVOR, UPD_IMAGE_ID, UPD_USER_DATA, UPD_NETWORK,
+	UPD_DEFAULT_TTL, UPD_MAX_TTL, UPD_FLAVOR_ID
+};
+
 static int check_immutable(const Bc__Compute__V1__UpdateSandboxTemplateRequest *q,
 			   const PGresult *r, bc_error *err)
 {
 	const char *field = NULL;
 
-	if (Q_SET(q, pool_id, POOL_ID) && strcmp(q->pool_id, db_val(r, 0, 0)) != 0)
+	if (Q_SET(q, pool_id, POOL_ID) && strcmp(q->pool_id, db_val(r, 0, UPD_POOL_ID)) != 0)
 		field = "poolId";
-	else if (Q_SET(q, name, NAME) && strcmp(q->name, db_val(r, 0, 1)) != 0)
+	else if (Q_SET(q, name, NAME) && strcmp(q->name, db_val(r, 0, UPD_NAME)) != 0)
 		field = "name";
-	else if (Q_SET(q, runtime, RUNTIME) && strcmp(q->runtime, db_val(r, 0, 2)) != 0)
+	else if (Q_SET(q, runtime, RUNTIME) && strcmp(q->runtime, db_val(r, 0, UPD_RUNTIME)) != 0)
 		field = "runtime";
 	if (!field)
 		return 0;
@@ -387,24 +403,26 @@ static int tupdate_tx(struct db *d, void *arg, bc_error *err)
 			 "t.deleted_at IS NULL FOR UPDATE OF t", &p, err,
 			 "sandbox template %s not found", q->template_id)) < 0)
 		return rc;
-	s.pool_id = db_val(r, 0, 0);
-	s.runtime = db_val(r, 0, 2);
-	s.flavor = Q_SET(q, flavor, FLAVOR) ? q->flavor : db_val(r, 0, 9);
-	s.image_id = Q_SET(q, image_id, IMAGE_ID) ? q->image_id : db_val(r, 0, 4);
-	s.network = Q_SET(q, network, NETWORK) ? q->network : db_val(r, 0, 6);
+	s.pool_id = db_val(r, 0, UPD_POOL_ID);
+	s.runtime = db_val(r, 0, UPD_RUNTIME);
+	s.flavor = Q_SET(q, flavor, FLAVOR) ? q->flavor : db_val(r, 0, UPD_FLAVOR_ID);
+	s.image_id = Q_SET(q, image_id, IMAGE_ID) ? q->image_id : db_val(r, 0, UPD_IMAGE_ID);
+	s.network = Q_SET(q, network, NETWORK) ? q->network : db_val(r, 0, UPD_NETWORK);
 	def = Q_SET(q, default_ttl_seconds, DEFAULT_TTL_SECONDS) ? q->default_ttl_seconds
-								  : db_i64(r, 0, 7);
-	max = Q_SET(q, max_ttl_seconds, MAX_TTL_SECONDS) ? q->max_ttl_seconds : db_i64(r, 0, 8);
+								  : db_i64(r, 0, UPD_DEFAULT_TTL);
+	max = Q_SET(q, max_ttl_seconds, MAX_TTL_SECONDS) ? q->max_ttl_seconds
+							  : db_i64(r, 0, UPD_MAX_TTL);
 	if ((rc = check_immutable(q, r, err)) < 0 || (rc = check_ttls(def, max, err)) < 0 ||
 	    (rc = resolve_shape(d, &s, err)) < 0) {
 		PQclear(r);
 		return rc;
 	}
 	/* what the guest runs: flavor, image, user data, network */
-	guest = strcmp(s.flavor_id, db_val(r, 0, 9)) != 0 ||
-		strcmp(s.image_id_out, db_val(r, 0, 4)) != 0 ||
-		strcmp(s.network, db_val(r, 0, 6)) != 0 ||
-		(Q_SET(q, user_data, USER_DATA) && strcmp(q->user_data, db_val(r, 0, 5)) != 0);
+	guest = strcmp(s.flavor_id, db_val(r, 0, UPD_FLAVOR_ID)) != 0 ||
+		strcmp(s.image_id_out, db_val(r, 0, UPD_IMAGE_ID)) != 0 ||
+		strcmp(s.network, db_val(r, 0, UPD_NETWORK)) != 0 ||
+		(Q_SET(q, user_data, USER_DATA) &&
+		 strcmp(q->user_data, db_val(r, 0, UPD_USER_DATA)) != 0);
 	p.n = 0;
 	dbp_str(&p, q->template_id);
 	dbp_str(&p, s.flavor_id);

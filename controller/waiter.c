@@ -82,8 +82,10 @@ static char *ids_array(struct waiter_item *const *due, size_t n)
 
 static int row_of(const PGresult *r, const struct waiter_item *it)
 {
+	enum { ROW_ID, ROW_TENANT_ID }; /* every kind's sql: id and tenant first */
 	for (int i = 0; r && i < PQntuples(r); i++)
-		if (strcmp(db_val(r, i, 0), it->id) == 0 && strcmp(db_val(r, i, 1), it->tenant) == 0)
+		if (strcmp(db_val(r, i, ROW_ID), it->id) == 0 &&
+		    strcmp(db_val(r, i, ROW_TENANT_ID), it->tenant) == 0)
 			return i;
 	return -1;
 }

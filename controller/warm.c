@@ -108,6 +108,8 @@ struct pool {
 	"'deleted' RETURNING i.id, i.node_id, i.tenant_id, r.bad) SELECT u.id, u.node_id, "    \
 	"u.tenant_id, u.bad, coalesce(n.state, '') FROM u LEFT JOIN nodes n ON n.id = "        \
 	"u.node_id ORDER BY u.id"
+/* DRAIN_SQL's columns, in its order */
+enum { DRAIN_ID, DRAIN_NODE_ID, DRAIN_TENANT_ID, DRAIN_BAD, DRAIN_NODE_STATE };
 
 static int drained_one(struct db *d, const struct pool *pl, const PGresult *r, int i)
 {
@@ -115,18 +117,19 @@ static int drained_one(struct db *d, const struct pool *pl, const PGresult *r, i
 	char subject[96];
 	int rc;
 
-	snprintf(subject, sizeof(subject), "instance/%s", db_val(r, i, 0));
+	snprintf(subject, sizeof(subject), "instance/%s", db_val(r, i, DRAIN_ID));
 	data = xasprintf("{\"warmTemplateId\": \"%s\", \"reason\": \"%s\"}", pl->id,
 			 pl->deleted ? "template-deleted" : db_bool(r, i, 3) ? "warm-stale" :
 									      "warm-beyond-max");
-	if ((rc = event_publish(d, "instance.deleting", subject, db_val(r, i, 2), data)) < 0)
+	if ((rc = event_publish(d, "instance.deleting", subject, db_val(r, i, DRAIN_TENANT_ID),
+				data)) < 0)
 		return rc;
 	/* unplaced, or on a host that will never confirm (lost, retired):
 	 * finished at once, its booking and address released */
-	if (!db_val(r, i, 1) || strcmp(db_val(r, i, 4), "lost") == 0 ||
-	    strcmp(db_val(r, i, 4), "retired") == 0)
-		return finish_deletions(d, NULL, db_val(r, i, 0)) < 0 ? -EIO : 0;
-	return spec_bump_instance(d, db_val(r, i, 1), db_val(r, i, 0));
+	if (!db_val(r, i, DRAIN_NODE_ID) || strcmp(db_val(r, i, DRAIN_NODE_STATE), "lost") == 0 ||
+	    strcmp(db_val(r, i, DRAIN_NODE_STATE), "retired") == 0)
+		return finish_deletions(d, NULL, db_val(r, i, DRAIN_ID)) < 0 ? -EIO : 0;
+	return spec_bump_instance(d, db_val(r, i, DRAIN_NODE_ID), db_val(r, i, DRAIN_ID));
 }
 
 struct drain {
@@ -174,6 +177,10 @@ struct refill {
 
 /* The template again, in this transaction: FOR SHARE, not deleted, the
  * same instance_version as the pass saw. */
+enum {
+	RT_TENANT_ID, RT_POOL_ID, RT_FLAVOR, RT_IMAGE_ID, RT_NETWORK, RT_USER_DATA,
+	RT_CREATED_BY, RT_CREATOR_KIND
+}; /* refill_template's columns, in its SELECT's order */
 static int refill_template(struct db *d, const struct pool *pl, PGresult **ret, bc_error *err)
 {
 	struct dbp p = {0};
@@ -198,12 +205,16 @@ static int refill_tx(struct db *d, void *arg, bc_error *err)
 
 	if ((rc = refill_template(d, a->pl, &t, err)) < 0)
 		return rc;
-	snprintf(owner.id, sizeof(owner.id), "%s", db_val(t, 0, 6));
-	snprintf(owner.tenant_id, sizeof(owner.tenant_id), "%s", db_val(t, 0, 0));
-	snprintf(owner.identity_kind, sizeof(owner.identity_kind), "%s", db_val(t, 0, 7));
-	n = (struct inst_new){.tenant = db_val(t, 0, 0), .pool_id = db_val(t, 0, 1),
-			      .flavor = db_val(t, 0, 2), .image_id = db_val(t, 0, 3),
-			      .policy = db_val(t, 0, 4), .user_data = db_val(t, 0, 5),
+	snprintf(owner.id, sizeof(owner.id), "%s", db_val(t, 0, RT_CREATED_BY));
+	snprintf(owner.tenant_id, sizeof(owner.tenant_id), "%s", db_val(t, 0, RT_TENANT_ID));
+	snprintf(owner.identity_kind, sizeof(owner.identity_kind), "%s",
+		 db_val(t, 0, RT_CREATOR_KIND));
+	n = (struct inst_new){.tenant = db_val(t, 0, RT_TENANT_ID),
+			      .pool_id = db_val(t, 0, RT_POOL_ID),
+			      .flavor = db_val(t, 0, RT_FLAVOR),
+			      .image_id = db_val(t, 0, RT_IMAGE_ID),
+			      .policy = db_val(t, 0, RT_NETWORK),
+			      .user_data = db_val(t, 0, RT_USER_DATA),
 			      .ssh_from_host_only = true, .warm_template_id = a->pl->id,
 			      .warm_instance_version = a->pl->version, .owner = &owner};
 	rc = instance_create_tx(NULL, d, &n, err);
@@ -248,17 +259,22 @@ static void refill(struct db *d, const struct pool *pl, int64_t good)
 	"pools p ON p.id = t.pool_id WHERE (t.deleted_at IS NULL AND t.warm_min > 0) OR "       \
 	"EXISTS (SELECT 1 FROM instances i WHERE i.warm_template_id = t.id AND "                \
 	"i.desired_state <> 'deleted') ORDER BY t.id"
+/* POOLS_SQL's columns, in its order */
+enum {
+	POOL_ID, POOL_TENANT_ID, POOL_VERSION, POOL_MIN, POOL_MAX, POOL_DELETED,
+	POOL_NEEDS_NETPOL, POOL_CHECKS_BUDGET
+};
 
 static void pool_from_row(const PGresult *r, int i, struct pool *pl)
 {
-	snprintf(pl->id, sizeof(pl->id), "%s", db_val(r, i, 0));
-	snprintf(pl->tenant, sizeof(pl->tenant), "%s", db_val(r, i, 1));
-	pl->version = (int)db_i64(r, i, 2);
-	pl->min = (int)db_i64(r, i, 3);
-	pl->max = (int)db_i64(r, i, 4);
-	pl->deleted = db_bool(r, i, 5);
-	pl->needs_netpol = db_bool(r, i, 6);
-	pl->checks_budget = db_bool(r, i, 7);
+	snprintf(pl->id, sizeof(pl->id), "%s", db_val(r, i, POOL_ID));
+	snprintf(pl->tenant, sizeof(pl->tenant), "%s", db_val(r, i, POOL_TENANT_ID));
+	pl->version = (int)db_i64(r, i, POOL_VERSION);
+	pl->min = (int)db_i64(r, i, POOL_MIN);
+	pl->max = (int)db_i64(r, i, POOL_MAX);
+	pl->deleted = db_bool(r, i, POOL_DELETED);
+	pl->needs_netpol = db_bool(r, i, POOL_NEEDS_NETPOL);
+	pl->checks_budget = db_bool(r, i, POOL_CHECKS_BUDGET);
 }
 
 static void pool_pass(struct db *d, struct pool *pl)
@@ -308,6 +324,7 @@ void warm_pass(struct db *d)
 
 void warm_metrics_render(FILE *out, struct db *d)
 {
+	enum { M_TEMPLATE, M_STATE, M_COUNT };
 	PGresult *r = NULL;
 
 	metrics_head(out, "better_compute_sandbox_warm_instances", "gauge",
@@ -318,10 +335,10 @@ void warm_metrics_render(FILE *out, struct db *d)
 		return;
 	for (int i = 0; i < PQntuples(r); i++) {
 		char labels[160];
-		snprintf(labels, sizeof(labels), "template=\"%s\",state=\"%s\"", db_val(r, i, 0),
-			 db_val(r, i, 1));
+		snprintf(labels, sizeof(labels), "template=\"%s\",state=\"%s\"",
+			 db_val(r, i, M_TEMPLATE), db_val(r, i, M_STATE));
 		metrics_line(out, "better_compute_sandbox_warm_instances", labels,
-			     (double)db_i64(r, i, 2));
+			     (double)db_i64(r, i, M_COUNT));
 	}
 	PQclear(r);
 }
