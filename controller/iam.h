@@ -19,8 +19,9 @@ struct iam_write {
 };
 int iam_write_run(rpc_call *c, struct iam_write *w, PGresult **ret, bc_error *err);
 
-/* iam_self.c: self-service (see there). The tenant an IAM call acts in:
- * the operator's request as given ("" may mean every tenant); anyone
+/* iam_self.c: self-service (see there). The tenant an IAM call acts in,
+ * by auth_scope_tenant's rule (auth_scope.h): the operator's "" means
+ * every tenant (*ret is ""), any other tenant it names must exist; anyone
  * else's own tenant ("" or its own id; another is NOT_FOUND). */
 int iam_scope_tenant(rpc_call *c, const char *requested, const char **ret, bc_error *err);
 
