@@ -72,13 +72,7 @@ bool backoff_sleep(struct backoff_stop *s, int64_t ms)
 	struct timespec until;
 	bool v;
 
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_sec += ms / 1000;
-	until.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
+	until = deadline_ts(ms);
 	pthread_mutex_lock(&s->lock);
 	while (!s->stop)
 		if (pthread_cond_timedwait(&s->cond, &s->lock, &until) == ETIMEDOUT)

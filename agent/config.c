@@ -13,6 +13,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "conf.h"
 #include "nft.h"
 #include "util.h"
 
@@ -20,22 +21,11 @@
 #define LABEL_KEY_MAX 63
 #define LABEL_VALUE_MAX 255
 
-enum cfg_type { CFG_STR, CFG_U32, CFG_U64 };
+#define S(n, d, h) {#n, CONF_STR, offsetof(struct agent_config, n), d, 0, 0, h}
+#define U32(n, d, lo, hi, h) {#n, CONF_U32, offsetof(struct agent_config, n), d, lo, hi, h}
+#define U64(n, d, lo, hi, h) {#n, CONF_U64, offsetof(struct agent_config, n), d, lo, hi, h}
 
-struct cfg_key {
-	const char *name;
-	enum cfg_type type;
-	size_t off;
-	const char *def;
-	uint64_t min, max;
-	const char *help;
-};
-
-#define S(n, d, h) {#n, CFG_STR, offsetof(struct agent_config, n), d, 0, 0, h}
-#define U32(n, d, lo, hi, h) {#n, CFG_U32, offsetof(struct agent_config, n), d, lo, hi, h}
-#define U64(n, d, lo, hi, h) {#n, CFG_U64, offsetof(struct agent_config, n), d, lo, hi, h}
-
-static const struct cfg_key keys[] = {
+static const struct conf_key keys[] = {
 	S(controller, NULL, "controller (or load balancer) address host:port"),
 	S(ca_file, NULL, "API CA (api-ca.pem) to trust the controller with"),
 	S(join_token, NULL, "join token, used once while state_dir holds no certificate"),
@@ -69,14 +59,6 @@ static const struct cfg_key keys[] = {
 	S(fence, "pause", "when fenced: pause (and cut the network), stop, or off"),
 };
 
-static const struct cfg_key *key_find(const char *name)
-{
-	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
-		if (strcmp(keys[i].name, name) == 0)
-			return &keys[i];
-	return NULL;
-}
-
 static int fail(char *err, size_t errlen, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
@@ -90,46 +72,17 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
 	return -EINVAL;
 }
 
-static int parse_uint(const struct cfg_key *k, const char *value, uint64_t *ret)
-{
-	char *end;
-	unsigned long long v;
-
-	if (!isdigit((unsigned char)*value))
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(value, &end, 10);
-	if (errno || *end || v < k->min || v > k->max)
-		return -EINVAL;
-	*ret = v;
-	return 0;
-}
-
 int cfg_set(struct agent_config *c, const char *name, const char *value, char *err, size_t errlen)
 {
-	const struct cfg_key *k = key_find(name);
-	void *field;
-	uint64_t v;
+	const struct conf_key *k = conf_key_find(keys, ARRAY_SIZE(keys), name);
 
 	if (!k)
 		return fail(err, errlen, "unknown key '%.64s'", name);
 	if (!str_is_printable(value, CFG_VALUE_MAX))
 		return fail(err, errlen, "%s: value too long or not printable", k->name);
-	field = (char *)c + k->off;
-	if (k->type == CFG_STR) {
-		free(*(char **)field);
-		*(char **)field = xstrdup(value);
-		return 0;
-	}
-	if (parse_uint(k, value, &v) < 0) {
-		snprintf(err, errlen, "%s must be an integer in [%" PRIu64 ", %" PRIu64 "]", k->name,
-			 k->min, k->max);
-		return -EINVAL;
-	}
-	if (k->type == CFG_U32)
-		*(uint32_t *)field = (uint32_t)v;
-	else
-		*(uint64_t *)field = v;
+	if (conf_set_value(k, c, value) < 0)
+		return fail(err, errlen, "%s must be an integer in [%lld, %lld]", k->name, k->min,
+			    k->max);
 	return 0;
 }
 
@@ -155,33 +108,23 @@ static char *trim(char *s)
 	return s;
 }
 
-static int file_line(struct agent_config *c, const char *path, int lineno, char *line, char *err,
-		     size_t errlen)
-{
-	char *eq, *hash = strchr(line, '#'), sub[CFG_ERR_MAX];
-	int e;
+/* A key = value line of the file: cfg_set, its error kept in sub. */
+struct file_ctx {
+	struct agent_config *c;
+	char sub[CFG_ERR_MAX];
+};
 
-	if (hash)
-		*hash = '\0';
-	line = trim(line);
-	if (!*line)
-		return 0;
-	eq = strchr(line, '=');
-	if (!eq) {
-		snprintf(err, errlen, "%s: line %d: expected key = value", path, lineno);
-		return -EINVAL;
-	}
-	*eq = '\0';
-	e = cfg_set(c, trim(line), trim(eq + 1), sub, sizeof(sub));
-	if (e < 0)
-		snprintf(err, errlen, "%s: line %d: %s", path, lineno, sub);
-	return e;
+static int file_key(void *ctx, const char *name, const char *value)
+{
+	struct file_ctx *f = ctx;
+
+	return cfg_set(f->c, name, value, f->sub, sizeof(f->sub));
 }
 
 int cfg_load_file(struct agent_config *c, const char *path, char *err, size_t errlen)
 {
 	_cleanup_free_ char *buf = NULL;
-	char *line = NULL, *next;
+	struct file_ctx f = {.c = c};
 	int e, lineno = 0;
 
 	e = file_read_all(path, 1 << 20, &buf, NULL);
@@ -189,15 +132,14 @@ int cfg_load_file(struct agent_config *c, const char *path, char *err, size_t er
 		snprintf(err, errlen, "cannot read %s: %s", path, strerror(-e));
 		return e;
 	}
-	for (line = buf; line; line = next) {
-		next = strchr(line, '\n');
-		if (next)
-			*next++ = '\0';
-		e = file_line(c, path, ++lineno, line, err, errlen);
-		if (e < 0)
-			return e;
+	e = conf_parse(buf, 0, file_key, &f, &lineno);
+	if (e == -EBADMSG) {
+		snprintf(err, errlen, "%s: line %d: expected key = value", path, lineno);
+		return -EINVAL;
 	}
-	return 0;
+	if (e < 0)
+		snprintf(err, errlen, "%s: line %d: %s", path, lineno, f.sub);
+	return e;
 }
 
 /* "--state-dir" -> "state_dir"; value split off "--key=value". */
@@ -395,16 +337,19 @@ void cfg_print(const struct agent_config *c, FILE *out)
 		const void *field = (const char *)c + keys[i].off;
 		const char *s;
 		switch (keys[i].type) {
-		case CFG_STR:
+		case CONF_STR:
 			s = *(char *const *)field;
 			if (s && *s && strcmp(keys[i].name, "join_token") == 0)
 				s = "(set, not shown)";
 			fprintf(out, "%s = %s\n", keys[i].name, s ? s : "");
 			break;
-		case CFG_U32:
+		case CONF_INT:
+			fprintf(out, "%s = %d\n", keys[i].name, *(const int *)field);
+			break;
+		case CONF_U32:
 			fprintf(out, "%s = %" PRIu32 "\n", keys[i].name, *(const uint32_t *)field);
 			break;
-		case CFG_U64:
+		case CONF_U64:
 			fprintf(out, "%s = %" PRIu64 "\n", keys[i].name, *(const uint64_t *)field);
 			break;
 		}
@@ -427,7 +372,7 @@ void cfg_usage(FILE *out)
 void cfg_free(struct agent_config *c)
 {
 	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
-		if (keys[i].type == CFG_STR) {
+		if (keys[i].type == CONF_STR) {
 			char **p = (char **)((char *)c + keys[i].off);
 			if (*p && strcmp(keys[i].name, "join_token") == 0)
 				explicit_bzero(*p, strlen(*p));

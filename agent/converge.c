@@ -904,17 +904,6 @@ int conv_pass(struct conv *c)
 
 /* ------------------------------------------------------------ threads */
 
-static void deadline_after(struct timespec *ts, int ms)
-{
-	clock_gettime(CLOCK_MONOTONIC, ts);
-	ts->tv_sec += ms / 1000;
-	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts->tv_nsec >= 1000000000L) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000L;
-	}
-}
-
 /* Under the lock: until the next periodic pass, or the fence's deadline
  * if that comes first. */
 static int next_wait_ms(const struct conv *c)
@@ -935,7 +924,7 @@ void conv_run(struct conv *c)
 		pthread_mutex_unlock(&c->lock);
 		conv_pass(c);
 		pthread_mutex_lock(&c->lock);
-		deadline_after(&until, next_wait_ms(c));
+		until = deadline_ts(next_wait_ms(c));
 		while (!c->stopping && !c->pending && !c->poked)
 			if (pthread_cond_timedwait(&c->wake, &c->lock, &until) == ETIMEDOUT)
 				break;
@@ -949,7 +938,7 @@ bool conv_wait_change(struct conv *c, uint64_t seen_seq, int timeout_ms)
 	struct timespec until;
 	bool changed;
 
-	deadline_after(&until, timeout_ms > 0 ? timeout_ms : 0);
+	until = deadline_ts(timeout_ms > 0 ? timeout_ms : 0);
 	pthread_mutex_lock(&c->lock);
 	while (!c->stopping && c->status.seq == seen_seq)
 		if (pthread_cond_timedwait(&c->changed, &c->lock, &until) == ETIMEDOUT)

@@ -893,9 +893,9 @@ static int lv_resume(struct rt *rt, const char *id)
 
 static bool wait_off(virDomainPtr dom, uint32_t ms)
 {
-	int64_t until = mono_ms() + ms;
+	int64_t until = deadline_in(ms);
 
-	while (mono_ms() < until) {
+	while (!deadline_passed(until)) {
 		if (dom_state(dom) == RT_STATE_STOPPED)
 			return true;
 		usleep(STOP_POLL_MS * 1000);
@@ -915,10 +915,10 @@ static int64_t min64(int64_t a, int64_t b)
 static int stop_progress(struct rt_libvirt *lv, virDomainPtr dom, const char *id,
 			 struct shutdown *sd)
 {
-	int64_t left = sd->deadline - mono_ms();
+	int64_t left = deadline_left(sd->deadline);
 
 	if (wait_off(dom, (uint32_t)min64(left > 0 ? left : 0, STOP_SYNC_MS)) ||
-	    mono_ms() >= sd->deadline) {
+	    deadline_passed(sd->deadline)) {
 		shut_clear(lv, id);
 		return dom_state(dom) == RT_STATE_STOPPED
 			       ? 0
@@ -946,7 +946,7 @@ static int lv_stop(struct rt *rt, const char *id)
 	st = dom_state(dom);
 	sd = shut_find(lv, id);
 	if (st == RT_STATE_RUNNING && !sd && virDomainShutdown(dom) == 0) {
-		sd = shut_add(lv, id, mono_ms() + lv->stop_ms);
+		sd = shut_add(lv, id, deadline_in(lv->stop_ms));
 		if (!sd && wait_off(dom, lv->stop_ms))  /* no room to track it */
 			st = RT_STATE_STOPPED;
 	}

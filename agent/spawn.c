@@ -58,7 +58,7 @@ static bool drain(int rfd, int64_t deadline, char *out)
 	char buf[4096];
 
 	for (;;) {
-		int64_t left = deadline - mono_ms();
+		int64_t left = deadline_left(deadline);
 		struct pollfd p = {.fd = rfd, .events = POLLIN};
 		if (left <= 0)
 			return false;
@@ -93,7 +93,7 @@ int spawn_run(char *const argv[], int timeout_ms, char *out)
 		close(fds[0]);
 		return e;
 	}
-	done = drain(fds[0], mono_ms() + timeout_ms, out);
+	done = drain(fds[0], deadline_in(timeout_ms), out);
 	close(fds[0]);
 	if (!done)
 		kill(pid, SIGKILL);

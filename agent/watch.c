@@ -254,13 +254,13 @@ static bool log_failure(const bc_error *err, bool *down)
  * controller itself failed the stream) waits the whole ms. */
 static void pause_before_retry(struct watch *w, int64_t ms)
 {
-	int64_t until = mono_ms() + ms, left;
+	int64_t until = deadline_in(ms), left;
 
 	if (rpc_client_wait_ready(w->client, 0) == 0) {
 		backoff_sleep(w->stop, ms);
 		return;
 	}
-	while (!backoff_stopped(w->stop) && (left = until - mono_ms()) > 0)
+	while (!backoff_stopped(w->stop) && (left = deadline_left(until)) > 0)
 		if (rpc_client_wait_ready(w->client, left < 500 ? (int)left : 500) == 0)
 			return;
 }

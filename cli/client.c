@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "conf.h"
 #include "util.h"
 
 #define CONFIG_MAX_BYTES 65536
@@ -28,14 +29,15 @@ struct config {
 };
 
 /* The config keys, one typed table: every key is a string. */
-static const struct config_key {
-	const char *key;
-	size_t off;
-} config_keys[] = {
-	{"url", offsetof(struct config, url)},
-	{"token", offsetof(struct config, token)},
-	{"ca_file", offsetof(struct config, ca_file)},
+static const struct conf_key config_keys[] = {
+	{"url", CONF_STR, offsetof(struct config, url)},
+	{"token", CONF_STR, offsetof(struct config, token)},
+	{"ca_file", CONF_STR, offsetof(struct config, ca_file)},
 };
+
+/* The file's syntax: '#' starts a comment only after a blank (a token or
+ * URL may hold one), values may be in double quotes. */
+#define CONFIG_SYNTAX (CONF_HASH_AFTER_BLANK | CONF_UNQUOTE | CONF_BLANKS)
 
 static int local_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int local_error(const char *fmt, ...)
@@ -60,58 +62,34 @@ static void config_free(struct config *cfg)
 	free(cfg->ca_file);
 }
 
-static char *trim(char *s)
-{
-	char *e;
+/* A key = value line: an unknown key is -ENOENT, named in *bad_key. */
+struct file_ctx {
+	struct config *cfg;
+	const char *bad_key;
+};
 
-	while (*s == ' ' || *s == '\t')
-		s++;
-	e = s + strlen(s);
-	while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'))
-		*--e = '\0';
-	return s;
+static int config_key(void *ctx, const char *key, const char *value)
+{
+	struct file_ctx *f = ctx;
+	int r = conf_set(config_keys, ARRAY_SIZE(config_keys), f->cfg, key, value);
+
+	if (r == -ENOENT)
+		f->bad_key = key;
+	return r;
 }
 
-/* Cut a comment: '#' at the start or after a blank. */
-static void cut_comment(char *line)
+static int config_parse(struct config *cfg, char *buf)
 {
-	for (char *p = line; *p; p++)
-		if (*p == '#' && (p == line || p[-1] == ' ' || p[-1] == '\t')) {
-			*p = '\0';
-			return;
-		}
-}
+	struct file_ctx f = {.cfg = cfg};
+	int r, lineno = 0;
 
-static int config_line(struct config *cfg, char *line, int lineno)
-{
-	char *eq, *key, *val;
-	size_t n;
-
-	cut_comment(line);
-	key = trim(line);
-	if (!*key)
-		return 0;
-	eq = strchr(key, '=');
-	if (!eq)
+	r = conf_parse(buf, CONFIG_SYNTAX, config_key, &f, &lineno);
+	if (r == -EBADMSG)
 		return local_error("%s:%d: expected 'key = value'", cfg->path, lineno);
-	*eq = '\0';
-	key = trim(key);
-	val = trim(eq + 1);
-	n = strlen(val);
-	if (n >= 2 && val[0] == '"' && val[n - 1] == '"') {
-		val[n - 1] = '\0';
-		val++;
-	}
-	for (size_t i = 0; i < ARRAY_SIZE(config_keys); i++) {
-		char **dst = (char **)((char *)cfg + config_keys[i].off);
-		if (strcmp(config_keys[i].key, key) != 0)
-			continue;
-		free(*dst);
-		*dst = xstrdup(val);
-		return 0;
-	}
-	return local_error("%s:%d: unknown key '%s' (known: url, token, ca_file)", cfg->path,
-			   lineno, key);
+	if (r < 0)
+		return local_error("%s:%d: unknown key '%s' (known: url, token, ca_file)",
+				   cfg->path, lineno, f.bad_key);
+	return 0;
 }
 
 /* A token in a file others can read is worth a warning, not a refusal. */
@@ -144,8 +122,8 @@ static int config_load(struct config *cfg)
 {
 	const char *env = getenv("BC_CONFIG"), *home = getenv("HOME");
 	_cleanup_free_ char *buf = NULL;
-	char *line, *save = NULL;
-	int r, lineno = 0;
+	size_t len = 0;
+	int r;
 
 	if (env && *env)
 		cfg->path = xstrdup(env);
@@ -153,18 +131,13 @@ static int config_load(struct config *cfg)
 		cfg->path = xasprintf("%s/.config/bc/config", home);
 	else
 		return 0;
-	r = file_read_all(cfg->path, CONFIG_MAX_BYTES, &buf, NULL);
+	r = file_read_all(cfg->path, CONFIG_MAX_BYTES, &buf, &len);
 	if (r == -ENOENT && !(env && *env))
 		return 0;
 	if (r < 0)
 		return local_error("config %s: %s", cfg->path, strerror(-r));
-	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-		lineno++;
-		r = config_line(cfg, line, lineno);
-		if (r < 0)
-			break;
-	}
-	explicit_bzero(buf, strlen(buf));
+	r = config_parse(cfg, buf);
+	explicit_bzero(buf, len);
 	if (r < 0)
 		return r;
 	config_check_mode(cfg);

@@ -115,42 +115,6 @@ bool pbj_is_pointer_type(ProtobufCType t)
 	return t == PROTOBUF_C_TYPE_STRING || t == PROTOBUF_C_TYPE_MESSAGE;
 }
 
-/* Length of the valid UTF-8 sequence at s (at most n bytes), 0 if invalid:
- * no overlong forms, no surrogates, nothing past U+10FFFF. */
-size_t pbj_utf8_seq(const unsigned char *s, size_t n)
-{
-	unsigned char c = s[0];
-	size_t len;
-	unsigned char lo = 0x80, hi = 0xbf;
-
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xc2 && c <= 0xdf)
-		len = 2;
-	else if (c >= 0xe0 && c <= 0xef)
-		len = 3;
-	else if (c >= 0xf0 && c <= 0xf4)
-		len = 4;
-	else
-		return 0;
-	if (len > n)
-		return 0;
-	if (c == 0xe0)
-		lo = 0xa0;
-	else if (c == 0xed)
-		hi = 0x9f;
-	else if (c == 0xf0)
-		lo = 0x90;
-	else if (c == 0xf4)
-		hi = 0x8f;
-	if (s[1] < lo || s[1] > hi)
-		return 0;
-	for (size_t i = 2; i < len; i++)
-		if (s[i] < 0x80 || s[i] > 0xbf)
-			return 0;
-	return len;
-}
-
 /* The code point of a valid sequence of length k (from utf8_seq). */
 static unsigned long utf8_decode(const unsigned char *s, size_t k)
 {
@@ -172,7 +136,7 @@ static int utf8_cmp(const char *a, const char *b)
 	size_t ns = strlen((const char *)s), nt = strlen((const char *)t);
 
 	while (ns && nt) {
-		size_t ks = pbj_utf8_seq(s, ns), kt = pbj_utf8_seq(t, nt);
+		size_t ks = json_lex_utf8_seq(s, ns), kt = json_lex_utf8_seq(t, nt);
 		unsigned long cs = ks ? utf8_decode(s, ks) : 0xfffd;
 		unsigned long ct = kt ? utf8_decode(t, kt) : 0xfffd;
 

@@ -1,6 +1,7 @@
 /* pbjson_internal.h: what the JSON writer (pbjson_write.c) and reader
- * (pbjson_read.c) share: field naming, map detection, member access, UTF-8
- * and the ordering of map keys (pbjson_common.c). */
+ * (pbjson_read.c) share: field naming, map detection, member access and
+ * the ordering of map keys (pbjson_common.c); UTF-8 and the rest of JSON's
+ * lexical level come from json_lex.h. */
 #ifndef BC_PBJSON_INTERNAL_H
 #define BC_PBJSON_INTERNAL_H
 
@@ -9,6 +10,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
+
+#include "json_lex.h"
 
 #define PBJSON_MAX_DEPTH 32
 #define PBJSON_DEFAULT_MAX_BYTES (4u << 20)
@@ -22,7 +25,6 @@ bool pbj_is_map(const ProtobufCFieldDescriptor *f);
 size_t pbj_elt_size(ProtobufCType t);
 void *pbj_member(const ProtobufCMessage *m, unsigned offset);
 bool pbj_is_pointer_type(ProtobufCType t);
-size_t pbj_utf8_seq(const unsigned char *s, size_t n);
 ssize_t pbj_map_shadowed(ProtobufCMessage *const *entries, size_t n,
 			    const ProtobufCFieldDescriptor *kf, bool *shadowed);
 

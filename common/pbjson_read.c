@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "json_lex.h"
 #include "pbjson_internal.h"
 #include "util.h"
 
@@ -81,7 +82,7 @@ static int rd_peek(struct rd *r)
 	while (r->pos < r->len) {
 		char c = r->s[r->pos];
 
-		if (c != ' ' && c != '\t' && c != '\n' && c != '\r')
+		if (!json_lex_ws(c))
 			return (unsigned char)c;
 		r->pos++;
 	}
@@ -124,151 +125,25 @@ static int rd_leave(struct rd *r, char close)
 	return 0;
 }
 
-static int hex4(const char *s, unsigned *ret)
-{
-	unsigned v = 0;
-
-	for (int i = 0; i < 4; i++) {
-		char c = s[i];
-
-		v <<= 4;
-		if (c >= '0' && c <= '9')
-			v |= (unsigned)(c - '0');
-		else if (c >= 'a' && c <= 'f')
-			v |= (unsigned)(c - 'a' + 10);
-		else if (c >= 'A' && c <= 'F')
-			v |= (unsigned)(c - 'A' + 10);
-		else
-			return -1;
-	}
-	*ret = v;
-	return 0;
-}
-
-static size_t utf8_put(char *out, unsigned cp)
-{
-	if (cp < 0x80) {
-		out[0] = (char)cp;
-		return 1;
-	}
-	if (cp < 0x800) {
-		out[0] = (char)(0xc0 | (cp >> 6));
-		out[1] = (char)(0x80 | (cp & 0x3f));
-		return 2;
-	}
-	if (cp < 0x10000) {
-		out[0] = (char)(0xe0 | (cp >> 12));
-		out[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-		out[2] = (char)(0x80 | (cp & 0x3f));
-		return 3;
-	}
-	out[0] = (char)(0xf0 | (cp >> 18));
-	out[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-	out[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
-	out[3] = (char)(0x80 | (cp & 0x3f));
-	return 4;
-}
-
-/* A \u escape at r->pos (after the backslash and 'u'), with its low
- * surrogate if it is a high one. */
-static int rd_unicode(struct rd *r, unsigned *ret)
-{
-	unsigned cp, lo;
-
-	if (r->len - r->pos < 4 || hex4(r->s + r->pos, &cp) < 0)
-		return rd_fail(r, "bad \\u escape");
-	r->pos += 4;
-	if (cp >= 0xdc00 && cp <= 0xdfff)
-		return rd_fail(r, "unpaired surrogate in \\u escape");
-	if (cp >= 0xd800 && cp <= 0xdbff) {
-		if (r->len - r->pos < 6 || r->s[r->pos] != '\\' || r->s[r->pos + 1] != 'u' ||
-		    hex4(r->s + r->pos + 2, &lo) < 0 || lo < 0xdc00 || lo > 0xdfff)
-			return rd_fail(r, "unpaired surrogate in \\u escape");
-		r->pos += 6;
-		cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-	}
-	*ret = cp;
-	return 0;
-}
-
-static int rd_escape(struct rd *r, char *out, size_t *n)
-{
-	static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
-	const char *k;
-	unsigned cp = 0;
-	int ret;
-
-	if (r->pos >= r->len)
-		return rd_fail(r, "unterminated string");
-	k = strchr(from, r->s[r->pos]);
-	if (k && r->s[r->pos]) {
-		out[(*n)++] = to[k - from];
-		r->pos++;
-		return 0;
-	}
-	if (r->s[r->pos] != 'u')
-		return rd_fail(r, "bad escape in string");
-	r->pos++;
-	ret = rd_unicode(r, &cp);
-	if (ret < 0)
-		return ret;
-	*n += utf8_put(out + *n, cp);
-	return 0;
-}
-
-/* Where the string starting at r->pos (after the quote) ends, or 0. */
-static size_t string_span(const struct rd *r)
-{
-	for (size_t i = r->pos; i < r->len; i++) {
-		if (r->s[i] == '"')
-			return i - r->pos + 1;
-		if (r->s[i] == '\\')
-			i++;
-	}
-	return 0;
-}
-
 /* A JSON string, unescaped into a malloc'd buffer (NUL-terminated; may
  * contain NUL bytes from \u0000, *ret_len says how long it is). */
 static int rd_string(struct rd *r, char **ret, size_t *ret_len)
 {
-	_cleanup_free_ char *out = NULL;
-	size_t n = 0, span;
-	int ret_code;
+	struct json_lex_fault f;
+	size_t used;
+	int rc;
 
 	if (!rd_eat(r, '"'))
 		return rd_fail(r, "expected a string");
-	span = string_span(r);
-	if (!span)
-		return rd_fail(r, "unterminated string");
-	out = malloc(span);
-	if (!out)
-		return -ENOMEM;
-	while (r->s[r->pos] != '"') {
-		unsigned char c = (unsigned char)r->s[r->pos];
-		size_t k;
-
-		if (c == '\\') {
-			r->pos++;
-			ret_code = rd_escape(r, out, &n);
-			if (ret_code < 0)
-				return ret_code;
-			continue;
-		}
-		if (c < 0x20)
-			return rd_fail(r, "control character in string");
-		k = pbj_utf8_seq((const unsigned char *)r->s + r->pos, r->len - r->pos);
-		if (!k)
-			return rd_fail(r, "invalid UTF-8 in string");
-		memcpy(out + n, r->s + r->pos, k);
-		n += k;
-		r->pos += k;
+	rc = json_lex_string(r->s + r->pos, r->len - r->pos, JSON_LEX_UTF8, ret, ret_len, &used,
+			     &f);
+	if (rc == -EINVAL) {
+		r->pos += f.at;
+		return rd_fail(r, "%s", f.why);
 	}
-	r->pos++;
-	out[n] = '\0';
-	*ret = out;
-	*ret_len = n;
-	out = NULL;
+	if (rc < 0)
+		return rc;
+	r->pos += used;
 	return 0;
 }
 

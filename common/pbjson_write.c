@@ -131,7 +131,7 @@ static void w_string(struct wbuf *b, const char *str)
 			continue;
 		}
 		while (i + run < n && s[i + run] >= 0x20 && s[i + run] != '"' &&
-		       s[i + run] != '\\' && (k = pbj_utf8_seq(s + i + run, n - i - run)) > 0)
+		       s[i + run] != '\\' && (k = json_lex_utf8_seq(s + i + run, n - i - run)) > 0)
 			run += k;
 		if (run == 0) {
 			w_put(b, "\xef\xbf\xbd", 3);	/* U+FFFD */

@@ -34,6 +34,35 @@ int64_t mono_us(void)
 	return (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
 }
 
+struct timespec deadline_ts(int64_t ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return ts;
+}
+
+int64_t deadline_in(int64_t ms)
+{
+	return mono_ms() + ms;
+}
+
+int64_t deadline_left(int64_t deadline)
+{
+	return deadline - mono_ms();
+}
+
+bool deadline_passed(int64_t deadline)
+{
+	return mono_ms() >= deadline;
+}
+
 int random_bytes(void *buf, size_t n)
 {
 	unsigned char *p = buf;

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -21,6 +22,17 @@ static inline void closep(int *fd) { if (*fd >= 0) close(*fd); }
 int64_t now_ms(void);
 int64_t mono_ms(void);
 int64_t mono_us(void);
+
+/* Deadlines on the monotonic clock, the one place for their arithmetic.
+ * deadline_ts: CLOCK_MONOTONIC now plus ms as the abstime of a
+ * pthread_cond_timedwait on a condition variable set to that clock
+ * (tv_nsec normalised for ms >= 0). deadline_in: mono_ms() + ms.
+ * deadline_left: milliseconds until deadline, 0 or less once it passed.
+ * deadline_passed: mono_ms() has reached deadline. */
+struct timespec deadline_ts(int64_t ms);
+int64_t deadline_in(int64_t ms);
+int64_t deadline_left(int64_t deadline);
+bool deadline_passed(int64_t deadline);
 
 /* Fill buf with n cryptographically random bytes (getrandom). 0 or -errno. */
 int random_bytes(void *buf, size_t n);

@@ -199,15 +199,16 @@ int auth_pre_call(rpc_call *call, bc_error *err)
 	return 0;
 }
 
-int auth_tenant(const rpc_call *call, const char *requested, const char **ret_tenant,
-		bc_error *err)
+int auth_scope_tenant(const rpc_call *call, const char *requested, unsigned flags,
+		      const char **ret_tenant, bc_error *err)
 {
 	const struct principal *p = ctl_principal(call);
 
 	if (!p || p->kind != PRINCIPAL_IDENTITY)
 		return bc_error_set(err, BC_UNAUTHENTICATED, "no caller");
 	if (!requested || !*requested) {
-		*ret_tenant = p->tenant_id;
+		bool all = (flags & AUTH_SCOPE_ALL_TENANTS) && auth_is_operator(p);
+		*ret_tenant = all ? "" : p->tenant_id;
 		return 0;
 	}
 	if (!str_is_slug(requested, 63)) {
@@ -231,6 +232,12 @@ int auth_tenant(const rpc_call *call, const char *requested, const char **ret_te
 	}
 	*ret_tenant = requested;
 	return 0;
+}
+
+int auth_tenant(const rpc_call *call, const char *requested, const char **ret_tenant,
+		bc_error *err)
+{
+	return auth_scope_tenant(call, requested, 0, ret_tenant, err);
 }
 
 int auth_create_admin(struct db *d, const char *tenant_id, const char *name, char *ret_token,

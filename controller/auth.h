@@ -22,7 +22,20 @@ void auth_token_new(char *out, size_t len);
  * (stored as SHA-256 only), the token into ret_token[len]. 0 or -errno. */
 int auth_create_admin(struct db *d, const char *tenant_id, const char *name, char *ret_token,
 		      size_t len);
-/* Resolve the tenant a call acts in: the request's tenant_id, or the
+/* The one rule for which tenant a call acts on. Every handler that takes
+ * a tenantId asks it here: auth_tenant for the compute and events APIs,
+ * iam_scope_tenant (iam_self.c) for the IAM admin services, which alone let
+ * the operator's empty tenantId mean every tenant (AUTH_SCOPE_ALL_TENANTS:
+ * *ret_tenant is then ""). No identity calling: UNAUTHENTICATED. An empty
+ * (or NULL) requested is the caller's own tenant. Otherwise requested must
+ * be a tenant id (INVALID_INPUT on field tenantId); another tenant than the
+ * caller's is NOT_FOUND unless the caller is the operator and the tenant
+ * exists and is not deleted. *ret_tenant borrows requested or the
+ * principal's tenant; set only on success. */
+#define AUTH_SCOPE_ALL_TENANTS 1u
+int auth_scope_tenant(const rpc_call *call, const char *requested, unsigned flags,
+		      const char **ret_tenant, bc_error *err);
+/* auth_scope_tenant without flags: the request's tenant_id, or the
  * caller's own when empty. Non-admins may act only in their own tenant
  * (another tenant's is NOT_FOUND). */
 int auth_tenant(const rpc_call *call, const char *requested, const char **ret_tenant,

@@ -1,7 +1,6 @@
 /* config.c: the controller's configuration keys, in one typed table. A file
  * of "key = value" lines, then "--key value" flags, each overriding the
  * defaults. Unknown keys are refused so a typo never goes unnoticed. */
-#include <ctype.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -9,23 +8,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "conf.h"
 #include "config.h"
 #include "util.h"
 
-enum ctype { C_STR, C_INT };
+#define S(n, d) {#n, CONF_STR, offsetof(struct ctl_config, n), d, 0, 0, NULL}
+#define I(n, d, lo, hi) {#n, CONF_INT, offsetof(struct ctl_config, n), d, lo, hi, NULL}
 
-struct ckey {
-	const char *name;
-	enum ctype type;
-	size_t off;
-	const char *def;
-	int min, max;
-};
-
-#define S(n, d) {#n, C_STR, offsetof(struct ctl_config, n), d, 0, 0}
-#define I(n, d, lo, hi) {#n, C_INT, offsetof(struct ctl_config, n), d, lo, hi}
-
-static const struct ckey keys[] = {
+static const struct conf_key keys[] = {
 	S(database, NULL),
 	S(listen, "127.0.0.1:7443"),
 	S(http_listen, ""),
@@ -75,56 +65,30 @@ static const struct ckey keys[] = {
 	I(policy_attach_max, "256", 1, 100000),
 };
 
-static const struct ckey *key_find(const char *name)
-{
-	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
-		if (strcmp(keys[i].name, name) == 0)
-			return &keys[i];
-	return NULL;
-}
-
 static int key_set(struct ctl_config *c, const char *name, const char *value)
 {
-	const struct ckey *k = key_find(name);
-	char *end;
-	long v;
+	const struct conf_key *k = conf_key_find(keys, ARRAY_SIZE(keys), name);
 
 	if (!k) {
 		fprintf(stderr, "config: unknown key '%s'\n", name);
 		return -EINVAL;
 	}
-	if (k->type == C_STR) {
-		char **p = (char **)((char *)c + k->off);
-		free(*p);
-		*p = xstrdup(value);
-		return 0;
-	}
-	errno = 0;
-	v = strtol(value, &end, 10);
-	if (errno || *end || end == value || v < k->min || v > k->max) {
-		fprintf(stderr, "config: %s must be an integer in [%d, %d]\n", name, k->min, k->max);
+	if (conf_set_value(k, c, value) < 0) {
+		fprintf(stderr, "config: %s must be an integer in [%lld, %lld]\n", name, k->min,
+			k->max);
 		return -EINVAL;
 	}
-	*(int *)((char *)c + k->off) = (int)v;
 	return 0;
 }
 
-static char *trim(char *s)
+static int file_key(void *c, const char *name, const char *value)
 {
-	char *e;
-
-	while (isspace((unsigned char)*s))
-		s++;
-	e = s + strlen(s);
-	while (e > s && isspace((unsigned char)e[-1]))
-		*--e = '\0';
-	return s;
+	return key_set(c, name, value);
 }
 
 static int load_file(struct ctl_config *c, const char *path)
 {
 	_cleanup_free_ char *buf = NULL;
-	char *save = NULL;
 	int r, lineno = 0;
 
 	r = file_read_all(path, 1 << 20, &buf, NULL);
@@ -132,25 +96,12 @@ static int load_file(struct ctl_config *c, const char *path)
 		fprintf(stderr, "config: cannot read %s: %s\n", path, strerror(-r));
 		return r;
 	}
-	for (char *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-		char *eq, *hash = strchr(line, '#');
-		lineno++;
-		if (hash)
-			*hash = '\0';
-		line = trim(line);
-		if (!*line)
-			continue;
-		eq = strchr(line, '=');
-		if (!eq) {
-			fprintf(stderr, "config: %s: line %d: expected key = value\n", path, lineno);
-			return -EINVAL;
-		}
-		*eq = '\0';
-		r = key_set(c, trim(line), trim(eq + 1));
-		if (r < 0)
-			return r;
+	r = conf_parse(buf, 0, file_key, c, &lineno);
+	if (r == -EBADMSG) {
+		fprintf(stderr, "config: %s: line %d: expected key = value\n", path, lineno);
+		return -EINVAL;
 	}
-	return 0;
+	return r;
 }
 
 int config_load(struct ctl_config *c, const char *path, int argc, char **argv, int first)
@@ -191,10 +142,5 @@ int config_load(struct ctl_config *c, const char *path, int argc, char **argv, i
 
 void config_free(struct ctl_config *c)
 {
-	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
-		if (keys[i].type == C_STR) {
-			char **p = (char **)((char *)c + keys[i].off);
-			free(*p);
-			*p = NULL;
-		}
+	conf_free_strings(keys, ARRAY_SIZE(keys), c);
 }

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "app.h"
+#include "auth.h"
 #include "authz.h"
 #include "db.h"
 #include "iam_self.h"
@@ -23,19 +24,7 @@
 
 int iam_scope_tenant(rpc_call *c, const char *requested, const char **ret, bc_error *err)
 {
-	const struct principal *p = ctl_principal(c);
-
-	if (auth_is_operator(p)) {
-		*ret = requested;
-		return 0;
-	}
-	if (!*requested || strcmp(requested, p->tenant_id) == 0) {
-		*ret = p->tenant_id;
-		return 0;
-	}
-	if (!str_is_slug(requested, 63))
-		return invalid(err, "tenantId", "tenantId must be a tenant id");
-	return bc_error_set(err, BC_NOT_FOUND, "tenant %s not found", requested);
+	return auth_scope_tenant(c, requested, AUTH_SCOPE_ALL_TENANTS, ret, err);
 }
 
 int iam_decide(rpc_call *c, const char *action, const struct iam_obj *o, bc_error *err)

@@ -9,8 +9,9 @@
 #include "err.h"
 #include "rpc.h"
 
-/* Self-service (see iam_self.c). The tenant an IAM call acts in:
- * the operator's request as given ("" may mean every tenant); anyone
+/* iam_self.c: self-service (see there). The tenant an IAM call acts in,
+ * by auth_scope_tenant's rule (auth.h): the operator's "" means
+ * every tenant (*ret is ""), any other tenant it names must exist; anyone
  * else's own tenant ("" or its own id; another is NOT_FOUND). */
 int iam_scope_tenant(rpc_call *c, const char *requested, const char **ret, bc_error *err);
 

@@ -506,7 +506,7 @@ static int wait_settled(rpc_call *c, const char *tenant, const char *id, int tim
 			Bc__Compute__V1__Instance **inst, bc_error *err)
 {
 	struct ctl_app *app = ctl_app(c);
-	int64_t end = mono_ms() + timeout_ms;
+	int64_t end = deadline_in(timeout_ms);
 	struct watch_entry *e;
 	uint64_t seen = 0;
 	int r = 0;
@@ -519,8 +519,8 @@ static int wait_settled(rpc_call *c, const char *tenant, const char *id, int tim
 		return 0;
 	}
 	e = watch_add(app->watches, id);
-	while (mono_ms() < end && unsettled((*inst)->state)) {
-		int64_t left = end - mono_ms();
+	while (!deadline_passed(end) && unsettled((*inst)->state)) {
+		int64_t left = deadline_left(end);
 		seen = watch_wait(app->watches, e, seen, (int)(left < 50 ? left : 50));
 		if ((r = inst_fetch(c, tenant, id, inst, NULL, err)) < 0)
 			break;

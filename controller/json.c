@@ -1,12 +1,14 @@
 /* json.c: recursive-descent JSON reader, bounded in depth and width (see
- * json.h). Numbers are doubles; strings are decoded (\uXXXX to UTF-8,
- * surrogate pairs joined). */
+ * json.h). Numbers are doubles; strings are decoded by common/json_lex.c
+ * (\uXXXX to UTF-8, surrogate pairs joined, \u0000 refused; other bytes
+ * are kept as they are). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "json.h"
+#include "json_lex.h"
 #include "util.h"
 
 struct jp {
@@ -16,7 +18,7 @@ struct jp {
 
 static void skip_ws(struct jp *p)
 {
-	while (p->pos < p->len && strchr(" \t\r\n", p->s[p->pos]) && p->s[p->pos])
+	while (p->pos < p->len && json_lex_ws(p->s[p->pos]))
 		p->pos++;
 }
 
@@ -40,105 +42,21 @@ static bool word(struct jp *p, const char *w)
 	return true;
 }
 
-static int hex4(struct jp *p, uint32_t *ret)
-{
-	uint32_t v = 0;
-
-	if (p->len - p->pos < 4)
-		return -EINVAL;
-	for (int i = 0; i < 4; i++) {
-		char c = p->s[p->pos++];
-		v <<= 4;
-		if (c >= '0' && c <= '9')
-			v |= (uint32_t)(c - '0');
-		else if (c >= 'a' && c <= 'f')
-			v |= (uint32_t)(c - 'a' + 10);
-		else if (c >= 'A' && c <= 'F')
-			v |= (uint32_t)(c - 'A' + 10);
-		else
-			return -EINVAL;
-	}
-	*ret = v;
-	return 0;
-}
-
-static size_t utf8_put(char *o, uint32_t cp)
-{
-	if (cp < 0x80) {
-		o[0] = (char)cp;
-		return 1;
-	}
-	if (cp < 0x800) {
-		o[0] = (char)(0xc0 | (cp >> 6));
-		o[1] = (char)(0x80 | (cp & 0x3f));
-		return 2;
-	}
-	if (cp < 0x10000) {
-		o[0] = (char)(0xe0 | (cp >> 12));
-		o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-		o[2] = (char)(0x80 | (cp & 0x3f));
-		return 3;
-	}
-	o[0] = (char)(0xf0 | (cp >> 18));
-	o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-	o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
-	o[3] = (char)(0x80 | (cp & 0x3f));
-	return 4;
-}
-
-static int escape(struct jp *p, char *o, size_t *used)
-{
-	static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
-	uint32_t cp, lo;
-	const char *k;
-	char c;
-
-	if (p->pos >= p->len)
-		return -EINVAL;
-	c = p->s[p->pos++];
-	if (c != 'u') {
-		if (!c || !(k = strchr(from, c)))
-			return -EINVAL;
-		o[(*used)++] = to[k - from];
-		return 0;
-	}
-	if (hex4(p, &cp) < 0 || cp == 0)
-		return -EINVAL;
-	if (cp >= 0xd800 && cp < 0xdc00) {
-		if (!word(p, "\\u") || hex4(p, &lo) < 0 || lo < 0xdc00 || lo > 0xdfff)
-			return -EINVAL;
-		cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-	} else if (cp >= 0xdc00 && cp < 0xe000) {
-		return -EINVAL;
-	}
-	*used += utf8_put(o + *used, cp);
-	return 0;
-}
-
+/* A string after its opening quote: no NUL (\u0000), bytes as they are. */
 static int string(struct jp *p, char **ret)
 {
-	size_t start = p->pos, used = 0;
-	char *o;
+	struct json_lex_fault f;
+	size_t len, used;
+	int r;
 
-	/* decoded text is never longer than its source */
-	while (p->pos < p->len && p->s[p->pos] != '"')
-		p->pos += p->s[p->pos] == '\\' ? 2 : 1;
-	if (p->pos >= p->len)
-		return -EINVAL;
-	o = xmalloc(p->pos - start + 1);
-	p->pos = start;
-	while (p->s[p->pos] != '"') {
-		unsigned char c = (unsigned char)p->s[p->pos++];
-		if (c < 0x20 || (c == '\\' && escape(p, o, &used) < 0)) {
-			free(o);
-			return -EINVAL;
-		}
-		if (c != '\\')
-			o[used++] = (char)c;
+	r = json_lex_string(p->s + p->pos, p->len - p->pos, JSON_LEX_NO_NUL, ret, &len, &used, &f);
+	if (r == -ENOMEM)
+		abort();
+	if (r < 0) {
+		p->pos += f.at;
+		return r;
 	}
-	p->pos++;
-	o[used] = '\0';
-	*ret = o;
+	p->pos += used;
 	return 0;
 }
 

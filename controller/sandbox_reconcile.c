@@ -197,8 +197,8 @@ static bool wait_wake(struct ctl_app *app, struct db *d, int64_t period_end)
 	int64_t deadline = period_end, first = 0;
 	bool woken = false;
 
-	while (!woken && !app->stopping && mono_ms() < deadline) {
-		int64_t left = deadline - mono_ms();
+	while (!woken && !app->stopping && !deadline_passed(deadline)) {
+		int64_t left = deadline_left(deadline);
 		struct pollfd pfd = {.fd = PQsocket(d->conn), .events = POLLIN};
 		PGnotify *n;
 
@@ -245,7 +245,7 @@ void *sbx_reconcile_thread(void *arg)
 			log_info("sandboxes: replica %s runs the sandbox reconciler", app->cfg.replica);
 		was_leader = true;
 		pass(d, period);
-		if (!wait_wake(app, d, mono_ms() + period * 1000LL)) {
+		if (!wait_wake(app, d, deadline_in(period * 1000LL))) {
 			db_close(d);
 			d = NULL;
 			leader = was_leader = false;

@@ -493,7 +493,7 @@ static int wait_settled(rpc_call *c, const char *tenant, const char *id, int tim
 			struct sbx_row *o, bc_error *err)
 {
 	struct ctl_app *app = ctl_app(c);
-	int64_t end = mono_ms() + timeout_ms;
+	int64_t end = deadline_in(timeout_ms);
 	int cap = app->cfg.workers > 1 ? app->cfg.workers / 2 : 1, r = 0;
 	struct watch_entry *e;
 	uint64_t seen = 0;
@@ -506,8 +506,8 @@ static int wait_settled(rpc_call *c, const char *tenant, const char *id, int tim
 	/* re-read once registered: readiness committed before it is seen */
 	if ((r = sbx_fetch(c, tenant, id, o, err)) < 0)
 		goto out;
-	while (mono_ms() < end && strcmp(o->x->state, "starting") == 0) {
-		int64_t left = end - mono_ms();
+	while (!deadline_passed(end) && strcmp(o->x->state, "starting") == 0) {
+		int64_t left = deadline_left(end);
 		seen = watch_wait(app->watches, e, seen,
 				  (int)(left < WAIT_REREAD_MS ? left : WAIT_REREAD_MS));
 		if ((r = sbx_fetch(c, tenant, id, o, err)) < 0)

@@ -226,20 +226,6 @@ void streams_done(rpc_call *call)
 
 /* ---------------------------------------------------------- the pool */
 
-static struct timespec abs_in(int ms)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
-	return ts;
-}
-
 /* A handle, made lazily: one that could not connect now reconnects on
  * first use (db_ensure), as the workers' do. */
 static struct db *pool_handle(struct streams *s)
@@ -260,7 +246,7 @@ int stream_db_take(rpc_call *call, bc_error *err)
 	struct streams *s = app->streams;
 	const struct principal *p = ctl_principal(call);
 	int cap = s->size - (p && p->kind == PRINCIPAL_NODE ? 0 : s->node_reserve);
-	struct timespec until = abs_in(POOL_WAIT_MS);
+	struct timespec until = deadline_ts(POOL_WAIT_MS);
 	struct db *d = NULL;
 	bool make = false;
 

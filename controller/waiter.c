@@ -215,16 +215,10 @@ static bool take(struct waiter *w)
 
 	pthread_mutex_lock(&w->mu);
 	while (w->active && !w->inbox && !w->stop && !w->poked) {
-		int64_t left = w->next_due_ms - mono_ms();
+		int64_t left = deadline_left(w->next_due_ms);
 		if (left <= 0)
 			break;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_sec += left / 1000;
-		ts.tv_nsec += (left % 1000) * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
+		ts = deadline_ts(left);
 		if (pthread_cond_timedwait(&w->cond, &w->mu, &ts) == ETIMEDOUT)
 			break;
 	}

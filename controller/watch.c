@@ -112,13 +112,7 @@ uint64_t watch_wait(struct watch_registry *r, struct watch_entry *e, uint64_t se
 	struct timespec ts;
 	uint64_t seq;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += timeout_ms / 1000;
-	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
+	ts = deadline_ts(timeout_ms);
 	pthread_mutex_lock(&r->mu);
 	while (e->seq == seen) {
 		if (pthread_cond_timedwait(&r->cond, &r->mu, &ts) == ETIMEDOUT)
