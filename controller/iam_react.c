@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "event_data.h"
 #include "log.h"
 #include "sandboxes.h"
 #include "util.h"
@@ -60,12 +61,11 @@ static int withdraw_tx(struct db *d, void *arg, bc_error *err)
 		return 0;
 	}
 	snprintf(subject, sizeof(subject), "sandbox/%s", a->id);
-	data = xasprintf("{\"reason\": \"%s\", \"agentId\": %s%s%s, \"templateId\": \"%s\", "
-			 "\"instanceId\": \"%s\", \"poolId\": \"%s\"}", a->reason,
-			 *a->agent ? "\"" : "", *a->agent ? a->agent : "null", *a->agent ? "\"" : "",
-			 db_val(r, 0, 1), db_val(r, 0, 2), db_val(r, 0, 3));
+	rc = evd_sandbox("sandbox.withdrawn", &(struct evd_sandbox){.reason = a->reason,
+			 .agent_id = a->agent, .template_id = db_val(r, 0, 1),
+			 .instance_id = db_val(r, 0, 2), .pool_id = db_val(r, 0, 3)}, &data);
 	/* an owner who is gone: an ordinary delete (sandbox.deleting) */
-	if (strcmp(a->reason, "owner-deleted") != 0)
+	if (rc == 0 && strcmp(a->reason, "owner-deleted") != 0)
 		rc = event_publish(d, "sandbox.withdrawn", subject, db_val(r, 0, 0), data);
 	PQclear(r);
 	if (rc == 0)

@@ -22,7 +22,9 @@
 #include "authz.h"
 #include "bc/compute/v1/sandboxes.pb-c.h"
 #include "ctl.h"
+#include "event_data.h"
 #include "idem.h"
+#include "jsonw.h"
 #include "instances.h"
 #include "log.h"
 #include "nodes.h"
@@ -236,15 +238,6 @@ static int ttl_too_long(bc_error *err, int64_t ttl, int64_t max)
 	return bc_error_detail(err, "maxTtlSeconds", "%" PRId64, max);
 }
 
-/* A sandbox event's data: its template, instance and pool, then extra
- * (more "key": value pairs, or NULL). */
-static char *event_data(const char *template_id, const char *instance, const char *pool,
-			const char *extra)
-{
-	return xasprintf("{\"templateId\": \"%s\", \"instanceId\": \"%s\", \"poolId\": \"%s\"%s%s}",
-			 template_id, instance, pool, extra ? ", " : "", extra ? extra : "");
-}
-
 /* The sandbox's row, its authorization row made live (staged by
  * stage_and_claim) and sandbox.created, in one statement that returns the
  * answer's row (SBX_COLS) into a->row. */
@@ -256,8 +249,10 @@ static int insert_sandbox(struct db *d, struct screate *a, const char *pool, int
 	struct dbp p = {0};
 	int rc;
 
-	data = event_data(a->q->template_id, a->instance, pool,
-			  a->warm ? "\"warm\": true" : "\"warm\": false");
+	rc = evd_sandbox("sandbox.created", &(struct evd_sandbox){.template_id = a->q->template_id,
+			 .instance_id = a->instance, .pool_id = pool, .warm = a->warm}, &data);
+	if (rc < 0)
+		return db_fail(err, rc);
 	dbp_str(&p, a->id);
 	dbp_str(&p, a->tenant);
 	dbp_str(&p, a->q->template_id);
@@ -287,15 +282,17 @@ static int insert_sandbox(struct db *d, struct screate *a, const char *pool, int
 	return 0;
 }
 
+/* Publish sandbox event type of sandbox id with the data of row s. */
 static int publish(struct db *d, const char *type, const char *id, const char *tenant,
-		   const char *template_id, const char *instance, const char *pool,
-		   const char *extra)
+		   const struct evd_sandbox *s)
 {
 	_cleanup_free_ char *data = NULL;
 	char subject[96];
+	int rc;
 
 	snprintf(subject, sizeof(subject), "sandbox/%s", id);
-	data = event_data(template_id, instance, pool, extra);
+	if ((rc = evd_sandbox(type, s, &data)) < 0)
+		return rc;
 	return event_publish(d, type, subject, tenant, data);
 }
 
@@ -634,6 +631,7 @@ static int wake(struct db *d, const char *id)
 
 int sbx_delete_locked(struct db *d, const char *id, bool expired)
 {
+	_cleanup_free_ char *data = NULL;
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	char subject[96];
@@ -653,15 +651,14 @@ int sbx_delete_locked(struct db *d, const char *id, bool expired)
 		return 0; /* already deleting */
 	}
 	snprintf(subject, sizeof(subject), "instance/%s", db_val(r, 0, 0));
-	{
-		_cleanup_free_ char *data = xasprintf("{\"sandboxId\": \"%s\"%s}", id,
-						      expired ? ", \"reason\": \"expired\"" : "");
-		rc = event_publish(d, "instance.deleting", subject, db_val(r, 0, 2), data);
-	}
+	rc = evd_instance("instance.deleting", &(struct evd_instance){.sandbox_id = id,
+			  .reason = expired ? "expired" : NULL}, &data);
 	if (rc == 0)
-		rc = publish(d, "sandbox.deleting", id, db_val(r, 0, 2), db_val(r, 0, 3),
-			     db_val(r, 0, 0), db_val(r, 0, 4),
-			     expired ? "\"expired\": true" : "\"expired\": false");
+		rc = event_publish(d, "instance.deleting", subject, db_val(r, 0, 2), data);
+	if (rc == 0)
+		rc = publish(d, "sandbox.deleting", id, db_val(r, 0, 2), &(struct evd_sandbox){
+			     .template_id = db_val(r, 0, 3), .instance_id = db_val(r, 0, 0),
+			     .pool_id = db_val(r, 0, 4), .expired = expired});
 	if (rc == 0 && !db_val(r, 0, 1))
 		rc = finish_deletions(d, NULL, db_val(r, 0, 0)) < 0 ? -EIO : 0;
 	else if (rc == 0)
@@ -772,6 +769,8 @@ static int stage_tx(struct db *d, void *arg, bc_error *err)
 {
 	struct sext *a = arg;
 	_cleanup_free_ char *json = NULL;
+	char ttl[24];
+	struct jsonw w;
 	PGresult *r = NULL;
 	int64_t cur, created, max;
 	int rc;
@@ -794,7 +793,11 @@ static int stage_tx(struct db *d, void *arg, bc_error *err)
 	a->lifetime = (a->new_ms - created + 999) / 1000;
 	if (a->lifetime > max)
 		return ttl_too_long(err, a->lifetime, max);
-	json = xasprintf("{\"ttlSeconds\": \"%" PRId64 "\"}", a->lifetime);
+	snprintf(ttl, sizeof(ttl), "%" PRId64, a->lifetime);
+	jsonw_begin(&w);
+	jsonw_str(&w, "ttlSeconds", ttl); /* attributes are strings */
+	if ((rc = jsonw_end(&w, &json)) < 0)
+		return db_fail(err, rc);
 	return authz_pending_stage(d, "compute-sandbox", a->q->sandbox_id, json, a->hold,
 				   SBX_HOLD_TAKEOVER_SECONDS, "extend-in-flight", err);
 }
@@ -804,7 +807,6 @@ static int stage_tx(struct db *d, void *arg, bc_error *err)
 static int apply_tx(struct db *d, void *arg, bc_error *err)
 {
 	struct sext *a = arg;
-	_cleanup_free_ char *extra = NULL;
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	int rc;
@@ -837,10 +839,10 @@ static int apply_tx(struct db *d, void *arg, bc_error *err)
 		     "'compute-sandbox' AND id = $1) SELECT * FROM s", &p);
 	if (rc < 0)
 		return db_fail(err, rc);
-	extra = xasprintf("\"expiresAt\": %" PRId64 ", \"ttlSeconds\": %" PRId64, a->new_ms,
-			  a->lifetime);
-	rc = publish(d, "sandbox.extended", a->q->sandbox_id, db_val(r, 0, 0), db_val(r, 0, 1),
-		     db_val(r, 0, 2), db_val(r, 0, 3), extra);
+	rc = publish(d, "sandbox.extended", a->q->sandbox_id, db_val(r, 0, 0),
+		     &(struct evd_sandbox){.template_id = db_val(r, 0, 1),
+		     .instance_id = db_val(r, 0, 2), .pool_id = db_val(r, 0, 3),
+		     .expires_at = a->new_ms, .ttl_seconds = a->lifetime});
 	PQclear(r);
 	return rc < 0 ? db_fail(err, rc) : 0;
 }

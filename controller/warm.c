@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "authz.h"
+#include "event_data.h"
 #include "instances.h"
 #include "log.h"
 #include "metrics.h"
@@ -110,14 +111,17 @@ struct pool {
 static int drained_one(struct db *d, const struct pool *pl, const PGresult *r, int i)
 {
 	_cleanup_free_ char *data = NULL;
+	const char *why;
 	char subject[96];
 	int rc;
 
 	snprintf(subject, sizeof(subject), "instance/%s", db_val(r, i, 0));
-	data = xasprintf("{\"warmTemplateId\": \"%s\", \"reason\": \"%s\"}", pl->id,
-			 pl->deleted ? "template-deleted" : db_bool(r, i, 3) ? "warm-stale" :
-									      "warm-beyond-max");
-	if ((rc = event_publish(d, "instance.deleting", subject, db_val(r, i, 2), data)) < 0)
+	why = pl->deleted ? "template-deleted" : db_bool(r, i, 3) ? "warm-stale" : "warm-beyond-max";
+	rc = evd_instance("instance.deleting", &(struct evd_instance){.warm_template_id = pl->id,
+			  .reason = why}, &data);
+	if (rc == 0)
+		rc = event_publish(d, "instance.deleting", subject, db_val(r, i, 2), data);
+	if (rc < 0)
 		return rc;
 	/* unplaced, or on a host that will never confirm (lost, retired):
 	 * finished at once, its booking and address released */
