@@ -73,6 +73,33 @@ struct cli_flag {
 struct cli_ctx;
 typedef int (*cli_verb_fn)(struct cli_ctx *ctx, int argc, char **argv);
 
+/* Printed-table row callback for a reply in table format. */
+typedef void (*cli_show_fn)(const ProtobufCMessage *resp, FILE *out);
+
+/* A flag of a generic verb (resource.c): flag.dst is unused, the value
+ * fills the request's field (its proto name): a string, bool, int32 or
+ * int64 field as the flag's type says. A CLI_BOOL with on set fills a
+ * string field instead: on when given, else off. */
+struct cli_field {
+	struct cli_flag flag;
+	const char *field;
+	const char *on, *off;
+};
+
+/* One resource's generic verbs, as data (resource.c): its service; the
+ * positional ID of its get, delete and other one-id verbs (help name, NULL
+ * for "ID"; the request field; the help line) and whether those take
+ * --tenant (tenant_id); its List request's flags; the table printers of a
+ * List and of a Delete answer (NULL: every field). */
+struct cli_resource {
+	const ProtobufCServiceDescriptor *svc;
+	const char *id, *id_field, *id_help;
+	bool tenant;
+	const struct cli_field *list;
+	size_t n_list;
+	cli_show_fn show_list, show_deleted;
+};
+
 /* One row of the dispatch table; verb NULL for a noun-only command. */
 struct cli_verb {
 	const char *noun;
@@ -80,6 +107,7 @@ struct cli_verb {
 	cli_verb_fn fn;
 	const char *usage;      /* arguments after "bcctl NOUN VERB" */
 	const char *summary;
+	const struct cli_resource *res; /* for the generic verbs cli_res_* */
 };
 
 struct cli_ctx {
@@ -101,9 +129,6 @@ struct cli_ctx {
 	bc_error err;
 };
 
-/* Printed-table row callback for a reply in table format. */
-typedef void (*cli_show_fn)(const ProtobufCMessage *resp, FILE *out);
-
 /* main.c */
 
 /* Call svc.method with req, then print the reply: JSON with --format json,
@@ -112,14 +137,6 @@ typedef void (*cli_show_fn)(const ProtobufCMessage *resp, FILE *out);
  * 0 or -BC_EDOMAIN (ctx->err), -EINVAL for a local configuration error. */
 int cli_run(struct cli_ctx *ctx, const ProtobufCServiceDescriptor *svc, const char *method,
 	    const ProtobufCMessage *req, cli_show_fn show, int64_t extra_ms);
-
-/* A verb whose request is a tenant and one id, "NOUN VERB ID [--tenant T]":
- * parse argv, fill the request of svc.method (its string field id_field,
- * and tenant_id when --tenant is given), then cli_run() it with show. what
- * is the help line of ID ("instance id"). Returns as cli_run(), or as
- * cli_args_parse() for a usage error or --help. */
-int cli_run_by_id(struct cli_ctx *ctx, int argc, char **argv, const ProtobufCServiceDescriptor *svc,
-		  const char *method, const char *id_field, const char *what, cli_show_fn show);
 
 /* Open a server stream svc.method with req and print each message as it
  * arrives (JSON with --format json, else show), until the stream ends or
@@ -180,63 +197,57 @@ const char *cli_fmt_time(int64_t ms, char *buf, size_t len);
 /* On stderr, the cursor of the next page if a list reply has one. */
 void cli_print_more(const char *cursor);
 
+/* resource.c: the generic verbs of the running verb's resource
+ * (ctx->verb->res). cli_res_list calls List with the resource's list
+ * flags and show_list; cli_res_delete calls Delete with ID (and --tenant)
+ * and show_deleted; cli_res_call calls the method named by the verb
+ * capitalised ("get": Get, "retire": Retire) with ID (and --tenant), every
+ * field printed. Return as cli_run(), or as cli_args_parse(). */
+int cli_res_list(struct cli_ctx *ctx, int argc, char **argv);
+int cli_res_delete(struct cli_ctx *ctx, int argc, char **argv);
+int cli_res_call(struct cli_ctx *ctx, int argc, char **argv);
+
+/* The resources, each in its noun's file. */
+extern const struct cli_resource cli_pools, cli_flavors, cli_images, cli_nodes, cli_instances,
+	cli_templates, cli_sandboxes, cli_tenants, cli_identities, cli_delegations, cli_tokens,
+	cli_policies;
+
+/* The usual --limit and --cursor flags of a List (cli_field rows). */
+#define CLI_FIELD_LIMIT(max_, help_)                                                         \
+	{.flag = {.name = "limit", .type = CLI_INT, .meta = "N", .min = 1, .max = (max_),      \
+		  .help = (help_)},                                                            \
+	 .field = "limit"}
+#define CLI_FIELD_CURSOR                                                                     \
+	{.flag = {.name = "cursor", .type = CLI_STR, .meta = "C",                              \
+		  .help = "continue after this cursor"},                                       \
+	 .field = "cursor"}
+
 /* Verbs, one file per noun. */
 int cli_pool_create(struct cli_ctx *ctx, int argc, char **argv);
-int cli_pool_list(struct cli_ctx *ctx, int argc, char **argv);
-int cli_pool_get(struct cli_ctx *ctx, int argc, char **argv);
-int cli_pool_delete(struct cli_ctx *ctx, int argc, char **argv);
 
 int cli_flavor_create(struct cli_ctx *ctx, int argc, char **argv);
-int cli_flavor_list(struct cli_ctx *ctx, int argc, char **argv);
-int cli_flavor_get(struct cli_ctx *ctx, int argc, char **argv);
-int cli_flavor_delete(struct cli_ctx *ctx, int argc, char **argv);
 
 int cli_image_create(struct cli_ctx *ctx, int argc, char **argv);
-int cli_image_list(struct cli_ctx *ctx, int argc, char **argv);
-int cli_image_get(struct cli_ctx *ctx, int argc, char **argv);
-int cli_image_delete(struct cli_ctx *ctx, int argc, char **argv);
 
 int cli_node_join_token(struct cli_ctx *ctx, int argc, char **argv);
-int cli_node_list(struct cli_ctx *ctx, int argc, char **argv);
-int cli_node_get(struct cli_ctx *ctx, int argc, char **argv);
-int cli_node_retire(struct cli_ctx *ctx, int argc, char **argv);
 int cli_node_set_capacity(struct cli_ctx *ctx, int argc, char **argv);
 
 /* sandbox.c */
 int cli_template_create(struct cli_ctx *ctx, int argc, char **argv);
 int cli_template_update(struct cli_ctx *ctx, int argc, char **argv);
-int cli_template_get(struct cli_ctx *ctx, int argc, char **argv);
-int cli_template_delete(struct cli_ctx *ctx, int argc, char **argv);
-int cli_sandbox_templates(struct cli_ctx *ctx, int argc, char **argv);
 int cli_sandbox_create(struct cli_ctx *ctx, int argc, char **argv);
-int cli_sandbox_list(struct cli_ctx *ctx, int argc, char **argv);
-int cli_sandbox_get(struct cli_ctx *ctx, int argc, char **argv);
 int cli_sandbox_extend(struct cli_ctx *ctx, int argc, char **argv);
-int cli_sandbox_delete(struct cli_ctx *ctx, int argc, char **argv);
 int cli_instance_create(struct cli_ctx *ctx, int argc, char **argv);
-int cli_instance_list(struct cli_ctx *ctx, int argc, char **argv);
-int cli_instance_get(struct cli_ctx *ctx, int argc, char **argv);
-int cli_instance_delete(struct cli_ctx *ctx, int argc, char **argv);
-int cli_instance_start(struct cli_ctx *ctx, int argc, char **argv);
-int cli_instance_stop(struct cli_ctx *ctx, int argc, char **argv);
-int cli_instance_pause(struct cli_ctx *ctx, int argc, char **argv);
-int cli_instance_resume(struct cli_ctx *ctx, int argc, char **argv);
 
 int cli_tenant_create(struct cli_ctx *ctx, int argc, char **argv);
-int cli_tenant_get(struct cli_ctx *ctx, int argc, char **argv);
-int cli_tenant_list(struct cli_ctx *ctx, int argc, char **argv);
 int cli_tenant_set_state(struct cli_ctx *ctx, int argc, char **argv);
 int cli_tenant_quota(struct cli_ctx *ctx, int argc, char **argv);
 int cli_tenant_offer(struct cli_ctx *ctx, int argc, char **argv);
 int cli_pool_budget_check(struct cli_ctx *ctx, int argc, char **argv);
 
 int cli_identity_create(struct cli_ctx *ctx, int argc, char **argv);
-int cli_identity_get(struct cli_ctx *ctx, int argc, char **argv);
-int cli_identity_list(struct cli_ctx *ctx, int argc, char **argv);
 int cli_identity_set_state(struct cli_ctx *ctx, int argc, char **argv);
 int cli_delegation_create(struct cli_ctx *ctx, int argc, char **argv);
-int cli_delegation_list(struct cli_ctx *ctx, int argc, char **argv);
-int cli_delegation_revoke(struct cli_ctx *ctx, int argc, char **argv);
 
 int cli_events_list(struct cli_ctx *ctx, int argc, char **argv);
 /* usage.c */
@@ -244,13 +255,8 @@ int cli_usage_list(struct cli_ctx *ctx, int argc, char **argv);
 int cli_events_watch(struct cli_ctx *ctx, int argc, char **argv);
 
 int cli_token_create(struct cli_ctx *ctx, int argc, char **argv);
-int cli_token_list(struct cli_ctx *ctx, int argc, char **argv);
-int cli_token_revoke(struct cli_ctx *ctx, int argc, char **argv);
 
 int cli_policy_create(struct cli_ctx *ctx, int argc, char **argv);
-int cli_policy_get(struct cli_ctx *ctx, int argc, char **argv);
-int cli_policy_list(struct cli_ctx *ctx, int argc, char **argv);
-int cli_policy_delete(struct cli_ctx *ctx, int argc, char **argv);
 int cli_policy_attach(struct cli_ctx *ctx, int argc, char **argv);
 int cli_policy_detach(struct cli_ctx *ctx, int argc, char **argv);
 

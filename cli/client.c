@@ -252,43 +252,6 @@ int cli_run(struct cli_ctx *ctx, const ProtobufCServiceDescriptor *svc, const ch
 	return 0;
 }
 
-/* Point msg's singular string field name at value (borrowed). */
-static int set_str(ProtobufCMessage *msg, const char *name, char *value)
-{
-	const ProtobufCFieldDescriptor *f =
-		protobuf_c_message_descriptor_get_field_by_name(msg->descriptor, name);
-
-	if (!f || f->type != PROTOBUF_C_TYPE_STRING || f->label != PROTOBUF_C_LABEL_NONE)
-		return -ENOENT;
-	*(char **)((char *)msg + f->offset) = value;
-	return 0;
-}
-
-int cli_run_by_id(struct cli_ctx *ctx, int argc, char **argv, const ProtobufCServiceDescriptor *svc,
-		  const char *method, const char *id_field, const char *what, cli_show_fn show)
-{
-	const ProtobufCMethodDescriptor *md =
-		protobuf_c_service_descriptor_get_method_by_name(svc, method);
-	_cleanup_free_ ProtobufCMessage *req = NULL;
-	char *tenant = NULL, *id = NULL;
-	const struct cli_flag flags[] = {
-		{.name = "ID", .type = CLI_ARG, .dst = &id, .required = true, .help = what},
-		CLI_FLAG_TENANT(&tenant),
-	};
-	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
-
-	if (r != 0)
-		return r;
-	if (!md)
-		return bc_error_set(&ctx->err, BC_INTERNAL, "no method %s.%s", svc->name, method);
-	req = xcalloc(1, md->input->sizeof_message);
-	protobuf_c_message_init(md->input, req);
-	if (set_str(req, id_field, id) < 0 || (tenant && set_str(req, "tenant_id", tenant) < 0))
-		return bc_error_set(&ctx->err, BC_INTERNAL, "%s has no string %s or tenant_id",
-				    md->input->name, id_field);
-	return cli_run(ctx, svc, method, req, show, 0);
-}
-
 int cli_stream(struct cli_ctx *ctx, const ProtobufCServiceDescriptor *svc, const char *method,
 	       const ProtobufCMessage *req, cli_show_fn show, int64_t max_msgs)
 {

@@ -87,47 +87,13 @@ int cli_flavor_create(struct cli_ctx *ctx, int argc, char **argv)
 	return cli_run(ctx, SVC, "Create", &req.base, NULL, 0);
 }
 
-int cli_flavor_list(struct cli_ctx *ctx, int argc, char **argv)
-{
-	Bc__Admin__V1__ListFlavorsRequest req = BC__ADMIN__V1__LIST_FLAVORS_REQUEST__INIT;
-	int64_t limit = 0;
-	char *cursor = NULL;
-	const struct cli_flag flags[] = {
-		{.name = "limit", .type = CLI_INT, .dst = &limit, .meta = "N", .min = 1,
-		 .max = 1000, .help = "page size (server default and cap apply)"},
-		{.name = "cursor", .type = CLI_STR, .dst = &cursor, .meta = "C",
-		 .help = "continue after this cursor"},
-	};
-	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+static const struct cli_field list_flags[] = {
+	CLI_FIELD_LIMIT(1000, "page size (server default and cap apply)"),
+	CLI_FIELD_CURSOR,
+};
 
-	if (r != 0)
-		return r;
-	req.limit = (int32_t)limit;
-	if (cursor)
-		req.cursor = cursor;
-	return cli_run(ctx, SVC, "List", &req.base, show_list, 0);
-}
-
-int cli_flavor_get(struct cli_ctx *ctx, int argc, char **argv)
-{
-	Bc__Admin__V1__GetFlavorRequest req = BC__ADMIN__V1__GET_FLAVOR_REQUEST__INIT;
-	const struct cli_flag flags[] = {
-		{.name = "ID|NAME", .type = CLI_ARG, .dst = &req.flavor, .required = true,
-		 .help = "flavor id or name"},
-	};
-	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
-
-	return r != 0 ? r : cli_run(ctx, SVC, "Get", &req.base, NULL, 0);
-}
-
-int cli_flavor_delete(struct cli_ctx *ctx, int argc, char **argv)
-{
-	Bc__Admin__V1__DeleteFlavorRequest req = BC__ADMIN__V1__DELETE_FLAVOR_REQUEST__INIT;
-	const struct cli_flag flags[] = {
-		{.name = "ID|NAME", .type = CLI_ARG, .dst = &req.flavor, .required = true,
-		 .help = "flavor id or name"},
-	};
-	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
-
-	return r != 0 ? r : cli_run(ctx, SVC, "Delete", &req.base, show_deleted, 0);
-}
+const struct cli_resource cli_flavors = {
+	.svc = SVC, .id = "ID|NAME", .id_field = "flavor", .id_help = "flavor id or name",
+	.list = list_flags, .n_list = ARRAY_SIZE(list_flags),
+	.show_list = show_list, .show_deleted = show_deleted,
+};

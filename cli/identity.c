@@ -30,43 +30,6 @@ int cli_identity_create(struct cli_ctx *ctx, int argc, char **argv)
 	return cli_run(ctx, SVC, "Create", &req.base, NULL, 0);
 }
 
-int cli_identity_get(struct cli_ctx *ctx, int argc, char **argv)
-{
-	Bc__Admin__V1__GetIdentityRequest req = BC__ADMIN__V1__GET_IDENTITY_REQUEST__INIT;
-	const struct cli_flag flags[] = {
-		{.name = "ID", .type = CLI_ARG, .dst = &req.identity_id, .required = true,
-		 .help = "identity id"},
-	};
-	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
-
-	return r != 0 ? r : cli_run(ctx, SVC, "Get", &req.base, NULL, 0);
-}
-
-int cli_identity_list(struct cli_ctx *ctx, int argc, char **argv)
-{
-	Bc__Admin__V1__ListIdentitiesRequest req = BC__ADMIN__V1__LIST_IDENTITIES_REQUEST__INIT;
-	char *tenant = NULL, *cursor = NULL;
-	int64_t limit = 0;
-	const struct cli_flag flags[] = {
-		{.name = "tenant", .type = CLI_STR, .dst = &tenant, .meta = "T",
-		 .help = "only this tenant's"},
-		{.name = "limit", .type = CLI_INT, .dst = &limit, .meta = "N", .min = 1, .max = 500,
-		 .help = "page size"},
-		{.name = "cursor", .type = CLI_STR, .dst = &cursor, .meta = "C",
-		 .help = "continue after this cursor"},
-	};
-	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
-
-	if (r != 0)
-		return r;
-	if (tenant)
-		req.tenant_id = tenant;
-	if (cursor)
-		req.cursor = cursor;
-	req.limit = (int32_t)limit;
-	return cli_run(ctx, SVC, "List", &req.base, NULL, 0);
-}
-
 int cli_identity_set_state(struct cli_ctx *ctx, int argc, char **argv)
 {
 	Bc__Admin__V1__SetIdentityStateRequest req = BC__ADMIN__V1__SET_IDENTITY_STATE_REQUEST__INIT;
@@ -95,31 +58,19 @@ int cli_delegation_create(struct cli_ctx *ctx, int argc, char **argv)
 	return r != 0 ? r : cli_run(ctx, DLG, "Create", &req.base, NULL, 0);
 }
 
-int cli_delegation_list(struct cli_ctx *ctx, int argc, char **argv)
-{
-	Bc__Admin__V1__ListDelegationsRequest req = BC__ADMIN__V1__LIST_DELEGATIONS_REQUEST__INIT;
-	char *tenant = NULL;
-	const struct cli_flag flags[] = {
-		{.name = "tenant", .type = CLI_STR, .dst = &tenant, .meta = "T",
-		 .help = "only this tenant's"},
-	};
-	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+static const struct cli_field list_flags[] = {
+	{.flag = {.name = "tenant", .type = CLI_STR, .meta = "T", .help = "only this tenant's"},
+	 .field = "tenant_id"},
+	CLI_FIELD_LIMIT(500, "page size"),
+	CLI_FIELD_CURSOR,
+};
 
-	if (r != 0)
-		return r;
-	if (tenant)
-		req.tenant_id = tenant;
-	return cli_run(ctx, DLG, "List", &req.base, NULL, 0);
-}
+const struct cli_resource cli_identities = {
+	.svc = SVC, .id_field = "identity_id", .id_help = "identity id",
+	.list = list_flags, .n_list = ARRAY_SIZE(list_flags),
+};
 
-int cli_delegation_revoke(struct cli_ctx *ctx, int argc, char **argv)
-{
-	Bc__Admin__V1__RevokeDelegationRequest req = BC__ADMIN__V1__REVOKE_DELEGATION_REQUEST__INIT;
-	const struct cli_flag flags[] = {
-		{.name = "ID", .type = CLI_ARG, .dst = &req.delegation_id, .required = true,
-		 .help = "delegation id"},
-	};
-	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
-
-	return r != 0 ? r : cli_run(ctx, DLG, "Revoke", &req.base, NULL, 0);
-}
+const struct cli_resource cli_delegations = {
+	.svc = DLG, .id_field = "delegation_id", .id_help = "delegation id",
+	.list = list_flags, .n_list = 1, /* --tenant only */
+};

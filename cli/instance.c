@@ -143,70 +143,22 @@ int cli_instance_create(struct cli_ctx *ctx, int argc, char **argv)
 	return cli_run(ctx, SVC, "Create", &req.base, NULL, wait_ms);
 }
 
-int cli_instance_list(struct cli_ctx *ctx, int argc, char **argv)
-{
-	Bc__Compute__V1__ListInstancesRequest req = BC__COMPUTE__V1__LIST_INSTANCES_REQUEST__INIT;
-	char *tenant = NULL, *pool = NULL, *cursor = NULL, *scope = NULL;
-	bool deleted = false;
-	int64_t limit = 0;
-	const struct cli_flag flags[] = {
-		CLI_FLAG_TENANT(&tenant),
-		{.name = "pool", .type = CLI_STR, .dst = &pool, .meta = "ID",
-		 .help = "only instances of this pool"},
-		{.name = "deleted", .type = CLI_BOOL, .dst = &deleted,
-		 .help = "include deleted instances"},
-		{.name = "limit", .type = CLI_INT, .dst = &limit, .meta = "N", .min = 1,
-		 .max = 200, .help = "page size, 1..200 (default 50)"},
-		{.name = "cursor", .type = CLI_STR, .dst = &cursor, .meta = "C",
-		 .help = "continue after this cursor"},
-		{.name = "scope", .type = CLI_STR, .dst = &scope, .meta = "S",
-		 .help = "mine (default: what you created) | all (the tenant's you may read)"},
-	};
-	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
-
-	if (r != 0)
-		return r;
-	if (tenant)
-		req.tenant_id = tenant;
-	if (pool)
-		req.pool_id = pool;
-	req.deleted = deleted;
-	req.limit = (int32_t)limit;
-	if (cursor)
-		req.cursor = cursor;
-	if (scope)
-		req.scope = scope;
-	return cli_run(ctx, SVC, "List", &req.base, show_list, 0);
-}
+static const struct cli_field list_flags[] = {
+	{.flag = CLI_FLAG_TENANT(NULL), .field = "tenant_id"},
+	{.flag = {.name = "pool", .type = CLI_STR, .meta = "ID",
+		  .help = "only instances of this pool"},
+	 .field = "pool_id"},
+	{.flag = {.name = "deleted", .type = CLI_BOOL, .help = "include deleted instances"},
+	 .field = "deleted"},
+	CLI_FIELD_LIMIT(200, "page size, 1..200 (default 50)"),
+	CLI_FIELD_CURSOR,
+	{.flag = {.name = "scope", .type = CLI_STR, .meta = "S",
+		  .help = "mine (default: what you created) | all (the tenant's you may read)"},
+	 .field = "scope"},
+};
 
 /* Get, Delete, Start, Stop, Pause and Resume take (tenant, instance id). */
-
-int cli_instance_get(struct cli_ctx *ctx, int argc, char **argv)
-{
-	return cli_run_by_id(ctx, argc, argv, SVC, "Get", "instance_id", "instance id", NULL);
-}
-
-int cli_instance_delete(struct cli_ctx *ctx, int argc, char **argv)
-{
-	return cli_run_by_id(ctx, argc, argv, SVC, "Delete", "instance_id", "instance id", NULL);
-}
-
-int cli_instance_start(struct cli_ctx *ctx, int argc, char **argv)
-{
-	return cli_run_by_id(ctx, argc, argv, SVC, "Start", "instance_id", "instance id", NULL);
-}
-
-int cli_instance_stop(struct cli_ctx *ctx, int argc, char **argv)
-{
-	return cli_run_by_id(ctx, argc, argv, SVC, "Stop", "instance_id", "instance id", NULL);
-}
-
-int cli_instance_pause(struct cli_ctx *ctx, int argc, char **argv)
-{
-	return cli_run_by_id(ctx, argc, argv, SVC, "Pause", "instance_id", "instance id", NULL);
-}
-
-int cli_instance_resume(struct cli_ctx *ctx, int argc, char **argv)
-{
-	return cli_run_by_id(ctx, argc, argv, SVC, "Resume", "instance_id", "instance id", NULL);
-}
+const struct cli_resource cli_instances = {
+	.svc = SVC, .id_field = "instance_id", .id_help = "instance id", .tenant = true,
+	.list = list_flags, .n_list = ARRAY_SIZE(list_flags), .show_list = show_list,
+};

@@ -85,55 +85,6 @@ int cli_node_join_token(struct cli_ctx *ctx, int argc, char **argv)
 	return cli_run(ctx, SVC, "CreateJoinToken", &req.base, show_token, 0);
 }
 
-int cli_node_list(struct cli_ctx *ctx, int argc, char **argv)
-{
-	Bc__Admin__V1__ListNodesRequest req = BC__ADMIN__V1__LIST_NODES_REQUEST__INIT;
-	char *pool = NULL, *cursor = NULL;
-	int64_t limit = 0;
-	const struct cli_flag flags[] = {
-		{.name = "pool", .type = CLI_STR, .dst = &pool, .meta = "ID",
-		 .help = "only nodes of this pool"},
-		{.name = "limit", .type = CLI_INT, .dst = &limit, .meta = "N", .min = 1,
-		 .max = 1000, .help = "page size (server default and cap apply)"},
-		{.name = "cursor", .type = CLI_STR, .dst = &cursor, .meta = "C",
-		 .help = "continue after this cursor"},
-	};
-	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
-
-	if (r != 0)
-		return r;
-	if (pool)
-		req.pool_id = pool;
-	req.limit = (int32_t)limit;
-	if (cursor)
-		req.cursor = cursor;
-	return cli_run(ctx, SVC, "List", &req.base, show_list, 0);
-}
-
-int cli_node_get(struct cli_ctx *ctx, int argc, char **argv)
-{
-	Bc__Admin__V1__GetNodeRequest req = BC__ADMIN__V1__GET_NODE_REQUEST__INIT;
-	const struct cli_flag flags[] = {
-		{.name = "ID", .type = CLI_ARG, .dst = &req.node_id, .required = true,
-		 .help = "node id"},
-	};
-	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
-
-	return r != 0 ? r : cli_run(ctx, SVC, "Get", &req.base, NULL, 0);
-}
-
-int cli_node_retire(struct cli_ctx *ctx, int argc, char **argv)
-{
-	Bc__Admin__V1__RetireNodeRequest req = BC__ADMIN__V1__RETIRE_NODE_REQUEST__INIT;
-	const struct cli_flag flags[] = {
-		{.name = "ID", .type = CLI_ARG, .dst = &req.node_id, .required = true,
-		 .help = "node id"},
-	};
-	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
-
-	return r != 0 ? r : cli_run(ctx, SVC, "Retire", &req.base, NULL, 0);
-}
-
 int cli_node_set_capacity(struct cli_ctx *ctx, int argc, char **argv)
 {
 	Bc__Admin__V1__SetNodeCapacityRequest req = BC__ADMIN__V1__SET_NODE_CAPACITY_REQUEST__INIT;
@@ -165,3 +116,15 @@ int cli_node_set_capacity(struct cli_ctx *ctx, int argc, char **argv)
 	req.ceiling = &cap;
 	return cli_run(ctx, SVC, "SetCapacity", &req.base, NULL, 0);
 }
+
+static const struct cli_field list_flags[] = {
+	{.flag = {.name = "pool", .type = CLI_STR, .meta = "ID", .help = "only nodes of this pool"},
+	 .field = "pool_id"},
+	CLI_FIELD_LIMIT(1000, "page size (server default and cap apply)"),
+	CLI_FIELD_CURSOR,
+};
+
+const struct cli_resource cli_nodes = {
+	.svc = SVC, .id_field = "node_id", .id_help = "node id",
+	.list = list_flags, .n_list = ARRAY_SIZE(list_flags), .show_list = show_list,
+};

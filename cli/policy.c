@@ -33,55 +33,6 @@ int cli_policy_create(struct cli_ctx *ctx, int argc, char **argv)
 	return r;
 }
 
-int cli_policy_get(struct cli_ctx *ctx, int argc, char **argv)
-{
-	Bc__Admin__V1__GetPolicyRequest req = BC__ADMIN__V1__GET_POLICY_REQUEST__INIT;
-	const struct cli_flag flags[] = {
-		{.name = "ID", .type = CLI_ARG, .dst = &req.policy_id, .required = true,
-		 .help = "policy id"},
-	};
-	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
-
-	return r != 0 ? r : cli_run(ctx, SVC, "Get", &req.base, NULL, 0);
-}
-
-int cli_policy_list(struct cli_ctx *ctx, int argc, char **argv)
-{
-	Bc__Admin__V1__ListPoliciesRequest req = BC__ADMIN__V1__LIST_POLICIES_REQUEST__INIT;
-	char *tenant = NULL, *cursor = NULL;
-	int64_t limit = 0;
-	const struct cli_flag flags[] = {
-		{.name = "tenant", .type = CLI_STR, .dst = &tenant, .meta = "T",
-		 .help = "only this tenant's"},
-		{.name = "limit", .type = CLI_INT, .dst = &limit, .meta = "N", .min = 1, .max = 500,
-		 .help = "page size"},
-		{.name = "cursor", .type = CLI_STR, .dst = &cursor, .meta = "C",
-		 .help = "continue after this cursor"},
-	};
-	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
-
-	if (r != 0)
-		return r;
-	if (tenant)
-		req.tenant_id = tenant;
-	if (cursor)
-		req.cursor = cursor;
-	req.limit = (int32_t)limit;
-	return cli_run(ctx, SVC, "List", &req.base, NULL, 0);
-}
-
-int cli_policy_delete(struct cli_ctx *ctx, int argc, char **argv)
-{
-	Bc__Admin__V1__DeletePolicyRequest req = BC__ADMIN__V1__DELETE_POLICY_REQUEST__INIT;
-	const struct cli_flag flags[] = {
-		{.name = "ID", .type = CLI_ARG, .dst = &req.policy_id, .required = true,
-		 .help = "policy id"},
-	};
-	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
-
-	return r != 0 ? r : cli_run(ctx, SVC, "Delete", &req.base, NULL, 0);
-}
-
 static int attach(struct cli_ctx *ctx, int argc, char **argv, const char *method)
 {
 	Bc__Admin__V1__AttachPolicyRequest req = BC__ADMIN__V1__ATTACH_POLICY_REQUEST__INIT;
@@ -116,3 +67,15 @@ int cli_policy_detach(struct cli_ctx *ctx, int argc, char **argv)
 {
 	return attach(ctx, argc, argv, "Detach");
 }
+
+static const struct cli_field list_flags[] = {
+	{.flag = {.name = "tenant", .type = CLI_STR, .meta = "T", .help = "only this tenant's"},
+	 .field = "tenant_id"},
+	CLI_FIELD_LIMIT(500, "page size"),
+	CLI_FIELD_CURSOR,
+};
+
+const struct cli_resource cli_policies = {
+	.svc = SVC, .id_field = "policy_id", .id_help = "policy id",
+	.list = list_flags, .n_list = ARRAY_SIZE(list_flags),
+};

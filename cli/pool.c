@@ -103,51 +103,6 @@ int cli_pool_create(struct cli_ctx *ctx, int argc, char **argv)
 	return cli_run(ctx, SVC, "Create", &req.base, NULL, 0);
 }
 
-int cli_pool_list(struct cli_ctx *ctx, int argc, char **argv)
-{
-	Bc__Admin__V1__ListPoolsRequest req = BC__ADMIN__V1__LIST_POOLS_REQUEST__INIT;
-	int64_t limit = 0;
-	char *cursor = NULL;
-	const struct cli_flag flags[] = {
-		{.name = "limit", .type = CLI_INT, .dst = &limit, .meta = "N", .min = 1,
-		 .max = 1000, .help = "page size (server default and cap apply)"},
-		{.name = "cursor", .type = CLI_STR, .dst = &cursor, .meta = "C",
-		 .help = "continue after this cursor"},
-	};
-	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
-
-	if (r != 0)
-		return r;
-	req.limit = (int32_t)limit;
-	if (cursor)
-		req.cursor = cursor;
-	return cli_run(ctx, SVC, "List", &req.base, show_list, 0);
-}
-
-int cli_pool_get(struct cli_ctx *ctx, int argc, char **argv)
-{
-	Bc__Admin__V1__GetPoolRequest req = BC__ADMIN__V1__GET_POOL_REQUEST__INIT;
-	const struct cli_flag flags[] = {
-		{.name = "ID", .type = CLI_ARG, .dst = &req.pool_id, .required = true,
-		 .help = "pool id"},
-	};
-	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
-
-	return r != 0 ? r : cli_run(ctx, SVC, "Get", &req.base, NULL, 0);
-}
-
-int cli_pool_delete(struct cli_ctx *ctx, int argc, char **argv)
-{
-	Bc__Admin__V1__DeletePoolRequest req = BC__ADMIN__V1__DELETE_POOL_REQUEST__INIT;
-	const struct cli_flag flags[] = {
-		{.name = "ID", .type = CLI_ARG, .dst = &req.pool_id, .required = true,
-		 .help = "pool id"},
-	};
-	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
-
-	return r != 0 ? r : cli_run(ctx, SVC, "Delete", &req.base, show_deleted, 0);
-}
-
 int cli_pool_budget_check(struct cli_ctx *ctx, int argc, char **argv)
 {
 	Bc__Admin__V1__SetPoolBudgetCheckRequest req =
@@ -163,3 +118,14 @@ int cli_pool_budget_check(struct cli_ctx *ctx, int argc, char **argv)
 	return r != 0 ? r : cli_run(ctx, &bc__admin__v1__offers__descriptor, "SetPoolBudgetCheck",
 				    &req.base, NULL, 0);
 }
+
+static const struct cli_field list_flags[] = {
+	CLI_FIELD_LIMIT(1000, "page size (server default and cap apply)"),
+	CLI_FIELD_CURSOR,
+};
+
+const struct cli_resource cli_pools = {
+	.svc = SVC, .id_field = "pool_id", .id_help = "pool id",
+	.list = list_flags, .n_list = ARRAY_SIZE(list_flags),
+	.show_list = show_list, .show_deleted = show_deleted,
+};

@@ -227,33 +227,6 @@ int cli_template_update(struct cli_ctx *ctx, int argc, char **argv)
 	return cli_run(ctx, TSVC, "Update", &req.base, NULL, 0);
 }
 
-/* Get and Delete of templates, and of sandboxes, take (tenant, id). */
-int cli_template_delete(struct cli_ctx *ctx, int argc, char **argv)
-{
-	return cli_run_by_id(ctx, argc, argv, TSVC, "Delete", "template_id", "template id", NULL);
-}
-
-int cli_template_get(struct cli_ctx *ctx, int argc, char **argv)
-{
-	return cli_run_by_id(ctx, argc, argv, TSVC, "Get", "template_id", "template id", NULL);
-}
-
-int cli_sandbox_templates(struct cli_ctx *ctx, int argc, char **argv)
-{
-	Bc__Compute__V1__ListSandboxTemplatesRequest req =
-		BC__COMPUTE__V1__LIST_SANDBOX_TEMPLATES_REQUEST__INIT;
-	char *tenant = NULL;
-	const struct cli_flag flags[] = {
-		CLI_FLAG_TENANT(&tenant),
-	};
-	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
-
-	if (r != 0)
-		return r;
-	req.tenant_id = tenant ? tenant : (char *)"";
-	return cli_run(ctx, TSVC, "List", &req.base, show_templates, 0);
-}
-
 /* -------------------------------------------------------------- sandboxes */
 
 int cli_sandbox_create(struct cli_ctx *ctx, int argc, char **argv)
@@ -293,48 +266,6 @@ int cli_sandbox_create(struct cli_ctx *ctx, int argc, char **argv)
 		req.wait = &wait;
 	}
 	return cli_run(ctx, SSVC, "Create", &req.base, NULL, wait_ms);
-}
-
-int cli_sandbox_get(struct cli_ctx *ctx, int argc, char **argv)
-{
-	return cli_run_by_id(ctx, argc, argv, SSVC, "Get", "sandbox_id", "sandbox id", NULL);
-}
-
-int cli_sandbox_delete(struct cli_ctx *ctx, int argc, char **argv)
-{
-	return cli_run_by_id(ctx, argc, argv, SSVC, "Delete", "sandbox_id", "sandbox id", NULL);
-}
-
-int cli_sandbox_list(struct cli_ctx *ctx, int argc, char **argv)
-{
-	Bc__Compute__V1__ListSandboxesRequest req = BC__COMPUTE__V1__LIST_SANDBOXES_REQUEST__INIT;
-	char *tenant = NULL, *tmpl = NULL, *cursor = NULL;
-	bool all = false, deleted = false;
-	int64_t limit = 0;
-	const struct cli_flag flags[] = {
-		{.name = "all", .type = CLI_BOOL, .dst = &all,
-		 .help = "the tenant's sandboxes you may read (default: yours)"},
-		{.name = "deleted", .type = CLI_BOOL, .dst = &deleted,
-		 .help = "include deleted sandboxes"},
-		{.name = "template", .type = CLI_STR, .dst = &tmpl, .meta = "ID",
-		 .help = "only sandboxes of this template"},
-		{.name = "limit", .type = CLI_INT, .dst = &limit, .meta = "N", .min = 1, .max = 200,
-		 .help = "page size, 1..200 (default 50)"},
-		{.name = "cursor", .type = CLI_STR, .dst = &cursor, .meta = "C",
-		 .help = "continue after this cursor"},
-		CLI_FLAG_TENANT(&tenant),
-	};
-	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
-
-	if (r != 0)
-		return r;
-	req.tenant_id = tenant ? tenant : (char *)"";
-	req.scope = (char *)(all ? "all" : "mine");
-	req.deleted = deleted;
-	req.template_id = tmpl ? tmpl : (char *)"";
-	req.limit = (int32_t)limit;
-	req.cursor = cursor ? cursor : (char *)"";
-	return cli_run(ctx, SSVC, "List", &req.base, show_sandboxes, 0);
 }
 
 /* --until: "2026-10-01T12:00:00Z" (UTC) or "+2h" from now, as epoch ms. */
@@ -383,3 +314,34 @@ int cli_sandbox_extend(struct cli_ctx *ctx, int argc, char **argv)
 		req.by = by;
 	return cli_run(ctx, SSVC, "Extend", &req.base, NULL, 0);
 }
+
+static const struct cli_field template_list_flags[] = {
+	{.flag = CLI_FLAG_TENANT(NULL), .field = "tenant_id"},
+};
+
+/* Get and Delete of templates, and of sandboxes, take (tenant, id). */
+const struct cli_resource cli_templates = {
+	.svc = TSVC, .id_field = "template_id", .id_help = "template id", .tenant = true,
+	.list = template_list_flags, .n_list = ARRAY_SIZE(template_list_flags),
+	.show_list = show_templates,
+};
+
+static const struct cli_field sandbox_list_flags[] = {
+	{.flag = {.name = "all", .type = CLI_BOOL,
+		  .help = "the tenant's sandboxes you may read (default: yours)"},
+	 .field = "scope", .on = "all", .off = "mine"},
+	{.flag = {.name = "deleted", .type = CLI_BOOL, .help = "include deleted sandboxes"},
+	 .field = "deleted"},
+	{.flag = {.name = "template", .type = CLI_STR, .meta = "ID",
+		  .help = "only sandboxes of this template"},
+	 .field = "template_id"},
+	CLI_FIELD_LIMIT(200, "page size, 1..200 (default 50)"),
+	CLI_FIELD_CURSOR,
+	{.flag = CLI_FLAG_TENANT(NULL), .field = "tenant_id"},
+};
+
+const struct cli_resource cli_sandboxes = {
+	.svc = SSVC, .id_field = "sandbox_id", .id_help = "sandbox id", .tenant = true,
+	.list = sandbox_list_flags, .n_list = ARRAY_SIZE(sandbox_list_flags),
+	.show_list = show_sandboxes,
+};

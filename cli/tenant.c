@@ -30,39 +30,6 @@ int cli_tenant_create(struct cli_ctx *ctx, int argc, char **argv)
 	return cli_run(ctx, SVC, "Create", &req.base, NULL, 0);
 }
 
-int cli_tenant_get(struct cli_ctx *ctx, int argc, char **argv)
-{
-	Bc__Admin__V1__GetTenantRequest req = BC__ADMIN__V1__GET_TENANT_REQUEST__INIT;
-	const struct cli_flag flags[] = {
-		{.name = "ID", .type = CLI_ARG, .dst = &req.tenant_id, .required = true,
-		 .help = "tenant id"},
-	};
-	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
-
-	return r != 0 ? r : cli_run(ctx, SVC, "Get", &req.base, NULL, 0);
-}
-
-int cli_tenant_list(struct cli_ctx *ctx, int argc, char **argv)
-{
-	Bc__Admin__V1__ListTenantsRequest req = BC__ADMIN__V1__LIST_TENANTS_REQUEST__INIT;
-	int64_t limit = 0;
-	char *cursor = NULL;
-	const struct cli_flag flags[] = {
-		{.name = "limit", .type = CLI_INT, .dst = &limit, .meta = "N", .min = 1, .max = 500,
-		 .help = "page size"},
-		{.name = "cursor", .type = CLI_STR, .dst = &cursor, .meta = "C",
-		 .help = "continue after this cursor"},
-	};
-	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
-
-	if (r != 0)
-		return r;
-	req.limit = (int32_t)limit;
-	if (cursor)
-		req.cursor = cursor;
-	return cli_run(ctx, SVC, "List", &req.base, NULL, 0);
-}
-
 int cli_tenant_set_state(struct cli_ctx *ctx, int argc, char **argv)
 {
 	Bc__Admin__V1__SetTenantStateRequest req = BC__ADMIN__V1__SET_TENANT_STATE_REQUEST__INIT;
@@ -168,3 +135,13 @@ int cli_tenant_offer(struct cli_ctx *ctx, int argc, char **argv)
 	req.on_budget_exceeded = (char *)modes[mode];
 	return cli_run(ctx, &bc__admin__v1__offers__descriptor, "Set", &req.base, NULL, 0);
 }
+
+static const struct cli_field list_flags[] = {
+	CLI_FIELD_LIMIT(500, "page size"),
+	CLI_FIELD_CURSOR,
+};
+
+const struct cli_resource cli_tenants = {
+	.svc = SVC, .id_field = "tenant_id", .id_help = "tenant id",
+	.list = list_flags, .n_list = ARRAY_SIZE(list_flags),
+};

@@ -29,26 +29,13 @@ int cli_token_create(struct cli_ctx *ctx, int argc, char **argv)
 	return cli_run(ctx, SVC, "Create", &req.base, NULL, 0);
 }
 
-int cli_token_list(struct cli_ctx *ctx, int argc, char **argv)
-{
-	Bc__Admin__V1__ListApiTokensRequest req = BC__ADMIN__V1__LIST_API_TOKENS_REQUEST__INIT;
-	const struct cli_flag flags[] = {
-		{.name = "identity", .type = CLI_STR, .dst = &req.identity_id, .meta = "ID",
-		 .required = true, .help = "the identity"},
-	};
-	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+static const struct cli_field list_flags[] = {
+	{.flag = {.name = "identity", .type = CLI_STR, .meta = "ID", .required = true,
+		  .help = "the identity"},
+	 .field = "identity_id"},
+};
 
-	return r != 0 ? r : cli_run(ctx, SVC, "List", &req.base, NULL, 0);
-}
-
-int cli_token_revoke(struct cli_ctx *ctx, int argc, char **argv)
-{
-	Bc__Admin__V1__RevokeApiTokenRequest req = BC__ADMIN__V1__REVOKE_API_TOKEN_REQUEST__INIT;
-	const struct cli_flag flags[] = {
-		{.name = "ID", .type = CLI_ARG, .dst = &req.token_id, .required = true,
-		 .help = "token id (tok_...)"},
-	};
-	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
-
-	return r != 0 ? r : cli_run(ctx, SVC, "Revoke", &req.base, NULL, 0);
-}
+const struct cli_resource cli_tokens = {
+	.svc = SVC, .id_field = "token_id", .id_help = "token id (tok_...)",
+	.list = list_flags, .n_list = ARRAY_SIZE(list_flags),
+};

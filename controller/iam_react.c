@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "db.h"
+#include "event_data.h"
 #include "iam_react.h"
 #include "log.h"
 #include "outbox.h"
@@ -65,14 +66,12 @@ static int withdraw_tx(struct db *d, void *arg, bc_error *err)
 		return 0;
 	}
 	snprintf(subject, sizeof(subject), "sandbox/%s", a->id);
-	data = xasprintf("{\"reason\": \"%s\", \"agentId\": %s%s%s, \"templateId\": \"%s\", "
-			 "\"instanceId\": \"%s\", \"poolId\": \"%s\"}", a->reason,
-			 *a->agent ? "\"" : "", *a->agent ? a->agent : "null", *a->agent ? "\"" : "",
-			 db_val(r, 0, 1), db_val(r, 0, 2), db_val(r, 0, 3));
+	rc = evd_sandbox("sandbox.withdrawn", &(struct evd_sandbox){.reason = a->reason,
+			 .agent_id = a->agent, .template_id = db_val(r, 0, WS_TEMPLATE_ID),
+			 .instance_id = db_val(r, 0, WS_INSTANCE_ID), .pool_id = db_val(r, 0, WS_POOL_ID)}, &data);
 	/* an owner who is gone: an ordinary delete (sandbox.deleting) */
-	if (strcmp(a->reason, "owner-deleted") != 0)
-		rc = event_publish(d, "sandbox.withdrawn", subject, db_val(r, 0, WS_TENANT_ID),
-				   data);
+	if (rc == 0 && strcmp(a->reason, "owner-deleted") != 0)
+		rc = event_publish(d, "sandbox.withdrawn", subject, db_val(r, 0, WS_TENANT_ID), data);
 	PQclear(r);
 	if (rc == 0)
 		rc = sbx_delete_locked(d, a->id, false);

@@ -18,6 +18,7 @@
 #include "app.h"
 #include "auth.h"
 #include "db.h"
+#include "event_data.h"
 #include "instance_actions.h"
 #include "instances.h"
 #include "log.h"
@@ -131,8 +132,9 @@ static int apply(struct db *d, struct act_tx *t, const struct inst_row *r)
 		     "'starting' ELSE state END, reason = CASE WHEN $3 THEN '' ELSE reason END, "
 		     "updated_at = now() WHERE id = $1", &p);
 	snprintf(subject, sizeof(subject), "instance/%s", t->id);
-	data = xasprintf("{\"nodeId\": %s%s%s, \"desiredState\": \"%s\"}", r->node ? "\"" : "",
-			 r->node ? r->node : "null", r->node ? "\"" : "", t->a->desired);
+	if (rc == 0)
+		rc = evd_instance(t->a->event, &(struct evd_instance){.node_id = r->node,
+				  .desired_state = t->a->desired}, &data);
 	if (rc == 0)
 		rc = event_publish(d, t->a->event, subject, t->tenant, data);
 	if (rc == 0)

@@ -15,6 +15,7 @@
 #include "bc/compute/v1/instances.pb-c.h"
 #include "bootdata.h"
 #include "db.h"
+#include "event_data.h"
 #include "idem.h"
 #include "instances.h"
 #include "ipam.h"
@@ -437,14 +438,11 @@ int instance_create_tx(rpc_call *c, struct db *d, struct inst_new *n, bc_error *
 	if (!n->node && (rc = quota_unplaced(d, n->tenant, err)) < 0)
 		return rc;
 	snprintf(subject, sizeof(subject), "instance/%s", n->id);
-	data = xasprintf("{\"poolId\": \"%s\", \"nodeId\": %s%s%s%s%s%s%s%s%s}", n->pool_id,
-			 n->node ? "\"" : "", n->node ? n->node : "null", n->node ? "\"" : "",
-			 n->sandbox_id ? ", \"sandboxId\": \"" : "",
-			 n->sandbox_id ? n->sandbox_id : "", n->sandbox_id ? "\"" : "",
-			 n->warm_template_id ? ", \"warmTemplateId\": \"" : "",
-			 n->warm_template_id ? n->warm_template_id : "",
-			 n->warm_template_id ? "\"" : "");
-	rc = event_publish(d, "instance.created", subject, n->tenant, data);
+	rc = evd_instance("instance.created", &(struct evd_instance){.pool_id = n->pool_id,
+			  .node_id = n->node, .sandbox_id = n->sandbox_id,
+			  .warm_template_id = n->warm_template_id}, &data);
+	if (rc == 0)
+		rc = event_publish(d, "instance.created", subject, n->tenant, data);
 	return rc < 0 ? db_fail(err, rc) : 0;
 }
 
@@ -677,6 +675,7 @@ static int delete_tx(struct db *d, void *arg, bc_error *err)
 {
 	enum { DEL_NODE_ID, DEL_STATE, DEL_DESIRED_STATE, DEL_SANDBOX_ID, DEL_WARM_TEMPLATE_ID };
 	struct del *a = arg;
+	_cleanup_free_ char *data = NULL;
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	char subject[96];
@@ -704,7 +703,9 @@ static int delete_tx(struct db *d, void *arg, bc_error *err)
 		     "updated_at = now() WHERE id = $1", &p);
 	snprintf(subject, sizeof(subject), "instance/%s", a->id);
 	if (rc == 0)
-		rc = event_publish(d, "instance.deleting", subject, a->tenant, NULL);
+		rc = evd_instance("instance.deleting", &(struct evd_instance){0}, &data);
+	if (rc == 0)
+		rc = event_publish(d, "instance.deleting", subject, a->tenant, data);
 	if (rc == 0 && !a->node) {
 		char ids[64];
 		snprintf(ids, sizeof(ids), "%s", a->id);

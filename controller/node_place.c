@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "db.h"
+#include "event_data.h"
 #include "instances.h"
 #include "ipam.h"
 #include "log.h"
@@ -155,7 +156,8 @@ int place_pending(struct db *d, const char *id, char **ret_node, bc_error *err)
 	*ret_node = NULL;
 	dbp_str(&p, id);
 	rc = db_exec(d, &r, "SELECT tenant_id, pool_id, vcpus, memory_mib, disk_gib, gpus, "
-		     "network_policy, ssh_from_host_only FROM instances WHERE id = $1 AND node_id IS "
+		     "network_policy, ssh_from_host_only, sandbox_id, warm_template_id FROM "
+		     "instances WHERE id = $1 AND node_id IS "
 		     "NULL AND desired_state <> 'deleted' AND state = 'provisioning' FOR UPDATE SKIP "
 		     "LOCKED", &p);
 	if (rc < 0)
@@ -176,8 +178,11 @@ int place_pending(struct db *d, const char *id, char **ret_node, bc_error *err)
 	rc = place_instance(d, &q, ret_node, err);
 	if (rc == 0 && *ret_node) {
 		snprintf(subject, sizeof(subject), "instance/%s", id);
-		data = xasprintf("{\"nodeId\": \"%s\"}", *ret_node);
-		rc = event_publish(d, "instance.placed", subject, q.tenant_id, data);
+		rc = evd_instance("instance.placed", &(struct evd_instance){.node_id = *ret_node,
+				  .sandbox_id = db_val(r, 0, 8), .warm_template_id = db_val(r, 0, 9)},
+				  &data);
+		if (rc == 0)
+			rc = event_publish(d, "instance.placed", subject, q.tenant_id, data);
 		if (rc < 0)
 			rc = db_fail(err, rc);
 	}
@@ -326,9 +331,8 @@ int finish_deletions(struct db *d, const char *node_id, const char *ids_lines)
 		     "released_at IS NULL AND owner_id IN (SELECT id FROM gone) RETURNING 1), lz AS "
 		     "(DELETE FROM ip_leases WHERE instance_id IN (SELECT id FROM gone) RETURNING 1), "
 		     "ev AS (INSERT INTO events (type, subject, tenant_id, data) SELECT "
-		     "'instance.deleted', 'instance/' || id, tenant_id, jsonb_strip_nulls("
-		     "jsonb_build_object('sandboxId', sandbox_id, 'warmTemplateId', "
-		     "warm_template_id)) FROM gone RETURNING 1) SELECT (SELECT count(*) FROM gone) + 0 * (SELECT count(*) "
+		     "'instance.deleted', 'instance/' || id, tenant_id, "
+		     EVD_INSTANCE_OWNER_SQL("gone") " FROM gone RETURNING 1) SELECT (SELECT count(*) FROM gone) + 0 * (SELECT count(*) "
 		     "FROM rel) + 0 * (SELECT count(*) FROM lz) + 0 * (SELECT count(*) FROM ev), "
 		     "(SELECT string_agg(user_data_ref, E'\\n') FROM gone), (SELECT string_agg(DISTINCT "
 		     "node_id, E'\\n') FROM gone)", &p);
@@ -357,7 +361,8 @@ int nodes_abandon(struct db *d, const char *node_id, const char *reason)
 		       "WITH l AS (UPDATE instances SET state = 'lost', reason = $2, updated_at = "
 		       "now(), refused_at = NULL WHERE node_id = $1 AND state NOT IN ('deleted', "
 		       "'deleting', 'lost') "
-		       "RETURNING id, tenant_id) INSERT INTO events (type, subject, tenant_id, data) "
-		       "SELECT 'instance.lost', 'instance/' || id, tenant_id, jsonb_build_object("
-		       "'nodeId', $1::text, 'reason', $2::text) FROM l", &p);
+		       "RETURNING id, tenant_id, sandbox_id, warm_template_id) INSERT INTO events "
+		       "(type, subject, tenant_id, data) SELECT 'instance.lost', 'instance/' || id, "
+		       "tenant_id, jsonb_build_object('nodeId', $1::text, 'reason', $2::text) || "
+		       EVD_INSTANCE_OWNER_SQL("l") " FROM l", &p);
 }

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "db.h"
+#include "event_data.h"
 #include "log.h"
 #include "node.h"
 #include "outbox.h"
@@ -106,8 +107,9 @@ static int fail_refused(struct db *d, const PGresult *r, bc_error *err)
 		"refused by %s hosts (%s); the last said: %s', cardinality(refused_nodes) + 1, "
 		"array_to_string(array_append(refused_nodes, node_id), ', '), reason), node_id = "
 		"NULL, refused_at = NULL, updated_at = now() WHERE id = $1 RETURNING reason, "
-		"jsonb_build_object('nodeId', $2::text, 'reason', reason, 'refusedNodes', "
-		"to_jsonb(refused_nodes), 'replacements', replacements)::text", "instance.error",
+		"(jsonb_build_object('nodeId', $2::text, 'reason', reason, 'refusedNodes', "
+		"to_jsonb(refused_nodes), 'replacements', replacements) || "
+		EVD_INSTANCE_OWNER_SQL("instances") ")::text", "instance.error",
 		&u, err);
 
 	if (rc < 0)
@@ -125,8 +127,9 @@ static int move_refused(struct db *d, const PGresult *r, bc_error *err)
 		"refused_nodes, node_id), replacements = replacements + 1, state = 'provisioning', "
 		"reason = 'Rescheduling: node ' || node_id || ' refused it (' || reason || ')', "
 		"node_id = NULL, refused_at = NULL, updated_at = now() WHERE id = $1 RETURNING "
-		"reason, jsonb_build_object('fromNodeId', $2::text, 'reason', reason, "
-		"'refusedNodes', to_jsonb(refused_nodes), 'replacements', replacements)::text, "
+		"reason, (jsonb_build_object('fromNodeId', $2::text, 'reason', reason, "
+		"'refusedNodes', to_jsonb(refused_nodes), 'replacements', replacements) || "
+		EVD_INSTANCE_OWNER_SQL("instances") ")::text, "
 		"replacements, mac::text", "instance.rescheduling", &u, err);
 
 	if (rc < 0)
@@ -182,7 +185,8 @@ static int lost_tx(struct db *d, void *arg, bc_error *err)
 		     "WHERE o.id = $1 AND o.state = 'lost' AND o.desired_state <> 'deleted' AND "
 		     "p.recreate_on_host_loss AND n.state <> 'ready' FOR UPDATE OF o SKIP LOCKED) old "
 		     "WHERE i.id = old.id RETURNING old.node_id, i.tenant_id, i.pool_id, i.mac::text, "
-		     "jsonb_build_object('fromNodeId', old.node_id, 'reason', i.reason)::text", &p);
+		     "(jsonb_build_object('fromNodeId', old.node_id, 'reason', i.reason) || "
+		     EVD_INSTANCE_OWNER_SQL("i") ")::text", &p);
 	if (rc < 0)
 		return db_fail(err, rc);
 	if (PQntuples(r) == 1) {

@@ -14,6 +14,7 @@
 #include "app.h"
 #include "bc/node/v1/node.pb-c.h"
 #include "db.h"
+#include "event_data.h"
 #include "log.h"
 #include "node.h"
 #include "outbox.h"
@@ -210,10 +211,11 @@ static int report_instances(struct db *d, struct report *a, bc_error *err)
 		     "c.st = i.desired_state) AND ("
 		     "(i.state, i.reason) IS DISTINCT FROM (CASE WHEN c.refused THEN i.state ELSE c.st "
 		     "END, c.why) OR (i.refused_at IS NULL) = c.refused) RETURNING i.id, i.tenant_id, "
-		     "i.state, i.reason, c.refused) INSERT INTO events (type, subject, tenant_id, data) "
+		     "i.state, i.reason, c.refused, i.sandbox_id, i.warm_template_id) INSERT INTO "
+		     "events (type, subject, tenant_id, data) "
 		     "SELECT CASE WHEN u.refused THEN 'instance.refused' ELSE 'instance.' || u.state "
 		     "END, 'instance/' || u.id, u.tenant_id, jsonb_build_object('nodeId', $1::text, "
-		     "'reason', u.reason) FROM u "
+		     "'reason', u.reason) || " EVD_INSTANCE_OWNER_SQL("u") " FROM u "
 		     "RETURNING substr(subject, 10)",
 		     &p);
 	if (rc < 0)

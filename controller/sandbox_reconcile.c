@@ -24,6 +24,7 @@
 
 #include "app.h"
 #include "db.h"
+#include "event_data.h"
 #include "log.h"
 #include "metrics.h"
 #include "sandbox_reconcile.h"
@@ -33,10 +34,6 @@
 
 #define SBX_LEADER_LOCK "7164930317812343"
 #define EXPIRE_BATCH 100
-
-#define EVENT_DATA(extra)                                                                  \
-	"jsonb_build_object('templateId', template_id, 'instanceId', instance_id, 'poolId', "  \
-	"pool_id" extra ")"
 
 static int expiring_tx(struct db *d, void *arg, bc_error *err)
 {
@@ -54,7 +51,7 @@ static int expiring_tx(struct db *d, void *arg, bc_error *err)
 		     "WHERE i.id = s.instance_id AND i.desired_state = 'deleted') RETURNING s.id, "
 		     "s.tenant_id, s.template_id, s.instance_id, s.pool_id, s.expires_at) INSERT "
 		     "INTO events (type, subject, tenant_id, data) SELECT 'sandbox.expiring', "
-		     "'sandbox/' || id, tenant_id, " EVENT_DATA(", 'expiresAt', (extract(epoch FROM "
+		     "'sandbox/' || id, tenant_id, " EVD_SANDBOX_SQL(", 'expiresAt', (extract(epoch FROM "
 		     "expires_at) * 1000)::bigint") " FROM s", &p);
 	return rc < 0 ? db_fail(err, rc) : 0;
 }
@@ -75,7 +72,7 @@ static int expire_tx(struct db *d, void *arg, bc_error *err)
 		     "s.id = c.id RETURNING s.id, s.tenant_id, s.template_id, s.instance_id, "
 		     "s.pool_id, s.expires_at), e AS (INSERT INTO events (type, subject, tenant_id, "
 		     "data) SELECT 'sandbox.expired', 'sandbox/' || id, tenant_id, "
-		     EVENT_DATA(", 'expiresAt', (extract(epoch FROM expires_at) * 1000)::bigint")
+		     EVD_SANDBOX_SQL(", 'expiresAt', (extract(epoch FROM expires_at) * 1000)::bigint")
 		     " FROM s) SELECT id FROM s", &p);
 	if (rc < 0)
 		return db_fail(err, rc);
@@ -93,13 +90,13 @@ static const char *const settle_sql[] = {
 	"'reconciler', updated_at = now() FROM instances i WHERE i.id = s.instance_id AND s.state "
 	"= 'starting' AND i.state = 'running' RETURNING s.id, s.tenant_id, s.template_id, "
 	"s.instance_id, s.pool_id, s.warm) INSERT INTO events (type, subject, tenant_id, data) "
-	"SELECT 'sandbox.ready', 'sandbox/' || id, tenant_id, " EVENT_DATA(", 'warm', warm")
+	"SELECT 'sandbox.ready', 'sandbox/' || id, tenant_id, " EVD_SANDBOX_SQL(", 'warm', warm")
 	" FROM s",
 	"WITH s AS (UPDATE sandboxes s SET state = 'failed', updated_at = now() FROM instances i "
 	"WHERE i.id = s.instance_id AND s.state IN ('starting', 'ready') AND i.state = 'error' "
 	"RETURNING s.id, s.tenant_id, s.template_id, s.instance_id, s.pool_id, i.reason) INSERT "
 	"INTO events (type, subject, tenant_id, data) SELECT 'sandbox.failed', 'sandbox/' || id, "
-	"tenant_id, " EVENT_DATA(", 'reason', reason") " FROM s",
+	"tenant_id, " EVD_SANDBOX_SQL(", 'reason', reason") " FROM s",
 	/* a recreate after host loss takes a ready sandbox back to starting
 	 * (the trigger does it in the instance's transaction when the
 	 * instance passed through lost; this catches a direct re-placement) */
@@ -113,7 +110,7 @@ static const char *const settle_sql[] = {
 	"s.expired_at IS NOT NULL expired), z AS (DELETE FROM authz_resources a USING s WHERE "
 	"a.type = 'compute-sandbox' AND a.id = s.id) INSERT INTO events (type, subject, tenant_id, "
 	"data) SELECT 'sandbox.deleted', 'sandbox/' || id, tenant_id, "
-	EVENT_DATA(", 'expired', expired") " FROM s",
+	EVD_SANDBOX_SQL(", 'expired', expired") " FROM s",
 };
 
 static int settle_tx(struct db *d, void *arg, bc_error *err)

@@ -24,7 +24,9 @@
 #include "authz.h"
 #include "bc/compute/v1/sandboxes.pb-c.h"
 #include "db.h"
+#include "event_data.h"
 #include "idem.h"
+#include "jsonw.h"
 #include "instances.h"
 #include "ipam.h"
 #include "log.h"
@@ -253,15 +255,6 @@ static int ttl_too_long(bc_error *err, int64_t ttl, int64_t max)
 	return bc_error_detail(err, "maxTtlSeconds", "%" PRId64, max);
 }
 
-/* A sandbox event's data: its template, instance and pool, then extra
- * (more "key": value pairs, or NULL). */
-static char *event_data(const char *template_id, const char *instance, const char *pool,
-			const char *extra)
-{
-	return xasprintf("{\"templateId\": \"%s\", \"instanceId\": \"%s\", \"poolId\": \"%s\"%s%s}",
-			 template_id, instance, pool, extra ? ", " : "", extra ? extra : "");
-}
-
 /* The sandbox's row, its authorization row made live (staged by
  * stage_and_claim) and sandbox.created, in one statement that returns the
  * answer's row (SBX_COLS) into a->row. */
@@ -273,8 +266,10 @@ static int insert_sandbox(struct db *d, struct screate *a, const char *pool, int
 	struct dbp p = {0};
 	int rc;
 
-	data = event_data(a->q->template_id, a->instance, pool,
-			  a->warm ? "\"warm\": true" : "\"warm\": false");
+	rc = evd_sandbox("sandbox.created", &(struct evd_sandbox){.template_id = a->q->template_id,
+			 .instance_id = a->instance, .pool_id = pool, .warm = a->warm}, &data);
+	if (rc < 0)
+		return db_fail(err, rc);
 	dbp_str(&p, a->id);
 	dbp_str(&p, a->tenant);
 	dbp_str(&p, a->q->template_id);
@@ -304,15 +299,17 @@ static int insert_sandbox(struct db *d, struct screate *a, const char *pool, int
 	return 0;
 }
 
+/* Publish sandbox event type of sandbox id with the data of row s. */
 static int publish(struct db *d, const char *type, const char *id, const char *tenant,
-		   const char *template_id, const char *instance, const char *pool,
-		   const char *extra)
+		   const struct evd_sandbox *s)
 {
 	_cleanup_free_ char *data = NULL;
 	char subject[96];
+	int rc;
 
 	snprintf(subject, sizeof(subject), "sandbox/%s", id);
-	data = event_data(template_id, instance, pool, extra);
+	if ((rc = evd_sandbox(type, s, &data)) < 0)
+		return rc;
 	return event_publish(d, type, subject, tenant, data);
 }
 
@@ -384,8 +381,10 @@ static int stage_and_claim(struct db *d, struct screate *a, const PGresult *t, i
 	if (rc == 0 && pool)
 		rc = quota_budget_judge(q[1].r, err);
 	if (rc == 0 && pool && PQntuples(q[2].r) == 1 &&
-	    (rc = publish(d, "sandbox.created", a->id, a->tenant, a->q->template_id,
-			  db_val(q[2].r, 0, 4), s.pool, "\"warm\": true")) < 0)
+	    (rc = publish(d, "sandbox.created", a->id, a->tenant, &(struct evd_sandbox){
+			  .template_id = a->q->template_id,
+			  .instance_id = db_val(q[2].r, 0, SBX_INSTANCE_ID), .pool_id = s.pool,
+			  .warm = true})) < 0)
 		rc = db_fail(err, rc);
 	if (rc == 0 && pool && PQntuples(q[2].r) == 1) {
 		a->warm = true;
@@ -660,6 +659,7 @@ static int wake(struct db *d, const char *id)
 int sbx_delete_locked(struct db *d, const char *id, bool expired)
 {
 	enum { DEL_INSTANCE_ID, DEL_NODE_ID, DEL_TENANT_ID, DEL_TEMPLATE_ID, DEL_POOL_ID };
+	_cleanup_free_ char *data = NULL;
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	char subject[96];
@@ -679,17 +679,14 @@ int sbx_delete_locked(struct db *d, const char *id, bool expired)
 		return 0; /* already deleting */
 	}
 	snprintf(subject, sizeof(subject), "instance/%s", db_val(r, 0, DEL_INSTANCE_ID));
-	{
-		_cleanup_free_ char *data = xasprintf("{\"sandboxId\": \"%s\"%s}", id,
-						      expired ? ", \"reason\": \"expired\"" : "");
-		rc = event_publish(d, "instance.deleting", subject, db_val(r, 0, DEL_TENANT_ID),
-				   data);
-	}
+	rc = evd_instance("instance.deleting", &(struct evd_instance){.sandbox_id = id,
+			  .reason = expired ? "expired" : NULL}, &data);
 	if (rc == 0)
-		rc = publish(d, "sandbox.deleting", id, db_val(r, 0, DEL_TENANT_ID),
-			     db_val(r, 0, DEL_TEMPLATE_ID), db_val(r, 0, DEL_INSTANCE_ID),
-			     db_val(r, 0, DEL_POOL_ID),
-			     expired ? "\"expired\": true" : "\"expired\": false");
+		rc = event_publish(d, "instance.deleting", subject, db_val(r, 0, DEL_TENANT_ID), data);
+	if (rc == 0)
+		rc = publish(d, "sandbox.deleting", id, db_val(r, 0, DEL_TENANT_ID), &(struct evd_sandbox){
+			     .template_id = db_val(r, 0, DEL_TEMPLATE_ID), .instance_id = db_val(r, 0, DEL_INSTANCE_ID),
+			     .pool_id = db_val(r, 0, DEL_POOL_ID), .expired = expired});
 	if (rc == 0 && !db_val(r, 0, DEL_NODE_ID))
 		rc = finish_deletions(d, NULL, db_val(r, 0, DEL_INSTANCE_ID)) < 0 ? -EIO : 0;
 	else if (rc == 0)
@@ -802,6 +799,8 @@ static int stage_tx(struct db *d, void *arg, bc_error *err)
 {
 	struct sext *a = arg;
 	_cleanup_free_ char *json = NULL;
+	char ttl[24];
+	struct jsonw w;
 	PGresult *r = NULL;
 	int64_t cur, created, max;
 	int rc;
@@ -824,7 +823,11 @@ static int stage_tx(struct db *d, void *arg, bc_error *err)
 	a->lifetime = (a->new_ms - created + 999) / 1000;
 	if (a->lifetime > max)
 		return ttl_too_long(err, a->lifetime, max);
-	json = xasprintf("{\"ttlSeconds\": \"%" PRId64 "\"}", a->lifetime);
+	snprintf(ttl, sizeof(ttl), "%" PRId64, a->lifetime);
+	jsonw_begin(&w);
+	jsonw_str(&w, "ttlSeconds", ttl); /* attributes are strings */
+	if ((rc = jsonw_end(&w, &json)) < 0)
+		return db_fail(err, rc);
 	return authz_pending_stage(d, "compute-sandbox", a->q->sandbox_id, json, a->hold,
 				   SBX_HOLD_TAKEOVER_SECONDS, "extend-in-flight", err);
 }
@@ -835,7 +838,6 @@ static int apply_tx(struct db *d, void *arg, bc_error *err)
 {
 	enum { APPLY_TENANT_ID, APPLY_TEMPLATE_ID, APPLY_INSTANCE_ID, APPLY_POOL_ID };
 	struct sext *a = arg;
-	_cleanup_free_ char *extra = NULL;
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	int rc;
@@ -868,11 +870,10 @@ static int apply_tx(struct db *d, void *arg, bc_error *err)
 		     "'compute-sandbox' AND id = $1) SELECT * FROM s", &p);
 	if (rc < 0)
 		return db_fail(err, rc);
-	extra = xasprintf("\"expiresAt\": %" PRId64 ", \"ttlSeconds\": %" PRId64, a->new_ms,
-			  a->lifetime);
 	rc = publish(d, "sandbox.extended", a->q->sandbox_id, db_val(r, 0, APPLY_TENANT_ID),
-		     db_val(r, 0, APPLY_TEMPLATE_ID), db_val(r, 0, APPLY_INSTANCE_ID),
-		     db_val(r, 0, APPLY_POOL_ID), extra);
+		     &(struct evd_sandbox){.template_id = db_val(r, 0, APPLY_TEMPLATE_ID),
+		     .instance_id = db_val(r, 0, APPLY_INSTANCE_ID), .pool_id = db_val(r, 0, APPLY_POOL_ID),
+		     .expires_at = a->new_ms, .ttl_seconds = a->lifetime});
 	PQclear(r);
 	return rc < 0 ? db_fail(err, rc) : 0;
 }

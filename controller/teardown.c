@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "db.h"
+#include "event_data.h"
 #include "log.h"
 #include "node.h"
 #include "teardown.h"
@@ -68,8 +69,8 @@ static const char *const access_steps[] = {
 	"WITH s AS (UPDATE sandboxes SET state = 'deleting', deleting_at = now(), updated_at = "
 	"now() WHERE tenant_id = $1 AND deleting_at IS NULL RETURNING id, template_id, "
 	"instance_id, pool_id) INSERT INTO events (type, subject, tenant_id, data) SELECT "
-	"'sandbox.deleting', 'sandbox/' || id, $1, jsonb_build_object('templateId', template_id, "
-	"'instanceId', instance_id, 'poolId', pool_id, 'reason', 'tenant deleted') FROM s",
+	"'sandbox.deleting', 'sandbox/' || id, $1, " EVD_SANDBOX_SQL(", 'reason', 'tenant deleted'")
+	" FROM s",
 };
 
 /* Up to TEARDOWN_BATCH live instances to desired deleted; their nodes'
@@ -92,8 +93,8 @@ static int instances_step(struct db *d, struct td *a)
 		     "'deleting', updated_at = now() FROM i WHERE x.id = i.id RETURNING x.id, "
 		     "x.node_id, x.sandbox_id, x.warm_template_id), ev AS (INSERT INTO events (type, "
 		     "subject, tenant_id, data) SELECT 'instance.deleting', 'instance/' || id, $1, "
-		     "jsonb_strip_nulls(jsonb_build_object('reason', 'tenant deleted', 'sandboxId', "
-		     "sandbox_id, 'warmTemplateId', warm_template_id)) FROM u) SELECT u.id, CASE WHEN "
+		     "jsonb_build_object('reason', 'tenant deleted') || " EVD_INSTANCE_OWNER_SQL("u")
+		     " FROM u) SELECT u.id, CASE WHEN "
 		     "n.state IN ('lost', 'retired') THEN '' ELSE coalesce(u.node_id, '') END FROM u "
 		     "LEFT JOIN nodes n ON n.id = u.node_id ORDER BY 2, 1", &p);
 	if (rc < 0)

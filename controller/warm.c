@@ -25,7 +25,9 @@
 #include <string.h>
 
 #include "app.h"
+#include "authz.h"
 #include "db.h"
+#include "event_data.h"
 #include "instances.h"
 #include "log.h"
 #include "metrics.h"
@@ -114,15 +116,17 @@ enum { DRAIN_ID, DRAIN_NODE_ID, DRAIN_TENANT_ID, DRAIN_BAD, DRAIN_NODE_STATE };
 static int drained_one(struct db *d, const struct pool *pl, const PGresult *r, int i)
 {
 	_cleanup_free_ char *data = NULL;
+	const char *why;
 	char subject[96];
 	int rc;
 
 	snprintf(subject, sizeof(subject), "instance/%s", db_val(r, i, DRAIN_ID));
-	data = xasprintf("{\"warmTemplateId\": \"%s\", \"reason\": \"%s\"}", pl->id,
-			 pl->deleted ? "template-deleted" : db_bool(r, i, 3) ? "warm-stale" :
-									      "warm-beyond-max");
-	if ((rc = event_publish(d, "instance.deleting", subject, db_val(r, i, DRAIN_TENANT_ID),
-				data)) < 0)
+	why = pl->deleted ? "template-deleted" : db_bool(r, i, DRAIN_BAD) ? "warm-stale" : "warm-beyond-max";
+	rc = evd_instance("instance.deleting", &(struct evd_instance){.warm_template_id = pl->id,
+			  .reason = why}, &data);
+	if (rc == 0)
+		rc = event_publish(d, "instance.deleting", subject, db_val(r, i, DRAIN_TENANT_ID), data);
+	if (rc < 0)
 		return rc;
 	/* unplaced, or on a host that will never confirm (lost, retired):
 	 * finished at once, its booking and address released */
