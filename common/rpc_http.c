@@ -582,7 +582,7 @@ static void job_metadata(rpc_call *c, const struct rpc_http_request *req)
 static void job_run(struct rpc_http *h, struct http_job *j, void *thread_state)
 {
 	rpc_server *s = h->srv;
-	rpc_call *c = rpc_call_alloc(s, RPC_TRANSPORT_HTTP, thread_state);
+	rpc_call *c = rpc_call_alloc(s, &rpc_http_ops, thread_state);
 	ProtobufCMessage *req = NULL, *resp = NULL;
 	bc_error err;
 	int r;
@@ -713,11 +713,15 @@ static bool stream_over(rpc_call *call)
 	       rpc_server_stopping(call->srv);
 }
 
-/* See rpc_internal.h. */
-int rpc_http_stream_send(rpc_call *call, const ProtobufCMessage *msg)
+/* The HTTP transport's send: one message as one line of newline-delimited
+ * JSON, flushed; 0, -EINVAL (a unary call: no stream), -ECANCELED (client
+ * gone, deadline passed, server stopping), -EIO. */
+static int http_send(rpc_call *call, const ProtobufCMessage *msg)
 {
 	_cleanup_free_ char *json = NULL;
 
+	if (!call->http_conn)
+		return -EINVAL;
 	if (stream_over(call) || stream_head(call) < 0)
 		return -ECANCELED;
 	if (pbjson_write(msg, PBJSON_EMIT_DEFAULTS, &json) < 0)
@@ -729,14 +733,19 @@ int rpc_http_stream_send(rpc_call *call, const ProtobufCMessage *msg)
 	return 0;
 }
 
-/* See rpc_internal.h. The client sends nothing while it reads a stream:
- * anything readable on the socket (its close, a reset, a TLS alert) means
- * it is gone. */
-bool rpc_http_stream_wait_cancelled(rpc_call *call, int timeout_ms)
+/* The HTTP transport's wait: true once the client went away, the deadline
+ * passed or the server stops (a unary call: at once); waits up to
+ * timeout_ms (< 0: no limit). Sends the response head first, so a client
+ * sees 200 as soon as a handler waits. The client sends nothing while it
+ * reads a stream: anything readable on the socket (its close, a reset, a
+ * TLS alert) means it is gone. */
+static bool http_wait_cancelled(rpc_call *call, int timeout_ms)
 {
 	struct http_conn *c = call->http_conn;
 	int64_t end = timeout_ms < 0 ? INT64_MAX : mono_ms() + timeout_ms;
 
+	if (!c)
+		return true;
 	if (stream_over(call) || stream_head(call) < 0)
 		return true;
 	for (;;) {
@@ -754,6 +763,28 @@ bool rpc_http_stream_wait_cancelled(rpc_call *call, int timeout_ms)
 			return false;
 	}
 }
+
+/* An HTTP call never receives a message after its body. */
+static int http_recv(rpc_call *call, ProtobufCMessage **ret, int timeout_ms)
+{
+	return -EINVAL;
+}
+
+/* An HTTP call holds nothing of its transport: its connection is the
+ * connection thread's. */
+static void http_release(rpc_call *call)
+{
+}
+
+/* The JSON/HTTP transport: see rpc_internal.h. */
+const struct rpc_transport_ops rpc_http_ops = {
+	.name = "http",
+	.send = http_send,
+	.recv = http_recv,
+	.wait_cancelled = http_wait_cancelled,
+	.release = http_release,
+	.can_detach = false,
+};
 
 /* Take a stream slot (at most max_streams at once). */
 static bool stream_slot(struct rpc_http *h, int delta)
@@ -822,7 +853,7 @@ static int serve_stream(struct http_conn *c, const struct rpc_method *m,
 		return respond_error(c, bc_code_http_status(BC_QUOTA_EXCEEDED), "",
 				     req->keep_alive, BC_QUOTA_EXCEEDED, NULL,
 				     "too many streams") < 0 ? -1 : 1;
-	call = rpc_call_alloc(s, RPC_TRANSPORT_HTTP, NULL);
+	call = rpc_call_alloc(s, &rpc_http_ops, NULL);
 	call->method = m;
 	call->path = m->path;
 	call->peer = rpc_strdup(call, c->peer);
