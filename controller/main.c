@@ -15,6 +15,7 @@
 
 #include "ctl.h"
 #include "log.h"
+#include "pki.h"
 #include "rpc.h"
 #include "util.h"
 
@@ -177,7 +178,7 @@ int main(int argc, char **argv)
 	}
 	free(app.api_ca_pem);
 	free(app.node_ca_pem);
-	free(app.node_ca_key_pem);
+	pki_free_secret(app.node_ca_key_pem);
 	config_free(&app.cfg);
 	return r < 0 ? 1 : 0;
 }
