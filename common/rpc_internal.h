@@ -9,8 +9,11 @@
  *                 peer, pre_call + handler, gRPC send/recv and finishing
  * rpc_detach.c    unary calls handed off by their handler: completion from
  *                 any thread, client cancel/deadline, shutdown
- * rpc_http.c      the JSON/HTTP transport: TLS listener, connections,
- *                 worker pool, dispatch into the same method table
+ * rpc_http.c      the JSON/HTTP transport: routes, worker pool, dispatch
+ *                 into the same method table, server streams
+ * rpc_http_conn.c  its connections: TLS listener, the epoll loop (accept,
+ *                 handshake, request reading, caps and timeouts), the
+ *                 connection threads
  * rpc_http_parse.c  HTTP/1.1 request heads, routes, JSON error bodies (pure)
  * rpc_health.c    grpc.health.v1.Health
  * rpc_client.c    channel, unary calls, client streams
