@@ -39,7 +39,7 @@ struct http_route {
 
 /* A request handed from a connection to a worker, and its answer. */
 struct http_job {
-	struct http_job *next;
+	struct http_link link;       /* in h->jobs */
 	const struct rpc_method *m;
 	const struct rpc_http_request *req;
 	const char *peer;
@@ -55,7 +55,8 @@ struct http_job {
 	int admit_rc;                /* out */
 };
 
-/* Routes for every method of an exposed package (compute, admin). */
+/* See rpc_http_conn.h: routes for every method of an exposed package
+ * (compute, admin). */
 void http_routes_build(struct rpc_http *h)
 {
 	const rpc_server *s = h->srv;
@@ -217,23 +218,18 @@ static void job_run(struct rpc_http *h, struct http_job *j, void *thread_state)
 	rpc_call_release(c);
 }
 
+/* See rpc_http_conn.h. */
 void *http_worker_main(void *arg)
 {
 	struct rpc_http *h = arg;
 	const struct rpc_server_opts *o = &h->srv->opts;
 	void *ts = o->thread_init ? o->thread_init(o->user) : NULL;
-	struct http_job *j;
+	struct http_link *l;
 
 	pthread_mutex_lock(&h->lock);
-	for (;;) {
-		while (!h->jobs && !h->workers_stop)
-			pthread_cond_wait(&h->work, &h->lock);
-		if (!h->jobs)
-			break;
-		j = h->jobs;
-		h->jobs = j->next;
-		if (!h->jobs)
-			h->jobs_tail = &h->jobs;
+	while ((l = http_fifo_wait(&h->jobs, &h->lock, &h->work, &h->workers_stop, NULL))) {
+		struct http_job *j = http_of(l, struct http_job, link);
+
 		pthread_mutex_unlock(&h->lock);
 		if (j->admit) {
 			j->admit->thread_state = ts;
@@ -256,8 +252,7 @@ void *http_worker_main(void *arg)
 static void job_submit(struct rpc_http *h, struct http_job *j)
 {
 	pthread_mutex_lock(&h->lock);
-	*h->jobs_tail = j;
-	h->jobs_tail = &j->next;
+	http_fifo_push(&h->jobs, &j->link);
 	pthread_cond_signal(&h->work);
 	while (!j->done)
 		pthread_cond_wait(&h->done, &h->lock);
@@ -561,8 +556,7 @@ static int serve_request(struct http_conn *c, const struct rpc_http_request *req
 	return r;
 }
 
-/* Read, answer and consume one request. 1: keep the connection, 0: close
- * it, -1: close it after a refusal sent before the body was read. */
+/* See rpc_http_conn.h. */
 int http_serve_one(struct http_conn *c)
 {
 	struct rpc_http_request req;

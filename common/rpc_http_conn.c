@@ -228,8 +228,8 @@ int rpc_http_new(rpc_server *s, struct rpc_http **ret)
 
 	h->srv = s;
 	h->lfd = h->wake[0] = h->wake[1] = h->ep = -1;
-	h->jobs_tail = &h->jobs;
-	h->ready_tail = &h->ready;
+	http_fifo_init(&h->jobs);
+	http_fifo_init(&h->ready);
 	limits_set(h);
 	pthread_mutex_init(&h->lock, NULL);
 	pthread_cond_init(&h->work, NULL);
@@ -322,6 +322,7 @@ static ssize_t conn_read(struct http_conn *c, char *buf, size_t n, int64_t deadl
 	}
 }
 
+/* See rpc_http_conn.h. */
 int http_conn_write(struct http_conn *c, const char *p, size_t n, int64_t deadline)
 {
 	while (n) {
@@ -360,7 +361,7 @@ static void buf_reserve(struct http_conn *c, size_t n)
 		abort();
 }
 
-/* Read until c->buf holds want bytes: 0, or <0 (EOF is -EPIPE). */
+/* See rpc_http_conn.h. */
 int http_conn_fill(struct http_conn *c, size_t want, int64_t deadline)
 {
 	while (c->len < want) {
@@ -495,6 +496,49 @@ static void conn_free(struct http_conn *c)
 	free(c);
 }
 
+/* ------------------------------------------------------------ queues */
+
+/* See rpc_http_conn.h. */
+void http_fifo_init(struct http_fifo *q)
+{
+	q->head = NULL;
+	q->tail = &q->head;
+	q->n = 0;
+}
+
+/* See rpc_http_conn.h. */
+void http_fifo_push(struct http_fifo *q, struct http_link *l)
+{
+	l->next = NULL;
+	*q->tail = l;
+	q->tail = &l->next;
+	q->n++;
+}
+
+/* See rpc_http_conn.h. The workers and the connection threads both wait
+ * here. */
+struct http_link *http_fifo_wait(struct http_fifo *q, pthread_mutex_t *mu, pthread_cond_t *cv,
+				 const bool *stop, int *idle)
+{
+	struct http_link *l;
+
+	while (!q->head && !*stop) {
+		if (idle)
+			(*idle)++;
+		pthread_cond_wait(cv, mu);
+		if (idle)
+			(*idle)--;
+	}
+	l = q->head;
+	if (!l)
+		return NULL;
+	q->head = l->next;
+	if (!q->head)
+		q->tail = &q->head;
+	q->n--;
+	return l;
+}
+
 /* ------------------------------------------------ connection threads */
 
 static void *conn_thread_main(void *arg);
@@ -503,11 +547,8 @@ static void *conn_thread_main(void *arg);
  * none is idle and fewer than max_threads are busy with requests. */
 static void conn_ready(struct rpc_http *h, struct http_conn *c)
 {
-	c->next = NULL;
 	pthread_mutex_lock(&h->lock);
-	*h->ready_tail = c;
-	h->ready_tail = &c->next;
-	h->n_ready++;
+	http_fifo_push(&h->ready, &c->qlink);
 	pthread_cond_signal(&h->ready_cv);
 	pthread_mutex_unlock(&h->lock);
 }
@@ -517,7 +558,7 @@ static void conn_ready(struct rpc_http *h, struct http_conn *c)
 static void threads_grow(struct rpc_http *h)
 {
 	pthread_mutex_lock(&h->lock);
-	while (h->n_ready > h->n_idle && h->n_threads - h->n_streams < h->max_threads) {
+	while (h->ready.n > h->n_idle && h->n_threads - h->n_streams < h->max_threads) {
 		pthread_t t;
 
 		if (h->n_threads == h->threads_cap) {
@@ -573,7 +614,7 @@ static void conn_serve(struct http_conn *c)
 static void *conn_thread_main(void *arg)
 {
 	struct rpc_http *h = arg;
-	struct http_conn *c;
+	struct http_link *l;
 	sigset_t pipe;
 
 	sigemptyset(&pipe);
@@ -581,21 +622,10 @@ static void *conn_thread_main(void *arg)
 	pthread_sigmask(SIG_BLOCK, &pipe, NULL); /* OpenSSL writes with write(2) */
 	pthread_mutex_lock(&h->lock);
 	h->n_idle--;
-	for (;;) {
-		while (!h->ready && !h->threads_stop) {
-			h->n_idle++;
-			pthread_cond_wait(&h->ready_cv, &h->lock);
-			h->n_idle--;
-		}
-		if (!h->ready)
-			break;
-		c = h->ready;
-		h->ready = c->next;
-		if (!h->ready)
-			h->ready_tail = &h->ready;
-		h->n_ready--;
+	while ((l = http_fifo_wait(&h->ready, &h->lock, &h->ready_cv, &h->threads_stop,
+				   &h->n_idle))) {
 		pthread_mutex_unlock(&h->lock);
-		conn_serve(c);
+		conn_serve(http_of(l, struct http_conn, qlink));
 		pthread_mutex_lock(&h->lock);
 	}
 	pthread_mutex_unlock(&h->lock);

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -19,8 +20,22 @@
 #define HTTP_TICK_MS 200             /* how often blocked reads check shutdown */
 
 struct http_route;
-struct http_job;
 struct addr_count;
+
+/* A queue entry: the first member of a queued job, a connection's qlink. */
+struct http_link {
+	struct http_link *next;
+};
+
+/* A FIFO of jobs (for the workers) or connections (for the connection
+ * threads), under h->lock. */
+struct http_fifo {
+	struct http_link *head, **tail;
+	int n;
+};
+
+/* The structure of type holding the link l as member. */
+#define http_of(l, type, member) ((type *)(void *)((char *)(l) - offsetof(type, member)))
 
 /* Where a connection stands while the loop owns it. */
 enum conn_state {
@@ -31,7 +46,8 @@ enum conn_state {
 };
 
 struct http_conn {
-	struct http_conn *next, *prev; /* the loop's list, or a queue (next) */
+	struct http_conn *next, *prev; /* the loop's list, or the back queue (next) */
+	struct http_link qlink;      /* the ready queue */
 	struct rpc_http *h;
 	int fd;
 	SSL *ssl;
@@ -72,10 +88,9 @@ struct rpc_http {
 	pthread_cond_t done;         /* a job answered */
 	pthread_cond_t room;         /* a connection ended */
 	pthread_cond_t ready_cv;     /* a connection is ready, or threads_stop */
-	struct http_job *jobs, **jobs_tail;
-	struct http_conn *ready, **ready_tail; /* whole requests for a thread */
+	struct http_fifo jobs;       /* struct http_job, for the workers */
+	struct http_fifo ready;      /* whole requests for a thread (qlink) */
 	struct http_conn *back;      /* keep-alive connections for the loop */
-	int n_ready;
 	pthread_t *threads;          /* connection threads */
 	int n_threads, n_idle, threads_cap;
 	bool threads_stop, loop_done;
@@ -86,6 +101,16 @@ struct rpc_http {
 };
 
 /* ------------------------------------------------ rpc_http_conn.c */
+
+/* An empty queue. */
+void http_fifo_init(struct http_fifo *q);
+/* Append l to q (h->lock held). */
+void http_fifo_push(struct http_fifo *q, struct http_link *l);
+/* With mu (h->lock) held, wait on cv until q has an entry or *stop is
+ * set; take the first entry. NULL once *stop is set and q is empty. idle
+ * (NULL: none) counts the threads waiting here. */
+struct http_link *http_fifo_wait(struct http_fifo *q, pthread_mutex_t *mu, pthread_cond_t *cv,
+				 const bool *stop, int *idle);
 
 /* Write all n bytes of p to c, blocking until deadline (mono_ms): 0, or
  * <0 (-ETIMEDOUT, -EPIPE, -EIO, -errno). Any thread that owns c. */
