@@ -55,6 +55,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "admit.h"
 #include "runtime.h"
 #include "util.h"
 
@@ -323,13 +324,12 @@ static void unhold(struct rt_fake *f, struct fake_rec *r)
 }
 
 /* vCPUs and memory of every held instance, whatever its state. */
-static void usage(const struct rt_fake *f, uint64_t *vcpus, uint64_t *memory_mib)
+static void usage(const struct rt_fake *f, struct admit_res *held)
 {
-	*vcpus = 0;
-	*memory_mib = 0;
+	*held = (struct admit_res){0};
 	for (size_t i = 0; i < f->n_recs; i++) {
-		*vcpus += f->recs[i].vcpus;
-		*memory_mib += f->recs[i].memory_mib;
+		held->vcpus += f->recs[i].vcpus;
+		held->memory_mib += f->recs[i].memory_mib;
 	}
 }
 
@@ -472,24 +472,18 @@ static void admission_hook(const struct rt_fake *f, struct rt_config *cap)
 	}
 }
 
-/* Host admission against the configured capacity (or the hook's); -ENOSPC
- * with reason. Caller holds f->lock. */
+/* Host admission (admit.c) against the configured capacity (or the
+ * hook's); -ENOSPC with reason. Caller holds f->lock. */
 static int admit(const struct rt_fake *f, const Bc__Node__V1__InstanceSpec *s, char *reason)
 {
-	struct rt_config cap = f->cap;
-	uint64_t used_vcpus, used_memory_mib;
+	struct rt_config cfg = f->cap;
+	struct admit_res need = {s->vcpus, s->memory_mib};
+	struct admit_res cap, held;
 
-	admission_hook(f, &cap);
-	usage(f, &used_vcpus, &used_memory_mib);
-	if (cap.capacity_memory_mib && used_memory_mib + s->memory_mib > cap.capacity_memory_mib) {
-		snprintf(reason, RT_REASON_MAX, "ResourcesExhausted: memory");
-		return -ENOSPC;
-	}
-	if (cap.capacity_vcpus && used_vcpus + s->vcpus > cap.capacity_vcpus) {
-		snprintf(reason, RT_REASON_MAX, "ResourcesExhausted: vcpus");
-		return -ENOSPC;
-	}
-	return 0;
+	admission_hook(f, &cfg);
+	cap = (struct admit_res){cfg.capacity_vcpus, cfg.capacity_memory_mib};
+	usage(f, &held);
+	return admit_fits(&cap, &held, &need, reason);
 }
 
 /* The nic= and volume= lines of a new record. */

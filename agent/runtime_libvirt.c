@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "admit.h"
 #include "domxml.h"
 #include "image.h"
 #include "imgfetch.h"
@@ -389,10 +390,6 @@ static int lv_open(const struct rt_config *cfg, struct rt **ret)
 
 /* ------------------------------------------------------------- list */
 
-struct usage {
-	uint64_t vcpus, memory_mib;
-};
-
 /* This node's domains; *ret (virDomainFree each, free the array). */
 static int doms_ours(struct rt_libvirt *lv, virDomainPtr **ret, size_t *ret_n)
 {
@@ -449,13 +446,13 @@ static int lv_list(struct rt *rt, struct rt_instance **ret, size_t *ret_n)
 
 /* What this node's domains hold, whatever their state (a defined domain
  * keeps its booking, as the controller counts it). */
-static int usage_of(struct rt_libvirt *lv, struct usage *u)
+static int usage_of(struct rt_libvirt *lv, struct admit_res *u)
 {
 	virDomainPtr *doms = NULL;
 	size_t n = 0;
 	int e = doms_ours(lv, &doms, &n);
 
-	*u = (struct usage){0};
+	*u = (struct admit_res){0};
 	if (e < 0)
 		return e;
 	for (size_t i = 0; i < n; i++) {
@@ -476,12 +473,6 @@ static uint64_t read_u64(const char *path)
 	if (file_read_all(path, 64, &buf, NULL) < 0)
 		return 0;
 	return strtoull(buf, NULL, 10);
-}
-
-static int exhausted(char *reason, const char *what)
-{
-	snprintf(reason, RT_REASON_MAX, "ResourcesExhausted: %s", what);
-	return -ENOSPC;
 }
 
 /* Free huge pages of the flavor's size against what the instance needs. */
@@ -532,21 +523,21 @@ static int admit_placement(const Bc__Node__V1__InstanceSpec *s, char *reason)
 }
 
 /* Host admission: vCPUs and memory against the configured capacity minus
- * what this node's other domains hold; huge pages, NUMA node and pinned
- * CPUs against the host. -ENOSPC with "ResourcesExhausted: <what>". */
+ * what this node's other domains hold (admit.c); huge pages, NUMA node and
+ * pinned CPUs against the host. -ENOSPC with "ResourcesExhausted: <what>". */
 static int admit(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s, char *reason)
 {
-	struct usage u;
-	int e = usage_of(lv, &u);
+	struct admit_res cap = {lv->cap_vcpus, lv->cap_memory_mib};
+	struct admit_res need = {s->vcpus, s->memory_mib};
+	struct admit_res held;
+	int e = usage_of(lv, &held);
 
 	if (e < 0) {
 		snprintf(reason, RT_REASON_MAX, "libvirt unreachable: %.120s", lv_err());
 		return e;
 	}
-	if (lv->cap_memory_mib && u.memory_mib + s->memory_mib > lv->cap_memory_mib)
-		return exhausted(reason, "memory");
-	if (lv->cap_vcpus && u.vcpus + s->vcpus > lv->cap_vcpus)
-		return exhausted(reason, "vcpus");
+	if ((e = admit_fits(&cap, &held, &need, reason)) < 0)
+		return e;
 	if ((e = admit_pages(lv, s, reason)) < 0)
 		return e;
 	return admit_placement(s, reason);

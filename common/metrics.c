@@ -15,6 +15,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +42,7 @@ struct mconn {
 
 struct metrics_srv {
 	int fd;
-	volatile bool stop;
+	atomic_bool stop;
 	pthread_t thread;
 	metrics_render_fn fn;
 	void *arg;

@@ -85,14 +85,15 @@ static const char *read_peer_prop(rpc_call *c, const char *name)
 }
 
 /* See rpc_internal.h. */
-rpc_call *rpc_call_alloc(rpc_server *s, enum rpc_transport t, void *thread_state)
+rpc_call *rpc_call_alloc(rpc_server *s, const struct rpc_transport_ops *ops,
+			 void *thread_state)
 {
 	rpc_call *c = calloc(1, sizeof(*c));
 
 	if (!c)
 		abort();
 	c->srv = s;
-	c->transport = t;
+	c->ops = ops;
 	c->thread_state = thread_state;
 	c->deadline_ms = INT64_MAX;
 	return c;
@@ -131,7 +132,7 @@ rpc_call *rpc_call_new(rpc_server *s, grpc_call *gc, grpc_completion_queue *cq,
 		       const grpc_call_details *d, const grpc_metadata_array *md,
 		       void *thread_state)
 {
-	rpc_call *c = rpc_call_alloc(s, RPC_TRANSPORT_GRPC, thread_state);
+	rpc_call *c = rpc_call_alloc(s, &rpc_grpc_ops, thread_state);
 
 	c->call = gc;
 	c->cq = cq;
@@ -149,7 +150,7 @@ rpc_call *rpc_call_new_registered(rpc_server *s, grpc_call *gc, grpc_completion_
 				  const grpc_metadata_array *md, grpc_byte_buffer *payload,
 				  void *thread_state)
 {
-	rpc_call *c = rpc_call_alloc(s, RPC_TRANSPORT_GRPC, thread_state);
+	rpc_call *c = rpc_call_alloc(s, &rpc_grpc_ops, thread_state);
 
 	c->call = gc;
 	c->cq = cq;
@@ -281,7 +282,7 @@ void rpc_call_release(rpc_call *c)
 		c->srv->opts.stream_done(c);
 	if (c->principal_free && c->principal)
 		c->principal_free(c->principal);
-	rpc_call_release_grpc(c);
+	c->ops->release(c);
 	rpc_arena_free(&c->arena);
 	free(c);
 }
@@ -492,16 +493,21 @@ void *rpc_call_principal(const rpc_call *call)
 /* See rpc.h. -EINVAL on a unary call or a message of the wrong type. */
 int rpc_call_send(rpc_call *call, const ProtobufCMessage *msg)
 {
+	if (!call->method || call->method->h.kind == RPC_UNARY || !msg ||
+	    msg->descriptor != call->method->md->output)
+		return -EINVAL;
+	return call->ops->send(call, msg);
+}
+
+/* The gRPC transport's send: one message, after the initial metadata if
+ * none went yet. */
+static int grpc_send(rpc_call *call, const ProtobufCMessage *msg)
+{
 	grpc_op ops[2];
 	grpc_byte_buffer *bb;
 	size_t n = 0;
 	int r;
 
-	if (!call->method || call->method->h.kind == RPC_UNARY || !msg ||
-	    msg->descriptor != call->method->md->output)
-		return -EINVAL;
-	if (call->transport == RPC_TRANSPORT_HTTP)
-		return call->http_conn ? rpc_http_stream_send(call, msg) : -EINVAL;
 	if (!call->call)
 		return -EINVAL;
 	if (rpc_server_stopping(call->srv))
@@ -535,10 +541,17 @@ static int recv_unpack(rpc_call *call, grpc_byte_buffer *bb, ProtobufCMessage **
 	return r < 0 ? r : 1;
 }
 
-/* See rpc.h. One RECV_MESSAGE stays outstanding across a timeout, so the
- * next call picks up the same message. A registered unary call's request,
- * read by gRPC before the call was handed over, is the first message. */
+/* See rpc.h. */
 int rpc_call_recv(rpc_call *call, ProtobufCMessage **ret, int timeout_ms)
+{
+	return call->ops->recv(call, ret, timeout_ms);
+}
+
+/* The gRPC transport's receive. One RECV_MESSAGE stays outstanding across
+ * a timeout, so the next call picks up the same message. A registered
+ * unary call's request, read by gRPC before the call was handed over, is
+ * the first message. */
+static int grpc_recv(rpc_call *call, ProtobufCMessage **ret, int timeout_ms)
 {
 	grpc_byte_buffer *bb;
 	grpc_event ev;
@@ -579,10 +592,14 @@ int rpc_call_recv(rpc_call *call, ProtobufCMessage **ret, int timeout_ms)
 /* See rpc.h. timeout_ms < 0 waits without limit. */
 bool rpc_call_wait_cancelled(rpc_call *call, int timeout_ms)
 {
+	return call->ops->wait_cancelled(call, timeout_ms);
+}
+
+/* The gRPC transport's wait: on the RECV_CLOSE_ON_SERVER watch. */
+static bool grpc_wait_cancelled(rpc_call *call, int timeout_ms)
+{
 	grpc_event ev;
 
-	if (call->transport == RPC_TRANSPORT_HTTP && call->http_conn)
-		return rpc_http_stream_wait_cancelled(call, timeout_ms);
 	if (rpc_server_stopping(call->srv) || !call->call)
 		return true;
 	rpc_call_watch_close(call);
@@ -595,3 +612,13 @@ bool rpc_call_wait_cancelled(rpc_call *call, int timeout_ms)
 	}
 	return call->close_done || rpc_server_stopping(call->srv);
 }
+
+/* The gRPC transport (grpc_call, its pluck queue): see rpc_internal.h. */
+const struct rpc_transport_ops rpc_grpc_ops = {
+	.name = "grpc",
+	.send = grpc_send,
+	.recv = grpc_recv,
+	.wait_cancelled = grpc_wait_cancelled,
+	.release = rpc_call_release_grpc,
+	.can_detach = true,
+};

@@ -58,7 +58,7 @@ static void unlink_locked(rpc_server *s, rpc_call *c)
 /* See rpc.h. */
 bool rpc_call_can_detach(const rpc_call *call)
 {
-	return call->transport == RPC_TRANSPORT_GRPC && call->call && call->method &&
+	return call->ops->can_detach && call->call && call->method &&
 	       call->method->h.kind == RPC_UNARY && !call->detached &&
 	       call->srv->reaper_started && !rpc_server_stopping(call->srv);
 }

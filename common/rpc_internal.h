@@ -9,8 +9,11 @@
  *                 peer, pre_call + handler, gRPC send/recv and finishing
  * rpc_detach.c    unary calls handed off by their handler: completion from
  *                 any thread, client cancel/deadline, shutdown
- * rpc_http.c      the JSON/HTTP transport: TLS listener, connections,
- *                 worker pool, dispatch into the same method table
+ * rpc_http.c      the JSON/HTTP transport: routes, worker pool, dispatch
+ *                 into the same method table, server streams
+ * rpc_http_conn.c  its connections: TLS listener, the epoll loop (accept,
+ *                 handshake, request reading, caps and timeouts), the
+ *                 connection threads
  * rpc_http_parse.c  HTTP/1.1 request heads, routes, JSON error bodies (pure)
  * rpc_health.c    grpc.health.v1.Health
  * rpc_client.c    channel, unary calls, client streams
@@ -152,14 +155,36 @@ int rpc_health_register(rpc_server *s);
 /* True if name is "" or the name of a registered service. */
 bool rpc_server_has_service(const rpc_server *s, const char *name);
 
-enum rpc_transport { RPC_TRANSPORT_GRPC, RPC_TRANSPORT_HTTP };
+/* What a transport does for the transport-neutral call (rpc_call.c): each
+ * call points at its transport's table from rpc_call_alloc on, so the call
+ * object never asks which transport it is. The public entry points
+ * (rpc.h) check their arguments, then land here. */
+struct rpc_transport_ops {
+	const char *name;
+	/* rpc_call_send of a streaming call, message type already checked:
+	 * 0, -EINVAL (no stream to send on), -ECANCELED, -EIO */
+	int (*send)(rpc_call *c, const ProtobufCMessage *msg);
+	/* rpc_call_recv: 1 with *ret, 0 once the client half-closed,
+	 * -ETIMEDOUT, -ECANCELED, -EINVAL (the transport cannot receive) */
+	int (*recv)(rpc_call *c, ProtobufCMessage **ret, int timeout_ms);
+	/* rpc_call_wait_cancelled: true once the call is over */
+	bool (*wait_cancelled)(rpc_call *c, int timeout_ms);
+	/* rpc_call_release: drop the transport's side of c (not the struct,
+	 * not its arena) */
+	void (*release)(rpc_call *c);
+	/* the transport can answer a unary call later (rpc_detach.c) */
+	bool can_detach;
+};
+
+/* rpc_call.c and rpc_http.c: the two transports. */
+extern const struct rpc_transport_ops rpc_grpc_ops, rpc_http_ops;
 
 /* One call, whichever transport brought it: handlers and pre_call see the
  * same structure. Everything below `grpc:` is used by the gRPC transport
  * only (an HTTP call has call == NULL and never streams). */
 struct rpc_call {
 	rpc_server *srv;
-	enum rpc_transport transport;
+	const struct rpc_transport_ops *ops; /* its transport */
 	const struct rpc_method *method; /* NULL: unknown path */
 	const char *path;
 	void *thread_state;
@@ -202,7 +227,8 @@ struct rpc_call {
 
 /* A new, empty call of server s on the current thread (transport-neutral:
  * arena, principal; the caller fills method, path, peer, deadline). */
-rpc_call *rpc_call_alloc(rpc_server *s, enum rpc_transport t, void *thread_state);
+rpc_call *rpc_call_alloc(rpc_server *s, const struct rpc_transport_ops *ops,
+			 void *thread_state);
 
 /* Set the request metadata (n arena-owned lowercase keys and values; the
  * arrays themselves arena-owned too) and take the bearer token from
@@ -280,16 +306,6 @@ int rpc_http_port(const struct rpc_http *h);
 void rpc_http_stop(struct rpc_http *h);
 /* Stop (if not yet), join every thread, close everything. NULL-safe. */
 void rpc_http_free(struct rpc_http *h);
-
-/* A server-streaming call on the JSON/HTTP transport (rpc_call_send and
- * rpc_call_wait_cancelled land here): send one message as one line of
- * newline-delimited JSON, flushed; 0 or -ECANCELED (client gone, deadline
- * passed, server stopping). */
-int rpc_http_stream_send(rpc_call *c, const ProtobufCMessage *msg);
-/* True once the client went away, the deadline passed or the server
- * stops; waits up to timeout_ms (< 0: no limit) for that. Sends the
- * response head first, so a client sees 200 as soon as a handler waits. */
-bool rpc_http_stream_wait_cancelled(rpc_call *c, int timeout_ms);
 
 /* rpc_http_parse.c: pure helpers, exposed for tests and fuzzing. */
 

@@ -4,6 +4,7 @@
 #define BC_CTL_APP_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "config.h"
@@ -20,7 +21,7 @@ struct ctl_app {
 	rpc_server *server;
 	struct watch_registry *watches;
 	char *api_ca_pem, *node_ca_pem, *node_ca_key_pem;
-	volatile bool stopping;
+	atomic_bool stopping;
 	pthread_t listen_thread, reconcile_thread, sbx_thread;
 	struct metrics_srv *metrics;
 	int waiting;                 /* calls holding a worker in a create's wait */

@@ -21,6 +21,7 @@
 #include "log.h"
 #include "meter.h"
 #include "migrate.h"
+#include "pki.h"
 #include "quota.h"
 #include "ratelimit.h"
 #include "rpc.h"
@@ -186,7 +187,7 @@ int main(int argc, char **argv)
 	}
 	free(app.api_ca_pem);
 	free(app.node_ca_pem);
-	free(app.node_ca_key_pem);
+	pki_free_secret(app.node_ca_key_pem);
 	config_free(&app.cfg);
 	return r < 0 ? 1 : 0;
 }

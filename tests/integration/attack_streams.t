@@ -12,6 +12,7 @@
 # stream failed.
 . "$(dirname "$0")/../lib/stack.sh"
 . "$(dirname "$0")/../lib/tenant.sh"
+. "$(dirname "$0")/../lib/streams.sh"
 
 HTTP_PORT=$(free_tcp_port)
 # 60 TLS handshakes at once on a loaded machine can outlast the default 5 s
@@ -49,14 +50,9 @@ cleanup() {
 }
 tap_on_exit cleanup
 
-field() { sed -n "s/.*\b$2=\([^ ]*\).*/\1/p" "$STACK_DIR/$1.status" 2>/dev/null; }
-num() { local v; v=$(field "$1" "$2"); echo "${v:-0}"; }
-settled() { # every stream of KIND either open or ended
-	[ "$(num "$1" answered)" = 300 ] 2>/dev/null
-}
-eventually 120 settled health
+eventually 120 stream_settled health 300
 ok $? "all 300 Health/Watch streams answered ($(cat "$STACK_DIR/health.status"))"
-eventually 120 settled events
+eventually 120 stream_settled events 300
 ok $? "all 300 Events.Watch streams answered ($(cat "$STACK_DIR/events.status"))"
 http_open() { grep -l '"id"' "$STACK_DIR"/http-*.out 2>/dev/null | wc -l; }
 http_done() { [ "$(($(http_open) + $(cat "$STACK_DIR"/http-*.code 2>/dev/null | grep -c .)))" -ge 60 ]; }
@@ -67,13 +63,13 @@ ok $? "all 60 JSON/HTTP Events.Watch streams answered ($(http_open) open)"
 cp "$STACK_DIR/health.status" "$STACK_DIR/h.status"
 cp "$STACK_DIR/events.status" "$STACK_DIR/e.status"
 # control: the attack really holds streams open
-ok "[ '$(field h open)' -ge 16 ]" "uncredentialed Health/Watch streams are held open ($(field h open))"
-ok "[ '$(field e open)' -ge 16 ]" "one tenant's Events.Watch streams are held open ($(field e open))"
+ok "[ '$(stream_field h open)' -ge 16 ]" "uncredentialed Health/Watch streams are held open ($(stream_field h open))"
+ok "[ '$(stream_field e open)' -ge 16 ]" "one tenant's Events.Watch streams are held open ($(stream_field e open))"
 ok "[ '$(http_open)' -ge 1 ]" "JSON/HTTP Events.Watch streams are held open ($(http_open))"
 
 # the excess is refused RESOURCE_EXHAUSTED (8), nothing else
-is "$(field h codes)" "8:$(field h refused)" 'excess Health/Watch streams: RESOURCE_EXHAUSTED'
-is "$(field e codes)" "8:$(field e refused)" 'excess Events.Watch streams: RESOURCE_EXHAUSTED'
+is "$(stream_field h codes)" "8:$(stream_field h refused)" 'excess Health/Watch streams: RESOURCE_EXHAUSTED'
+is "$(stream_field e codes)" "8:$(stream_field e refused)" 'excess Events.Watch streams: RESOURCE_EXHAUSTED'
 is "$(cat "$STACK_DIR"/http-*.code 2>/dev/null | sort -u | tr '\n' ' ')" '429 ' \
 	'excess JSON/HTTP streams: 429'
 
@@ -82,12 +78,7 @@ diag "database connections under attack: $n"
 ok "[ '$n' -le 60 ]" "PostgreSQL connections stay bounded under attack ($n <= 60)"
 
 # the victim: its node reconnects (a new spec stream) and gets a new spec
-agent_kill 1
-agent_start 1 || bail_out "agent restart"
-node_id=$(agent_node_id 1)
-spec_streams() { grep -c "node $node_id: watching its spec" "$STACK_DIR/ctl-1.log"; }
-eventually 60 eval '[ "$(spec_streams)" -ge 2 ]'
-ok $? 'the restarted node opened a new spec stream'
+stream_node_respawned 'the restarted node opened a new spec stream'
 out=$(bcctl --format json instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img")
 inst=$(json_get "$out" id)
 like "$inst" '^inst_' 'authenticated Instances.Create answers under attack'
@@ -99,7 +90,7 @@ n=$(conns)
 ok "[ '$n' -le 60 ]" "PostgreSQL connections still bounded ($n <= 60)"
 
 # control at the end: the attacker's streams were still open all along
-ok "[ '$(field health open)' -ge 16 ] && [ '$(field events open)' -ge 16 ]" \
-	"the attack streams are still open ($(field health open) health, $(field events open) events)"
+ok "[ '$(stream_field health open)' -ge 16 ] && [ '$(stream_field events open)' -ge 16 ]" \
+	"the attack streams are still open ($(stream_field health open) health, $(stream_field events open) events)"
 cleanup
 done_testing

@@ -11,6 +11,7 @@
 # database's max_connections refuses to start.
 . "$(dirname "$0")/../lib/stack.sh"
 . "$(dirname "$0")/../lib/tenant.sh"
+. "$(dirname "$0")/../lib/streams.sh"
 
 export BC_CTL_EXTRA_CONF="max_streams = 24
 stream_reserve_nodes = 4
@@ -29,39 +30,31 @@ A1=$(tenant_token "$(tenant_identity acme user a1 --admin)") || bail_out "a1"
 A2=$(tenant_token "$(tenant_identity acme user a2 --admin)") || bail_out "a2"
 G1=$(tenant_token "$(tenant_identity globex user g1 --admin)") || bail_out "g1"
 
-field() { sed -n "s/.*\b$2=\([^ ]*\).*/\1/p" "$STACK_DIR/$1.status" 2>/dev/null; }
-num() { local v; v=$(field "$1" "$2"); echo "${v:-0}"; }
-settled() { [ "$(num "$1" answered)" = "$2" ] 2>/dev/null; }
 attack() { # NAME TOKEN MODE N: N streams, until every one answered
 	BC_TOKEN=$2 node "$js" "$BC_URL_1" "$BC_CA_FILE" "$3" "$4" "$STACK_DIR/$1.status" &
 	pids+=($!)
-	eventually 60 settled "$1" "$4"
+	eventually 60 stream_settled "$1" "$4"
 	ok $? "$1: all $4 streams answered ($(cat "$STACK_DIR/$1.status"))"
 }
 attack a1 "$A1" events 10
-is "$(field a1 open)/$(field a1 codes)" '4/8:6' 'a1: 4 open (per principal), 6 RESOURCE_EXHAUSTED'
+is "$(stream_field a1 open)/$(stream_field a1 codes)" '4/8:6' 'a1: 4 open (per principal), 6 RESOURCE_EXHAUSTED'
 attack a2 "$A2" events 10
-is "$(field a2 open)/$(field a2 codes)" '2/8:8' 'a2: 2 open (its tenant holds 6), 8 RESOURCE_EXHAUSTED'
+is "$(stream_field a2 open)/$(stream_field a2 codes)" '2/8:8' 'a2: 2 open (its tenant holds 6), 8 RESOURCE_EXHAUSTED'
 attack g1 "$G1" events 10
-is "$(field g1 open)/$(field g1 codes)" '4/8:6' 'g1, another tenant: 4 open'
+is "$(stream_field g1 open)/$(stream_field g1 codes)" '4/8:6' 'g1, another tenant: 4 open'
 # 1 node stream + 10 events streams: 10 more non-node streams fit (24 - 4)
 attack anon '' health 20
-is "$(field anon open)/$(field anon codes)" '10/8:10' \
+is "$(stream_field anon open)/$(stream_field anon codes)" '10/8:10' \
 	'uncredentialed: 10 open, the rest of max_streams is kept for nodes'
 ok "grep -q 'stream-limit-\|too many streams' '$STACK_DIR/ctl-1.log'" 'refusals are logged'
 
 # the reserve: the node reconnects to a full replica
-agent_kill 1
-agent_start 1 || bail_out "agent restart"
-node_id=$(agent_node_id 1)
-spec_streams() { grep -c "node $node_id: watching its spec" "$STACK_DIR/ctl-1.log"; }
-eventually 60 eval '[ "$(spec_streams)" -ge 2 ]'
-ok $? 'the restarted node got a spec stream from the reserve'
+stream_node_respawned 'the restarted node got a spec stream from the reserve'
 inst=$(json_get "$(bcctl --format json instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" \
 	--image "$img")" id)
 eventually 90 instance_state_is "$inst" running
 ok $? 'an instance created now reaches the node and runs'
-ok "[ '$(field a1 open)' = 4 ] && [ '$(field anon open)' = 10 ]" 'the other streams stayed open'
+ok "[ '$(stream_field a1 open)' = 4 ] && [ '$(stream_field anon open)' = 10 ]" 'the other streams stayed open'
 cleanup
 pids=()
 

@@ -9,22 +9,6 @@ net_require
 net_setup
 net_spec "$NET_TMP/spec.json"
 
-# host_listen PORT...: accept-and-close TCP servers in the host namespace
-host_listen() {
-	local port
-	for port in "$@"; do
-		in_h /usr/bin/python3 -c '
-import socket, sys
-s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("::", int(sys.argv[1])))
-s.listen(64)
-while True:
-    c, _ = s.accept()
-    c.close()
-' "$port" </dev/null >/dev/null 2>&1 &
-	done
-}
 # host_udp_echo PORT...: UDP echo servers in the host namespace
 host_udp_echo() {
 	local port
@@ -51,10 +35,9 @@ sys.exit(0 if s.recv(100) == b"ping" else 1)
 ' "$2" "$3" 2>/dev/null
 }
 
-host_listen 2222 8080
+listen h 2222 8080
 host_udp_echo 5001 5002
 listen a 80
-sleep 0.5
 
 # control: with no ruleset loaded every host port is open to guests
 tcp_ok a 10.77.0.1 8080;  ok $? 'control: before the ruleset a guest connects to host port 8080'

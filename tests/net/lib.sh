@@ -133,13 +133,13 @@ s.connect((dst, port))
 ' "$dst" "$port" "$src" 2>/dev/null
 }
 
-# listen G PORT...: accept-and-close servers in guest G (ended with the
-# namespace by net_cleanup)
+# listen G PORT...: accept-and-close servers in guest G, or in the host
+# namespace for h (ended with the namespace by net_cleanup)
 listen() {
 	local g=$1 port
 	shift
 	for port in "$@"; do
-		in_g "$g" /usr/bin/python3 -c '
+		ip netns exec "$(ns_of "$g")" /usr/bin/python3 -c '
 import socket, sys
 s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
