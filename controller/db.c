@@ -340,6 +340,7 @@ const char *db_last_sqlstate(const struct db *d)
 
 int db_scalar(struct db *d, const char *sql, const struct dbp *p, char **ret)
 {
+	enum { SCALAR_COL };
 	PGresult *r = NULL;
 	int rc = db_exec(d, &r, sql, p);
 
@@ -349,7 +350,7 @@ int db_scalar(struct db *d, const char *sql, const struct dbp *p, char **ret)
 		PQclear(r);
 		return -ENOENT;
 	}
-	*ret = PQgetisnull(r, 0, 0) ? NULL : xstrdup(PQgetvalue(r, 0, 0));
+	*ret = PQgetisnull(r, 0, SCALAR_COL) ? NULL : xstrdup(PQgetvalue(r, 0, SCALAR_COL));
 	PQclear(r);
 	return 0;
 }
@@ -462,6 +463,7 @@ int db_one(struct db *d, PGresult **ret, const char *sql, const struct dbp *p, b
 /* See db.h. */
 int db_purge(struct db *d, const char *sql, int retention_seconds, int batch)
 {
+	enum { PURGE_COUNT }; /* sql's one column: the rows deleted */
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	int rc;
@@ -472,7 +474,7 @@ int db_purge(struct db *d, const char *sql, int retention_seconds, int batch)
 	dbp_i64(&p, batch);
 	if ((rc = db_exec(d, &r, sql, &p)) < 0)
 		return rc;
-	rc = (int)db_i64(r, 0, 0);
+	rc = (int)db_i64(r, 0, PURGE_COUNT);
 	PQclear(r);
 	return rc;
 }

@@ -200,7 +200,7 @@ static int nodes_join_token(rpc_call *c, const ProtobufCMessage *m, ProtobufCMes
 	t = rpc_new(c, &bc__admin__v1__join_token__descriptor);
 	t->id = rpc_strdup(c, id);
 	t->pool_id = rpc_strdup(c, q->pool_id);
-	t->expires_at = db_i64(r, 0, 0);
+	t->expires_at = db_i64(r, 0, COL_ONLY);
 	t->token = rpc_alloc(c, 128);
 	snprintf(t->token, 128, "bcjt_%s.%s", id + 3, hex);
 	OPENSSL_cleanse(secret, sizeof(secret));

@@ -140,7 +140,7 @@ int place_instance(struct db *d, const struct place_req *q, char **ret_node, bc_
 /* The columns of place_pending's SELECT. */
 enum {
 	PP_TENANT, PP_POOL, PP_VCPUS, PP_MEMORY_MIB, PP_DISK_GIB, PP_GPUS, PP_NETWORK_POLICY,
-	PP_SSH_HOST_ONLY
+	PP_SSH_HOST_ONLY, PP_SANDBOX_ID, PP_WARM_TEMPLATE_ID
 };
 
 int place_pending(struct db *d, const char *id, char **ret_node, bc_error *err)
@@ -179,7 +179,8 @@ int place_pending(struct db *d, const char *id, char **ret_node, bc_error *err)
 	if (rc == 0 && *ret_node) {
 		snprintf(subject, sizeof(subject), "instance/%s", id);
 		rc = evd_instance("instance.placed", &(struct evd_instance){.node_id = *ret_node,
-				  .sandbox_id = db_val(r, 0, 8), .warm_template_id = db_val(r, 0, 9)},
+				  .sandbox_id = db_val(r, 0, PP_SANDBOX_ID),
+				  .warm_template_id = db_val(r, 0, PP_WARM_TEMPLATE_ID)},
 				  &data);
 		if (rc == 0)
 			rc = event_publish(d, "instance.placed", subject, q.tenant_id, data);
@@ -211,6 +212,7 @@ static int lease_try(struct db *d, const char *pool, const char *inst, const cha
 		     const char *subnet, const char *gw, int64_t hosts, int64_t window,
 		     char *ret_addr, size_t len)
 {
+	enum { LEASE_ADDRESS }; /* the RETURNING's one column */
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	uint64_t rnd = 0;
@@ -243,7 +245,7 @@ static int lease_try(struct db *d, const char *pool, const char *inst, const cha
 		return rc;
 	ret_addr[0] = '\0';
 	if (PQntuples(r) == 1)
-		snprintf(ret_addr, len, "%s", db_val(r, 0, 0));
+		snprintf(ret_addr, len, "%s", db_val(r, 0, LEASE_ADDRESS));
 	PQclear(r);
 	return 0;
 }

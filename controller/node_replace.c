@@ -214,6 +214,7 @@ static int lost_tx(struct db *d, void *arg, bc_error *err)
 /* Run fn for each id the query (one parameter: the batch size) returns. */
 static void each(struct db *d, const char *sql, db_tx_fn fn, int after, const char *what)
 {
+	enum { MOVE_ID }; /* the query's one column */
 	PGresult *r = NULL;
 	struct dbp p = {0};
 	bc_error err;
@@ -225,7 +226,7 @@ static void each(struct db *d, const char *sql, db_tx_fn fn, int after, const ch
 		return;
 	for (int i = 0; i < PQntuples(r); i++) {
 		struct move a = {.after = after};
-		snprintf(a.id, sizeof(a.id), "%s", db_val(r, i, 0));
+		snprintf(a.id, sizeof(a.id), "%s", db_val(r, i, MOVE_ID));
 		bc_error_clear(&err);
 		if (db_tx(d, "READ COMMITTED", fn, &a, &err) < 0)
 			log_warn("instance %s: %s failed: %s", a.id, what, err.message);

@@ -186,6 +186,7 @@ static int report_node(struct db *d, struct report *a, bc_error *err)
  * from this host's stale view. */
 static int report_instances(struct db *d, struct report *a, bc_error *err)
 {
+	enum { RI_CHANGED_ID }; /* the RETURNING's one column: an instance changed */
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	int rc;
@@ -224,7 +225,7 @@ static int report_instances(struct db *d, struct report *a, bc_error *err)
 	if (a->changed.buf)
 		a->changed.buf[0] = '\0';
 	for (int i = 0; i < PQntuples(r); i++)
-		lines_add(&a->changed, db_val(r, i, 0));
+		lines_add(&a->changed, db_val(r, i, RI_CHANGED_ID));
 	PQclear(r);
 	return 0;
 }
