@@ -215,15 +215,9 @@ static void end_all(struct ending *e, enum bc_code code, const char *msg)
 
 static bool reaper_sleep(rpc_server *s)
 {
-	struct timespec ts;
+	struct timespec ts = deadline_ts(REAP_INTERVAL_MS);
 	bool stop;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_nsec += REAP_INTERVAL_MS * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
 	pthread_mutex_lock(&s->lock);
 	if (!s->reaper_stop)
 		pthread_cond_timedwait(&s->cond, &s->lock, &ts);

@@ -713,16 +713,9 @@ int rpc_server_start(rpc_server *s, int *ret_port)
 /* Wait for the shutdown notification; timeout_ms < 0: without limit. */
 static bool wait_shutdown_done(rpc_server *s, int timeout_ms)
 {
-	struct timespec ts;
+	struct timespec ts = deadline_ts(timeout_ms < 0 ? 0 : timeout_ms);
 	bool done;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += timeout_ms / 1000;
-	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
 	pthread_mutex_lock(&s->lock);
 	while (!s->shutdown_done) {
 		if (timeout_ms < 0)
