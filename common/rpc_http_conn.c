@@ -634,15 +634,22 @@ static void *conn_thread_main(void *arg)
 
 /* ------------------------------------------------------ the event loop */
 
-static void loop_close(struct rpc_http *h, struct http_conn *c, const char *why)
+/* Take c off the loop's list of connections. */
+static void loop_unlink(struct rpc_http *h, struct http_conn *c)
 {
-	log_debug("rpc: http connection from %s closed: %s", c->peer, why);
 	if (c->prev)
 		c->prev->next = c->next;
 	else
 		h->loop_conns = c->next;
 	if (c->next)
 		c->next->prev = c->prev;
+	c->next = c->prev = NULL;
+}
+
+static void loop_close(struct rpc_http *h, struct http_conn *c, const char *why)
+{
+	log_debug("rpc: http connection from %s closed: %s", c->peer, why);
+	loop_unlink(h, c);
 	conn_free(c); /* closing the socket takes it out of epoll */
 }
 
@@ -651,13 +658,7 @@ static void loop_detach(struct rpc_http *h, struct http_conn *c)
 {
 	epoll_ctl(h->ep, EPOLL_CTL_DEL, c->fd, NULL);
 	c->events = 0;
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		h->loop_conns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
-	c->next = c->prev = NULL;
+	loop_unlink(h, c);
 }
 
 /* Wait for ev on c (registering it the first time); false on error. */
