@@ -83,7 +83,7 @@ struct report {
 
 /* Columns of report_node's RETURNING. */
 enum { RN_GEN, RN_OLD_STATE, RN_OLD_VCPUS, RN_OLD_MEM, RN_OLD_DISK, RN_OLD_GPUS, RN_VCPUS,
-       RN_MEM, RN_DISK, RN_GPUS };
+       RN_MEM, RN_DISK, RN_GPUS, RN_WARNINGS_CHANGED };
 
 /* Log a change of the node's capacity, and what the host claimed beyond
  * its ceiling. */
@@ -115,10 +115,25 @@ static void log_capacity(const struct report *a, const PGresult *r)
 			  (unsigned long long)c->disk_gib, c->gpus);
 }
 
+/* The host's warnings replaced the node's and differ: each new one logged
+ * as a warning, their end once. */
+static void log_warnings(const struct report *a)
+{
+	const char *now = lines_str(&a->warnings);
+
+	if (!*now)
+		log_info("node %s: no warnings any more", a->node);
+	for (const char *w = now, *e; *w; w = *e ? e + 1 : e) {
+		e = w + strcspn(w, "\n");
+		log_warn("node %s: %.*s", a->node, (int)(e - w), w);
+	}
+}
+
 /* The node's row: its report time, applied generation, capabilities (and
  * their bc.dev/cap.* labels; other labels are the operator's and the
  * join's, never a report's), and its capacity, each resource capped at the
- * node's ceiling (max_*: the value at join or `bcctl node set-capacity`). */
+ * node's ceiling (max_*: the value at join or `bcctl node set-capacity`),
+ * and the host's warnings, which replace the node's. */
 static int report_node(struct db *d, struct report *a, bc_error *err)
 {
 	const Bc__Node__V1__StatusReport *q = a->q;
@@ -136,6 +151,7 @@ static int report_node(struct db *d, struct report *a, bc_error *err)
 	dbp_u64(&p, q->capacity ? q->capacity->memory_mib : 0);
 	dbp_u64(&p, q->capacity ? q->capacity->disk_gib : 0);
 	dbp_u64(&p, q->capacity ? q->capacity->gpus : 0);
+	dbp_str(&p, lines_str(&a->warnings));
 	rc = db_exec(d, &r,
 		     "UPDATE nodes n SET last_report_at = now(), applied_generation = greatest("
 		     "n.applied_generation, $2::bigint), capabilities = string_to_array($3, E'\\n'), "
@@ -147,12 +163,14 @@ static int report_node(struct db *d, struct report *a, bc_error *err)
 		     "n.cap_memory_mib END, cap_disk_gib = CASE WHEN $6 THEN least($9::bigint, "
 		     "n.max_disk_gib) ELSE n.cap_disk_gib END, cap_gpus = CASE WHEN $6 THEN least("
 		     "$10::bigint, n.max_gpus) ELSE n.cap_gpus END, state = CASE WHEN n.state = 'lost' "
-		     "THEN 'ready' ELSE n.state END FROM (SELECT state, cap_vcpus, cap_memory_mib, "
-		     "cap_disk_gib, cap_gpus FROM nodes WHERE id = $1 FOR UPDATE) old "
+		     "THEN 'ready' ELSE n.state END, warnings = string_to_array($11, E'\\n') FROM ("
+		     "SELECT state, cap_vcpus, cap_memory_mib, cap_disk_gib, cap_gpus, warnings FROM "
+		     "nodes WHERE id = $1 FOR UPDATE) old "
 		     "WHERE n.id = $1 AND n.state <> 'retired' RETURNING n.spec_generation + (EXISTS ("
 		     "SELECT 1 FROM node_spec_changes c WHERE c.node_id = $1))::int, old.state, "
 		     "old.cap_vcpus, old.cap_memory_mib, old.cap_disk_gib, old.cap_gpus, n.cap_vcpus, "
-		     "n.cap_memory_mib, n.cap_disk_gib, n.cap_gpus",
+		     "n.cap_memory_mib, n.cap_disk_gib, n.cap_gpus, old.warnings IS DISTINCT FROM "
+		     "n.warnings",
 		     &p);
 	if (rc < 0)
 		return db_fail(err, rc);
@@ -163,6 +181,8 @@ static int report_node(struct db *d, struct report *a, bc_error *err)
 	}
 	a->spec_generation = (uint64_t)db_i64(r, 0, RN_GEN);
 	log_capacity(a, r);
+	if (db_bool(r, 0, RN_WARNINGS_CHANGED))
+		log_warnings(a);
 	if (strcmp(db_val(r, 0, RN_OLD_STATE), "lost") == 0) {
 		char subject[96];
 		log_info("node %s: reporting again, no longer lost", a->node);
@@ -267,44 +287,6 @@ static int report_fence(struct db *d, struct report *a, bc_error *err)
 	return spec_read_generation(d, a->node, true, &a->spec_generation, err);
 }
 
-/* Columns of report_warnings' RETURNING. */
-enum { RW_OLD };
-
-/* The host's warnings replace the node's, logged when they change: each
- * new one as a warning, their end once. The node's row is already locked
- * by report_node. */
-static int report_warnings(struct db *d, struct report *a, bc_error *err)
-{
-	_cleanup_free_ char *old = NULL;
-	const char *now = lines_str(&a->warnings);
-	struct dbp p = {0};
-	PGresult *r = NULL;
-	int rc;
-
-	dbp_str(&p, a->node);
-	dbp_str(&p, now);
-	rc = db_exec(d, &r,
-		     "UPDATE nodes n SET warnings = string_to_array($2, E'\\n') FROM (SELECT "
-		     "warnings FROM nodes WHERE id = $1) old WHERE n.id = $1 AND n.warnings IS "
-		     "DISTINCT FROM string_to_array($2, E'\\n') RETURNING array_to_string("
-		     "old.warnings, E'\\n')",
-		     &p);
-	if (rc < 0)
-		return db_fail(err, rc);
-	if (PQntuples(r) == 1)
-		old = xstrdup(db_val(r, 0, RW_OLD));
-	PQclear(r);
-	if (!old)
-		return 0;
-	if (!*now)
-		log_info("node %s: no warnings any more", a->node);
-	for (const char *w = now, *e; *w; w = *e ? e + 1 : e) {
-		e = w + strcspn(w, "\n");
-		log_warn("node %s: %.*s", a->node, (int)(e - w), w);
-	}
-	return 0;
-}
-
 static int report_tx(struct db *d, void *arg, bc_error *err)
 {
 	struct report *a = arg;
@@ -313,9 +295,7 @@ static int report_tx(struct db *d, void *arg, bc_error *err)
 	if ((rc = report_fence(d, a, err)) < 0 || (rc = report_instances(d, a, err)) < 0 ||
 	    (rc = report_deletions(d, a, err)) < 0)
 		return rc;
-	if ((rc = report_node(d, a, err)) < 0)
-		return rc;
-	return report_warnings(d, a, err);
+	return report_node(d, a, err);
 }
 
 static bool warning_code_ok(const char *s)
