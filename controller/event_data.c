@@ -1,9 +1,10 @@
-/* event_data.c: which keys each event type published from C carries, as
- * two tables (instance, sandbox) and one builder per subject over them. A
+/* event_data.c: which keys each event type carries, as one table per
+ * subject (instance, sandbox, node, IAM) and one builder over each. A
  * call site hands over the row's fields and the type; it never spells a key,
  * so two sites publishing the same type cannot disagree, and an instance
  * event of a sandbox's or a warm instance always names it (sandboxId,
- * warmTemplateId). tests/integration/event_payloads.t checks every type's
+ * warmTemplateId). tests/integration/event_payloads.t (instance, sandbox)
+ * and event_payloads_iam.t (node, IAM, tenant teardown) check every type's
  * keys against a real stack. */
 #include <errno.h>
 #include <string.h>
@@ -20,6 +21,14 @@ enum {
 	K_EXPIRED = 1 << 5,  /* expired */
 	K_EXTENDED = 1 << 6, /* expiresAt, ttlSeconds */
 	K_AGENT = 1 << 7,    /* agentId, null when none */
+	K_NAME = 1 << 8,     /* name */
+	K_KIND = 1 << 9,     /* kind */
+	K_STATE = 1 << 10,   /* state */
+	K_IDENTITY = 1 << 11, /* identityId */
+	K_USER = 1 << 12,    /* agentId and userId */
+	K_TARGET = 1 << 13,  /* targetKind, targetId */
+	K_OFFER = 1 << 14,   /* onBudgetExceeded */
+	K_CHECK = 1 << 15,   /* budgetCheck */
 };
 
 struct evd_type {
@@ -39,10 +48,37 @@ static const struct evd_type instance_types[] = {
 
 static const struct evd_type sandbox_types[] = {
 	{"sandbox.created", K_WARM},
-	{"sandbox.deleting", K_EXPIRED},
+	{"sandbox.deleting", K_EXPIRED | K_REASON},
 	{"sandbox.extended", K_EXTENDED},
 	{"sandbox.withdrawn", K_REASON | K_AGENT},
 };
+
+static const struct evd_type node_types[] = {
+	{"node.joined", 0},
+	{"node.retired", 0},
+	{"node.lost", 0},
+	{"node.recovered", 0},
+};
+
+static const struct evd_type iam_types[] = {
+	{"tenant.created", K_NAME},
+	{"tenant.state-changed", K_STATE | K_REASON},
+	{"identity.created", K_NAME | K_KIND},
+	{"identity.state-changed", K_STATE | K_REASON},
+	{"token.created", K_NAME | K_IDENTITY},
+	{"token.revoked", K_REASON},
+	{"delegation.created", K_USER},
+	{"delegation.revoked", K_REASON},
+	{"policy.created", K_NAME},
+	{"policy.attached", K_TARGET},
+	{"policy.detached", K_TARGET},
+	{"policy.deleted", K_REASON},
+	{"quota.set", 0},
+	{"offer.set", K_OFFER},
+	{"pool.budget-check-set", K_CHECK},
+};
+
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The keys of type in table t of n rows, or -EINVAL. */
 static int keys_of(const struct evd_type *t, size_t n, const char *type)
@@ -61,7 +97,7 @@ static void opt_str(struct jsonw *w, const char *key, const char *val)
 
 int evd_instance(const char *type, const struct evd_instance *in, char **ret_json)
 {
-	int k = keys_of(instance_types, sizeof(instance_types) / sizeof(instance_types[0]), type);
+	int k = keys_of(instance_types, NELEM(instance_types), type);
 	struct jsonw w;
 
 	if (k < 0)
@@ -82,14 +118,14 @@ int evd_instance(const char *type, const struct evd_instance *in, char **ret_jso
 
 int evd_sandbox(const char *type, const struct evd_sandbox *in, char **ret_json)
 {
-	int k = keys_of(sandbox_types, sizeof(sandbox_types) / sizeof(sandbox_types[0]), type);
+	int k = keys_of(sandbox_types, NELEM(sandbox_types), type);
 	struct jsonw w;
 
 	if (k < 0)
 		return k;
 	jsonw_begin(&w);
 	if (k & K_REASON)
-		jsonw_str(&w, "reason", in->reason);
+		opt_str(&w, "reason", in->reason);
 	if (k & K_AGENT)
 		jsonw_str(&w, "agentId", in->agent_id && *in->agent_id ? in->agent_id : NULL);
 	jsonw_str(&w, "templateId", in->template_id);
@@ -103,5 +139,50 @@ int evd_sandbox(const char *type, const struct evd_sandbox *in, char **ret_json)
 		jsonw_i64(&w, "expiresAt", in->expires_at);
 		jsonw_i64(&w, "ttlSeconds", in->ttl_seconds);
 	}
+	return jsonw_end(&w, ret_json);
+}
+
+int evd_node(const char *type, const struct evd_node *in, char **ret_json)
+{
+	int k = keys_of(node_types, NELEM(node_types), type);
+	struct jsonw w;
+
+	if (k < 0)
+		return k;
+	jsonw_begin(&w);
+	jsonw_str(&w, "poolId", in->pool_id);
+	return jsonw_end(&w, ret_json);
+}
+
+int evd_iam(const char *type, const struct evd_iam *in, char **ret_json)
+{
+	int k = keys_of(iam_types, NELEM(iam_types), type);
+	struct jsonw w;
+
+	if (k < 0)
+		return k;
+	jsonw_begin(&w);
+	if (k & K_NAME)
+		jsonw_str(&w, "name", in->name);
+	if (k & K_KIND)
+		jsonw_str(&w, "kind", in->kind);
+	if (k & K_STATE)
+		jsonw_str(&w, "state", in->state);
+	if (k & K_REASON)
+		opt_str(&w, "reason", in->reason);
+	if (k & K_IDENTITY)
+		jsonw_str(&w, "identityId", in->identity_id);
+	if (k & K_USER) {
+		jsonw_str(&w, "agentId", in->agent_id);
+		jsonw_str(&w, "userId", in->user_id);
+	}
+	if (k & K_TARGET) {
+		jsonw_str(&w, "targetKind", in->target_kind);
+		jsonw_str(&w, "targetId", in->target_id);
+	}
+	if (k & K_OFFER)
+		jsonw_str(&w, "onBudgetExceeded", in->on_budget_exceeded);
+	if (k & K_CHECK)
+		jsonw_str(&w, "budgetCheck", in->budget_check);
 	return jsonw_end(&w, ret_json);
 }

@@ -1,10 +1,11 @@
-/* event_data.h: the data of every event the controller publishes from C,
- * built in one place per subject (instance, sandbox) from the row's fields,
- * so each event type carries the same keys wherever it is published (the
- * keys per type: docs/operations.md, "Instance lifecycle", and
- * docs/sandboxes.md, "Events").
+/* event_data.h: the data of every event the controller publishes, built in
+ * one place per subject (instance, sandbox, node, IAM) from the row's
+ * fields, so each event type carries the same keys wherever it is published
+ * (the keys per type: docs/operations.md, "Instance lifecycle" and "Node
+ * events", docs/sandboxes.md, "Events", docs/iam.md, "Events").
  * Events written by SQL statements take their instance keys from
- * EVD_INSTANCE_OWNER_SQL, the same rule spelt in SQL. */
+ * EVD_INSTANCE_OWNER_SQL, the same rule spelt in SQL; IAM and node events
+ * written by statements take their data as a parameter built here. */
 #ifndef BC_EVENT_DATA_H
 #define BC_EVENT_DATA_H
 
@@ -44,12 +45,13 @@ struct evd_sandbox {
 	bool expired;        /* sandbox.deleting: expiry ended it */
 	int64_t expires_at;  /* sandbox.extended: epoch ms */
 	int64_t ttl_seconds; /* sandbox.extended */
-	const char *reason;  /* sandbox.withdrawn */
+	const char *reason;  /* sandbox.withdrawn; sandbox.deleting, when there is one */
 	const char *agent_id; /* sandbox.withdrawn; NULL or "": null */
 };
 
 /* The data of sandbox event type (sandbox.created, .deleting, .extended,
- * .withdrawn) for row in. 0 and *ret_json (caller frees), -EINVAL for
+ * .withdrawn) for row in (a NULL id is null: a statement may merge the
+ * row's ids over it with EVD_SANDBOX_SQL). 0 and *ret_json (caller frees), -EINVAL for
  * another type, or the writer's -errno. */
 int evd_sandbox(const char *type, const struct evd_sandbox *in, char **ret_json);
 
@@ -60,5 +62,39 @@ int evd_sandbox(const char *type, const struct evd_sandbox *in, char **ret_json)
 #define EVD_SANDBOX_SQL(extra)                                                             \
 	"jsonb_build_object('templateId', template_id, 'instanceId', instance_id, 'poolId', "  \
 	"pool_id" extra ")"
+
+/* A node row's fields a node.* event carries. */
+struct evd_node {
+	const char *pool_id;
+};
+
+/* The data of node event type (node.joined, .retired, .lost, .recovered):
+ * the node's poolId. 0 and *ret_json (caller frees),
+ * -EINVAL for another type, or the writer's -errno. */
+int evd_node(const char *type, const struct evd_node *in, char **ret_json);
+
+/* An IAM change's fields its event may carry; the subject names the row
+ * (tenant/<id>, identity/<id>, ...). NULL fields a type has are null, except
+ * reason, which is left out when there is none. */
+struct evd_iam {
+	const char *name;               /* tenant, identity, token, policy .created */
+	const char *kind;               /* identity.created: user, agent, service */
+	const char *state;              /* tenant/identity .state-changed */
+	const char *reason;             /* .state-changed, .revoked, policy.deleted */
+	const char *identity_id;        /* token.created */
+	const char *agent_id, *user_id; /* delegation.created */
+	const char *target_kind;        /* policy.attached/.detached: tenant, identity */
+	const char *target_id;
+	const char *on_budget_exceeded; /* offer.set */
+	const char *budget_check;       /* pool.budget-check-set */
+};
+
+/* The data of IAM event type (tenant.created, tenant.state-changed,
+ * identity.created, identity.state-changed, token.created, token.revoked,
+ * delegation.created, delegation.revoked, policy.created, policy.attached,
+ * policy.detached, policy.deleted, quota.set, offer.set,
+ * pool.budget-check-set). 0 and *ret_json (caller frees), -EINVAL for
+ * another type, or the writer's -errno. */
+int evd_iam(const char *type, const struct evd_iam *in, char **ret_json);
 
 #endif

@@ -154,7 +154,8 @@ static int offer_set(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 		       "WHERE id = $1 ON CONFLICT (tenant_id) DO UPDATE SET spend_limit_cents = "
 		       "$2::bigint, on_budget_exceeded = $3, prices = $4::jsonb, updated_at = now() "
 		       "RETURNING *) SELECT " OFFER_COLS " FROM o JOIN tenants t ON t.id = o.tenant_id",
-		.conflict_reason = "", .ev_type = "offer.set", .subject_kind = "tenant"};
+		.conflict_reason = "", .ev_type = "offer.set", .subject_kind = "tenant",
+		.ev = {.on_budget_exceeded = mode}};
 	_cleanup_free_ char *prices = NULL;
 	Bc__Admin__V1__Offer *x;
 	PGresult *r = NULL;
@@ -200,6 +201,7 @@ static int offer_pool_check(rpc_call *c, const ProtobufCMessage *m, ProtobufCMes
 		.sql = "UPDATE pools SET budget_check = $2 WHERE id = $1 AND deleted_at IS NULL "
 		       "RETURNING id, budget_check, NULL::text",
 		.conflict_reason = "", .ev_type = "pool.budget-check-set", .subject_kind = "pool",
+		.ev = {.budget_check = q->budget_check},
 		.tenant_col = PBC_TENANT_ID};
 	PGresult *r = NULL;
 	char msg[128];

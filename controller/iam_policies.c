@@ -13,6 +13,7 @@
 #include "app.h"
 #include "bc/admin/v1/iam.pb-c.h"
 #include "db.h"
+#include "event_data.h"
 #include "iam_policies.h"
 #include "iam_self.h"
 #include "iam_tenants.h"
@@ -105,6 +106,7 @@ static int pol_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 		       "$3, $4 FROM tenants WHERE id = $2 AND state <> 'deleted' RETURNING *) SELECT "
 		       POL_COLS " FROM p",
 		.conflict_reason = "name-taken", .ev_type = "policy.created", .subject_kind = "policy",
+		.ev = {.name = q->name},
 		.tenant_col = POL_TENANT_ID};
 	PGresult *r = NULL;
 	char id[64], msg[128];
@@ -241,6 +243,7 @@ static int attach_tx(struct db *d, void *arg, bc_error *err)
 	enum { AT_TENANT_ID, AT_IDENTITY_OK }; /* the policy's read */
 	struct attach *a = arg;
 	const char *kind = a->q->tenant ? "tenant" : "identity";
+	_cleanup_free_ char *data = NULL;
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	char subject[96];
@@ -288,7 +291,10 @@ static int attach_tx(struct db *d, void *arg, bc_error *err)
 	}
 	snprintf(subject, sizeof(subject), "policy/%s", a->q->policy_id);
 	if (rc == 0)
-		rc = event_publish(d, ev, subject, db_val(r, 0, AT_TENANT_ID), NULL);
+		rc = evd_iam(ev, &(struct evd_iam){.target_kind = kind, .target_id = a->q->tenant ?
+			     db_val(r, 0, AT_TENANT_ID) : a->q->identity_id}, &data);
+	if (rc == 0)
+		rc = event_publish(d, ev, subject, db_val(r, 0, AT_TENANT_ID), data);
 	PQclear(r);
 	return rc < 0 ? db_fail(err, rc) : 0;
 }

@@ -32,9 +32,14 @@ static int write_tx(struct db *d, void *arg, bc_error *err)
 {
 	struct write_arg *a = arg;
 	struct iam_write *w = a->w;
+	_cleanup_free_ char *data = NULL;
 	PGresult *r = NULL;
 	char subject[160];
-	int rc = db_exec(d, &r, w->sql, &w->p);
+	int rc = evd_iam(w->ev_type, &w->ev, &data);
+
+	if (rc < 0)
+		return db_fail(err, rc);
+	rc = db_exec(d, &r, w->sql, &w->p);
 
 	if (rc == -EEXIST) {
 		bc_error_set(err, BC_CONFLICT, "%s", "already exists");
@@ -47,7 +52,7 @@ static int write_tx(struct db *d, void *arg, bc_error *err)
 		return bc_error_set(err, BC_NOT_FOUND, "%s", w->notfound_msg);
 	}
 	snprintf(subject, sizeof(subject), "%s/%s", w->subject_kind, db_val(r, 0, w->id_col));
-	rc = event_publish(d, w->ev_type, subject, db_val(r, 0, w->tenant_col), NULL);
+	rc = event_publish(d, w->ev_type, subject, db_val(r, 0, w->tenant_col), data);
 	if (rc < 0) {
 		PQclear(r);
 		return db_fail(err, rc);
@@ -98,6 +103,7 @@ static int tenants_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessa
 	struct iam_write w = {
 		.sql = "INSERT INTO tenants (id, name) VALUES ($1, $2) RETURNING " TENANT_COLS,
 		.notfound_msg = "", .conflict_reason = "tenant-exists", .ev_type = "tenant.created",
+		.ev = {.name = q->name},
 		.subject_kind = "tenant", .id_col = TENANT_ID,
 		.tenant_col = TENANT_ID};
 	PGresult *r = NULL;
@@ -218,7 +224,8 @@ static int tenants_set_state(rpc_call *c, const ProtobufCMessage *m, ProtobufCMe
 		       "state <> 'deleted' AND (state <> 'deleting' OR $2 IN ('deleting', "
 		       "'deleted')) AND ($2 <> 'deleted' OR NOT EXISTS (SELECT 1 FROM "
 		       "instances WHERE tenant_id = $1 AND state <> 'deleted')) RETURNING " TENANT_COLS,
-		.ev_type = "tenant.state-changed", .subject_kind = "tenant", .conflict_reason = ""};
+		.ev_type = "tenant.state-changed", .subject_kind = "tenant", .conflict_reason = "",
+		.ev = {.state = q->state}};
 	PGresult *r = NULL;
 	char msg[128];
 	int rc;
@@ -280,6 +287,7 @@ static int idn_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 		.sql = "INSERT INTO identities (id, tenant_id, kind, name, is_admin) SELECT $1, id, "
 		       "$3, $4, $5 FROM tenants WHERE id = $2 AND state <> 'deleted' RETURNING " IDN_COLS,
 		.conflict_reason = "identity-exists", .ev_type = "identity.created",
+		.ev = {.name = q->name, .kind = q->kind},
 		.subject_kind = "identity", .id_col = IDN_ID,
 		.tenant_col = IDN_TENANT_ID};
 	PGresult *r = NULL;
@@ -406,17 +414,19 @@ static int idn_set_state(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessag
 	const Bc__Admin__V1__SetIdentityStateRequest *q = (const void *)m;
 	struct iam_write w = {
 		/* a user leaving active revokes every delegation to it in the same
-		 * statement, each with its delegation.revoked event */
+		 * statement, each with its delegation.revoked event ($3, reason
+		 * user-inactive) */
 		.sql = "WITH u AS (UPDATE identities SET state = $2, updated_at = now() WHERE id = "
 		       "$1 AND state <> 'deleted' RETURNING " IDN_COLS "), d AS (UPDATE delegations "
 		       "SET revoked_at = now() WHERE user_id = $1 AND revoked_at IS NULL AND $2 <> "
 		       "'active' AND EXISTS (SELECT 1 FROM u) RETURNING id, tenant_id), e AS (INSERT "
 		       "INTO events (type, subject, tenant_id, data) SELECT 'delegation.revoked', "
-		       "'delegation/' || id, tenant_id, jsonb_build_object('reason', "
-		       "'user-inactive') FROM d) SELECT * FROM u",
+		       "'delegation/' || id, tenant_id, $3::jsonb FROM d) SELECT * FROM u",
 		.ev_type = "identity.state-changed", .subject_kind = "identity",
+		.ev = {.state = q->state},
 		.tenant_col = IDN_TENANT_ID,
 		.conflict_reason = ""};
+	_cleanup_free_ char *revoked = NULL;
 	PGresult *r = NULL;
 	char msg[128];
 	int rc;
@@ -433,8 +443,12 @@ static int idn_set_state(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessag
 		return rc;
 	snprintf(msg, sizeof(msg), "identity %s not found", q->identity_id);
 	w.notfound_msg = msg;
+	if ((rc = evd_iam("delegation.revoked", &(struct evd_iam){.reason = "user-inactive"},
+			  &revoked)) < 0)
+		return bc_error_set(err, BC_INTERNAL, "%s", strerror(-rc));
 	dbp_str(&w.p, q->identity_id);
 	dbp_str(&w.p, q->state);
+	dbp_str(&w.p, revoked);
 	if ((rc = iam_write_run(c, &w, &r, err)) < 0)
 		return rc;
 	*ret = &idn_row(c, r, 0)->base;
@@ -496,6 +510,7 @@ static int tok_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 		       "'active' RETURNING *) SELECT " TOK_COLS " FROM k JOIN identities i ON "
 		       "i.id = k.identity_id",
 		.conflict_reason = "token-exists", .ev_type = "token.created", .subject_kind = "token",
+		.ev = {.name = q->name, .identity_id = q->identity_id},
 		.tenant_col = TOK_TENANT_ID};
 	Bc__Admin__V1__ApiToken *t;
 	char id[64], token[128], hash[65], msg[128];
@@ -657,6 +672,7 @@ static int dlg_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 		       "u.id = $3 AND u.kind = 'user' AND u.state = 'active' RETURNING " DLG_COLS,
 		.notfound_msg = "no active agent and active user of one tenant with these ids",
 		.conflict_reason = "agent-delegated", .ev_type = "delegation.created",
+		.ev = {.agent_id = q->agent_id, .user_id = q->user_id},
 		.subject_kind = "delegation", .tenant_col = DLG_TENANT_ID};
 	PGresult *r = NULL;
 	char id[64];

@@ -93,6 +93,10 @@ const struct rpc_handler *node_report_handlers(size_t *ret_n);
  * SetCapacity (server.c's table). */
 const struct rpc_handler *node_admin_handlers(size_t *ret_n);
 
+/* Publish node event type (node.joined, .retired, .lost, .recovered) about
+ * node_id of pool_id, with its data from event_data.c. 0 or -errno. */
+int node_publish(struct db *d, const char *type, const char *node_id, const char *pool_id);
+
 /* ----------------------------------------------------------- node_place.c */
 
 struct place_req {

@@ -12,6 +12,7 @@
 #include "app.h"
 #include "bc/admin/v1/admin.pb-c.h"
 #include "db.h"
+#include "event_data.h"
 #include "log.h"
 #include "node.h"
 #include "outbox.h"
@@ -214,8 +215,23 @@ struct retire {
 	const char *id;
 };
 
+int node_publish(struct db *d, const char *type, const char *node_id, const char *pool_id)
+{
+	_cleanup_free_ char *data = NULL;
+	char subject[96];
+	int rc = evd_node(type, &(struct evd_node){.pool_id = pool_id}, &data);
+
+	if (rc < 0)
+		return rc;
+	snprintf(subject, sizeof(subject), "node/%s", node_id);
+	return event_publish(d, type, subject, NULL, data);
+}
+
+/* The node becomes retired (once: node.retired is published by the call
+ * that retires it, not by a repeat). */
 static int retire_tx(struct db *d, void *arg, bc_error *err)
 {
+	enum { RET_POOL_ID };
 	struct retire *a = arg;
 	struct dbp p = {0};
 	PGresult *r = NULL;
@@ -223,20 +239,15 @@ static int retire_tx(struct db *d, void *arg, bc_error *err)
 
 	dbp_str(&p, a->id);
 	rc = db_exec(d, &r, "UPDATE nodes SET state = 'retired', retired_at = now() WHERE id = $1 "
-		     "AND state <> 'retired' RETURNING id", &p);
+		     "AND state <> 'retired' RETURNING pool_id", &p);
 	if (rc < 0)
 		return db_fail(err, rc);
-	if (PQntuples(r) == 1)
-		rc = nodes_abandon(d, a->id, "node retired");
+	if (PQntuples(r) == 1 && (rc = nodes_abandon(d, a->id, "node retired")) == 0)
+		rc = node_publish(d, "node.retired", a->id, db_val(r, 0, RET_POOL_ID));
 	PQclear(r);
 	/* a retired node opens no spec stream again to take them */
 	if (rc == 0)
 		rc = db_exec(d, NULL, "DELETE FROM node_spec_changes WHERE node_id = $1", &p);
-	if (rc == 0) {
-		char subject[96];
-		snprintf(subject, sizeof(subject), "node/%s", a->id);
-		rc = event_publish(d, "node.retired", subject, NULL, NULL);
-	}
 	return rc < 0 ? db_fail(err, rc) : 0;
 }
 

@@ -103,7 +103,6 @@ static int join_insert(struct db *d, struct join *a, bc_error *err)
 {
 	const Bc__Node__V1__JoinRequest *q = a->q;
 	_cleanup_free_ char *keys = label_lines(q, 0), *vals = label_lines(q, 1);
-	char subject[96];
 	struct dbp p = {0};
 	int rc;
 
@@ -133,9 +132,8 @@ static int join_insert(struct db *d, struct join *a, bc_error *err)
 	if (rc == 0)
 		rc = db_exec(d, NULL, "UPDATE join_tokens SET used_at = now(), node_id = $2 WHERE "
 			     "id = $1", &p);
-	snprintf(subject, sizeof(subject), "node/%s", a->node_id);
 	if (rc == 0)
-		rc = event_publish(d, "node.joined", subject, NULL, NULL);
+		rc = node_publish(d, "node.joined", a->node_id, a->pool_id);
 	return rc < 0 ? db_fail(err, rc) : 0;
 }
 

@@ -83,7 +83,7 @@ struct report {
 
 /* Columns of report_node's RETURNING. */
 enum { RN_GEN, RN_OLD_STATE, RN_OLD_VCPUS, RN_OLD_MEM, RN_OLD_DISK, RN_OLD_GPUS, RN_VCPUS,
-       RN_MEM, RN_DISK, RN_GPUS, RN_WARNINGS_CHANGED };
+       RN_MEM, RN_DISK, RN_GPUS, RN_WARNINGS_CHANGED, RN_POOL_ID };
 
 /* Log a change of the node's capacity, and what the host claimed beyond
  * its ceiling. */
@@ -170,7 +170,7 @@ static int report_node(struct db *d, struct report *a, bc_error *err)
 		     "SELECT 1 FROM node_spec_changes c WHERE c.node_id = $1))::int, old.state, "
 		     "old.cap_vcpus, old.cap_memory_mib, old.cap_disk_gib, old.cap_gpus, n.cap_vcpus, "
 		     "n.cap_memory_mib, n.cap_disk_gib, n.cap_gpus, old.warnings IS DISTINCT FROM "
-		     "n.warnings",
+		     "n.warnings, n.pool_id",
 		     &p);
 	if (rc < 0)
 		return db_fail(err, rc);
@@ -184,10 +184,8 @@ static int report_node(struct db *d, struct report *a, bc_error *err)
 	if (db_bool(r, 0, RN_WARNINGS_CHANGED))
 		log_warnings(a);
 	if (strcmp(db_val(r, 0, RN_OLD_STATE), "lost") == 0) {
-		char subject[96];
 		log_info("node %s: reporting again, no longer lost", a->node);
-		snprintf(subject, sizeof(subject), "node/%s", a->node);
-		rc = event_publish(d, "node.recovered", subject, NULL, NULL);
+		rc = node_publish(d, "node.recovered", a->node, db_val(r, 0, RN_POOL_ID));
 	}
 	PQclear(r);
 	return rc < 0 ? db_fail(err, rc) : 0;

@@ -32,7 +32,7 @@ struct lost {
 
 static int lost_tx(struct db *d, void *arg, bc_error *err)
 {
-	enum { LOST_NODE_ID };
+	enum { LOST_NODE_ID, LOST_POOL_ID };
 	struct lost *a = arg;
 	struct dbp p = {0};
 	PGresult *r = NULL;
@@ -41,17 +41,16 @@ static int lost_tx(struct db *d, void *arg, bc_error *err)
 	dbp_i64(&p, a->seconds);
 	rc = db_exec(d, &r, "UPDATE nodes SET state = 'lost' WHERE state = 'ready' AND "
 		     "coalesce(last_report_at, joined_at) < now() - make_interval(secs => $1) "
-		     "RETURNING id", &p);
+		     "RETURNING id, pool_id", &p);
 	if (rc < 0)
 		return db_fail(err, rc);
 	a->count = PQntuples(r);
 	for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
-		char subject[96];
 		log_warn("node %s: silent for %d s, lost", db_val(r, i, LOST_NODE_ID), a->seconds);
 		rc = nodes_abandon(d, db_val(r, i, LOST_NODE_ID), "node lost");
-		snprintf(subject, sizeof(subject), "node/%s", db_val(r, i, LOST_NODE_ID));
 		if (rc == 0)
-			rc = event_publish(d, "node.lost", subject, NULL, NULL);
+			rc = node_publish(d, "node.lost", db_val(r, i, LOST_NODE_ID),
+					  db_val(r, i, LOST_POOL_ID));
 	}
 	PQclear(r);
 	return rc < 0 ? db_fail(err, rc) : 0;

@@ -3,17 +3,19 @@
  * reconciler calling tenantDeleted until it answers DONE):
  *
  *   - its API tokens and delegations are revoked (token.revoked,
- *     delegation.revoked with reason "tenant deleted");
+ *     delegation.revoked with reason "tenant deleted"; every event's
+ *     data is built by event_data.c, as the API's are);
  *   - its sandbox templates are deleted (no event, as for
  *     sandboxTemplates.delete), its open sandboxes marked deleting
- *     (sandbox.deleting), its drafts dropped from the projection;
+ *     (sandbox.deleting, reason "tenant deleted"), its drafts dropped from
+ *     the projection;
  *   - up to TEARDOWN_BATCH live instances (sandboxes' and warm ones
  *     included) are set to desired deleted, each publishing
  *     instance.deleting with reason "tenant deleted"; their hosts hear
  *     of it by the spec bump; unplaced ones finish at once;
  *   - once no instance of the tenant is left undeleted ("DONE"): its
- *     identities become deleted, its policies are deleted (attachments
- *     removed), its quota row goes, and the tenant becomes deleted
+ *     identities become deleted (identity.state-changed), its policies
+ *     are deleted (policy.deleted; attachments removed), its quota row goes, and the tenant becomes deleted
  *     (tenant.state-changed with reason "teardown"). The offer and the
  *     usage stay: they are the tenant's bill.
  *
@@ -43,35 +45,58 @@ struct td {
 	bool locked, done;
 };
 
-/* One statement run for the tenant ($1); <0 on failure. */
-static int step(struct db *d, const char *tenant, const char *sql)
+/* A statement over the tenant's rows ($1) that publishes event type ($3)
+ * about each row it changes, with the data ($2) event_data.c builds for
+ * the type from state and reason (a sandbox's ids are the row's: the
+ * statement merges EVD_SANDBOX_SQL over them). */
+struct td_step {
+	const char *sql;
+	const char *type, *state, *reason;
+};
+
+static const struct td_step access_steps[] = {
+	/* tokens and delegations */
+	{"WITH k AS (UPDATE api_tokens k SET revoked_at = now() FROM identities i WHERE i.id = "
+	 "k.identity_id AND i.tenant_id = $1 AND k.revoked_at IS NULL RETURNING k.id) INSERT INTO "
+	 "events (type, subject, tenant_id, data) SELECT $3, 'token/' || id, $1, $2::jsonb FROM k",
+	 "token.revoked", NULL, "tenant deleted"},
+	{"WITH g AS (UPDATE delegations SET revoked_at = now() WHERE tenant_id = $1 AND revoked_at "
+	 "IS NULL RETURNING id) INSERT INTO events (type, subject, tenant_id, data) SELECT $3, "
+	 "'delegation/' || id, $1, $2::jsonb FROM g",
+	 "delegation.revoked", NULL, "tenant deleted"},
+	/* templates (their warm pools drain), drafts, open sandboxes */
+	{"WITH t AS (UPDATE sandbox_templates SET deleted_at = now(), updated_at = now() WHERE "
+	 "tenant_id = $1 AND deleted_at IS NULL RETURNING id) DELETE FROM authz_resources WHERE "
+	 "type = 'compute-sandbox-template' AND id IN (SELECT id FROM t)", NULL, NULL, NULL},
+	{"DELETE FROM authz_resources WHERE tenant_id = $1 AND draft", NULL, NULL, NULL},
+	{"WITH s AS (UPDATE sandboxes SET state = 'deleting', deleting_at = now(), updated_at = "
+	 "now() WHERE tenant_id = $1 AND deleting_at IS NULL RETURNING id, template_id, "
+	 "instance_id, pool_id) INSERT INTO events (type, subject, tenant_id, data) SELECT $3, "
+	 "'sandbox/' || id, $1, $2::jsonb || " EVD_SANDBOX_SQL("") " FROM s",
+	 "sandbox.deleting", NULL, "tenant deleted"},
+};
+
+/* Run s for tenant; <0 on failure. */
+static int step(struct db *d, const char *tenant, const struct td_step *s)
 {
+	_cleanup_free_ char *data = NULL;
 	struct dbp p = {0};
+	int rc = 0;
 
 	dbp_str(&p, tenant);
-	return db_exec(d, NULL, sql, &p);
+	if (!s->type)
+		return db_exec(d, NULL, s->sql, &p);
+	if (strncmp(s->type, "sandbox.", 8) == 0)
+		rc = evd_sandbox(s->type, &(struct evd_sandbox){.reason = s->reason}, &data);
+	else
+		rc = evd_iam(s->type, &(struct evd_iam){.state = s->state, .reason = s->reason},
+			     &data);
+	if (rc < 0)
+		return rc;
+	dbp_str(&p, data);
+	dbp_str(&p, s->type);
+	return db_exec(d, NULL, s->sql, &p);
 }
-
-static const char *const access_steps[] = {
-	/* tokens and delegations */
-	"WITH k AS (UPDATE api_tokens k SET revoked_at = now() FROM identities i WHERE "
-	"i.id = k.identity_id AND i.tenant_id = $1 AND k.revoked_at IS NULL RETURNING k.id) "
-	"INSERT INTO events (type, subject, tenant_id, data) SELECT 'token.revoked', 'token/' || "
-	"id, $1, '{\"reason\": \"tenant deleted\"}' FROM k",
-	"WITH g AS (UPDATE delegations SET revoked_at = now() WHERE tenant_id = $1 AND revoked_at "
-	"IS NULL RETURNING id) INSERT INTO events (type, subject, tenant_id, data) SELECT "
-	"'delegation.revoked', 'delegation/' || id, $1, '{\"reason\": \"tenant deleted\"}' FROM g",
-	/* templates (their warm pools drain), drafts, open sandboxes */
-	"WITH t AS (UPDATE sandbox_templates SET deleted_at = now(), updated_at = now() WHERE "
-	"tenant_id = $1 AND deleted_at IS NULL RETURNING id) DELETE FROM authz_resources WHERE "
-	"type = 'compute-sandbox-template' AND id IN (SELECT id FROM t)",
-	"DELETE FROM authz_resources WHERE tenant_id = $1 AND draft",
-	"WITH s AS (UPDATE sandboxes SET state = 'deleting', deleting_at = now(), updated_at = "
-	"now() WHERE tenant_id = $1 AND deleting_at IS NULL RETURNING id, template_id, "
-	"instance_id, pool_id) INSERT INTO events (type, subject, tenant_id, data) SELECT "
-	"'sandbox.deleting', 'sandbox/' || id, $1, " EVD_SANDBOX_SQL(", 'reason', 'tenant deleted'")
-	" FROM s",
-};
 
 /* Up to TEARDOWN_BATCH live instances to desired deleted; their nodes'
  * specs bumped; unplaced ones, and those of a lost or retired host (which
@@ -116,21 +141,22 @@ static int instances_step(struct db *d, struct td *a)
 	return rc;
 }
 
-static const char *const final_steps[] = {
-	"WITH x AS (UPDATE identities SET state = 'deleted', updated_at = now() WHERE tenant_id = "
-	"$1 AND state <> 'deleted' RETURNING id) INSERT INTO events (type, subject, tenant_id, "
-	"data) SELECT 'identity.state-changed', 'identity/' || id, $1, '{\"state\": \"deleted\", "
-	"\"reason\": \"tenant deleted\"}' FROM x",
-	"DELETE FROM policy_attachments a USING policies p WHERE p.id = a.policy_id AND "
-	"p.tenant_id = $1",
-	"WITH x AS (UPDATE policies SET deleted_at = now() WHERE tenant_id = $1 AND deleted_at IS "
-	"NULL RETURNING id) INSERT INTO events (type, subject, tenant_id, data) SELECT "
-	"'policy.deleted', 'policy/' || id, $1, '{\"reason\": \"tenant deleted\"}' FROM x",
-	"DELETE FROM quotas WHERE tenant_id = $1",
-	"WITH x AS (UPDATE tenants SET state = 'deleted', updated_at = now() WHERE id = $1 "
-	"RETURNING id) INSERT INTO events (type, subject, tenant_id, data) SELECT "
-	"'tenant.state-changed', 'tenant/' || id, id, '{\"state\": \"deleted\", \"reason\": "
-	"\"teardown\"}' FROM x",
+static const struct td_step final_steps[] = {
+	{"WITH x AS (UPDATE identities SET state = 'deleted', updated_at = now() WHERE tenant_id = "
+	 "$1 AND state <> 'deleted' RETURNING id) INSERT INTO events (type, subject, tenant_id, "
+	 "data) SELECT $3, 'identity/' || id, $1, $2::jsonb FROM x",
+	 "identity.state-changed", "deleted", "tenant deleted"},
+	{"DELETE FROM policy_attachments a USING policies p WHERE p.id = a.policy_id AND "
+	 "p.tenant_id = $1", NULL, NULL, NULL},
+	{"WITH x AS (UPDATE policies SET deleted_at = now() WHERE tenant_id = $1 AND deleted_at IS "
+	 "NULL RETURNING id) INSERT INTO events (type, subject, tenant_id, data) SELECT $3, "
+	 "'policy/' || id, $1, $2::jsonb FROM x",
+	 "policy.deleted", NULL, "tenant deleted"},
+	{"DELETE FROM quotas WHERE tenant_id = $1", NULL, NULL, NULL},
+	{"WITH x AS (UPDATE tenants SET state = 'deleted', updated_at = now() WHERE id = $1 "
+	 "RETURNING id) INSERT INTO events (type, subject, tenant_id, data) SELECT $3, 'tenant/' "
+	 "|| id, id, $2::jsonb FROM x",
+	 "tenant.state-changed", "deleted", "teardown"},
 };
 
 static int teardown_tx(struct db *d, void *arg, bc_error *err)
@@ -154,7 +180,7 @@ static int teardown_tx(struct db *d, void *arg, bc_error *err)
 		return 0; /* another pass has it, or it is no longer deleting */
 	rc = 0;
 	for (size_t i = 0; rc == 0 && i < ARRAY_SIZE(access_steps); i++)
-		rc = step(d, a->tenant, access_steps[i]);
+		rc = step(d, a->tenant, &access_steps[i]);
 	if (rc == 0)
 		rc = instances_step(d, a);
 	if (rc == 0)
@@ -162,7 +188,7 @@ static int teardown_tx(struct db *d, void *arg, bc_error *err)
 			       "'deleted'", &p, &left);
 	a->done = rc == 0 && strcmp(left, "0") == 0;
 	for (size_t i = 0; rc == 0 && a->done && i < ARRAY_SIZE(final_steps); i++)
-		rc = step(d, a->tenant, final_steps[i]);
+		rc = step(d, a->tenant, &final_steps[i]);
 	return rc < 0 ? db_fail(err, rc) : 0;
 }
 

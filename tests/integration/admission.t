@@ -97,6 +97,11 @@ is "$(col "$y" replacements)" 3 '... after three re-placements'
 is "$(events_of "$y" instance.refused)" 4 '... four refusals (instance.refused)'
 is "$(events_of "$y" instance.rescheduling)" 3 '... three instance.rescheduling'
 is "$(events_of "$y" instance.error)" 1 '... one instance.error'
+# the data of each type (docs/operations.md, "Instance lifecycle")
+for te in "instance.refused nodeId,reason" "instance.rescheduling fromNodeId,reason,refusedNodes,replacements" \
+	"instance.placed nodeId" "instance.error nodeId,reason,refusedNodes,replacements"; do
+	is "$(event_keys "${te%% *}" "instance/$y")" "${te#* }" "... ${te%% *}: its data's keys"
+done
 is "$(col "$y" "cardinality(refused_nodes) || ' ' || (SELECT count(DISTINCT x) FROM unnest(refused_nodes) x)")" \
 	'4 4' '... refused by four distinct nodes'
 reason=$(col "$y" reason)

@@ -4,7 +4,7 @@
 # walked through create, pause, resume, stop, start and delete; a cold
 # sandbox created, extended and deleted; a warm pool's instance refilled,
 # booted and paused, claimed by a sandbox, and another drained by its
-# template's delete. Every instance.* event of a sandbox's instance names
+# template's delete; a sandbox whose instance fails on its host. Every instance.* event of a sandbox's instance names
 # sandboxId, and of a warm instance warmTemplateId (instance.running and
 # instance.paused carried only nodeId and reason before issue 13). Each
 # (type, kind of instance) pair expected must be seen at least once, and
@@ -76,6 +76,20 @@ bcctl sandbox delete "$s2" >/dev/null || fail 'warm sandbox delete'
 eventually 30 eval '[ "$(sbx_state "$s2")" = deleted ]'
 ok $? 'the claimed sandbox is deleted'
 
+# -- a sandbox whose instance fails on its host (the fake runtime's create
+# hook, written while the host is frozen, before it sees the instance)
+pid=$(awk '$1 == "bcd-1" {print $2}' "$STACK_DIR/pids")
+kill -STOP "$pid"
+s3=$(jid "$(bcctl --format json sandbox create --template "$cold")") || bail_out "sandbox"
+i3=$(q "SELECT instance_id FROM sandboxes WHERE id = '$s3'")
+echo create >"$STACK_DIR/agent-1/fake/$i3.fail"
+kill -CONT "$pid"
+eventually 30 eval '[ "$(sbx_state "$s3")" = failed ]'
+ok $? 'a sandbox whose instance fails on its host is failed'
+bcctl sandbox delete "$s3" >/dev/null || fail 'failed sandbox delete'
+eventually 30 eval '[ "$(sbx_state "$s3")" = deleted ]'
+ok $? 'and deleted'
+
 # -- every event, through Events.List
 : >"$STACK_DIR/events"
 for prefix in instance. sandbox.; do
@@ -124,14 +138,16 @@ declare -A want=(
 	["instance.deleted plain"]=""
 	["instance.deleted sandbox"]="sandboxId"
 	["instance.deleted warm"]="warmTemplateId"
+	["instance.error sandbox"]="nodeId,reason,sandboxId"
 	["sandbox.created sandbox"]="instanceId,poolId,templateId,warm"
 	["sandbox.ready sandbox"]="instanceId,poolId,templateId,warm"
 	["sandbox.extended sandbox"]="expiresAt,instanceId,poolId,templateId,ttlSeconds"
 	["sandbox.deleting sandbox"]="expired,instanceId,poolId,templateId"
 	["sandbox.deleted sandbox"]="expired,instanceId,poolId,templateId"
+	["sandbox.failed sandbox"]="instanceId,poolId,reason,templateId"
 )
 declare -A seen=()
-ours=" $id $i1 $w1 $w2 $s1 $s2 "
+ours=" $id $i1 $w1 $w2 $s1 $s2 $i3 $s3 "
 while IFS=$'\t' read -r eid type subject keys; do
 	case $ours in *" ${subject#*/} "*) ;; *) continue ;; esac
 	k="$type $(kind_of "$eid" "$subject")"

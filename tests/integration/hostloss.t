@@ -61,8 +61,12 @@ addr=$(q "SELECT host(address) FROM ip_leases WHERE instance_id = '$r'")
 # the node stops reporting; the instance being deleted cannot finish there.
 # Its bcd is frozen first and the delete sent at once: killing two ASan
 # agents can outlast node_lost_seconds on a loaded machine, and a delete on
-# a node already lost finishes at once
+# a node already lost finishes at once. Its last report is moved 10 s ahead
+# too: on a loaded machine the delete alone can take longer than what was
+# left of node_lost_seconds since the node's last report (the node is then
+# lost 20 s from now)
 kill -STOP "$(_stack_get_pid "bcd-$lost")"
+q "UPDATE nodes SET last_report_at = now() + interval '10 seconds' WHERE id = '$rn'" >/dev/null
 bcctl instance delete "$d" >/dev/null
 is "$(col "$d" state)" deleting 'one instance is being deleted when its node goes silent'
 agent_kill $lost
@@ -74,6 +78,9 @@ ok $? 'the node is lost: the instance runs again, on the other node of its pool'
 is "$(col "$r" created_at)" "$created" '... same id, same created_at'
 like "$(types_of "$r")" 'instance.lost instance.recreating instance.placed instance.running$' \
 	'... instance.lost, instance.recreating, instance.placed, instance.running'
+for te in "instance.lost nodeId,reason" "instance.recreating fromNodeId,reason" "instance.placed nodeId"; do
+	is "$(event_keys "${te%% *}" "instance/$r")" "${te#* }" "... ${te%% *}: its data's keys"
+done
 is "$(q "SELECT string_agg(node_id, ',') FROM allocations WHERE owner_id = '$r' AND released_at IS NULL")" \
 	"$other_node" '... booked only there'
 is "$(q "SELECT count(*) FROM ip_leases WHERE instance_id = '$r'")" 1 '... with one address'

@@ -1,10 +1,12 @@
 # sandbox_expiry.t: the sandbox reconciler with two replicas, both running
 # it (one leads by advisory lock; the leader is killed half-way, so the
-# other takes over), sandbox_reconcile_seconds = 5: twelve sandboxes with a
-# 60 s lifetime each get sandbox.expiring once (lead: a quarter of the
-# lifetime, 15 s), are expired within one period of expiresAt, each exactly
-# once (sandbox.expired, then the instance is deleted and sandbox.deleted
-# says expired). A sandbox extended after its warning is warned again; the
+# other takes over), sandbox_reconcile_seconds = 5: eleven sandboxes with a
+# 60 s lifetime and one of 120 s each get sandbox.expiring once (lead: a
+# quarter of the lifetime, 15 s and 30 s), are expired within one period of
+# expiresAt, each exactly once (sandbox.expired, then the instance is
+# deleted and sandbox.deleted says expired). The 120 s one, extended after
+# its warning (30 s leave room for the extend on a loaded machine), is
+# warned again; the
 # reconciler's ready stamp is the fallback for the instance's own; a
 # recreated instance takes its ready sandbox back to starting.
 . "$(dirname "$0")/../lib/stack.sh"
@@ -20,14 +22,16 @@ tmpl=$(jid "$(bcctl --format json sandbox-template create --name x --pool "$POOL
 	--flavor "$FLAVOR_NAME" --image "$img")") || bail_out "template"
 
 for i in $(seq 1 12); do
-	jid "$(bcctl_n $((i % 2 + 1)) --format json sandbox create --template "$tmpl" --ttl 60s)"
+	ttl=60s
+	[ "$i" != 1 ] || ttl=120s
+	jid "$(bcctl_n $((i % 2 + 1)) --format json sandbox create --template "$tmpl" --ttl $ttl)"
 done >"$STACK_DIR/ids"
-is "$(grep -c '^sbx_' "$STACK_DIR/ids")" 12 'twelve 60-second sandboxes through both replicas'
+is "$(grep -c '^sbx_' "$STACK_DIR/ids")" 12 'twelve sandboxes (eleven of 60 s, one of 120 s) through both replicas'
 keep=$(head -n 1 "$STACK_DIR/ids")
 
 # the first is warned, then extended: warned again for its new expiry
 warned() { [ "$(q "SELECT count(*) FROM events WHERE subject = 'sandbox/$keep' AND type = 'sandbox.expiring'")" = "$1" ]; }
-eventually 90 warned 1
+eventually 150 warned 1
 ok $? 'sandbox.expiring is published ahead of expiry'
 bcctl sandbox extend "$keep" --by 30000 >/dev/null || fail 'extend'
 eventually 90 warned 2
@@ -51,6 +55,12 @@ is "$(q "SELECT count(*) FROM events WHERE type = 'sandbox.expiring'")" 13 \
 	'sandbox.expiring once per expiry (12, and again for the extended one)'
 is "$(q "SELECT count(*) FROM events WHERE type = 'sandbox.deleted' AND data->>'expired' = 'true'")" 12 \
 	'sandbox.deleted says expiry ended them'
+# the data of each type (docs/sandboxes.md, "Events")
+for te in "sandbox.expiring expiresAt,instanceId,poolId,templateId" \
+	"sandbox.expired expiresAt,instanceId,poolId,templateId" "sandbox.deleting expired,instanceId,poolId,templateId" \
+	"sandbox.deleted expired,instanceId,poolId,templateId"; do
+	is "$(event_keys "${te%% *}" "sandbox/$keep")" "${te#* }" "${te%% *}: its data's keys"
+done
 is "$(q "SELECT count(*) FROM sandboxes s JOIN LATERAL (SELECT max(created_at) t FROM events e WHERE
 	e.subject = 'sandbox/' || s.id AND e.type = 'sandbox.expiring') e ON true WHERE e.t < s.expires_at AND
 	e.t >= s.expires_at - make_interval(secs => least(300, extract(epoch FROM s.expires_at - s.created_at) / 4)

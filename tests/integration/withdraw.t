@@ -43,6 +43,8 @@ ok $? "revoking the delegation withdraws the agent's sandbox"
 is "$(withdrawn "$s1" delegation-revoked)" 1 '... sandbox.withdrawn (delegation-revoked) once'
 is "$(q "SELECT data->>'agentId' FROM events WHERE type = 'sandbox.withdrawn' AND subject = 'sandbox/$s1'")" "$bot" \
 	'... naming the agent'
+is "$(event_keys sandbox.withdrawn "sandbox/$s1")" agentId,instanceId,poolId,reason,templateId \
+	"... its data's keys"
 is "$(q "SELECT count(*) FROM events WHERE type = 'sandbox.deleting' AND subject = 'sandbox/$s1'")" 1 \
 	'... then an ordinary delete'
 ok "! gone '$s2'" "the user's own sandbox stays"

@@ -8,6 +8,7 @@
 #   bcctl --format json pool get "$POOL_ID"        # replica 1
 #   bcctl_n 2 instance list "${TENANT_ARGS[@]}"    # replica 2
 #   agent_kill 1; agent_start 1; ctl_kill 2; ctl_start 2
+#   event_keys instance.lost "instance/$id"       # its data's keys: nodeId,reason
 #   done_testing                                   # stack_down runs at exit
 #
 # After stack_up these are set and exported:
@@ -156,6 +157,17 @@ bcctl_n() {
 
 # bcctl ARGS...: bcctl_n 1.
 bcctl() { bcctl_n 1 "$@"; }
+
+# event_keys TYPE SUBJECT: the keys of the data of the newest TYPE event
+# about SUBJECT, sorted and comma-separated ("(none)" without such an event):
+# is "$(event_keys instance.lost "instance/$id")" nodeId,reason "..."
+event_keys() {
+	psql -d bc -XAtq -v type="$1" -v subject="$2" <<'SQL'
+SELECT CASE WHEN count(e.id) = 0 THEN '(none)' ELSE coalesce(string_agg(k, ',' ORDER BY k), '')
+	END FROM (SELECT id, data FROM events WHERE type = :'type' AND subject = :'subject'
+	ORDER BY id DESC LIMIT 1) e LEFT JOIN LATERAL jsonb_object_keys(e.data) k ON true
+SQL
+}
 
 # json_get JSON FIELD: the value of a top-level snake_case FIELD, accepting
 # the proto3 JSON lowerCamelCase spelling too; empty when absent.
@@ -331,7 +343,7 @@ stack_wait_nodes_ready() {
 			fi
 		done
 		[ $SECONDS -ge $deadline ] && return 1
-		sleep "$TAP_POLL_INTERVAL"
+		sleep 0.3
 	done
 }
 

@@ -1,7 +1,9 @@
 /* test_ctl_event_data.c: controller/event_data.c gives each event type its
  * keys and no others: an instance event of a sandbox's or a warm instance
  * names it, whatever the type; nodeId is null for an unplaced instance;
- * an unknown type is refused; values are escaped. */
+ * a node event names its pool; an IAM event carries its type's keys, and
+ * reason only when there is one (the teardown's); an unknown type is
+ * refused; values are escaped. */
 #include <errno.h>
 #include <stdlib.h>
 
@@ -55,9 +57,14 @@ static void test_sandbox(void)
 	rc = evd_sandbox("sandbox.created", &row, &s);
 	is_data(rc, s, "{\"templateId\": \"sbxt_1\", \"instanceId\": \"inst_1\", \"poolId\": "
 		"\"pool_1\", \"warm\": true}", "sandbox.created");
-	rc = evd_sandbox("sandbox.deleting", &row, &s);
+	rc = evd_sandbox("sandbox.deleting", &(struct evd_sandbox){.template_id = "sbxt_1",
+			 .instance_id = "inst_1", .pool_id = "pool_1", .expired = true}, &s);
 	is_data(rc, s, "{\"templateId\": \"sbxt_1\", \"instanceId\": \"inst_1\", \"poolId\": "
-		"\"pool_1\", \"expired\": false}", "sandbox.deleting");
+		"\"pool_1\", \"expired\": true}", "sandbox.deleting on expiry");
+	rc = evd_sandbox("sandbox.deleting", &(struct evd_sandbox){.reason = "tenant deleted"}, &s);
+	is_data(rc, s, "{\"reason\": \"tenant deleted\", \"templateId\": null, \"instanceId\": "
+		"null, \"poolId\": null, \"expired\": false}",
+		"sandbox.deleting of the teardown (its statement merges the row's ids over it)");
 	rc = evd_sandbox("sandbox.extended", &row, &s);
 	is_data(rc, s, "{\"templateId\": \"sbxt_1\", \"instanceId\": \"inst_1\", \"poolId\": "
 		"\"pool_1\", \"expiresAt\": 5, \"ttlSeconds\": 60}", "sandbox.extended");
@@ -73,9 +80,67 @@ static void test_sandbox(void)
 	       "sandbox.ready is written by SQL, not here");
 }
 
+static void test_node(void)
+{
+	char *s = NULL;
+	int rc;
+
+	for (int i = 0; i < 4; i++) {
+		static const char *const types[] = {"node.joined", "node.lost", "node.recovered",
+						    "node.retired"};
+		rc = evd_node(types[i], &(struct evd_node){.pool_id = "pool_1"}, &s);
+		is_data(rc, s, "{\"poolId\": \"pool_1\"}", types[i]);
+	}
+	is_int(evd_node("node.exploded", &(struct evd_node){0}, &s), -EINVAL,
+	       "an unknown node type is refused");
+}
+
+static void test_iam(void)
+{
+	const struct evd_iam all = {.name = "n", .kind = "agent", .state = "suspended",
+				    .identity_id = "idn_1", .agent_id = "idn_a", .user_id = "idn_u",
+				    .target_kind = "tenant", .target_id = "acme",
+				    .on_budget_exceeded = "drain", .budget_check = "meter"};
+	static const struct {
+		const char *type, *want;
+	} t[] = {
+		{"tenant.created", "{\"name\": \"n\"}"},
+		{"tenant.state-changed", "{\"state\": \"suspended\"}"},
+		{"identity.created", "{\"name\": \"n\", \"kind\": \"agent\"}"},
+		{"identity.state-changed", "{\"state\": \"suspended\"}"},
+		{"token.created", "{\"name\": \"n\", \"identityId\": \"idn_1\"}"},
+		{"token.revoked", "{}"},
+		{"delegation.created", "{\"agentId\": \"idn_a\", \"userId\": \"idn_u\"}"},
+		{"delegation.revoked", "{}"},
+		{"policy.created", "{\"name\": \"n\"}"},
+		{"policy.attached", "{\"targetKind\": \"tenant\", \"targetId\": \"acme\"}"},
+		{"policy.detached", "{\"targetKind\": \"tenant\", \"targetId\": \"acme\"}"},
+		{"policy.deleted", "{}"},
+		{"quota.set", "{}"},
+		{"offer.set", "{\"onBudgetExceeded\": \"drain\"}"},
+		{"pool.budget-check-set", "{\"budgetCheck\": \"meter\"}"},
+	};
+	char *s = NULL;
+	int rc;
+
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		rc = evd_iam(t[i].type, &all, &s);
+		is_data(rc, s, t[i].want, t[i].type);
+	}
+	rc = evd_iam("tenant.state-changed", &(struct evd_iam){.state = "deleted",
+		     .reason = "teardown"}, &s);
+	is_data(rc, s, "{\"state\": \"deleted\", \"reason\": \"teardown\"}",
+		"tenant.state-changed of the teardown");
+	rc = evd_iam("token.revoked", &(struct evd_iam){.reason = "tenant deleted"}, &s);
+	is_data(rc, s, "{\"reason\": \"tenant deleted\"}", "token.revoked of the teardown");
+	is_int(evd_iam("secret.put", &all, &s), -EINVAL, "a type of another subject is refused");
+}
+
 int main(void)
 {
 	test_instance();
 	test_sandbox();
+	test_node();
+	test_iam();
 	done_testing();
 }
