@@ -31,7 +31,8 @@ TAP_PLANNED=''   # the plan, if given up front
 TAP_FAIL_FAST=0
 TAP_DONE=0
 TAP_EXIT_HOOKS=()
-: "${TAP_POLL_INTERVAL:=0.2}"
+: "${TAP_POLL_INTERVAL:=0.1}" # eventually's first pause, seconds
+: "${TAP_POLL_MAX:=1}"         # ... and its longest
 
 # plan N: announce N tests up front. plan skip_all REASON: skip the file.
 plan() {
@@ -193,31 +194,38 @@ bail_out() {
 	exit 255
 }
 
-# eventually TIMEOUT_S CMD...: run CMD every TAP_POLL_INTERVAL seconds
-# (default 0.2) until it exits 0; returns 0 then, or 1 once TIMEOUT_S
-# seconds (may be fractional) have passed, after a last try. CMD's output
-# is not touched: redirect it if the loop would be noisy.
+# eventually TIMEOUT_S CMD...: run CMD until it exits 0; returns 0 then, or
+# 1 once TIMEOUT_S seconds (may be fractional) have passed, after a last
+# try at the deadline. The pause between tries starts at TAP_POLL_INTERVAL
+# (0.1 s) and grows by half each time up to TAP_POLL_MAX (1 s): a short
+# wait is seen at once, and a long one does not spend the machine's CPU
+# on starting psql or bcctl five times a second (three test files share
+# two cores). CMD's output is not touched: redirect it if the loop would
+# be noisy.
 eventually() {
 	local timeout=$1
 	shift
-	local deadline now
-	deadline=$(_tap_now_ms)
-	deadline=$((deadline + $(_tap_s_to_ms "$timeout")))
+	local deadline now pause max frac t
+	deadline=$(_tap_s_to_ms "$timeout")
+	pause=$(_tap_s_to_ms "$TAP_POLL_INTERVAL")
+	max=$(_tap_s_to_ms "$TAP_POLL_MAX")
+	t=${EPOCHREALTIME/[.,]/}
+	deadline=$((t / 1000 + deadline))
 	while :; do
 		if "$@"; then
 			return 0
 		fi
-		now=$(_tap_now_ms)
+		t=${EPOCHREALTIME/[.,]/} # no $(...): a fork is slow on a loaded machine
+		now=$((t / 1000))
 		if [ "$now" -ge "$deadline" ]; then
 			return 1
 		fi
-		sleep "$TAP_POLL_INTERVAL"
+		[ $((now + pause)) -le "$deadline" ] || pause=$((deadline - now))
+		frac=00$((pause % 1000))
+		sleep "$((pause / 1000)).${frac: -3}"
+		pause=$((pause * 3 / 2))
+		[ "$pause" -le "$max" ] || pause=$max
 	done
-}
-
-_tap_now_ms() {
-	local t=${EPOCHREALTIME/[.,]/}
-	echo $((t / 1000))
 }
 
 # "2.5" -> 2500

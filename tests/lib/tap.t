@@ -59,4 +59,12 @@ r=$?
 el=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { print (b - a >= 0.5) ? "yes" : "no" }')
 is "$r/$el" "1/yes" 'eventually waits the whole timeout before giving up'
 
+# its pauses grow from 0.1 s by half up to 1 s: 3 s of a failing command
+# are at most 8 tries (fixed 0.1 s pauses would be 30; a loaded machine
+# makes fewer), the first at once and the last at the deadline
+n=0
+f() { n=$((n + 1)); false; }
+eventually 3 f
+ok "[ $n -ge 2 ] && [ $n -le 8 ]" "eventually backs off: $n tries in 3 s"
+
 done_testing
