@@ -29,6 +29,7 @@
 #include "kek.h"
 #include "log.h"
 #include "migrate.h"
+#include "rowmsg.h"
 #include "sealed.h"
 #include "util.h"
 
@@ -36,7 +37,8 @@
 
 /* status's rows */
 #define STATUS_COLS "coalesce(kek_id, ''), count(*)"
-enum { ST_KEK, ST_COUNT };
+enum { ST_KEK, ST_COUNT, ST_NCOLS };
+COLS_CHECK(STATUS_COLS, ST_NCOLS)
 
 static void unlockp(int *fd)
 {

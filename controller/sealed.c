@@ -19,6 +19,7 @@
 #include "db.h"
 #include "envelope.h"
 #include "log.h"
+#include "rowmsg.h"
 #include "sealed.h"
 #include "util.h"
 
@@ -26,14 +27,16 @@
 
 /* sealed_get's row */
 #define GET_COLS "tenant_id, scheme, encode(data, 'hex')"
-enum { GET_TENANT, GET_SCHEME, GET_DATA };
+enum { GET_TENANT, GET_SCHEME, GET_DATA, GET_NCOLS };
+COLS_CHECK(GET_COLS, GET_NCOLS)
 
 /* sealed_count's one row */
 enum { COUNT_PLAIN, COUNT_STALE };
 
 /* sealed_migrate's and sealed_rewrap's rows, a batch at a time */
 #define ROW_COLS "ref, tenant_id, encode(data, 'hex'), coalesce(kek_id, '')"
-enum { ROW_REF, ROW_TENANT, ROW_DATA, ROW_KEK };
+enum { ROW_REF, ROW_TENANT, ROW_DATA, ROW_KEK, ROW_NCOLS };
+COLS_CHECK(ROW_COLS, ROW_NCOLS)
 
 struct keys {
 	int refs;
