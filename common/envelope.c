@@ -148,11 +148,10 @@ int envelope_seal(const struct envelope_ring *r, const void *aad, size_t aad_len
 	memcpy(env + 5, k->id, kid_len);
 	if (parse(env, n, &p) < 0) /* lays out the parts; cannot fail */
 		abort();
-	rc = RAND_bytes(dek, sizeof(dek)) == 1 && RAND_bytes(env + 5 + kid_len, IV_LEN) == 1 &&
-			     RAND_bytes((unsigned char *)p.data_iv, IV_LEN) == 1
-		     ? 0
-		     : -EIO;
-	if (rc == 0)
+	rc = -EIO;
+	if (RAND_bytes(dek, sizeof(dek)) == 1 &&
+	    RAND_bytes((unsigned char *)p.wrap_iv, IV_LEN) == 1 &&
+	    RAND_bytes((unsigned char *)p.data_iv, IV_LEN) == 1)
 		rc = wrap(true, k->key, p.kid, kid_len, aad, aad_len, p.wrap_iv, dek,
 			  (unsigned char *)p.wrapped, (unsigned char *)p.wrap_tag);
 	if (rc == 0)

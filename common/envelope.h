@@ -29,7 +29,7 @@ struct envelope_key {
 };
 
 struct envelope_ring {
-	struct envelope_key *keys;   /* keys[n - 1] is current */
+	struct envelope_key *keys;   /* room for ENVELOPE_KEYS_MAX; keys[n - 1] is current */
 	size_t n;
 };
 
