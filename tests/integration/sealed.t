@@ -10,10 +10,11 @@
 #   and the grep can fail);
 # - an envelope copied to another row, or its row's tenant changed, does
 #   not open, and the refusal is logged by ref without the bytes;
-# - a key appended to the file is picked up by the running serve for new
-#   blobs while the old key id still opens the old ones; `secrets
-#   rotate-kek` rewraps every data key online (creates keep succeeding
-#   meanwhile) and every instance's boot data is still the same bytes;
+# - a key appended to the file is picked up by both running replicas for
+#   new blobs while the old key id still opens the old ones; `secrets
+#   rotate-kek` rewraps every data key online (creates on both replicas
+#   keep succeeding meanwhile) and every instance's boot data is still the
+#   same bytes;
 # - a lost key file: the blob's key id is named in the log; restoring the
 #   file makes it open again without a restart;
 # - serve refuses a key file readable by others, a missing file (naming
@@ -22,7 +23,7 @@
 #   no longer hold them) and serve starts again.
 . "$(dirname "$0")/../lib/stack.sh"
 
-stack_up --controllers 1 --agents 1 || bail_out "stack_up failed"
+stack_up --controllers 2 --agents 1 || bail_out "stack_up failed"
 img=$(stack_image_create sealed-img) || bail_out "no image"
 
 q() { psql -d bc -XAtq -c "$1"; }
@@ -46,9 +47,9 @@ boot() {
 		: >"$STACK_DIR/boot.$1"
 	fi
 }
-create() { # [USER_DATA_FILE]: an instance id
+create() { # [USER_DATA_FILE]: an instance id, made through replica ${REPLICA:-1}
 	local out
-	out=$(bcctl --format json instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" \
+	out=$(bcctl_n "${REPLICA:-1}" --format json instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" \
 		--image "$img" ${1:+--user-data-file "$1"}) || return 1
 	json_get "$out" id
 }
@@ -128,6 +129,11 @@ is "$(q "SELECT b.kek_id FROM sealed_blobs b JOIN instances i ON i.user_data_ref
 	kek_manual 'the running serve seals new blobs under the key appended to the file'
 ok "grep -q 'key-encryption keys read again from $kek (2 keys, current kek_manual)' '$STACK_DIR/ctl-1.log'" \
 	'... logging the reload by key id'
+i3b=$(REPLICA=2 create)
+is "$(q "SELECT b.kek_id FROM sealed_blobs b JOIN instances i ON i.user_data_ref = b.ref WHERE i.id = '$i3b'")" \
+	kek_manual '... and so does the other replica'
+ok "grep -q 'key-encryption keys read again from $kek (2 keys, current kek_manual)' '$STACK_DIR/ctl-2.log'" \
+	'... which logs its reload too'
 boot "$i1"
 is "$CODE" 0 'a blob under the old key id still opens before any rewrap'
 eventually 30 instance_state_is "$i3" running
@@ -136,8 +142,9 @@ is "$CODE" 0 '... and so does the new one'
 
 # -- rotate-kek, online: creates go on meanwhile
 (
-	for _ in 1 2 3 4 5 6; do
-		create >>"$STACK_DIR/during.ids" || echo FAILED >>"$STACK_DIR/during.ids"
+	for n in 1 2 3 4 5 6; do
+		REPLICA=$((n % 2 + 1)) create >>"$STACK_DIR/during.ids" ||
+			echo FAILED >>"$STACK_DIR/during.ids"
 	done
 ) &
 bg=$!
@@ -149,7 +156,7 @@ like "$(cat "$STACK_DIR/rotate.out")" "new current key-encryption key: $kek2" '.
 like "$(cat "$STACK_DIR/rotate.out")" 'rewrapped [0-9]+ data keys; 0 blobs left under older keys' \
 	'... rewrapping every data key'
 is "$(grep -c FAILED "$STACK_DIR/during.ids")" 0 'every create made during the rotation succeeded'
-is "$(grep -c '^inst_' "$STACK_DIR/during.ids")" 6 '... all six'
+is "$(grep -c '^inst_' "$STACK_DIR/during.ids")" 6 '... all six, on both replicas'
 is "$(q "SELECT count(*) FROM sealed_blobs WHERE kek_id IS DISTINCT FROM '$kek2'")" 0 \
 	'every blob is now under the new key'
 is "$(grep -c '^kek_' "$kek")" 3 'the file keeps the old keys (for backups of the database taken before)'
@@ -157,7 +164,7 @@ is "$(stat -c %a "$kek")" 600 '... mode 0600'
 ok "! grep -qaF '$(sed -n "s/^$kek2 //p" "$kek")' '$STACK_DIR/rotate.out' '$STACK_DIR/rotate.err' '$STACK_DIR/ctl-1.log'" \
 	'the new key itself is in no output or log'
 bad=0
-for id in "$i1" "$i2" "$i3" $(grep '^inst_' "$STACK_DIR/during.ids"); do
+for id in "$i1" "$i2" "$i3" "$i3b" $(grep '^inst_' "$STACK_DIR/during.ids"); do
 	boot "$id"
 	[ "$CODE" = 0 ] || { bad=$((bad + 1)); diag "boot data of $id: code $CODE"; }
 done
