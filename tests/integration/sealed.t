@@ -31,15 +31,15 @@ ctl() { "$BC_BIN/bc-controller" "$@" --config "$STACK_DIR/ctl-1.conf"; }
 kek=$STACK_DIR/pki/kek.keys
 pgdir=$(cat "$STACK_DIR/pgdir" 2>/dev/null || echo "$STACK_DIR/pg")
 
-# boot INSTANCE: Node.GetBootData as agent 1; the user data into OUT_FILE,
+# boot INSTANCE: Node.GetBootData as agent 1; the user data into
+# STACK_DIR/boot.INSTANCE (empty when refused),
 # the gRPC code (0 = answered) into CODE
 boot() {
 	local dir=$STACK_DIR/agent-1 ref out
 	ref=$(q "SELECT user_data_ref FROM instances WHERE id = '$1'")
-	out=$(node "$BC_SRC/tests/integration/grpc_call.js" "$BC_URL" "$dir/ca.pem" "$dir/node.pem" \
-		"$dir/node.key" bc/node/v1/node.proto bc.node.v1.Node GetBootData \
-		"{\"instance_id\": \"$1\", \"ref\": \"$ref\"}" 2>"$STACK_DIR/node.err")
-	if [ $? = 0 ]; then
+	if out=$(node "$BC_SRC/tests/integration/grpc_call.js" "$BC_URL" "$dir/ca.pem" \
+		"$dir/node.pem" "$dir/node.key" bc/node/v1/node.proto bc.node.v1.Node GetBootData \
+		"{\"instance_id\": \"$1\", \"ref\": \"$ref\"}" 2>"$STACK_DIR/node.err"); then
 		CODE=0
 		printf '%s' "$out" | jq -r .user_data | base64 -d >"$STACK_DIR/boot.$1"
 	else
@@ -92,7 +92,7 @@ like "$h" "$pgdir/data/pg_wal/" '... and in the WAL'
 h=$(holders "$canary")
 is "$h" "$(printf '%s\n' "$STACK_DIR/boot.$i1" "$STACK_DIR/canary.mime" "$STACK_DIR/ud-canary.sh" | sort)" \
 	'the canary is only in the file we wrote and what the node received: no table, WAL segment or log'
-[ -n "$h" ] && diag "files holding the canary: $(echo $h)"
+[ -n "$h" ] && diag "files holding the canary: ${h//$'\n'/ }"
 
 # -- an envelope moved to another row, or to another tenant, does not open
 i2=$(create)
