@@ -6,7 +6,8 @@
  *
  * The key-encryption keys are one process-wide snapshot, reference-counted
  * so that a reload (the file changed: a rotation) never frees a ring a
- * worker is using. Every put and get stats the file: a rename into place by
+ * worker is using. Every put and get stats the file (inode, size, mtime,
+ * ctime): a rename into place by
  * `secrets rotate-kek` is seen at once by every replica sharing the file. */
 #include <errno.h>
 #include <openssl/crypto.h>
@@ -187,7 +188,9 @@ static bool file_changed(void)
 		return false; /* keep what we have; a missing file is no reason to stop */
 	return st.st_ino != keys_st.st_ino || st.st_dev != keys_st.st_dev ||
 	       st.st_size != keys_st.st_size || st.st_mtim.tv_sec != keys_st.st_mtim.tv_sec ||
-	       st.st_mtim.tv_nsec != keys_st.st_mtim.tv_nsec;
+	       st.st_mtim.tv_nsec != keys_st.st_mtim.tv_nsec ||
+	       st.st_ctim.tv_sec != keys_st.st_ctim.tv_sec ||
+	       st.st_ctim.tv_nsec != keys_st.st_ctim.tv_nsec; /* cp -p keeps mtime, not ctime */
 }
 
 /* A reference to the current keys (read again if the file changed), or
@@ -197,9 +200,13 @@ static struct keys *keys_get(void)
 	struct keys *k;
 
 	pthread_mutex_lock(&keys_lock);
-	if (keys_path && file_changed() && keys_reload() == 0)
-		log_info("sealed: key-encryption keys read again from %s (%zu keys, current %s)",
-			 keys_path, keys->ring->n, envelope_ring_current(keys->ring)->id);
+	if (keys_path && file_changed()) {
+		if (keys_reload() == 0)
+			log_info("sealed: key-encryption keys read again from %s (%zu keys, current "
+				 "%s)", keys_path, keys->ring->n, envelope_ring_current(keys->ring)->id);
+		else if (stat(keys_path, &keys_st) == 0) /* logged once: until it changes again */
+			log_warn("sealed: keeping the keys read before from %s", keys_path);
+	}
 	k = keys;
 	if (k)
 		k->refs++;

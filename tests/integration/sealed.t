@@ -16,7 +16,9 @@
 #   keep succeeding meanwhile) and every instance's boot data is still the
 #   same bytes;
 # - a lost key file: the blob's key id is named in the log; restoring the
-#   file makes it open again without a restart;
+#   file makes it open again without a restart; a file made readable by
+#   others while serve runs is not read (the keys read before are kept,
+#   said once);
 # - serve refuses a key file readable by others, a missing file (naming
 #   `secrets init-kek`) and plain rows (naming `secrets migrate`); migrate
 #   seals them in place (the boot data is the same bytes, the table's files
@@ -187,6 +189,16 @@ ok "grep -q 'sealed $r1: its data key is wrapped by key id $kek2, which is not i
 cp -p "$STACK_DIR/kek.saved" "$kek"
 boot "$i1"
 is "$CODE" 0 'the file restored from a backup: it opens again, without a restart'
+
+chmod 0644 "$kek"
+boot "$i1"
+boot "$i2"
+boot "$i1"
+is "$CODE" 0 'a key file made readable by others while serve runs: the keys read before are kept'
+is "$(grep -c "sealed: keeping the keys read before from $kek" "$STACK_DIR/ctl-1.log")" 1 \
+	'... saying so once, not at every use'
+like "$(cat "$STACK_DIR/ctl-1.log")" "$kek is readable by others than its owner" '... and why'
+chmod 0600 "$kek"
 
 # -- serve refuses what it cannot keep sealed
 ctl_kill 1 TERM
