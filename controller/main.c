@@ -26,8 +26,8 @@
 #include "pki.h"
 #include "quota.h"
 #include "ratelimit.h"
-#include "sealed.h"
 #include "rpc.h"
+#include "sealed.h"
 #include "server.h"
 #include "util.h"
 
