@@ -15,6 +15,8 @@
 #   per-packet cost           ping -f, 5,000 guarded taps    vs 10 (bench/net.sh; root)
 #   policy decision           10 and 1,000 statements        vs the Instances.Create
 #                             (bench/bench_policy.c)            it guards (p50, conc 1)
+#   seal + unseal 64 KiB      envelope (bench/seal.sh,        vs openssl speed -evp
+#                             bench/bench_seal.c)               aes-256-gcm, 16 KiB blocks
 #   Warm claim -> ready      1/8/32/64 clients (bench/warm.sh) vs bare PostgreSQL
 #                            transactions doing the same row updates
 #   Sandbox create -> ready   1/8/32 clients (bench/sandboxes.sh) vs a bare PostgreSQL
@@ -37,7 +39,7 @@
 # BENCH_ONLY=warm (only the warm claim rows), BENCH_ONLY=push (only the
 # spec push rows and the Instances.Create rows between them),
 # BENCH_ONLY=attack (only the API under attack rows; their knobs in
-# bench/attack.sh),
+# bench/attack.sh), BENCH_ONLY=seal (only the sealed store's rows),
 # BC_BENCH (the C client; default $BC_SRC/build/bench/bc_bench), BC_BIN, BC_SRC.
 set -uo pipefail
 
@@ -165,6 +167,12 @@ if [ "${BENCH_ONLY:-}" = attack ]; then # just the API under attack rows
 	cat "$STACK_DIR/bench-notes" 2>/dev/null
 	exit 0
 fi
+if [ "${BENCH_ONLY:-}" = seal ]; then # just the sealed store's rows
+	# shellcheck source=seal.sh
+	. "$here/seal.sh"
+	print_rows
+	exit 0
+fi
 if [ "${BENCH_ONLY:-}" = warm ]; then # just the warm claim rows
 	# shellcheck source=warm.sh
 	. "$here/warm.sh"
@@ -227,6 +235,9 @@ for n in 10 1000; do
 	row "policy parse+decide, $n statements" load_us "$(field "$pd" "load${n}_us")" \
 		"Instances.Create p50" "${create_p50:-}"
 done
+
+# shellcheck source=seal.sh
+. "$here/seal.sh"
 
 push_row loaded
 

@@ -26,6 +26,7 @@ static const struct conf_key keys[] = {
 	S(replica, NULL),
 	S(log_level, "info"),
 	S(admin_token_file, NULL),
+	S(kek_file, NULL),
 	I(workers, "8", 1, 256),
 	I(node_lost_seconds, "60", 2, 86400),
 	I(replace_after_seconds, "60", 1, 86400),
@@ -137,6 +138,8 @@ int config_load(struct ctl_config *c, const char *path, int argc, char **argv, i
 	}
 	if (!c->admin_token_file)
 		c->admin_token_file = xasprintf("%s/admin.token", c->pki_dir);
+	if (!c->kek_file)
+		c->kek_file = xasprintf("%s/kek.keys", c->pki_dir);
 	return 0;
 }
 

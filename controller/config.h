@@ -14,6 +14,7 @@ struct ctl_config {
 	char *replica;
 	char *log_level;
 	char *admin_token_file;
+	char *kek_file;     /* key-encryption keys of the sealed store (kek.c) */
 	int workers;
 	int node_lost_seconds;
 	int replace_after_seconds;   /* a host's admission refusal stands this long */

@@ -1,5 +1,6 @@
 /* init.c: initialise a deployment: the API CA and server certificate, the
- * node CA, the schema, the root tenant and the first admin token. Safe to
+ * node CA, the key-encryption key file of the sealed store (kek.c), the
+ * schema, the root tenant and the first admin token. Safe to
  * run again: existing material is kept, and a new admin token is minted only
  * when none exists or one is asked for. serve renews the server certificate
  * from the API CA when it nears expiry (init_renew_server_cert). */
@@ -18,6 +19,7 @@
 #include "auth.h"
 #include "db.h"
 #include "init.h"
+#include "kek.h"
 #include "log.h"
 #include "migrate.h"
 #include "pki.h"
@@ -195,6 +197,11 @@ int init_run(struct ctl_app *app, bool new_admin_token)
 	if ((r = make_ca(app, "api-ca", "bc API CA")) < 0 ||
 	    (r = make_ca(app, "node-ca", "bc node CA")) < 0 || (r = make_server_cert(app)) < 0) {
 		log_error("init: PKI: %s", strerror(-r));
+		return r;
+	}
+	if ((r = kek_create(app->cfg.kek_file)) < 0) {
+		log_error("init: cannot create the key-encryption key file %s: %s", app->cfg.kek_file,
+			  strerror(-r));
 		return r;
 	}
 	if (!(d = db_open(app->cfg.database))) {

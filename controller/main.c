@@ -1,4 +1,5 @@
-/* main.c: bc-controller. Subcommands init, migrate, serve, meter, version.
+/* main.c: bc-controller. Subcommands init, migrate, serve, meter, secrets
+ * (kek.c), version.
  *
  * serve's threads: the gRPC workers and one thread per open stream (each
  * with its own PostgreSQL connection, see server.c), the LISTEN thread
@@ -18,6 +19,7 @@
 #include "db.h"
 #include "init.h"
 #include "ipam.h"
+#include "kek.h"
 #include "log.h"
 #include "meter.h"
 #include "migrate.h"
@@ -25,6 +27,7 @@
 #include "quota.h"
 #include "ratelimit.h"
 #include "rpc.h"
+#include "sealed.h"
 #include "server.h"
 #include "util.h"
 
@@ -41,6 +44,8 @@ static void usage(void)
 		"  migrate                   apply migrations\n"
 		"  serve                     serve the API and the node API\n"
 		"  meter                     run one metering pass (usage of open windows)\n"
+		"  secrets VERB              init-kek, rotate-kek, migrate, status (bc-controller\n"
+		"                            secrets --help)\n"
 		"  version                   print the version\n");
 }
 
@@ -66,6 +71,30 @@ static int check_schema(const struct ctl_app *app)
 	return 0;
 }
 
+/* serve keeps no plain blob: the keys must load and every row be sealed. */
+static int check_sealed(const struct ctl_app *app)
+{
+	struct db *d;
+	int64_t plain = 0, stale = 0;
+	int r;
+
+	if ((r = sealed_keys_load(app->cfg.kek_file)) < 0)
+		return r;
+	if (!(d = db_open(app->cfg.database)))
+		return -EIO;
+	r = sealed_count(d, &plain, &stale);
+	db_close(d);
+	if (r == 0 && plain > 0) {
+		log_error("serve: %lld sealed blobs are still stored plain: run bc-controller "
+			  "secrets migrate", (long long)plain);
+		return -EPROTO;
+	}
+	if (r == 0 && stale > 0)
+		log_warn("serve: %lld sealed blobs are wrapped by an older key-encryption key: "
+			 "bc-controller secrets rotate-kek rewraps them", (long long)stale);
+	return r;
+}
+
 static int cmd_serve(struct ctl_app *app)
 {
 	sigset_t set;
@@ -76,7 +105,7 @@ static int cmd_serve(struct ctl_app *app)
 	sigaddset(&set, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	if ((r = check_schema(app)) < 0 || (r = pki_load(app)) < 0 ||
+	if ((r = check_schema(app)) < 0 || (r = check_sealed(app)) < 0 || (r = pki_load(app)) < 0 ||
 	    (r = init_renew_server_cert(app)) < 0)
 		return r;
 	rpc_global_init();
@@ -88,6 +117,7 @@ static int cmd_serve(struct ctl_app *app)
 	log_info("serve: signal %d, shutting down", sig);
 	server_stop(app);
 	rpc_global_shutdown();
+	sealed_keys_unload();
 	return 0;
 }
 
@@ -136,8 +166,8 @@ int main(int argc, char **argv)
 	const char *cmd, *config = NULL;
 	bool new_token = false;
 	enum log_level lvl = LOG_LVL_INFO;
-	char **rest;
-	int nrest = 0, r;
+	char **rest, *verb = NULL;
+	int nrest = 0, first = 2, r;
 
 	if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
 		usage();
@@ -148,8 +178,11 @@ int main(int argc, char **argv)
 		printf("bc-controller %s (schema %d)\n", BC_VERSION, CTL_SCHEMA_VERSION);
 		return 0;
 	}
+	if (strcmp(cmd, "secrets") == 0 && argc > 2 &&
+	    (argv[2][0] != '-' || strcmp(argv[2], "--help") == 0))
+		verb = argv[first++];
 	rest = xcalloc((size_t)argc, sizeof(char *));
-	for (int i = 2; i < argc; i++) {
+	for (int i = first; i < argc; i++) {
 		if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
 			config = argv[++i];
 		else if (strcmp(argv[i], "--new-admin-token") == 0)
@@ -181,6 +214,8 @@ int main(int argc, char **argv)
 		r = cmd_serve(&app);
 	else if (strcmp(cmd, "meter") == 0)
 		r = cmd_meter(&app);
+	else if (strcmp(cmd, "secrets") == 0)
+		r = kek_command(&app, verb ? 1 : 0, &verb) == 0 ? 0 : -EINVAL;
 	else {
 		usage();
 		r = -EINVAL;

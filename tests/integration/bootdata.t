@@ -4,7 +4,8 @@
 # (grpc_call.js, @grpc/grpc-js):
 # - the create renders a MIME multipart (the platform's cloud-config with
 #   the hostname and SSH keys, then the caller's script, byte for byte),
-#   seals it in sealed_blobs, and instances.user_data stays empty;
+#   seals it in sealed_blobs (an envelope: the clear text is not stored),
+#   and instances.user_data stays empty;
 # - the instance's node gets it; the other node, a wrong ref, a malformed
 #   request, a caller without a node certificate, and the instance once
 #   deleted get nothing (NOT_FOUND / INVALID_ARGUMENT / UNAUTHENTICATED);
@@ -51,8 +52,10 @@ is "$(q "SELECT owner_kind || ' ' || owner_id || ' ' || tenant_id FROM sealed_bl
 boot "$own" "$id" "$ref"
 is "$RC" 0 'the instance'\''s node gets its boot data'
 printf '%s' "$OUT" | jq -r .user_data | base64 -d >"$STACK_DIR/mime"
-is "$(cmp -s "$STACK_DIR/mime" <(q "SELECT encode(data, 'base64') FROM sealed_blobs WHERE ref = '$ref'" | base64 -d) && echo same)" \
-	same 'what it gets is what was sealed'
+is "$(q "SELECT scheme FROM sealed_blobs WHERE ref = '$ref'")" envelope-v1 'the blob is stored as an envelope'
+q "SELECT encode(data, 'base64') FROM sealed_blobs WHERE ref = '$ref'" | base64 -d >"$STACK_DIR/stored"
+ok "! grep -q bc-boot-marker '$STACK_DIR/stored'" '... which does not hold the user data in the clear'
+ok "grep -q bc-boot-marker '$STACK_DIR/mime'" '... while what the node gets does'
 parts=$(python3 - "$STACK_DIR/mime" <<'EOF'
 import email, sys
 m = email.message_from_bytes(open(sys.argv[1], 'rb').read())
