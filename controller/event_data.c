@@ -105,3 +105,16 @@ int evd_sandbox(const char *type, const struct evd_sandbox *in, char **ret_json)
 	}
 	return jsonw_end(&w, ret_json);
 }
+
+int evd_secret(const char *type, const struct evd_secret *in, char **ret_json)
+{
+	struct jsonw w;
+
+	if (strcmp(type, "secret.put") != 0 && strcmp(type, "secret.deleted") != 0)
+		return -EINVAL;
+	jsonw_begin(&w);
+	jsonw_str(&w, "name", in->name);
+	jsonw_str(&w, "scope", in->scope);
+	jsonw_i64(&w, "version", in->version);
+	return jsonw_end(&w, ret_json);
+}

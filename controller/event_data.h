@@ -61,4 +61,16 @@ int evd_sandbox(const char *type, const struct evd_sandbox *in, char **ret_json)
 	"jsonb_build_object('templateId', template_id, 'instanceId', instance_id, 'poolId', "  \
 	"pool_id" extra ")"
 
+/* A secret's fields its events carry: the name, scope and version, never
+ * the value (secret.put, secret.deleted). */
+struct evd_secret {
+	const char *name, *scope;
+	int64_t version;
+};
+
+/* The data of secret event type (secret.put, secret.deleted). 0 and
+ * *ret_json (caller frees), -EINVAL for another type, or the writer's
+ * -errno. */
+int evd_secret(const char *type, const struct evd_secret *in, char **ret_json);
+
 #endif
