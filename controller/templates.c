@@ -553,7 +553,8 @@ static int tupdate_tx(struct db *d, void *arg, bc_error *err)
 	max = Q_SET(q, max_ttl_seconds, MAX_TTL_SECONDS) ? q->max_ttl_seconds
 							  : db_i64(r, 0, UPD_MAX_TTL);
 	if ((rc = check_immutable(q, r, err)) < 0 || (rc = check_ttls(def, max, err)) < 0 ||
-	    (rc = resolve_shape(d, &s, err)) < 0 || (rc = check_secrets_locked(d, a, r, err)) < 0) {
+	    (rc = resolve_shape(d, &s, err)) < 0 ||
+	    (rc = check_secrets_locked(d, a, r, err)) < 0) {
 		PQclear(r);
 		return rc;
 	}

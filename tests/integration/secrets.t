@@ -236,7 +236,7 @@ ok $? "quotes, newlines, \$, backslashes, control and non-ASCII bytes round-trip
 is "$(q "SELECT count(*) FROM events WHERE data::text LIKE '%$CANARY%'")" 0 'no event carries a value'
 is "$(q "SELECT count(*) FROM instances i WHERE i::text LIKE '%$CANARY%'")" 0 'nor the instances table'
 is "$(q "SELECT count(*) FROM sandbox_templates t WHERE t::text LIKE '%$CANARY%'")" 0 'nor the templates table'
-is "$(grep -c "$CANARY" "$STACK_DIR"/ctl-1.log "$STACK_DIR"/agent-1.log | awk -F: '{s += $2} END {print s}')" 0 \
+is "$(grep -c "$CANARY" "$STACK_DIR"/ctl-1.log "$STACK_DIR"/bcd-1.log | awk -F: '{s += $2} END {print s}')" 0 \
 	'nor a log line of the controller or the agent'
 out=$(as "$A" --format json sandbox-template get "$tmpl"; as "$A" --format json sandbox get "$sbx";
 	as "$A" --format json sandbox templates; as "$A" --format json instance get "$inst")

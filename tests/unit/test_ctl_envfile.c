@@ -102,7 +102,8 @@ static void random_values(void)
 			printf("# value %d does not round-trip (sh %d, bash %d): %s\n", i, d, b, hex);
 		}
 	}
-	is_int(dash_ok, 1000, "1,000 random values round-trip through `sh -c '. file; printf %%s \"$X\"'`");
+	is_int(dash_ok, 1000,
+	       "1,000 random values round-trip through `sh -c '. file; printf %%s \"$X\"'`");
 	is_int(bash_ok, 1000, "... and 100 of them through bash");
 }
 
