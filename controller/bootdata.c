@@ -372,7 +372,15 @@ struct part {
 	const char *filename;
 	const char *body;
 	size_t len;
+	const char *merge_type;   /* a Merge-Type header, or NULL */
 };
+
+/* How the caller's cloud-config merges into the platform's when the
+ * platform writes files of its own (the sandbox SSH CA's, /etc/sandbox/env):
+ * cloud-init's default (dict(replace)+list()+str()) would let the caller's
+ * write_files list replace the platform's and drop those files; with this
+ * one the caller's lists are appended and the platform's own keys stay. */
+#define PLATFORM_FILES_MERGE "dict(recurse_array)+list(append)+str()"
 
 /* base64 of body in lines of B64_LINE characters. */
 static void write_b64(FILE *f, const char *body, size_t len)
@@ -391,9 +399,13 @@ static void write_part(FILE *f, const char *boundary, const struct part *p)
 {
 	bool ascii = is_ascii(p->body, p->len);
 
-	fprintf(f, "--%s\nContent-Type: %s; charset=\"utf-8\"\nMIME-Version: 1.0\n"
+	if (p->merge_type)
+		fprintf(f, "--%s\nMerge-Type: %s\n", boundary, p->merge_type);
+	else
+		fprintf(f, "--%s\n", boundary);
+	fprintf(f, "Content-Type: %s; charset=\"utf-8\"\nMIME-Version: 1.0\n"
 		"Content-Transfer-Encoding: %s\nContent-Disposition: attachment; "
-		"filename=\"%s\"\n\n", boundary, p->type, ascii ? "7bit" : "base64", p->filename);
+		"filename=\"%s\"\n\n", p->type, ascii ? "7bit" : "base64", p->filename);
 	if (ascii) {
 		/* the newline before the next delimiter belongs to it */
 		fwrite(p->body, 1, p->len, f);
@@ -474,6 +486,8 @@ int bootdata_render(const struct bootdata_in *in, char **ret, size_t *ret_len, b
 	if (in->user_data && *in->user_data)
 		parts[n++] = (struct part){bootdata_user_type(in->user_data), "user-data",
 					   in->user_data, strlen(in->user_data)};
+	if (n == 2 && strcmp(parts[1].type, "text/cloud-config") == 0 && (in->ssh_ca || in->n_env))
+		parts[1].merge_type = PLATFORM_FILES_MERGE;
 	if (render_mime(parts, n, ret, ret_len) < 0)
 		return bc_error_set(err, BC_INTERNAL, "out of memory");
 	return 0;

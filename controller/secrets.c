@@ -625,3 +625,30 @@ int secrets_record_minted(struct db *d, const char *tenant, const char *kind,
 	return db_exec(d, NULL, "INSERT INTO secret_refs (id, tenant_id, name, kind, sealed_ref) "
 		       "VALUES ($1, $2, $3, $4, $5)", &p);
 }
+
+int secrets_tenant_deleted(struct db *d, const char *tenant)
+{
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, tenant);
+	if ((rc = db_exec(d, &r, "DELETE FROM secret_refs s WHERE s.tenant_id = $1 AND s.kind = "
+			  "'user' RETURNING " SECRET_COLS ", s.sealed_ref", &p)) < 0)
+		return rc;
+	for (int i = 0; rc >= 0 && i < PQntuples(r); i++) {
+		_cleanup_free_ char *data = NULL;
+		char subject[96];
+
+		rc = sealed_delete(d, db_val(r, i, SEC_NCOLS));
+		if (rc >= 0)
+			rc = evd_secret("secret.deleted", &(struct evd_secret){
+					.name = db_val(r, i, SEC_NAME), .scope = db_val(r, i, SEC_SCOPE),
+					.version = db_i64(r, i, SEC_VERSION)}, &data);
+		snprintf(subject, sizeof(subject), "secret/%s", db_val(r, i, SEC_ID));
+		if (rc >= 0)
+			rc = event_publish(d, "secret.deleted", subject, tenant, data);
+	}
+	PQclear(r);
+	return rc < 0 ? rc : 0;
+}

@@ -90,4 +90,9 @@ void secrets_resolved_free(struct secrets_resolved *r);
 int secrets_record_minted(struct db *d, const char *tenant, const char *kind,
 			  const char *name, const char *ref);
 
+/* A tenant's teardown (teardown.c), in its transaction: every secret the
+ * tenant wrote (both scopes) is deleted with its sealed value, each
+ * publishing secret.deleted. 0 or a db_exec error. */
+int secrets_tenant_deleted(struct db *d, const char *tenant);
+
 #endif

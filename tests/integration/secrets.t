@@ -18,6 +18,7 @@
 #   rotation makes them stale: the next claim retires them and creates
 #   cold, the pool pass replaces them, and the claim after is warm and
 #   fresh; a template without secrets records nothing;
+# - a deleted tenant's secrets go with its teardown;
 # - without a broker (secret_broker = 0): INVALID_CONFIG at the template
 #   write, at instance creation and at Put.
 . "$(dirname "$0")/../lib/stack.sh"
@@ -347,6 +348,21 @@ before=$(q "SELECT count(*) FROM sandboxes")
 api_refused "$A" sandboxes/create "{\"templateId\":\"$t2\"}" 409 INVALID_STATE reason=secret-not-found \
 	'a template naming a deleted secret makes no instance'
 is "$(q "SELECT count(*) FROM sandboxes")" "$before" '... and no sandbox row'
+
+# -- a deleted tenant's secrets go with it
+bcctl tenant create gone >/dev/null || bail_out "tenant gone"
+X=$(tenant_token "$(tenant_identity gone user admin --admin)")
+printf 'gone-%s' "$CANARY" | as "$X" secret put going >/dev/null
+gref=$(q "SELECT sealed_ref FROM secret_refs WHERE tenant_id = 'gone'")
+like "$gref" '^sealed_' "tenant gone has a secret"
+bcctl tenant set-state gone deleting >/dev/null
+tenant_deleted() { [ "$(q "SELECT state FROM tenants WHERE id = 'gone'")" = deleted ]; }
+eventually 120 tenant_deleted
+ok $? 'the tenant is torn down'
+is "$(q "SELECT count(*) FROM secret_refs WHERE tenant_id = 'gone'") $(q "SELECT count(*) FROM sealed_blobs WHERE ref = '$gref'")" \
+	'0 0' 'its secrets are deleted with their sealed values'
+is "$(q "SELECT count(*) FROM events WHERE tenant_id = 'gone' AND type = 'secret.deleted' AND data->>'name' = 'going'")" 1 \
+	'... each publishing secret.deleted'
 
 # -- without a broker: INVALID_CONFIG
 ctl_kill 1 TERM

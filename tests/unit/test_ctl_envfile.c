@@ -6,7 +6,8 @@
  * byte for byte; a file of several assignments gives each its own value;
  * names that are not shell names, NUL bytes and too many entries are
  * refused; the platform cloud-config carrying the file (base64, root,
- * 0600) passes `cloud-init schema`. */
+ * 0600) passes `cloud-init schema`, and cloud-init's own mergers keep it
+ * when the caller's cloud-config writes files of its own. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "controller/bootdata.h"
+#include "err.h"
 #include "tap.h"
 #include "util.h"
 
@@ -181,6 +183,53 @@ static void in_cloud_config(void)
 	ok(write_file(path, cc2, strlen(cc2)) == 0 && system(cmd) == 0, "cloud-init schema accepts it");
 }
 
+/* cloud-init's own mergers over the parts of a rendered MIME multipart, as
+ * its cloud-config part handler applies them (each part's Merge-Type, else
+ * the default): the write_files paths and the hostname of the result. */
+static const char merge_py[] =
+	"import copy, email, sys\n"
+	"sys.path.insert(0, '/usr/lib/python3/dist-packages')\n"
+	"import importlib.util, yaml\n"
+	"from cloudinit import mergers\n"
+	"m = email.message_from_bytes(open(sys.argv[1], 'rb').read())\n"
+	"buf = {}\n"
+	"for p in m.get_payload():\n"
+	"    how = p.get('Merge-Type') or 'dict(replace)+list()+str()'\n"
+	"    mg = mergers.construct(mergers.string_extract_mergers(how))\n"
+	"    buf = mg.merge(buf, yaml.safe_load(p.get_payload(decode=True)))\n"
+	"print(' '.join(w['path'] for w in buf.get('write_files', [])), buf['hostname'])\n";
+
+static void merged_with_user_files(void)
+{
+	const struct bootdata_env e[] = {{"K", "v", 1}};
+	const struct bootdata_in in = {
+		.instance_id = "inst_01jdzq3m5n8p9r7s6t5v4w3x2y", .env = e, .n_env = 1,
+		.user_data = "#cloud-config\nhostname: evil\nwrite_files:\n  - path: /tmp/user\n"
+			     "    content: hi\n"};
+	_cleanup_free_ char *mime = NULL, *path = xasprintf("%s/mime", dir);
+	_cleanup_free_ char *py = xasprintf("%s/merge.py", dir);
+	_cleanup_free_ char *cmd = xasprintf("/usr/bin/python3 %s %s 2>&1", py, path);
+	bc_error err = {0};
+	char out[256] = "";
+	size_t len = 0;
+	FILE *p;
+
+	ok(bootdata_render(&in, &mime, &len, &err) == 0, "user data with write_files renders");
+	ok(strstr(mime, "Merge-Type: " "dict(recurse_array)+list(append)+str()") != NULL,
+	   "the caller's cloud-config carries a Merge-Type");
+	ok(write_file(path, mime, len) == 0 && write_file(py, merge_py, strlen(merge_py)) == 0,
+	   "written");
+	p = popen(cmd, "r");
+	if (p) {
+		if (!fgets(out, sizeof(out), p))
+			out[0] = '\0';
+		pclose(p);
+	}
+	is_str(out, "/etc/sandbox/env /tmp/user inst-01jdzq3m5n8p9r7s6t5v4w3x2y\n",
+	       "cloud-init's mergers keep /etc/sandbox/env beside the caller's files, and the "
+	       "platform's hostname");
+}
+
 int main(void)
 {
 	if (!mkdtemp(dir)) {
@@ -191,6 +240,7 @@ int main(void)
 	several();
 	refusals();
 	in_cloud_config();
+	merged_with_user_files();
 	random_values();
 	_cleanup_free_ char *rm = xasprintf("rm -rf %s", dir);
 	if (system(rm) != 0)
