@@ -80,7 +80,8 @@ static void env_from_text(rpc_call *c, Bc__Compute__V1__SandboxTemplate *t, char
 	for (const char *p = text; *p; p++)
 		n += *p == '\n';
 	t->env = rpc_alloc(c, (n + 1) * sizeof(*t->env));
-	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+	for (char *save = NULL, *line = strtok_r(text, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
 		Bc__Compute__V1__SandboxTemplate__EnvEntry *e =
 			rpc_new(c, &bc__compute__v1__sandbox_template__env_entry__descriptor);
 		char *tab = strchr(line, '\t');
