@@ -86,6 +86,7 @@ out=$(as "$A" --format json secret list)
 is "$(json_items "$out" | jq -r '.name + " " + (.version|tostring)' | tr '\n' ,)" 'api-key 2,db.password 1,' \
 	'List: names and versions, by name'
 unlike "$out" "$CANARY" 'List carries no value'
+like "$(as "$A" secret list)" 'api-key +tenant +2 ' 'the table shows name, scope and version'
 out=$(api "$A" secrets/list '{}')
 unlike "$out" "$CANARY" 'nor over JSON/HTTP'
 is "$(printf '%s\n' "$out" | sed '$d' | jq -r '[.items[] | keys[]] | unique | join(",")')" \
@@ -239,6 +240,8 @@ is "$(q "SELECT count(*) FROM instances i WHERE i::text LIKE '%$CANARY%'")" 0 'n
 is "$(q "SELECT count(*) FROM sandbox_templates t WHERE t::text LIKE '%$CANARY%'")" 0 'nor the templates table'
 is "$(grep -c "$CANARY" "$STACK_DIR"/ctl-1.log "$STACK_DIR"/bcd-1.log | awk -F: '{s += $2} END {print s}')" 0 \
 	'nor a log line of the controller or the agent'
+is "$(grep -c -e "$(printf 'pw-%s' "$CANARY" | b64)" -e "$(b64 <"$STACK_DIR/v1")" "$STACK_DIR"/ctl-1.log)" 0 \
+	'... not even base64-encoded as JSON/HTTP carried it'
 out=$(as "$A" --format json sandbox-template get "$tmpl"; as "$A" --format json sandbox get "$sbx";
 	as "$A" --format json sandbox templates; as "$A" --format json instance get "$inst")
 unlike "$out" "$CANARY" 'nor Get and List of templates, sandboxes and instances'
