@@ -19,6 +19,8 @@
 #                             bench/bench_seal.c)               aes-256-gcm, 16 KiB blocks
 #   Warm claim -> ready      1/8/32/64 clients (bench/warm.sh) vs bare PostgreSQL
 #                            transactions doing the same row updates
+#   Warm claim, 3 secrets    1/8 clients (bench/warm.sh)      vs the same claim of a
+#                                                              template naming none
 #   Sandbox create -> ready   1/8/32 clients (bench/sandboxes.sh) vs a bare PostgreSQL
 #                                                              transaction of the same rows
 #   sandbox reconciler pass   10,000 live sandboxes          vs one scan of them

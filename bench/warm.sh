@@ -15,6 +15,15 @@
 #                         sandbox, node generation, event; then the
 #                         report's instance running, sandbox ready, event)
 #
+#   warm claim, 3 secrets Sandboxes.Create with wait against a template whose
+#                         env names 3 secrets (the claim retires stale
+#                         instances first and skips stale ones), beside
+#                         the same claim against the template above that
+#                         names none, at BENCH_WARM_SECRETS_CONCURRENCY
+#                         (1 8) clients, BENCH_WARM_SECRETS_POOL (32)
+#                         claims each: a template without secrets pays for
+#                         no check, so its row is the one above within noise
+#
 # Each row waits until the pool is full again, so every claim of a row can
 # find a paused instance; the template is deleted afterwards (its pool
 # drains) so later rows do not carry it.
@@ -26,11 +35,11 @@ SBX_BENCH=${SBX_BENCH:-$BC_SRC/build/bench/sbx_bench}
 warm_tmpl=$(bcctl --format json sandbox-template create --name bench-warm --pool "$POOL_ID" \
 	--flavor "$FLAVOR_NAME" --image "$img" --warm-min "$BENCH_WARM_POOL" \
 	--warm-max "$BENCH_WARM_POOL" | jq -r .id)
-warm_full() {
+warm_full() { # [TEMPLATE [N]]: at least N (BENCH_WARM_POOL) claimable instances
 	[ "$(psql -d bc -XAtq -c "SELECT count(*) FROM instances i JOIN sandbox_templates t ON
-		t.id = i.warm_template_id WHERE t.id = '$warm_tmpl' AND i.state = 'paused' AND
+		t.id = i.warm_template_id WHERE t.id = '${1:-$warm_tmpl}' AND i.state = 'paused' AND
 		i.desired_state = 'paused' AND i.warm_instance_version = t.instance_version")" \
-		-ge "$BENCH_WARM_POOL" ]
+		-ge "${2:-$BENCH_WARM_POOL}" ]
 }
 # stack_cpu: "postgres controller bcd" CPU in ms (user + system) so far of
 # this stack's daemons (the postmaster and its children, ctl-1, bcd-1)
@@ -90,5 +99,37 @@ for c in $BENCH_WARM_CONCURRENCY; do
 		[ "$tot" -gt 0 ] && row "  CPU-bound p50 floor, $(nproc) cores" us \
 			$(( c * tot / $(nproc) )) "" ""
 	fi
+done
+
+# a template naming 3 secrets beside the one above, which names none
+: "${BENCH_WARM_SECRETS_CONCURRENCY:=1 8}"
+: "${BENCH_WARM_SECRETS_POOL:=32}"
+for i in 1 2 3; do
+	printf 'bench-secret-value-%s' "$i" | bcctl secret put "bench-secret-$i" >/dev/null
+done
+sec_tmpl=$(bcctl --format json sandbox-template create --name bench-warm-secrets --pool "$POOL_ID" \
+	--flavor "$FLAVOR_NAME" --image "$img" --env S1=secret://root/bench-secret-1 \
+	--env S2=secret://root/bench-secret-2 --env S3=secret://root/bench-secret-3 \
+	--warm-min "$BENCH_WARM_SECRETS_POOL" --warm-max "$BENCH_WARM_SECRETS_POOL" | jq -r .id)
+for c in $BENCH_WARM_SECRETS_CONCURRENCY; do
+	log "warm claim, 3 secrets vs none x $BENCH_WARM_SECRETS_POOL, concurrency $c"
+	eventually 600 warm_full "$warm_tmpl" "$BENCH_WARM_SECRETS_POOL" ||
+		log "the warm pool did not fill up"
+	w0=$(BC_BENCH=$SBX_BENCH run warm-claim-nosec warm --target "$BC_URL" "${tls[@]}" \
+		--template "$warm_tmpl" --concurrency "$c" --count "$BENCH_WARM_SECRETS_POOL")
+	eventually 600 warm_full "$sec_tmpl" "$BENCH_WARM_SECRETS_POOL" ||
+		log "the secrets template's warm pool did not fill up"
+	w3=$(BC_BENCH=$SBX_BENCH run warm-claim-3sec warm --target "$BC_URL" "${tls[@]}" \
+		--template "$sec_tmpl" --concurrency "$c" --count "$BENCH_WARM_SECRETS_POOL")
+	for m in per_s p50_us p99_us; do
+		row "Warm claim, 3 secrets, conc $c" "$m" "$(field "$w3" "$m")" \
+			"same, template naming none" "$(field "$w0" "$m")"
+	done
+	row "Warm claim, 3 secrets, conc $c" warm_answers "$(field "$w3" warm)" "vs none" \
+		"$(field "$w0" warm)"
+done
+bcctl sandbox-template delete "$sec_tmpl" >/dev/null
+for i in 1 2 3; do
+	bcctl secret delete "bench-secret-$i" >/dev/null
 done
 bcctl sandbox-template delete "$warm_tmpl" >/dev/null

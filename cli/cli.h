@@ -210,7 +210,7 @@ int cli_res_call(struct cli_ctx *ctx, int argc, char **argv);
 /* The resources, each in its noun's file. */
 extern const struct cli_resource cli_pools, cli_flavors, cli_images, cli_nodes, cli_instances,
 	cli_templates, cli_sandboxes, cli_tenants, cli_identities, cli_delegations, cli_tokens,
-	cli_policies;
+	cli_policies, cli_secrets;
 
 /* The usual --limit and --cursor flags of a List (cli_field rows). */
 #define CLI_FIELD_LIMIT(max_, help_)                                                         \
@@ -233,6 +233,9 @@ int cli_node_join_token(struct cli_ctx *ctx, int argc, char **argv);
 int cli_node_set_capacity(struct cli_ctx *ctx, int argc, char **argv);
 
 /* sandbox.c */
+/* secret.c */
+int cli_secret_put(struct cli_ctx *ctx, int argc, char **argv);
+int cli_secret_delete(struct cli_ctx *ctx, int argc, char **argv);
 int cli_template_create(struct cli_ctx *ctx, int argc, char **argv);
 int cli_template_update(struct cli_ctx *ctx, int argc, char **argv);
 int cli_sandbox_create(struct cli_ctx *ctx, int argc, char **argv);

@@ -65,13 +65,21 @@ static const struct cli_verb verbs[] = {
 	 "Pause a running instance (Instances.Pause).", &cli_instances},
 	{"instance", "resume", cli_res_call, "ID [--tenant T]",
 	 "Resume a paused instance (Instances.Resume).", &cli_instances},
+	{"secret", "put", cli_secret_put, "NAME [--from-file F] [--fleet] [--tenant T] < VALUE",
+	 "Write a secret, or rotate it (Secrets.Put). The value is read from standard input or "
+	 "--from-file, never from the command line, and can never be read back."},
+	{"secret", "list", cli_res_list, "[--fleet] [--tenant T]",
+	 "List secrets: names, versions and times, never values.", &cli_secrets},
+	{"secret", "delete", cli_secret_delete, "NAME|ID [--fleet] [--tenant T]",
+	 "Delete a secret; warm instances given it are retired."},
 	{"sandbox-template", "create", cli_template_create,
 	 "--name N --pool ID --flavor F --image I [--user-data-file F] "
-	 "[--network egress|private|none] [--default-ttl 1h] [--max-ttl 24h] [--warm-min N "
-	 "[--warm-max N]] [--tenant T]",
+	 "[--env NAME=secret://T/SECRET]... [--network egress|private|none] [--default-ttl 1h] "
+	 "[--max-ttl 24h] [--warm-min N [--warm-max N]] [--tenant T]",
 	 "Create a sandbox template (SandboxTemplates.Create)."},
 	{"sandbox-template", "update", cli_template_update,
-	 "ID [--flavor F] [--image I] [--user-data-file F | --no-user-data] [--network P] "
+	 "ID [--flavor F] [--image I] [--user-data-file F | --no-user-data] "
+	 "[--env NAME=secret://T/SECRET... | --no-env] [--network P] "
 	 "[--default-ttl D] [--max-ttl D] [--warm-min N [--warm-max N]] [--tenant T]",
 	 "Change only the fields given; raises the template's version."},
 	{"sandbox-template", "get", cli_res_call, "ID [--tenant T]",

@@ -105,6 +105,38 @@ static int warm_set(struct cli_ctx *ctx, const struct warm_args *w,
 
 /* -------------------------------------------------------------- templates */
 
+#define ENV_FLAG(v)                                                                          \
+	{.name = "env", .type = CLI_STRS, .dst = (v), .meta = "NAME=secret://T/SECRET",       \
+	 .help = "an environment variable of /etc/sandbox/env, from a secret of the tenant "     \
+		 "(id or name); its value is resolved when each instance boots"}
+
+/* --env NAME=REF values split at the first '=' (in place): the names
+ * stay in env->v, *vals the references. 0 or a usage error. */
+static int env_split(struct cli_ctx *ctx, struct cli_strv *env, char **vals)
+{
+	for (size_t i = 0; i < env->n; i++) {
+		char *eq = strchr(env->v[i], '=');
+		if (!eq || eq == env->v[i])
+			return cli_usage_error(ctx, "--env wants NAME=secret://TENANT/SECRET");
+		*eq = '\0';
+		vals[i] = eq + 1;
+	}
+	return 0;
+}
+
+/* The request's env map from env_split's halves (e, p: its entries). */
+#define ENV_FILL(req, e, p, envv, vals, INIT)                                                \
+	do {                                                                                 \
+		for (size_t i_ = 0; i_ < (envv)->n; i_++) {                                  \
+			(e)[i_] = (__typeof__(*(e)))INIT;                                    \
+			(e)[i_].key = (envv)->v[i_];                                         \
+			(e)[i_].value = (vals)[i_];                                          \
+			(p)[i_] = &(e)[i_];                                                  \
+		}                                                                            \
+		(req)->env = (p);                                                            \
+		(req)->n_env = (envv)->n;                                                    \
+	} while (0)
+
 int cli_template_create(struct cli_ctx *ctx, int argc, char **argv)
 {
 	Bc__Compute__V1__CreateSandboxTemplateRequest req =
@@ -114,6 +146,10 @@ int cli_template_create(struct cli_ctx *ctx, int argc, char **argv)
 	_cleanup_free_ char *user_data = NULL;
 	int64_t ttl = 0, max_ttl = 0;
 	struct warm_args wa = {0};
+	struct cli_strv env = {0};
+	char *vals[CLI_MAX_REPEAT];
+	Bc__Compute__V1__CreateSandboxTemplateRequest__EnvEntry ev[CLI_MAX_REPEAT];
+	Bc__Compute__V1__CreateSandboxTemplateRequest__EnvEntry *evp[CLI_MAX_REPEAT];
 	int network = 0;
 	const struct cli_flag flags[] = {
 		{.name = "name", .type = CLI_STR, .dst = &name, .meta = "N", .required = true,
@@ -125,7 +161,9 @@ int cli_template_create(struct cli_ctx *ctx, int argc, char **argv)
 		{.name = "image", .type = CLI_STR, .dst = &image, .meta = "I", .required = true,
 		 .help = "image id or name"},
 		{.name = "user-data-file", .type = CLI_FILE, .dst = &user_data, .meta = "F",
-		 .max = CLI_USER_DATA_MAX, .help = "cloud-init user data (at most 64 KiB)"},
+		 .max = CLI_USER_DATA_MAX, .help = "cloud-init user data (at most 64 KiB), or a "
+		 "file holding secret://T/SECRET to boot with that secret as user data"},
+		ENV_FLAG(&env),
 		{.name = "network", .type = CLI_CHOICE, .dst = &network, .choices = networks,
 		 .meta = "egress|private|none", .help = "network policy (default egress)"},
 		{.name = "default-ttl", .type = CLI_DUR, .dst = &ttl, .meta = "D", .min = 1000,
@@ -139,8 +177,12 @@ int cli_template_create(struct cli_ctx *ctx, int argc, char **argv)
 
 	if (r == 0)
 		r = warm_set(ctx, &wa, &warm, &req.warm);
+	if (r == 0)
+		r = env_split(ctx, &env, vals);
 	if (r != 0)
 		return r;
+	ENV_FILL(&req, ev, evp, &env, vals,
+		 BC__COMPUTE__V1__CREATE_SANDBOX_TEMPLATE_REQUEST__ENV_ENTRY__INIT);
 	req.tenant_id = tenant ? tenant : (char *)"";
 	req.name = name;
 	req.pool_id = pool;
@@ -162,8 +204,12 @@ int cli_template_update(struct cli_ctx *ctx, int argc, char **argv)
 	char *tenant = NULL, *id = NULL, *flavor = NULL, *image = NULL;
 	_cleanup_free_ char *user_data = NULL;
 	int64_t ttl = 0, max_ttl = 0;
-	bool ttl_seen = false, max_seen = false, net_seen = false, no_ud = false;
+	bool ttl_seen = false, max_seen = false, net_seen = false, no_ud = false, no_env = false;
 	struct warm_args wa = {0};
+	struct cli_strv env = {0};
+	char *vals[CLI_MAX_REPEAT];
+	Bc__Compute__V1__UpdateSandboxTemplateRequest__EnvEntry ev[CLI_MAX_REPEAT];
+	Bc__Compute__V1__UpdateSandboxTemplateRequest__EnvEntry *evp[CLI_MAX_REPEAT];
 	int network = 0;
 	const struct cli_flag flags[] = {
 		{.name = "ID", .type = CLI_ARG, .dst = &id, .required = true, .help = "template id"},
@@ -175,6 +221,9 @@ int cli_template_update(struct cli_ctx *ctx, int argc, char **argv)
 		 .max = CLI_USER_DATA_MAX, .help = "new cloud-init user data"},
 		{.name = "no-user-data", .type = CLI_BOOL, .dst = &no_ud,
 		 .help = "clear the user data"},
+		ENV_FLAG(&env),
+		{.name = "no-env", .type = CLI_BOOL, .dst = &no_env,
+		 .help = "clear the env (--env replaces it whole)"},
 		{.name = "network", .type = CLI_CHOICE, .dst = &network, .choices = networks,
 		 .meta = "egress|private|none", .seen = &net_seen, .help = "new network policy"},
 		{.name = "default-ttl", .type = CLI_DUR, .dst = &ttl, .meta = "D", .min = 1000,
@@ -190,9 +239,16 @@ int cli_template_update(struct cli_ctx *ctx, int argc, char **argv)
 		return r;
 	if (user_data && no_ud)
 		return cli_usage_error(ctx, "--user-data-file and --no-user-data exclude each other");
+	if (env.n && no_env)
+		return cli_usage_error(ctx, "--env and --no-env exclude each other");
 	r = warm_set(ctx, &wa, &warm, &req.warm);
+	if (r == 0)
+		r = env_split(ctx, &env, vals);
 	if (r != 0)
 		return r;
+	ENV_FILL(&req, ev, evp, &env, vals,
+		 BC__COMPUTE__V1__UPDATE_SANDBOX_TEMPLATE_REQUEST__ENV_ENTRY__INIT);
+	req.clear_env = no_env;
 	req.tenant_id = tenant ? tenant : (char *)"";
 	req.template_id = id;
 	if (flavor) {

@@ -18,6 +18,7 @@
 #include "bootdata.h"
 #include "db.h"
 #include "sealed.h"
+#include "secrets.h"
 #include "util.h"
 #include "validate.h"
 
@@ -206,8 +207,15 @@ static int write_file_entry(FILE *f, const char *path, const char *perm, const c
 	return 0;
 }
 
-/* The sandbox SSH CA: the account, the files sshd needs, the reload. */
-static int ssh_ca_part(FILE *f, const struct bootdata_in *in)
+/* The sandbox SSH CA's account (an entry of users:). */
+static void ssh_ca_user(FILE *f, const struct bootdata_in *in)
+{
+	fprintf(f, "  - name: \"%s\"\n    lock_passwd: true\n    shell: /bin/bash\n",
+		in->ssh_ca->account);
+}
+
+/* The files sshd needs to trust the sandbox SSH CA (entries of write_files:). */
+static int ssh_ca_files(FILE *f, const struct bootdata_in *in)
 {
 	const struct bootdata_ssh_ca *ca = in->ssh_ca;
 	_cleanup_free_ char *key = xasprintf("%s\n", ca->ca_public_key);
@@ -215,17 +223,32 @@ static int ssh_ca_part(FILE *f, const struct bootdata_in *in)
 	_cleanup_free_ char *ppath = xasprintf("/etc/ssh/bc_sandbox_principals/%s", ca->account);
 	int r;
 
-	fprintf(f, "  - name: \"%s\"\n    lock_passwd: true\n    shell: /bin/bash\n",
-		ca->account);
-	fputs("write_files:\n", f);
 	if ((r = write_file_entry(f, "/etc/ssh/bc_sandbox_ca.pub", "0644", key)) < 0 ||
 	    (r = write_file_entry(f, ppath, "0644", principal)) < 0 ||
 	    (r = write_file_entry(f, "/etc/ssh/sshd_config.d/10-bc-sandbox.conf", "0644",
 				  "TrustedUserCAKeys /etc/ssh/bc_sandbox_ca.pub\n"
 				  "AuthorizedPrincipalsFile /etc/ssh/bc_sandbox_principals/%u\n")) < 0)
 		return r;
-	fputs("runcmd:\n  - [sh, -c, \"systemctl reload ssh || systemctl reload sshd || "
-	      "true\"]\n", f);
+	return 0;
+}
+
+/* /etc/sandbox/env as a write_files entry: base64 (encoding: b64), so
+ * every byte of every value reaches the file as it is, whatever YAML
+ * allows in a scalar. The rendered text is wiped once encoded. */
+static int env_file(FILE *f, const struct bootdata_in *in)
+{
+	_cleanup_free_ char *text = NULL, *b64 = NULL;
+	size_t len = 0;
+	int r;
+
+	if ((r = bootdata_env_render(in->env, in->n_env, &text, &len)) < 0)
+		return r;
+	b64 = xmalloc(4 * ((len + 2) / 3) + 1);
+	EVP_EncodeBlock((unsigned char *)b64, (const unsigned char *)text, (int)len);
+	fprintf(f, "  - path: %s\n    owner: \"root:root\"\n    permissions: \"0600\"\n"
+		"    encoding: b64\n    content: %s\n", BOOTDATA_ENV_PATH, b64);
+	OPENSSL_cleanse(text, len);
+	OPENSSL_cleanse(b64, strlen(b64));
 	return 0;
 }
 
@@ -247,8 +270,17 @@ static int cloud_config_body(FILE *f, const struct bootdata_in *in)
 	}
 	/* the image's default user gets the keys above */
 	fputs("users:\n  - default\n", f);
+	if (in->ssh_ca)
+		ssh_ca_user(f, in);
+	if (r == 0 && (in->ssh_ca || in->n_env > 0))
+		fputs("write_files:\n", f);
 	if (r == 0 && in->ssh_ca)
-		r = ssh_ca_part(f, in);
+		r = ssh_ca_files(f, in);
+	if (r == 0 && in->n_env > 0)
+		r = env_file(f, in);
+	if (r == 0 && in->ssh_ca)
+		fputs("runcmd:\n  - [sh, -c, \"systemctl reload ssh || systemctl reload sshd || "
+		      "true\"]\n", f);
 	return r;
 }
 
@@ -277,6 +309,62 @@ int bootdata_cloud_config(const struct bootdata_in *in, char **ret)
 	return 0;
 }
 
+/* ------------------------------------------------------ /etc/sandbox/env */
+
+bool bootdata_env_name_ok(const char *name)
+{
+	size_t n = strlen(name);
+
+	if (n == 0 || n > BOOTDATA_ENV_NAME_MAX || (name[0] >= '0' && name[0] <= '9'))
+		return false;
+	return strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") == n;
+}
+
+/* value in single quotes: inside them the shell takes every byte as it is
+ * (newlines, $, `, \, non-ASCII) except ', which closes them: '\'' writes
+ * one (close, an escaped quote, reopen). */
+static void sh_quote(FILE *f, const char *v, size_t len)
+{
+	fputc('\'', f);
+	for (size_t i = 0; i < len; i++) {
+		if (v[i] == '\'')
+			fputs("'\\''", f);
+		else
+			fputc(v[i], f);
+	}
+	fputc('\'', f);
+}
+
+int bootdata_env_render(const struct bootdata_env *env, size_t n, char **ret, size_t *ret_len)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	if (n > BOOTDATA_ENV_MAX)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if (!bootdata_env_name_ok(env[i].name) || memchr(env[i].value, '\0', env[i].len))
+			return -EINVAL;
+	f = open_memstream(&buf, &len);
+	if (!f)
+		return -ENOMEM;
+	fputs("# " BOOTDATA_ENV_PATH ": the sandbox template's env (set -a; . " BOOTDATA_ENV_PATH
+	      ")\n", f);
+	for (size_t i = 0; i < n; i++) {
+		fprintf(f, "%s=", env[i].name);
+		sh_quote(f, env[i].value, env[i].len);
+		fputc('\n', f);
+	}
+	if (fclose(f) != 0) {
+		free(buf);
+		return -ENOMEM;
+	}
+	*ret = buf;
+	*ret_len = len;
+	return 0;
+}
+
 /* ---------------------------------------------------------------- MIME */
 
 struct part {
@@ -284,7 +372,15 @@ struct part {
 	const char *filename;
 	const char *body;
 	size_t len;
+	const char *merge_type;   /* a Merge-Type header, or NULL */
 };
+
+/* How the caller's cloud-config merges into the platform's when the
+ * platform writes files of its own (the sandbox SSH CA's, /etc/sandbox/env):
+ * cloud-init's default (dict(replace)+list()+str()) would let the caller's
+ * write_files list replace the platform's and drop those files; with this
+ * one the caller's lists are appended and the platform's own keys stay. */
+#define PLATFORM_FILES_MERGE "dict(recurse_array)+list(append)+str()"
 
 /* base64 of body in lines of B64_LINE characters. */
 static void write_b64(FILE *f, const char *body, size_t len)
@@ -303,9 +399,13 @@ static void write_part(FILE *f, const char *boundary, const struct part *p)
 {
 	bool ascii = is_ascii(p->body, p->len);
 
-	fprintf(f, "--%s\nContent-Type: %s; charset=\"utf-8\"\nMIME-Version: 1.0\n"
+	if (p->merge_type)
+		fprintf(f, "--%s\nMerge-Type: %s\n", boundary, p->merge_type);
+	else
+		fprintf(f, "--%s\n", boundary);
+	fprintf(f, "Content-Type: %s; charset=\"utf-8\"\nMIME-Version: 1.0\n"
 		"Content-Transfer-Encoding: %s\nContent-Disposition: attachment; "
-		"filename=\"%s\"\n\n", boundary, p->type, ascii ? "7bit" : "base64", p->filename);
+		"filename=\"%s\"\n\n", p->type, ascii ? "7bit" : "base64", p->filename);
 	if (ascii) {
 		/* the newline before the next delimiter belongs to it */
 		fwrite(p->body, 1, p->len, f);
@@ -386,6 +486,8 @@ int bootdata_render(const struct bootdata_in *in, char **ret, size_t *ret_len, b
 	if (in->user_data && *in->user_data)
 		parts[n++] = (struct part){bootdata_user_type(in->user_data), "user-data",
 					   in->user_data, strlen(in->user_data)};
+	if (n == 2 && strcmp(parts[1].type, "text/cloud-config") == 0 && (in->ssh_ca || in->n_env))
+		parts[1].merge_type = PLATFORM_FILES_MERGE;
 	if (render_mime(parts, n, ret, ret_len) < 0)
 		return bc_error_set(err, BC_INTERNAL, "out of memory");
 	return 0;
@@ -400,9 +502,15 @@ int bootdata_seal(struct db *d, const struct bootdata_in *in, const char *tenant
 	size_t len = 0;
 	int r;
 
+	char name[96];
+
 	if ((r = bootdata_render(in, &data, &len, err)) < 0)
 		return r;
 	r = sealed_put(d, &o, data, len, ret_ref);
 	OPENSSL_cleanse(data, len);
+	/* recorded as platform-minted, so that no template can name it */
+	snprintf(name, sizeof(name), "user-data.%s", in->instance_id);
+	if (r == 0 && tenant_id)
+		r = secrets_record_minted(d, tenant_id, "sealed-user-data", name, ret_ref);
 	return r < 0 ? db_fail(err, r) : 0;
 }

@@ -7,6 +7,7 @@
 #ifndef BC_CTL_BOOTDATA_H
 #define BC_CTL_BOOTDATA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "db.h"
@@ -24,13 +25,38 @@ struct bootdata_ssh_ca {
 	const char *ca_public_key;  /* one OpenSSH public key line */
 };
 
+/* One /etc/sandbox/env assignment: a shell variable name and the value's
+ * bytes (any but NUL; not NUL-terminated necessarily). */
+struct bootdata_env {
+	const char *name;
+	const char *value;
+	size_t len;
+};
+
+#define BOOTDATA_ENV_MAX 64             /* assignments in /etc/sandbox/env */
+#define BOOTDATA_ENV_NAME_MAX 128       /* bytes of one variable name */
+#define BOOTDATA_ENV_PATH "/etc/sandbox/env"
+
 struct bootdata_in {
 	const char *instance_id;
 	const char *const *ssh_keys;   /* OpenSSH public key lines */
 	size_t n_ssh_keys;
 	const char *user_data;         /* the caller's part; NULL or "" for none */
 	const struct bootdata_ssh_ca *ssh_ca;   /* NULL: no sandbox CA */
+	const struct bootdata_env *env;  /* written to BOOTDATA_ENV_PATH */
+	size_t n_env;                    /* 0: no such file */
 };
+
+/* A shell variable name: [A-Za-z_][A-Za-z0-9_]*, at most
+ * BOOTDATA_ENV_NAME_MAX bytes. */
+bool bootdata_env_name_ok(const char *name);
+
+/* The text of /etc/sandbox/env: a comment line, then one NAME='value'
+ * line per entry, each value single-quoted with every ' written '\'' so
+ * that `. file` gives the variable exactly the value's bytes back. *ret
+ * malloc'd (NUL-terminated), *ret_len its length. -EINVAL for a bad name
+ * or a value holding a NUL byte (no shell variable can). */
+int bootdata_env_render(const struct bootdata_env *env, size_t n, char **ret, size_t *ret_len);
 
 /* Check the caller's user data before anything is written: at most
  * BOOTDATA_USER_MAX bytes of UTF-8 whose first line names a type cloud-init
@@ -55,7 +81,8 @@ int bootdata_cloud_config(const struct bootdata_in *in, char **ret);
 int bootdata_render(const struct bootdata_in *in, char **ret, size_t *ret_len, bc_error *err);
 
 /* Render and seal for instance in->instance_id of tenant_id, inside the
- * caller's transaction; ret_ref names the sealed blob. */
+ * caller's transaction; ret_ref names the sealed blob, which is recorded
+ * as a platform-minted secret of tenant_id (kind sealed-user-data). */
 int bootdata_seal(struct db *d, const struct bootdata_in *in, const char *tenant_id,
 		  char ret_ref[SEALED_REF_MAX], bc_error *err);
 

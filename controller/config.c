@@ -64,6 +64,8 @@ static const struct conf_key keys[] = {
 	I(idempotency_retention_seconds, "604800", 0, 1 << 30),
 	I(events_retention_seconds, "2592000", 0, 1 << 30),
 	I(policy_attach_max, "256", 1, 100000),
+	/* the secret broker (docs/secrets.md): 0 = none configured */
+	I(secret_broker, "1", 0, 1),
 };
 
 static int key_set(struct ctl_config *c, const char *name, const char *value)

@@ -48,6 +48,7 @@ struct ctl_config {
 	    default_quota_sandboxes;                    /* a tenant without its own quota */
 	int idempotency_retention_seconds, events_retention_seconds;
 	int policy_attach_max;                          /* policies applying to one identity */
+	int secret_broker;           /* 1: a secret broker is configured (secrets.c) */
 };
 
 /* Load defaults, then the file at path (if not NULL), then argv flags

@@ -186,3 +186,22 @@ int evd_iam(const char *type, const struct evd_iam *in, char **ret_json)
 		jsonw_str(&w, "budgetCheck", in->budget_check);
 	return jsonw_end(&w, ret_json);
 }
+
+/* secret.put and secret.deleted: name, scope, version; never the value */
+static const struct evd_type secret_types[] = {
+	{"secret.put", 0},
+	{"secret.deleted", 0},
+};
+
+int evd_secret(const char *type, const struct evd_secret *in, char **ret_json)
+{
+	struct jsonw w;
+
+	if (keys_of(secret_types, NELEM(secret_types), type) < 0)
+		return -EINVAL;
+	jsonw_begin(&w);
+	jsonw_str(&w, "name", in->name);
+	jsonw_str(&w, "scope", in->scope);
+	jsonw_i64(&w, "version", in->version);
+	return jsonw_end(&w, ret_json);
+}

@@ -97,4 +97,16 @@ struct evd_iam {
  * another type, or the writer's -errno. */
 int evd_iam(const char *type, const struct evd_iam *in, char **ret_json);
 
+/* A secret's fields its events carry: the name, scope and version, never
+ * the value (secret.put, secret.deleted). */
+struct evd_secret {
+	const char *name, *scope;
+	int64_t version;
+};
+
+/* The data of secret event type (secret.put, secret.deleted). 0 and
+ * *ret_json (caller frees), -EINVAL for another type, or the writer's
+ * -errno. */
+int evd_secret(const char *type, const struct evd_secret *in, char **ret_json);
+
 #endif

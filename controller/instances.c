@@ -255,7 +255,7 @@ static int seal_user_data(struct db *d, const struct inst_new *n, char ref[SEALE
 {
 	const struct bootdata_in in = {.instance_id = n->id, .ssh_keys = n->ssh_keys,
 				       .n_ssh_keys = n->n_ssh_keys, .user_data = n->user_data,
-				       .ssh_ca = n->ssh_ca};
+				       .ssh_ca = n->ssh_ca, .env = n->env, .n_env = n->n_env};
 
 	return bootdata_seal(d, &in, n->tenant, ref, err);
 }

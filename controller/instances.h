@@ -23,6 +23,8 @@ struct inst_new {
 	const char *policy;              /* egress | private | none */
 	const char *user_data;           /* the caller's part, checked (bootdata_check_user) */
 	const struct bootdata_ssh_ca *ssh_ca;   /* the sandbox SSH CA part, or NULL */
+	const struct bootdata_env *env;  /* /etc/sandbox/env (a template's resolved env) */
+	size_t n_env;
 	const char *const *ssh_keys;
 	size_t n_ssh_keys;
 	const char *sandbox_id;          /* the sandbox it drives, or NULL */

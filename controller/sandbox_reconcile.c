@@ -29,6 +29,7 @@
 #include "metrics.h"
 #include "sandbox_reconcile.h"
 #include "sandboxes.h"
+#include "secrets.h"
 #include "util.h"
 #include "warm.h"
 
@@ -128,7 +129,7 @@ static int settle_tx(struct db *d, void *arg, bc_error *err)
 /* The leader's last pass, for /metrics (this replica's own figures). */
 static int64_t last_pass_us, passes;
 
-static void pass(struct db *d, int period)
+static void pass(const struct ctl_app *app, struct db *d, int period)
 {
 	int64_t t0 = mono_us();
 	int min_lead = 2 * period, expired = 0;
@@ -144,7 +145,7 @@ static void pass(struct db *d, int period)
 		log_warn("sandboxes: settle pass failed: %s", err.message);
 	if (expired)
 		log_info("sandboxes: %d expired", expired);
-	warm_pass(d);
+	warm_pass(d, secrets_broker(app));
 	__atomic_store_n(&last_pass_us, mono_us() - t0, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&passes, 1, __ATOMIC_RELAXED);
 	log_debug("sandboxes: pass took %lld us", (long long)(mono_us() - t0));
@@ -241,7 +242,7 @@ void *sbx_reconcile_thread(void *arg)
 		if (!was_leader)
 			log_info("sandboxes: replica %s runs the sandbox reconciler", app->cfg.replica);
 		was_leader = true;
-		pass(d, period);
+		pass(app, d, period);
 		if (!wait_wake(app, d, deadline_in(period * 1000LL))) {
 			db_close(d);
 			d = NULL;

@@ -35,6 +35,7 @@
 #include "quota.h"
 #include "rowmsg.h"
 #include "sandboxes.h"
+#include "secrets.h"
 #include "util.h"
 #include "validate.h"
 #include "waiter.h"
@@ -231,7 +232,8 @@ static int check_create(const Bc__Compute__V1__CreateSandboxRequest *q, bc_error
 /* The template a create uses, read FOR SHARE so it cannot change under us. */
 enum {
 	TQ_POOL_ID, TQ_FLAVOR, TQ_IMAGE_ID, TQ_NETWORK, TQ_DEFAULT_TTL, TQ_MAX_TTL, TQ_USER_DATA,
-	TQ_VCPUS, TQ_MEMORY_MIB, TQ_DISK_GIB, TQ_GPUS, TQ_WARM_MAX, TQ_INSTANCE_VERSION
+	TQ_VCPUS, TQ_MEMORY_MIB, TQ_DISK_GIB, TQ_GPUS, TQ_WARM_MAX, TQ_INSTANCE_VERSION,
+	TQ_ENV, TQ_NAMES_SECRETS
 }; /* load_template's columns, in its SELECT's order */
 static int load_template(struct db *d, struct screate *a, PGresult **ret, bc_error *err)
 {
@@ -241,7 +243,8 @@ static int load_template(struct db *d, struct screate *a, PGresult **ret, bc_err
 	dbp_str(&p, a->tenant);
 	return db_one(d, ret, "SELECT t.pool_id, f.name, t.image_id, t.network, "
 		      "t.default_ttl_seconds, t.max_ttl_seconds, t.user_data, f.vcpus, "
-		      "f.memory_mib, f.disk_gib, f.gpus, t.warm_max, t.instance_version FROM "
+		      "f.memory_mib, f.disk_gib, f.gpus, t.warm_max, t.instance_version, t.env::text, "
+		      "t.names_secrets FROM "
 		      "sandbox_templates t JOIN flavors f ON "
 		      "f.id = t.flavor_id WHERE t.id = $1 AND t.tenant_id = $2 AND t.deleted_at IS "
 		      "NULL FOR SHARE OF t", &p, err, "sandbox template %s not found",
@@ -402,6 +405,50 @@ static int stage_and_claim(struct db *d, struct screate *a, const PGresult *t, i
 	return rc;
 }
 
+/* A template naming secrets: a claim first retires stale warm instances
+ * (WARM_CLAIM_RETIRE_MAX; the claim itself skips any other stale one), and
+ * only with a broker configured (INVALID_CONFIG, as a cold create's). */
+static int before_claim(struct db *d, struct screate *a, const PGresult *t, bc_error *err)
+{
+	struct secrets_resolved none;
+	int n = 0, rc;
+
+	if (!db_bool(t, 0, TQ_NAMES_SECRETS))
+		return 0;
+	if (!secrets_broker(ctl_app(a->call)))
+		return secrets_resolve(false, d, a->tenant, db_val(t, 0, TQ_ENV),
+				       db_val(t, 0, TQ_USER_DATA), &none, err);
+	if (db_i64(t, 0, TQ_WARM_MAX) == 0)
+		return 0;
+	rc = warm_retire_stale(d, a->q->template_id, WARM_CLAIM_RETIRE_MAX, &n, err);
+	if (rc == 0 && n > 0)
+		log_info("sandbox %s: %d stale warm instances of template %s retired", a->id, n,
+			 a->q->template_id);
+	return rc;
+}
+
+/* A cold create: the template's secrets resolved for the new instance. */
+static int create_cold(struct db *d, struct screate *a, const PGresult *t, struct inst_new *n,
+		       bc_error *err)
+{
+	struct secrets_resolved sec = {0};
+	int rc;
+
+	if (db_bool(t, 0, TQ_NAMES_SECRETS) &&
+	    (rc = secrets_resolve(secrets_broker(ctl_app(a->call)), d, a->tenant,
+				  db_val(t, 0, TQ_ENV), db_val(t, 0, TQ_USER_DATA), &sec, err)) < 0)
+		return rc;
+	if (sec.user_data)
+		n->user_data = sec.user_data;
+	n->env = sec.env;
+	n->n_env = sec.n_env;
+	rc = instance_create_tx(a->call, d, n, err);
+	n->user_data = NULL;
+	n->env = NULL;
+	secrets_resolved_free(&sec);
+	return rc;
+}
+
 static int screate_tx(struct db *d, void *arg, bc_error *err)
 {
 	struct screate *a = arg;
@@ -428,7 +475,7 @@ static int screate_tx(struct db *d, void *arg, bc_error *err)
 		goto out;
 	}
 	id_new("sbx", a->id, sizeof(a->id));
-	if ((rc = stage_and_claim(d, a, t, ttl, err)) < 0)
+	if ((rc = before_claim(d, a, t, err)) < 0 || (rc = stage_and_claim(d, a, t, ttl, err)) < 0)
 		goto out;
 	n = (struct inst_new){.tenant = a->tenant, .pool_id = db_val(t, 0, TQ_POOL_ID),
 			      .flavor = db_val(t, 0, TQ_FLAVOR),
@@ -436,7 +483,7 @@ static int screate_tx(struct db *d, void *arg, bc_error *err)
 			      .policy = db_val(t, 0, TQ_NETWORK),
 			      .user_data = db_val(t, 0, TQ_USER_DATA),
 			      .sandbox_id = a->id, .ssh_from_host_only = true};
-	if (!a->warm && (rc = instance_create_tx(a->call, d, &n, err)) < 0)
+	if (!a->warm && (rc = create_cold(d, a, t, &n, err)) < 0)
 		goto out;
 	if (!a->warm)
 		snprintf(a->instance, sizeof(a->instance), "%s", n.id);

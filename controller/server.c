@@ -19,6 +19,7 @@
 #include "bc/compute/v1/events.pb-c.h"
 #include "bc/compute/v1/instances.pb-c.h"
 #include "bc/compute/v1/sandboxes.pb-c.h"
+#include "bc/compute/v1/secrets.pb-c.h"
 #include "bc/compute/v1/usage.pb-c.h"
 #include "bc/node/v1/node.pb-c.h"
 #include "db.h"
@@ -35,6 +36,7 @@
 #include "reconcile.h"
 #include "sandbox_reconcile.h"
 #include "sandboxes.h"
+#include "secrets.h"
 #include "server.h"
 #include "streams.h"
 #include "templates.h"
@@ -69,6 +71,7 @@ static const struct service_part {
 	{&bc__compute__v1__sandboxes__descriptor, sbx_handlers},
 	{&bc__compute__v1__events__descriptor, events_handlers},
 	{&bc__compute__v1__usage__descriptor, usage_handlers},
+	{&bc__compute__v1__secrets__descriptor, secrets_handlers},
 };
 
 static void *thread_db_open(void *user)

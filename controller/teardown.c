@@ -15,8 +15,10 @@
  *     of it by the spec bump; unplaced ones finish at once;
  *   - once no instance of the tenant is left undeleted ("DONE"): its
  *     identities become deleted (identity.state-changed), its policies
- *     are deleted (policy.deleted; attachments removed), its quota row goes, and the tenant becomes deleted
- *     (tenant.state-changed with reason "teardown"). The offer and the
+ *     are deleted (policy.deleted; attachments removed), its quota row
+ *     goes, and the tenant becomes deleted (tenant.state-changed with
+ *     reason "teardown"); its secrets are deleted with their sealed
+ *     values (secret.deleted). The offer and the
  *     usage stay: they are the tenant's bill.
  *
  * Each step only touches rows not yet in their end state and the tenant
@@ -33,6 +35,7 @@
 #include "event_data.h"
 #include "log.h"
 #include "node.h"
+#include "secrets.h"
 #include "teardown.h"
 #include "util.h"
 
@@ -187,6 +190,8 @@ static int teardown_tx(struct db *d, void *arg, bc_error *err)
 		rc = db_scalar(d, "SELECT count(*) FROM instances WHERE tenant_id = $1 AND state <> "
 			       "'deleted'", &p, &left);
 	a->done = rc == 0 && strcmp(left, "0") == 0;
+	if (rc == 0 && a->done)
+		rc = secrets_tenant_deleted(d, a->tenant);
 	for (size_t i = 0; rc == 0 && a->done && i < ARRAY_SIZE(final_steps); i++)
 		rc = step(d, a->tenant, &final_steps[i]);
 	return rc < 0 ? db_fail(err, rc) : 0;

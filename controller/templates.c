@@ -12,6 +12,8 @@
  * None of these publishes an event. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,15 +23,24 @@
 #include "bc/compute/v1/sandboxes.pb-c.h"
 #include "bootdata.h"
 #include "db.h"
+#include "jsonw.h"
 #include "log.h"
 #include "rowmsg.h"
 #include "sandboxes.h"
+#include "secrets.h"
 #include "templates.h"
 #include "util.h"
 #include "validate.h"
 
 #define NAME_MAX_LEN 64
 #define WARM_MAX 64
+
+/* A template's env as text: "NAME\tref" lines sorted by name (names and
+ * references hold neither a tab nor a newline), the same text for the same
+ * env however it was written. */
+#define ENV_LIST_SQL(t)                                                                    \
+	"coalesce((SELECT string_agg(key || E'\\t' || value, E'\\n' ORDER BY key COLLATE "  \
+	"\"C\") FROM jsonb_each_text(" t ".env)), '')"
 
 #define TMPL_COLS                                                                          \
 	"t.id, t.tenant_id, t.name, t.pool_id, t.runtime, f.name, t.image_id, t.user_data, "  \
@@ -39,13 +50,13 @@
 	"IN ('paused', 'stopped')) || ' ' || count(*) FILTER (WHERE w.state IN ('provisioning', " \
 	"'starting', 'running') OR w.desired_state = 'running') FROM instances w WHERE "      \
 	"w.warm_template_id = t.id AND w.desired_state <> 'deleted' AND "                    \
-	"w.warm_instance_version = t.instance_version)"
+	"w.warm_instance_version = t.instance_version), " ENV_LIST_SQL("t")
 /* The columns of TMPL_COLS, in its order: the two must stay in step. */
 enum {
 	TMPL_ID, TMPL_TENANT_ID, TMPL_NAME, TMPL_POOL_ID, TMPL_RUNTIME, TMPL_FLAVOR, TMPL_IMAGE_ID,
 	TMPL_USER_DATA, TMPL_NETWORK, TMPL_DEFAULT_TTL, TMPL_MAX_TTL, TMPL_WARM_MIN, TMPL_WARM_MAX,
 	TMPL_VERSION, TMPL_CREATED_BY, TMPL_CREATED_AT, TMPL_UPDATED_AT, TMPL_WARM_COUNTS,
-	TMPL_NCOLS
+	TMPL_ENV, TMPL_NCOLS
 };
 COLS_CHECK(TMPL_COLS, TMPL_NCOLS)
 #define TMPL_FROM " FROM sandbox_templates t JOIN flavors f ON f.id = t.flavor_id "
@@ -60,6 +71,93 @@ static const struct {
 	{"libvirt", "qcow2 raw", true},
 	{"cloud-hypervisor", "raw qcow2", false},
 };
+
+/* ENV_LIST_SQL's text (in the call's arena, split in place) as t's env. */
+static void env_from_text(rpc_call *c, Bc__Compute__V1__SandboxTemplate *t, char *text)
+{
+	size_t n = *text ? 1 : 0;
+
+	for (const char *p = text; *p; p++)
+		n += *p == '\n';
+	t->env = rpc_alloc(c, (n + 1) * sizeof(*t->env));
+	for (char *save = NULL, *line = strtok_r(text, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		Bc__Compute__V1__SandboxTemplate__EnvEntry *e =
+			rpc_new(c, &bc__compute__v1__sandbox_template__env_entry__descriptor);
+		char *tab = strchr(line, '\t');
+		if (!tab || t->n_env >= n)
+			continue;
+		*tab = '\0';
+		e->key = line;
+		e->value = tab + 1;
+		t->env[t->n_env++] = e;
+	}
+}
+
+static int env_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct secrets_env *)a)->name, ((const struct secrets_env *)b)->name);
+}
+
+/* A request's env map (entries of any *EnvEntry type: key, value) as
+ * secrets_env in the call's arena, sorted by name. */
+#define ENV_OF(c, q, ret_n) env_sorted((c), (q)->n_env, (ret_n), (const void *const *)(q)->env, \
+				      offsetof(__typeof__(**(q)->env), key),                   \
+				      offsetof(__typeof__(**(q)->env), value))
+static struct secrets_env *env_sorted(rpc_call *c, size_t n, size_t *ret_n,
+				      const void *const *entries, size_t key_off, size_t val_off)
+{
+	struct secrets_env *e = rpc_alloc(c, (n + 1) * sizeof(*e));
+
+	for (size_t i = 0; i < n; i++) {
+		const char *base = entries[i];
+		e[i].name = *(const char *const *)(base + key_off);
+		e[i].ref = *(const char *const *)(base + val_off);
+	}
+	qsort(e, n, sizeof(*e), env_cmp);
+	*ret_n = n;
+	return e;
+}
+
+/* The env as ENV_LIST_SQL writes it (e sorted by name), in the arena. */
+static char *env_text(rpc_call *c, const struct secrets_env *e, size_t n)
+{
+	size_t len = 1;
+	char *out;
+
+	for (size_t i = 0; i < n; i++)
+		len += strlen(e[i].name) + strlen(e[i].ref) + 2;
+	out = rpc_alloc(c, len);
+	*out = '\0';
+	for (size_t i = 0; i < n; i++)
+		strcat(strcat(strcat(strcat(out, i ? "\n" : ""), e[i].name), "\t"), e[i].ref);
+	return out;
+}
+
+/* The env as the JSON object the env column holds, in the arena. */
+static char *env_json(rpc_call *c, const struct secrets_env *e, size_t n)
+{
+	_cleanup_free_ char *json = NULL;
+	struct jsonw w;
+
+	jsonw_begin(&w);
+	for (size_t i = 0; i < n; i++)
+		jsonw_str(&w, e[i].name, e[i].ref);
+	if (jsonw_end(&w, &json) < 0)
+		abort();
+	return rpc_strdup(c, json);
+}
+
+/* A template's own env (entries read back by tmpl_from_row) as
+ * secrets_env. */
+static struct secrets_env *env_of_template(rpc_call *c, const Bc__Compute__V1__SandboxTemplate *t)
+{
+	struct secrets_env *e = rpc_alloc(c, (t->n_env + 1) * sizeof(*e));
+
+	for (size_t i = 0; i < t->n_env; i++)
+		e[i] = (struct secrets_env){t->env[i]->key, t->env[i]->value};
+	return e;
+}
 
 static Bc__Compute__V1__SandboxTemplate *tmpl_from_row(rpc_call *c, const PGresult *r, int i)
 {
@@ -88,6 +186,7 @@ static Bc__Compute__V1__SandboxTemplate *tmpl_from_row(rpc_call *c, const PGresu
 	t->updated_at = db_i64(r, i, TMPL_UPDATED_AT);
 	if (sscanf(db_val(r, i, TMPL_WARM_COUNTS), "%u %u", &t->warm_ready, &t->warm_booting) != 2)
 		t->warm_ready = t->warm_booting = 0;
+	env_from_text(c, t, row_str(c, r, i, TMPL_ENV));
 	return t;
 }
 
@@ -139,13 +238,9 @@ static int check_network(const char *v, bc_error *err)
 	return 0;
 }
 
-/* env and volumes arrive with their own issues: refused until then. */
-static int check_later(size_t n_env, size_t n_volumes, bc_error *err)
+/* Volumes arrive with their own issue: refused until then. */
+static int check_later(size_t n_volumes, bc_error *err)
 {
-	if (n_env) {
-		bc_error_set(err, BC_UNSUPPORTED, "env (secret references) is not supported yet");
-		return bc_error_detail(err, "field", "env");
-	}
 	if (n_volumes) {
 		bc_error_set(err, BC_UNSUPPORTED, "volumes are not supported yet");
 		return bc_error_detail(err, "field", "volumes");
@@ -171,7 +266,15 @@ static int check_warm(const Bc__Compute__V1__WarmPool *w, bc_error *err)
 	return 0;
 }
 
-static int check_create(const Bc__Compute__V1__CreateSandboxTemplateRequest *q, bc_error *err)
+/* User data: a secret:// reference (checked with the env), or user data
+ * itself (bootdata_check_user). */
+static int check_user_data(const char *user_data, bc_error *err)
+{
+	return secrets_is_ref(user_data) ? 0 : bootdata_check_user(user_data, err);
+}
+
+static int check_create(const Bc__Compute__V1__CreateSandboxTemplateRequest *q,
+			const struct secrets_env *env, size_t n_env, bc_error *err)
 {
 	int r;
 
@@ -182,7 +285,8 @@ static int check_create(const Bc__Compute__V1__CreateSandboxTemplateRequest *q, 
 		return invalid(err, "flavor", "flavor must be a flavor id or name");
 	if (!*q->image_id || !str_is_printable(q->image_id, 64))
 		return invalid(err, "imageId", "imageId must be an image id or name");
-	if ((r = bootdata_check_user(q->user_data, err)) < 0)
+	if ((r = check_user_data(q->user_data, err)) < 0 ||
+	    (r = secrets_check_syntax(env, n_env, q->user_data, err)) < 0)
 		return r;
 	if (*q->network && (r = check_network(q->network, err)) < 0)
 		return r;
@@ -190,7 +294,7 @@ static int check_create(const Bc__Compute__V1__CreateSandboxTemplateRequest *q, 
 			    q->max_ttl_seconds ? q->max_ttl_seconds : SBX_TTL_MAX, err)) < 0 ||
 	    (r = check_warm(q->warm, err)) < 0)
 		return r;
-	return check_later(q->n_env, q->n_volumes, err);
+	return check_later(q->n_volumes, err);
 }
 
 /* The shape a template would have, resolved and checked against its pool. */
@@ -277,6 +381,8 @@ struct tcreate {
 	rpc_call *call;
 	const Bc__Compute__V1__CreateSandboxTemplateRequest *q;
 	const char *tenant;
+	const struct secrets_env *env;
+	size_t n_env;
 	char id[64];
 };
 
@@ -289,7 +395,8 @@ static int tcreate_tx(struct db *d, void *arg, bc_error *err)
 	struct dbp p = {0};
 	int rc;
 
-	if ((rc = resolve_shape(d, &s, err)) < 0)
+	if ((rc = resolve_shape(d, &s, err)) < 0 ||
+	    (rc = secrets_check_refs(d, a->tenant, a->env, a->n_env, q->user_data, err)) < 0)
 		return rc;
 	id_new("sbxt", a->id, sizeof(a->id));
 	dbp_str(&p, a->id);
@@ -306,10 +413,12 @@ static int tcreate_tx(struct db *d, void *arg, bc_error *err)
 	dbp_i64(&p, q->warm ? q->warm->min : 0);
 	dbp_i64(&p, q->warm ? q->warm->max : 0);
 	dbp_str(&p, ctl_principal(a->call)->id);
+	dbp_str(&p, env_json(a->call, a->env, a->n_env));
+	dbp_bool(&p, a->n_env > 0 || secrets_is_ref(q->user_data));
 	rc = db_exec(d, NULL, "INSERT INTO sandbox_templates (id, tenant_id, name, pool_id, runtime, "
 		     "flavor_id, image_id, user_data, network, default_ttl_seconds, max_ttl_seconds, "
-		     "warm_min, warm_max, created_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, "
-		     "$10, $11, $12, $13, $14)", &p);
+		     "warm_min, warm_max, created_by, env, names_secrets) VALUES ($1, $2, $3, $4, $5, "
+		     "$6, $7, $8, $9, $10, $11, $12, $13, $14, $15::jsonb, $16)", &p);
 	if (rc == -EEXIST)
 		return name_taken(err, q->name);
 	return rc < 0 ? db_fail(err, rc) : 0;
@@ -342,8 +451,11 @@ static int tmpl_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage 
 	struct tcreate a = {.call = c, .q = q};
 	int r;
 
+	a.env = ENV_OF(c, q, &a.n_env);
 	if ((r = auth_tenant(c, q->tenant_id, &a.tenant, err)) < 0 ||
-	    (r = check_create(q, err)) < 0 || (r = decide_manage(c, a.tenant, err)) < 0 ||
+	    (r = check_create(q, a.env, a.n_env, err)) < 0 ||
+	    (r = secrets_decide_template(c, a.tenant, a.n_env, q->user_data, err)) < 0 ||
+	    (r = decide_manage(c, a.tenant, err)) < 0 ||
 	    (r = db_tx(ctl_db(c), "READ COMMITTED", tcreate_tx, &a, err)) < 0 ||
 	    (r = tmpl_fetch(c, a.tenant, a.id, &t, err)) < 0)
 		return r;
@@ -355,8 +467,15 @@ static int tmpl_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage 
 /* ----------------------------------------------------------------- update */
 
 struct tupdate {
+	rpc_call *call;
 	const Bc__Compute__V1__UpdateSandboxTemplateRequest *q;
 	const char *tenant;
+	const struct secrets_env *env;   /* the request's env, sorted */
+	size_t n_env;
+	bool env_given;                  /* env or clear_env: the env is replaced */
+	bool guest_asked;                /* a field of what the guest runs is given */
+	/* the template's references the secrets decision was made on */
+	const char *decided_env, *decided_user_data;
 };
 
 #define Q_SET(q, f, F) ((q)->f##_set_case == BC__COMPUTE__V1__UPDATE_SANDBOX_TEMPLATE_REQUEST__##F##_SET_##F)
@@ -364,8 +483,30 @@ struct tupdate {
 /* The columns of the template tupdate_tx reads, in its SELECT's order. */
 enum {
 	UPD_POOL_ID, UPD_NAME, UPD_RUNTIME, UPD_FLAVOR, UPD_IMAGE_ID, UPD_USER_DATA, UPD_NETWORK,
-	UPD_DEFAULT_TTL, UPD_MAX_TTL, UPD_FLAVOR_ID
+	UPD_DEFAULT_TTL, UPD_MAX_TTL, UPD_FLAVOR_ID, UPD_ENV
 };
+
+/* Under the template's lock: the references the secrets decision was made
+ * on are still the template's (CONFLICT reason secrets-changed: someone
+ * changed them meanwhile; retry), and those the update writes name
+ * secrets the tenant wrote itself. */
+static int check_secrets_locked(struct db *d, const struct tupdate *a, const PGresult *r,
+				bc_error *err)
+{
+	const Bc__Compute__V1__UpdateSandboxTemplateRequest *q = a->q;
+	const char *ud = db_val(r, 0, UPD_USER_DATA);
+
+	if (a->guest_asked &&
+	    ((!a->env_given && strcmp(db_val(r, 0, UPD_ENV), a->decided_env) != 0) ||
+	     (!Q_SET(q, user_data, USER_DATA) && strcmp(ud, a->decided_user_data) != 0 &&
+	      (secrets_is_ref(ud) || secrets_is_ref(a->decided_user_data))))) {
+		bc_error_set(err, BC_CONFLICT, "sandbox template %s names other secrets than when "
+			     "the update was decided; retry", q->template_id);
+		return bc_error_detail(err, "reason", "secrets-changed");
+	}
+	return secrets_check_refs(d, a->tenant, a->env, a->env_given ? a->n_env : 0,
+				  Q_SET(q, user_data, USER_DATA) ? q->user_data : NULL, err);
+}
 
 static int check_immutable(const Bc__Compute__V1__UpdateSandboxTemplateRequest *q,
 			   const PGresult *r, bc_error *err)
@@ -399,7 +540,7 @@ static int tupdate_tx(struct db *d, void *arg, bc_error *err)
 	dbp_str(&p, a->tenant);
 	if ((rc = db_one(d, &r, "SELECT t.pool_id, t.name, t.runtime, f.name, t.image_id, "
 			 "t.user_data, t.network, t.default_ttl_seconds, t.max_ttl_seconds, "
-			 "t.flavor_id" TMPL_FROM "WHERE t.id = $1 AND t.tenant_id = $2 AND "
+			 "t.flavor_id, " ENV_LIST_SQL("t") TMPL_FROM "WHERE t.id = $1 AND t.tenant_id = $2 AND "
 			 "t.deleted_at IS NULL FOR UPDATE OF t", &p, err,
 			 "sandbox template %s not found", q->template_id)) < 0)
 		return rc;
@@ -413,12 +554,15 @@ static int tupdate_tx(struct db *d, void *arg, bc_error *err)
 	max = Q_SET(q, max_ttl_seconds, MAX_TTL_SECONDS) ? q->max_ttl_seconds
 							  : db_i64(r, 0, UPD_MAX_TTL);
 	if ((rc = check_immutable(q, r, err)) < 0 || (rc = check_ttls(def, max, err)) < 0 ||
-	    (rc = resolve_shape(d, &s, err)) < 0) {
+	    (rc = resolve_shape(d, &s, err)) < 0 ||
+	    (rc = check_secrets_locked(d, a, r, err)) < 0) {
 		PQclear(r);
 		return rc;
 	}
-	/* what the guest runs: flavor, image, user data, network */
+	/* what the guest runs: flavor, image, user data, env, network */
 	guest = strcmp(s.flavor_id, db_val(r, 0, UPD_FLAVOR_ID)) != 0 ||
+		(a->env_given && strcmp(env_text(a->call, a->env, a->n_env),
+					db_val(r, 0, UPD_ENV)) != 0) ||
 		strcmp(s.image_id_out, db_val(r, 0, UPD_IMAGE_ID)) != 0 ||
 		strcmp(s.network, db_val(r, 0, UPD_NETWORK)) != 0 ||
 		(Q_SET(q, user_data, USER_DATA) &&
@@ -436,8 +580,13 @@ static int tupdate_tx(struct db *d, void *arg, bc_error *err)
 	dbp_i64(&p, q->warm ? q->warm->min : 0);
 	dbp_i64(&p, q->warm ? q->warm->max : 0);
 	dbp_bool(&p, guest);
+	dbp_bool(&p, a->env_given);
+	dbp_str(&p, env_json(a->call, a->env, a->n_env));
 	rc = db_exec(d, NULL, "UPDATE sandbox_templates SET flavor_id = $2, image_id = $3, "
-		     "user_data = CASE WHEN $5 THEN coalesce($4, '') ELSE user_data END, network = $6, "
+		     "user_data = CASE WHEN $5 THEN coalesce($4, '') ELSE user_data END, env = CASE "
+		     "WHEN $13 THEN $14::jsonb ELSE env END, names_secrets = (CASE WHEN $13 THEN "
+		     "$14::jsonb ELSE env END) <> '{}'::jsonb OR (CASE WHEN $5 THEN coalesce($4, '') "
+		     "ELSE user_data END) LIKE 'secret://%', network = $6, "
 		     "default_ttl_seconds = $7, max_ttl_seconds = $8, warm_min = CASE WHEN $9 THEN "
 		     "$10::int ELSE warm_min END, warm_max = CASE WHEN $9 THEN $11::int ELSE warm_max "
 		     "END, version = version + 1, instance_version = instance_version + CASE WHEN "
@@ -446,7 +595,8 @@ static int tupdate_tx(struct db *d, void *arg, bc_error *err)
 	return rc < 0 ? db_fail(err, rc) : 0;
 }
 
-static int check_update(const Bc__Compute__V1__UpdateSandboxTemplateRequest *q, bc_error *err)
+static int check_update(const Bc__Compute__V1__UpdateSandboxTemplateRequest *q,
+			const struct secrets_env *env, size_t n_env, bc_error *err)
 {
 	int r;
 
@@ -457,13 +607,38 @@ static int check_update(const Bc__Compute__V1__UpdateSandboxTemplateRequest *q, 
 		return invalid(err, "flavor", "flavor must be a flavor id or name");
 	if (Q_SET(q, image_id, IMAGE_ID) && (!*q->image_id || !str_is_printable(q->image_id, 64)))
 		return invalid(err, "imageId", "imageId must be an image id or name");
-	if (Q_SET(q, user_data, USER_DATA) && (r = bootdata_check_user(q->user_data, err)) < 0)
+	if (Q_SET(q, user_data, USER_DATA) && (r = check_user_data(q->user_data, err)) < 0)
+		return r;
+	if (q->clear_env && n_env > 0)
+		return invalid(err, "clearEnv", "clearEnv and env exclude each other");
+	if ((r = secrets_check_syntax(env, n_env, Q_SET(q, user_data, USER_DATA) ? q->user_data
+							     : NULL, err)) < 0)
 		return r;
 	if (Q_SET(q, network, NETWORK) && (r = check_network(q->network, err)) < 0)
 		return r;
 	if ((r = check_warm(q->warm, err)) < 0)
 		return r;
-	return check_later(q->n_env, q->n_volumes, err);
+	return check_later(q->n_volumes, err);
+}
+
+/* An update that changes what the guest runs is decided on the resulting
+ * template's secrets (even when it names none itself: it hands them to new
+ * code), which it records for check_secrets_locked. t: the template read
+ * before the write's transaction. */
+static int decide_update_secrets(rpc_call *c, struct tupdate *a,
+				 const Bc__Compute__V1__SandboxTemplate *t, bc_error *err)
+{
+	const Bc__Compute__V1__UpdateSandboxTemplateRequest *q = a->q;
+	const char *ud = Q_SET(q, user_data, USER_DATA) ? q->user_data : t->user_data;
+
+	a->decided_env = env_text(c, env_of_template(c, t), t->n_env);
+	a->decided_user_data = t->user_data;
+	a->guest_asked = Q_SET(q, flavor, FLAVOR) || Q_SET(q, image_id, IMAGE_ID) ||
+			 Q_SET(q, user_data, USER_DATA) || Q_SET(q, network, NETWORK) ||
+			 a->env_given;
+	if (!a->guest_asked)
+		return 0;
+	return secrets_decide_template(c, a->tenant, a->env_given ? a->n_env : t->n_env, ud, err);
 }
 
 static int tmpl_update(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
@@ -471,11 +646,15 @@ static int tmpl_update(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage 
 {
 	const Bc__Compute__V1__UpdateSandboxTemplateRequest *q = (const void *)m;
 	Bc__Compute__V1__SandboxTemplate *t = NULL;
-	struct tupdate a = {.q = q};
+	struct tupdate a = {.call = c, .q = q};
 	int r;
 
+	a.env = ENV_OF(c, q, &a.n_env);
+	a.env_given = a.n_env > 0 || q->clear_env;
 	if ((r = auth_tenant(c, q->tenant_id, &a.tenant, err)) < 0 ||
-	    (r = check_update(q, err)) < 0 || (r = tmpl_fetch(c, a.tenant, q->template_id, &t, err)) < 0 ||
+	    (r = check_update(q, a.env, a.n_env, err)) < 0 ||
+	    (r = tmpl_fetch(c, a.tenant, q->template_id, &t, err)) < 0 ||
+	    (r = decide_update_secrets(c, &a, t, err)) < 0 ||
 	    (r = decide_manage(c, a.tenant, err)) < 0 ||
 	    (r = db_tx(ctl_db(c), "READ COMMITTED", tupdate_tx, &a, err)) < 0 ||
 	    (r = tmpl_fetch(c, a.tenant, q->template_id, &t, err)) < 0)

@@ -34,6 +34,7 @@
 #include "node.h"
 #include "outbox.h"
 #include "quota.h"
+#include "secrets.h"
 #include "util.h"
 #include "warm.h"
 
@@ -90,18 +91,23 @@ struct pool {
 	char id[64], tenant[64];
 	int version, min, max;
 	bool deleted, needs_netpol, checks_budget;
+	bool names_secrets;   /* stale warm instances are drained first */
+	bool broker;          /* a secret broker is configured */
 	int64_t live, good;
 };
 
 /* Warm instances that are not claimable any more (older instance_version,
  * error or lost, on a host without the network-policy capability the
- * template needs) and, among the rest, those beyond max, newest first
+ * template needs, for a template naming secrets stale or made without
+ * recorded versions) and, among the rest, those beyond max, newest first
  * (claims take the oldest). The UPDATE re-checks warm_template_id, so an
  * instance claimed meanwhile is never drained. */
 #define DRAIN_SQL                                                                          \
 	"WITH live AS (SELECT i.id, i.created_at, (i.warm_instance_version IS DISTINCT FROM "  \
 	"$2::int OR i.state IN ('error', 'lost') OR ($3 AND i.node_id IS NOT NULL AND NOT "    \
-	"coalesce(n.labels ? '" CAP_NETWORK_POLICY "', false))) AS bad FROM instances i LEFT " \
+	"coalesce(n.labels ? '" CAP_NETWORK_POLICY "', false)) OR ($5 AND (i."                \
+	"warm_secret_versions IS NULL OR " WARM_SECRETS_STALE("i") "))) AS bad FROM "          \
+	"instances i LEFT "                                                                    \
 	"JOIN nodes n ON n.id = i.node_id WHERE i.warm_template_id = $1 AND i.desired_state "  \
 	"<> 'deleted'), r AS (SELECT id, bad, row_number() OVER (PARTITION BY bad ORDER BY "   \
 	"created_at, id) rn FROM live), u AS (UPDATE instances i SET desired_state = "         \
@@ -136,6 +142,38 @@ static int drained_one(struct db *d, const struct pool *pl, const PGresult *r, i
 	return spec_bump_instance(d, db_val(r, i, DRAIN_NODE_ID), db_val(r, i, DRAIN_ID));
 }
 
+/* warm_retire_stale's statement: DRAIN_SQL's columns, stale ones only. */
+#define RETIRE_SQL                                                                         \
+	"WITH c AS (SELECT i.id FROM instances i WHERE i.warm_template_id = $1 AND "          \
+	"i.desired_state <> 'deleted' AND i.warm_secret_versions IS NOT NULL AND "            \
+	WARM_SECRETS_STALE("i") " ORDER BY i.created_at, i.id LIMIT $2::int FOR UPDATE OF i " \
+	"SKIP LOCKED), u AS (UPDATE instances i SET desired_state = 'deleted', state = "      \
+	"'deleting', updated_at = now() FROM c WHERE i.id = c.id AND i.warm_template_id = $1 " \
+	"RETURNING i.id, i.node_id, i.tenant_id, true AS bad) SELECT u.id, u.node_id, "       \
+	"u.tenant_id, u.bad, coalesce(n.state, '') FROM u LEFT JOIN nodes n ON n.id = "       \
+	"u.node_id ORDER BY u.id"
+
+int warm_retire_stale(struct db *d, const char *template_id, int limit, int *ret_n,
+		      bc_error *err)
+{
+	struct pool pl = {0};
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	snprintf(pl.id, sizeof(pl.id), "%s", template_id);
+	dbp_str(&p, template_id);
+	dbp_i64(&p, limit);
+	if ((rc = db_exec(d, &r, RETIRE_SQL, &p)) < 0)
+		return db_fail(err, rc);
+	for (int i = 0; rc == 0 && i < PQntuples(r); i++)
+		rc = drained_one(d, &pl, r, i);
+	if (rc == 0)
+		*ret_n = PQntuples(r);
+	PQclear(r);
+	return rc < 0 ? db_fail(err, rc) : 0;
+}
+
 struct drain {
 	const struct pool *pl;
 	int max;
@@ -155,6 +193,7 @@ static int drain_tx(struct db *d, void *arg, bc_error *err)
 	dbp_i64(&p, a->pl->deleted ? -1 : a->pl->version);
 	dbp_bool(&p, a->pl->needs_netpol);
 	dbp_i64(&p, a->max);
+	dbp_bool(&p, a->pl->names_secrets);
 	if ((rc = db_exec(d, &r, DRAIN_SQL, &p)) < 0)
 		return db_fail(err, rc);
 	a->drained = PQntuples(r);
@@ -183,7 +222,7 @@ struct refill {
  * same instance_version as the pass saw. */
 enum {
 	RT_TENANT_ID, RT_POOL_ID, RT_FLAVOR, RT_IMAGE_ID, RT_NETWORK, RT_USER_DATA,
-	RT_CREATED_BY, RT_CREATOR_KIND
+	RT_CREATED_BY, RT_CREATOR_KIND, RT_ENV, RT_NAMES_SECRETS
 }; /* refill_template's columns, in its SELECT's order */
 static int refill_template(struct db *d, const struct pool *pl, PGresult **ret, bc_error *err)
 {
@@ -192,23 +231,44 @@ static int refill_template(struct db *d, const struct pool *pl, PGresult **ret, 
 	dbp_str(&p, pl->id);
 	dbp_i64(&p, pl->version);
 	return db_one(d, ret, "SELECT t.tenant_id, t.pool_id, f.name, t.image_id, t.network, "
-		      "t.user_data, t.created_by, coalesce(idn.kind, 'user') FROM sandbox_templates t "
+		      "t.user_data, t.created_by, coalesce(idn.kind, 'user'), t.env::text, "
+		      "t.names_secrets FROM sandbox_templates t "
 		      "JOIN flavors f ON f.id = t.flavor_id LEFT JOIN identities idn ON idn.id = "
 		      "t.created_by WHERE t.id = $1 AND t.deleted_at IS NULL AND t.instance_version = "
 		      "$2::int FOR SHARE OF t", &p, err, "template %s was deleted or changed since the "
 		      "pass began", pl->id);
 }
 
+/* The versions of the secrets warm instance id was given. */
+static int record_versions(struct db *d, const char *id, const char *versions, bc_error *err)
+{
+	struct dbp p = {0};
+	int rc;
+
+	dbp_str(&p, id);
+	dbp_str(&p, versions);
+	rc = db_exec(d, NULL, "UPDATE instances SET warm_secret_versions = $2::jsonb WHERE id = $1",
+		     &p);
+	return rc < 0 ? db_fail(err, rc) : 0;
+}
+
 static int refill_tx(struct db *d, void *arg, bc_error *err)
 {
 	struct refill *a = arg;
 	struct principal owner = {.kind = PRINCIPAL_IDENTITY};
+	struct secrets_resolved sec = {0};
 	struct inst_new n;
 	PGresult *t = NULL;
 	int rc;
 
 	if ((rc = refill_template(d, a->pl, &t, err)) < 0)
 		return rc;
+	if (db_bool(t, 0, RT_NAMES_SECRETS) &&
+	    (rc = secrets_resolve(a->pl->broker, d, db_val(t, 0, RT_TENANT_ID),
+				  db_val(t, 0, RT_ENV), db_val(t, 0, RT_USER_DATA), &sec, err)) < 0) {
+		PQclear(t);
+		return rc;
+	}
 	snprintf(owner.id, sizeof(owner.id), "%s", db_val(t, 0, RT_CREATED_BY));
 	snprintf(owner.tenant_id, sizeof(owner.tenant_id), "%s", db_val(t, 0, RT_TENANT_ID));
 	snprintf(owner.identity_kind, sizeof(owner.identity_kind), "%s",
@@ -218,10 +278,13 @@ static int refill_tx(struct db *d, void *arg, bc_error *err)
 			      .flavor = db_val(t, 0, RT_FLAVOR),
 			      .image_id = db_val(t, 0, RT_IMAGE_ID),
 			      .policy = db_val(t, 0, RT_NETWORK),
-			      .user_data = db_val(t, 0, RT_USER_DATA),
+			      .user_data = sec.user_data ? sec.user_data : db_val(t, 0, RT_USER_DATA),
+			      .env = sec.env, .n_env = sec.n_env,
 			      .ssh_from_host_only = true, .warm_template_id = a->pl->id,
 			      .warm_instance_version = a->pl->version, .owner = &owner};
 	rc = instance_create_tx(NULL, d, &n, err);
+	if (rc == 0 && sec.versions)
+		rc = record_versions(d, n.id, sec.versions, err);
 	if (rc == 0 && !n.node)
 		rc = bc_error_set(err, BC_CAPACITY_UNAVAILABLE, "no host of pool %s with room "
 				  "carries the capabilities a sandbox needs", n.pool_id);
@@ -230,6 +293,7 @@ static int refill_tx(struct db *d, void *arg, bc_error *err)
 		snprintf(a->node, sizeof(a->node), "%s", n.node);
 	}
 	free(n.node);
+	secrets_resolved_free(&sec);
 	PQclear(t);
 	return rc;
 }
@@ -259,14 +323,15 @@ static void refill(struct db *d, const struct pool *pl, int64_t good)
 	"SELECT t.id, t.tenant_id, t.instance_version, t.warm_min, t.warm_max, t.deleted_at "  \
 	"IS NOT NULL, t.network <> 'egress', p.budget_check = 'meter' OR EXISTS (SELECT 1 "     \
 	"FROM offers o WHERE o.tenant_id = t.tenant_id AND o.spend_limit_cents IS NOT NULL "    \
-	"AND o.on_budget_exceeded IN ('stop-new', 'drain')) FROM sandbox_templates t JOIN "     \
+	"AND o.on_budget_exceeded IN ('stop-new', 'drain')), t.names_secrets FROM "            \
+	"sandbox_templates t JOIN "                                                            \
 	"pools p ON p.id = t.pool_id WHERE (t.deleted_at IS NULL AND t.warm_min > 0) OR "       \
 	"EXISTS (SELECT 1 FROM instances i WHERE i.warm_template_id = t.id AND "                \
 	"i.desired_state <> 'deleted') ORDER BY t.id"
 /* POOLS_SQL's columns, in its order */
 enum {
 	POOL_ID, POOL_TENANT_ID, POOL_VERSION, POOL_MIN, POOL_MAX, POOL_DELETED,
-	POOL_NEEDS_NETPOL, POOL_CHECKS_BUDGET
+	POOL_NEEDS_NETPOL, POOL_CHECKS_BUDGET, POOL_NAMES_SECRETS
 };
 
 static void pool_from_row(const PGresult *r, int i, struct pool *pl)
@@ -279,6 +344,7 @@ static void pool_from_row(const PGresult *r, int i, struct pool *pl)
 	pl->deleted = db_bool(r, i, POOL_DELETED);
 	pl->needs_netpol = db_bool(r, i, POOL_NEEDS_NETPOL);
 	pl->checks_budget = db_bool(r, i, POOL_CHECKS_BUDGET);
+	pl->names_secrets = db_bool(r, i, POOL_NAMES_SECRETS);
 }
 
 static void pool_pass(struct db *d, struct pool *pl)
@@ -307,7 +373,7 @@ static void pool_pass(struct db *d, struct pool *pl)
 	refill(d, pl, a.good);
 }
 
-void warm_pass(struct db *d)
+void warm_pass(struct db *d, bool broker)
 {
 	PGresult *r = NULL;
 	int rc = db_exec(d, &r, POOLS_SQL, NULL);
@@ -319,6 +385,7 @@ void warm_pass(struct db *d)
 	for (int i = 0; i < PQntuples(r); i++) {
 		struct pool pl;
 		pool_from_row(r, i, &pl);
+		pl.broker = broker;
 		pool_pass(d, &pl);
 	}
 	PQclear(r);

@@ -3,6 +3,7 @@
 #ifndef BC_CTL_WARM_H
 #define BC_CTL_WARM_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -12,6 +13,16 @@
 
 #define WARM_REFILL_PER_PASS 4      /* warm instances created per template per pass */
 #define WARM_BUDGET_CACHE_MS 60000  /* a tenant's budget answer is kept a minute */
+
+/* Whether warm instance row i (whose warm_secret_versions is not NULL) is
+ * stale: a secret it was given has another version now, or is gone. An
+ * instance of a template naming no secrets records none (NULL) and is
+ * never looked at. */
+#define WARM_SECRETS_STALE(i)                                                              \
+	"EXISTS (SELECT 1 FROM jsonb_each_text(" i ".warm_secret_versions) v LEFT JOIN "       \
+	"secret_refs s ON s.id = v.key WHERE s.version IS DISTINCT FROM v.value::bigint)"
+
+#define WARM_CLAIM_RETIRE_MAX 4     /* stale warm instances one claim retires */
 
 /* One claim: the template (read FOR SHARE by the caller), the sandbox
  * that takes the instance, and the caller it is created for. */
@@ -27,7 +38,8 @@ struct warm_claim {
  * it: sandboxes.c). c takes the oldest claimable warm instance of the
  * template (paused or stopped, of its current instance_version, on a
  * ready host carrying the capabilities the template needs, whose host
- * certificate, if any, covers the lifetime; FOR UPDATE SKIP LOCKED, so
+ * certificate, if any, covers the lifetime, not stale
+ * (WARM_SECRETS_STALE); FOR UPDATE SKIP LOCKED, so
  * concurrent claims never take one twice and never wait for each other);
  * u hands it over (sandbox_id, claimed_at, no warm_template_id, desired
  * running again; RETURNING i.*, so the statement reads the instance as
@@ -45,7 +57,8 @@ struct warm_claim {
 	"WITH c AS (SELECT i.id FROM instances i JOIN nodes n ON n.id = i.node_id WHERE "     \
 	"i.warm_template_id = $1 AND i.warm_instance_version = $2::int AND i.state IN "       \
 	"('paused', 'stopped') AND i.desired_state IN ('paused', 'stopped') AND n.state = "   \
-	"'ready' AND n.labels ?& string_to_array($3, E'\\n') AND (i.host_cert_valid_before "  \
+	"'ready' AND (i.warm_secret_versions IS NULL OR NOT " WARM_SECRETS_STALE("i") ") "   \
+	"AND n.labels ?& string_to_array($3, E'\\n') AND (i.host_cert_valid_before "         \
 	"IS NULL OR i.host_cert_valid_before >= now() + make_interval(secs => $4::int)) "     \
 	"ORDER BY i.created_at, i.id LIMIT 1 FOR UPDATE OF i SKIP LOCKED), "                  \
 	"u AS (UPDATE instances i SET sandbox_id = $5, warm_template_id = NULL, claimed_at = " \
@@ -58,12 +71,23 @@ struct warm_claim {
 #define WARM_CLAIM_NPARAMS 7
 void warm_claim_params(struct dbp *q, const struct warm_claim *w);
 
+/* Before a claim from a template that names secrets, in the claim's
+ * transaction: retire (drain) up to limit stale warm instances of the
+ * template, oldest first (the candidates a claim would try first), each
+ * publishing instance.deleting with reason warm-stale; the claim then
+ * takes the next current one, or none (a cold create). *ret_n: how many. */
+int warm_retire_stale(struct db *d, const char *template_id, int limit, int *ret_n,
+		      bc_error *err);
+
 /* One pass over every pool (the sandbox reconciler's leader): drains
  * (older instance_version, failed, on a host without the capability, a
- * deleted template's, a drain budget's, then beyond warm.max newest
+ * deleted template's, a drain budget's, for a template naming secrets
+ * the stale ones, then beyond warm.max newest
  * first), then refills up to warm.min, at most WARM_REFILL_PER_PASS per
- * template, each in its own transaction. Logs; never fails. */
-void warm_pass(struct db *d);
+ * template, each in its own transaction, resolving the template's
+ * secrets (broker: secrets_broker's answer) and recording their
+ * versions. Logs; never fails. */
+void warm_pass(struct db *d, bool broker);
 
 /* Prometheus gauges: warm instances per template and state. */
 void warm_metrics_render(FILE *out, struct db *d);

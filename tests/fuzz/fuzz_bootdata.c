@@ -3,7 +3,9 @@
  * Oracles: user data that passes bootdata_check_user renders; a key that is
  * UTF-8 takes exactly one line of the platform's cloud-config (escaping
  * never lets it add a line, so never a key); the MIME boundary occurs
- * exactly once per part plus the closing delimiter. The database side of
+ * exactly once per part plus the closing delimiter; the bytes as an
+ * /etc/sandbox/env value render as one X='...' assignment whose quoting,
+ * undone, gives them back (a NUL is refused). The database side of
  * bootdata.c (sealing) is stubbed: it is not reached here. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -30,6 +32,14 @@ int db_fail(bc_error *err, int rc)
 
 int sealed_put(struct db *d, const struct sealed_owner *o, const void *p, size_t len,
 	       char ret_ref[SEALED_REF_MAX])
+{
+	abort();
+}
+
+int secrets_record_minted(struct db *d, const char *tenant, const char *kind, const char *name,
+			  const char *ref);
+int secrets_record_minted(struct db *d, const char *tenant, const char *kind, const char *name,
+			  const char *ref)
 {
 	abort();
 }
@@ -81,6 +91,43 @@ static void check_user(const char *s)
 	free(out);
 }
 
+/* The bytes as a value of /etc/sandbox/env: refused with a NUL, else the
+ * text after the comment line is X='...'\n and undoing '\'' gives them back. */
+static void check_env(const uint8_t *data, size_t size)
+{
+	const struct bootdata_env e = {.name = "X", .value = (const char *)data, .len = size};
+	char *text = NULL, *body, *back;
+	size_t len = 0, n = 0;
+
+	if (bootdata_env_render(&e, 1, &text, &len) != 0) {
+		if (!memchr(data, '\0', size))
+			abort();
+		return;
+	}
+	if (memchr(data, '\0', size))
+		abort();
+	body = strchr(text, '\n') + 1;
+	if (strncmp(body, "X='", 3) != 0 || text[len - 1] != '\n' || text[len - 2] != '\'')
+		abort();
+	back = malloc(len);
+	if (!back)
+		abort();
+	for (const char *p = body + 3; p < text + len - 2; p++) {
+		if (strncmp(p, "'\\''", 4) == 0) {
+			back[n++] = '\'';
+			p += 3;
+		} else if (*p == '\'') {
+			abort();   /* a quote that ends the string early */
+		} else {
+			back[n++] = *p;
+		}
+	}
+	if (n != size || memcmp(back, data, size) != 0)
+		abort();
+	free(back);
+	free(text);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char *s = malloc(size + 1);
@@ -91,6 +138,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	s[size] = '\0';   /* a NUL inside ends the string, as in a proto string */
 	check_key(s);
 	check_user(s);
+	check_env(data, size);
 	free(s);
 	return 0;
 }

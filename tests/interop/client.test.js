@@ -49,7 +49,7 @@ let instance; // the instance created by the Create test
 function loadPackage() {
   const def = protoLoader.loadSync(
     ['bc/compute/v1/instances.proto', 'bc/compute/v1/sandboxes.proto', 'bc/admin/v1/admin.proto',
-      'grpc/health/v1/health.proto'],
+      'bc/compute/v1/secrets.proto', 'grpc/health/v1/health.proto'],
     {
       keepCase: true, longs: String, enums: String, defaults: true, oneofs: true,
       includeDirs: [PROTO_DIR],
@@ -73,6 +73,7 @@ function clients(pkg, withToken) {
     instances: new pkg.bc.compute.v1.Instances(cfg.url, creds),
     templates: new pkg.bc.compute.v1.SandboxTemplates(cfg.url, creds),
     sandboxes: new pkg.bc.compute.v1.Sandboxes(cfg.url, creds),
+    secrets: new pkg.bc.compute.v1.Secrets(cfg.url, creds),
   };
 }
 
@@ -391,4 +392,41 @@ test('Sandboxes: template update by oneof presence, create with wait, extend, re
   const d = await rpc(authed.sandboxes, 'Delete', { tenant_id: cfg.tenant, sandbox_id: s.id });
   assert.ok(['deleting', 'deleted'].includes(d.state), `state after Delete: ${d.state}`);
   await rpc(authed.templates, 'Delete', { tenant_id: cfg.tenant, template_id: t.id });
+});
+
+test('Secrets: Put takes bytes and answers no value, List matches bcctl, a template env map, Delete', async () => {
+  const name = `interop-${process.pid}`;
+  // bytes no string field could carry as they are: quotes, newline, $, non-UTF-8
+  const value = Buffer.from([0x27, 0x22, 0x0a, 0x24, 0x5c, 0xff, 0xfe, 0x80, 0x41]);
+  const p = await rpc(authed.secrets, 'Put', { tenant_id: cfg.tenant, name, value });
+  assert.match(p.id, /^sec_/);
+  assert.equal(p.version, '1');
+  assert.equal(p.scope, 'tenant');
+  assert.ok(!('value' in p), 'the answer has no value field');
+  const r = await rpc(authed.secrets, 'Put', { tenant_id: cfg.tenant, name, value: Buffer.from('x') });
+  assert.equal(r.id, p.id, 'a second Put rotates the same secret');
+  assert.equal(r.version, '2');
+  const l = await rpc(authed.secrets, 'List', { tenant_id: cfg.tenant });
+  const mine = l.items.find((x) => x.name === name);
+  assert.equal(mine.version, '2');
+  const cli = bcctl('secret', 'list', ...tenantArgs());
+  assert.equal(cli.status, 0, `bcctl secret list: ${cli.stderr}`);
+  assert.deepEqual(canon(listItems(cli.json)), canon(l.items), 'bcctl lists the same secrets');
+  const err = await rpcError(rpc(authed.secrets, 'Put', { tenant_id: cfg.tenant, name: 'Bad Name', value }));
+  assertInvalidInput(err, 'Put with a bad name');
+  assert.equal(decodeStatusDetails(err).infos[0].info.metadata.field, 'name');
+  const tenant = p.tenant_id;
+  const t = await rpc(authed.templates, 'Create', {
+    tenant_id: cfg.tenant, name: `interop-env-${process.pid}`, pool_id: cfg.pool, flavor: cfg.flavor,
+    image_id: cfg.image, env: { API_KEY: `secret://${tenant}/${name}`, BY_ID: `secret://${tenant}/${p.id}` },
+  });
+  assert.deepEqual(t.env, { API_KEY: `secret://${tenant}/${name}`, BY_ID: `secret://${tenant}/${p.id}` },
+    'the template answers its env map');
+  const u = await rpc(authed.templates, 'Update', { tenant_id: cfg.tenant, template_id: t.id, clear_env: true });
+  assert.deepEqual(u.env, {}, 'clear_env empties it');
+  await rpc(authed.templates, 'Delete', { tenant_id: cfg.tenant, template_id: t.id });
+  const d = await rpc(authed.secrets, 'Delete', { tenant_id: cfg.tenant, name });
+  assert.equal(d.id, p.id);
+  const gone = await rpc(authed.secrets, 'List', { tenant_id: cfg.tenant });
+  assert.ok(!gone.items.some((x) => x.name === name), 'deleted');
 });
