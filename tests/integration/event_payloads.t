@@ -93,14 +93,7 @@ ok $? 'and deleted'
 # -- every event, through Events.List
 : >"$STACK_DIR/events"
 for prefix in instance. sandbox.; do
-	after=0
-	while :; do
-		out=$(bcctl --format json events list --type "$prefix" --after "$after" --limit 1000) ||
-			bail_out "events list"
-		json_items "$out" >>"$STACK_DIR/events"
-		after=$(json_get "$out" cursor)
-		[ -n "$after" ] && [ "$after" != 0 ] || break
-	done
+	events_list "$STACK_DIR/events" --type "$prefix" || bail_out "events list"
 done
 ok "[ $(wc -l <"$STACK_DIR/events") -gt 30 ]" "$(wc -l <"$STACK_DIR/events") events listed"
 
@@ -146,24 +139,12 @@ declare -A want=(
 	["sandbox.deleted sandbox"]="expired,instanceId,poolId,templateId"
 	["sandbox.failed sandbox"]="instanceId,poolId,reason,templateId"
 )
-declare -A seen=()
 ours=" $id $i1 $w1 $w2 $s1 $s2 $i3 $s3 "
-while IFS=$'\t' read -r eid type subject keys; do
-	case $ours in *" ${subject#*/} "*) ;; *) continue ;; esac
-	k="$type $(kind_of "$eid" "$subject")"
-	if [ -z "${want[$k]+x}" ]; then
-		fail "$k ($subject, event $eid): a type this test does not expect: {$keys}"
-	elif [ "${want[$k]}" != "$keys" ]; then
-		is "$keys" "${want[$k]}" "$k ($subject, event $eid): its data's keys"
-	fi
-	seen[$k]=$((${seen[$k]:-0} + 1))
-done < <(jq -r '[(.id | tostring), .type, .subject,
-	(.data | fromjson | keys | join(","))] | join("\t")' "$STACK_DIR/events")
-
-for k in $(printf '%s\n' "${!want[@]}" | tr ' ' '|' | LC_ALL=C sort); do
-	k=${k/|/ }
-	ok "[ ${seen[$k]:-0} -gt 0 ]" "$k: {${want[$k]}} (${seen[$k]:-0} seen)"
-done
+# this test's instances and sandboxes, by kind
+classify() { # ID TYPE SUBJECT DATA
+	case $ours in *" ${3#*/} "*) kind_of "$1" "$3" ;; esac
+}
+event_kinds_check "$STACK_DIR/events" classify
 is "$(q "SELECT count(*) FROM events WHERE type LIKE 'instance.%' AND subject = 'instance/$w1'
 	AND seq > $claim_mark AND NOT data ? 'sandboxId'")" 0 \
 	'after the claim, each event of the claimed instance names its sandbox'

@@ -169,6 +169,47 @@ SELECT CASE WHEN count(e.id) = 0 THEN '(none)' ELSE coalesce(string_agg(k, ',' O
 SQL
 }
 
+# events_list FILE ARGS...: append every event `bcctl events list ARGS`
+# pages through (oldest first) to FILE, one JSON object a line; 1 when a
+# page fails.
+events_list() {
+	local file=$1 after=0 out
+	shift
+	while :; do
+		out=$(bcctl --format json events list "$@" --after "$after" --limit 1000) || return 1
+		json_items "$out" >>"$file"
+		after=$(json_get "$out" cursor)
+		[ -n "$after" ] && [ "$after" != 0 ] || return 0
+	done
+}
+
+# event_kinds_check FILE CLASSIFY: each event of FILE (one JSON object a
+# line, its data as text) that `CLASSIFY ID TYPE SUBJECT DATA` prints a kind
+# for must have exactly the keys the caller's associative array want gives
+# "TYPE KIND" (sorted, comma-separated), and no other pair may appear; then
+# every pair of want must have been seen. One test line per pair, and one
+# per event that is wrong.
+event_kinds_check() {
+	local file=$1 classify=$2 eid type subject data keys kind k
+	local -A seen=()
+	while IFS=$'\t' read -r eid type subject data keys; do
+		kind=$("$classify" "$eid" "$type" "$subject" "$data")
+		[ -n "$kind" ] || continue
+		k="$type $kind"
+		if [ -z "${want[$k]+x}" ]; then
+			fail "$k ($subject, event $eid): a type this test does not expect: $data"
+		elif [ "${want[$k]}" != "$keys" ]; then
+			is "$keys" "${want[$k]}" "$k ($subject, event $eid): its data's keys"
+		fi
+		seen[$k]=$((${seen[$k]:-0} + 1))
+	done < <(jq -r '[(.id | tostring), .type, .subject, .data,
+		(.data | fromjson | keys | join(","))] | join("\t")' "$file")
+	for k in $(printf '%s\n' "${!want[@]}" | tr ' ' '|' | LC_ALL=C sort); do
+		k=${k/|/ }
+		ok "[ ${seen[$k]:-0} -gt 0 ]" "$k: {${want[$k]}} (${seen[$k]:-0} seen)"
+	done
+}
+
 # json_get JSON FIELD: the value of a top-level snake_case FIELD, accepting
 # the proto3 JSON lowerCamelCase spelling too; empty when absent.
 json_get() {
