@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # demo.sh: `make demo`. A throwaway bc on this machine, in ./.demo: a private
 # PostgreSQL cluster, one bc-controller, one bcd, a pool, a flavor, the guest
-# image and one running instance. With libvirt (started here if it is not
+# image, one running instance, and a sandbox whose template names a secret
+# in its env (docs/secrets.md). With libvirt (started here if it is not
 # running: tests/lib/libvirt.sh) the instance is a real VM: bcd runs the
 # libvirt runtime (KVM, or TCG emulation without a usable /dev/kvm) with
 # nftables networking, fetches the guest image (contrib/guest, `make
@@ -137,8 +138,43 @@ if [ "$runtime" = libvirt ]; then
 	say "demo: $inst address $ip4 (bridge $STACK_BRIDGE, gateway ${BC_POOL_GATEWAY:-10.77.0.1})"
 fi
 
+# -- a sandbox whose guest gets a secret: the value is put write-only (from
+# stdin), a template names it in env, and the sandbox's instance finds it in
+# /etc/sandbox/env (its user data prints it on the console under libvirt)
+printf 'hello from a bc secret' | bcctl secret put demo-greeting >/dev/null ||
+	give_up "secret put failed"
+cat >"$demo/sandbox-user-data" <<'EOT'
+#cloud-config
+runcmd:
+  - [ sh, -c, '. /etc/sandbox/env; echo "bc-demo: sandbox env GREETING=$GREETING" > /dev/ttyS0' ]
+EOT
+out=$(bcctl --format json sandbox-template create --name demo --pool "$POOL_ID" \
+	--flavor "$FLAVOR_NAME" --image "$img" --user-data-file "$demo/sandbox-user-data" \
+	--env GREETING=secret://root/demo-greeting --max-ttl 24h) || give_up "template create failed: $out"
+tmpl=$(json_get "$out" id)
+out=$(bcctl --format json sandbox create --template "$tmpl" --ttl 2h --key demo-sbx-1) ||
+	give_up "sandbox create failed: $out"
+sbx=$(json_get "$out" id)
+sbx_inst=$(json_get "$out" instance_id)
+say "demo: secret demo-greeting put; template $tmpl names it; sandbox $sbx (instance $sbx_inst) created"
+sbx_ready() { [ "$(json_get "$(bcctl --format json sandbox get "$sbx")" state)" = ready ]; }
+eventually 600 sbx_ready || say "demo: sandbox $sbx is not ready yet"
+if [ "$runtime" = libvirt ]; then
+	sbx_console=$demo/data-1/instances/$sbx_inst/console.log
+	said() { grep -a -q 'bc-demo: sandbox env' "$sbx_console" 2>/dev/null; }
+	if eventually 600 said; then
+		say "demo: the sandbox's guest read its env: $(grep -a -o 'bc-demo: sandbox env.*' "$sbx_console" | tr -d '\r' | head -n 1)"
+	else
+		say "demo: the sandbox's guest has not printed its env yet ($sbx_console)"
+	fi
+fi
+
 echo
 bcctl --format table instance list "${TENANT_ARGS[@]}"
+echo
+bcctl --format table sandbox list
+echo
+bcctl --format table secret list
 echo
 cat <<EOT
 The demo is running (logs and state in $demo). To use it:
@@ -157,6 +193,9 @@ The demo is running (logs and state in $demo). To use it:
   bcctl instance create --pool $POOL_ID --flavor $FLAVOR_NAME --image $img
   bcctl --format json instance list
   bcctl instance delete $inst
+  bcctl sandbox get $sbx; bcctl sandbox extend $sbx --by 30m; bcctl sandbox delete $sbx
+  bcctl sandbox create --template $tmpl --wait 20s
+  printf 'new value' | bcctl secret put demo-greeting     (rotates it: the next sandbox gets it)
 EOT
 if [ "$runtime" = libvirt ]; then
 	cat <<EOT
