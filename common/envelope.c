@@ -269,17 +269,6 @@ int envelope_key_id(const unsigned char *env, size_t env_len, char ret_id[ENVELO
 
 /* ------------------------------------------------------------- keyring */
 
-static int hexval(int c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* One "id hex" line (comments and blanks already skipped) into k. */
 static int parse_line(const char *s, size_t n, struct envelope_key *k)
 {
@@ -296,12 +285,8 @@ static int parse_line(const char *s, size_t n, struct envelope_key *k)
 		hex++;
 	if (!kid_valid(s, idn) || (size_t)(s + n - hex) != 2 * ENVELOPE_KEY_LEN)
 		return -EBADMSG;
-	for (size_t i = 0; i < ENVELOPE_KEY_LEN; i++) {
-		int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
-		if (hi < 0 || lo < 0)
-			return -EBADMSG;
-		k->key[i] = (unsigned char)(hi << 4 | lo);
-	}
+	if (hex_decode(hex, ENVELOPE_KEY_LEN, k->key) < 0)
+		return -EBADMSG;
 	memcpy(k->id, s, idn);
 	k->id[idn] = '\0';
 	return 0;

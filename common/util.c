@@ -120,6 +120,30 @@ bool id_valid(const char *prefix, const char *s)
 	return true;
 }
 
+static int hex_digit(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+int hex_decode(const char *hex, size_t n, void *out)
+{
+	unsigned char *p = out;
+
+	for (size_t i = 0; i < n; i++) {
+		int hi = hex_digit(hex[2 * i]), lo;
+		if (hi < 0 || (lo = hex_digit(hex[2 * i + 1])) < 0)
+			return -EBADMSG;
+		p[i] = (unsigned char)(hi << 4 | lo);
+	}
+	return 0;
+}
+
 void hex_encode(const void *buf, size_t n, char *out)
 {
 	const unsigned char *p = buf;

@@ -48,6 +48,10 @@ bool id_valid(const char *prefix, const char *s);
 /* Lowercase hex of n bytes into out (2n+1 bytes). */
 void hex_encode(const void *buf, size_t n, char *out);
 
+/* The n bytes that 2n hex digits (either case) at hex spell, into out.
+ * 0, or -EBADMSG at a character that is not a hex digit. */
+int hex_decode(const char *hex, size_t n, void *out);
+
 /* SHA-256 of data as 64 hex chars + NUL. */
 void sha256_hex(const void *data, size_t n, char out[65]);
 

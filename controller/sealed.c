@@ -49,19 +49,8 @@ static struct keys *keys;   /* the current snapshot, one reference held */
 static char *keys_path;
 static struct stat keys_st; /* of the file keys was read from */
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* Hex text (encode(data, 'hex')) into bytes. */
-static int hex_decode(const char *s, char **ret, size_t *ret_len)
+static int hex_text_decode(const char *s, char **ret, size_t *ret_len)
 {
 	size_t n;
 	char *out;
@@ -70,13 +59,9 @@ static int hex_decode(const char *s, char **ret, size_t *ret_len)
 		return -EBADMSG;
 	n = strlen(s) / 2;
 	out = xmalloc(n + 1);
-	for (size_t i = 0; i < n; i++) {
-		int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
-		if (hi < 0 || lo < 0) {
-			free(out);
-			return -EBADMSG;
-		}
-		out[i] = (char)(hi << 4 | lo);
+	if (hex_decode(s, n, out) < 0) {
+		free(out);
+		return -EBADMSG;
 	}
 	out[n] = '\0';
 	*ret = out;
@@ -302,7 +287,7 @@ static int open_hex(const struct keys *k, const char *ref, const char *tenant, c
 
 	if (!k)
 		return -ENOKEY;
-	if ((r = hex_decode(hex, &env, &env_len)) == 0)
+	if ((r = hex_text_decode(hex, &env, &env_len)) == 0)
 		r = envelope_open(k->ring, aad, aad_len, (unsigned char *)env, env_len, ret, ret_len);
 	if (r == -ENOKEY) {
 		envelope_key_id((unsigned char *)env, env_len, kid);
@@ -386,7 +371,7 @@ static int migrate_row(struct db *d, const struct keys *k, const PGresult *r, in
 	struct dbp p = {0};
 	int rc;
 
-	if ((rc = hex_decode(db_val(r, i, ROW_DATA), &plain, &len)) < 0)
+	if ((rc = hex_text_decode(db_val(r, i, ROW_DATA), &plain, &len)) < 0)
 		return rc;
 	rc = len ? seal_text(k, ref, db_val(r, i, ROW_TENANT), plain, len, &hex, kid) : -EINVAL;
 	OPENSSL_cleanse(plain, len);
@@ -437,7 +422,7 @@ static int rewrap_row(struct db *d, const struct keys *k, const PGresult *r, int
 	struct dbp p = {0};
 	int rc;
 
-	if ((rc = hex_decode(db_val(r, i, ROW_DATA), &env, &env_len)) == 0)
+	if ((rc = hex_text_decode(db_val(r, i, ROW_DATA), &env, &env_len)) == 0)
 		rc = envelope_rewrap(k->ring, aad, aad_len, (unsigned char *)env, env_len, &out,
 				     &out_len);
 	if (rc < 0) {
