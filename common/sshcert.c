@@ -113,7 +113,7 @@ struct wr {
 
 static void wr_bytes(struct wr *w, const void *b, size_t n)
 {
-	if (w->failed)
+	if (w->failed || n == 0)
 		return;
 	if (w->n + n > w->cap) {
 		size_t cap = (w->n + n) * 2 + 256;

@@ -195,7 +195,8 @@ static void check_cert(const char *what, const char *name, const char *cert,
 	if (*w->extensions)
 		is_str(ext, w->extensions, "%s: Extensions", what);
 	else
-		is_str(field(out, "Extensions"), "(none)", "%s: no extensions", what);
+		is_str(ext = (free(ext), field(out, "Extensions")), "(none)", "%s: no extensions",
+		       what);
 }
 
 /* The certificate with one base64 character of its signature changed. */
