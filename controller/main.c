@@ -195,8 +195,10 @@ int main(int argc, char **argv)
 	memset(&app, 0, sizeof(app));
 	r = config_load(&app.cfg, config, nrest, rest, 0);
 	free(rest);
-	if (r < 0)
+	if (r < 0) {
+		config_free(&app.cfg);
 		return 1;
+	}
 	if (!app.cfg.database && strcmp(cmd, "pki") != 0) {
 		fprintf(stderr, "bc-controller: the database key is required\n");
 		config_free(&app.cfg);
