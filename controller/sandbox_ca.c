@@ -95,6 +95,8 @@ int sandbox_ca_create(const struct ctl_app *app, bool refuse_existing, char **re
 		return 0;
 	}
 	r = make_key(key, pub, ret_line);
+	if (r == -EEXIST && !refuse_existing)
+		return 0;	/* another init made it meanwhile: keep theirs */
 	if (r == -EEXIST)
 		log_error("pki: %s appeared meanwhile: kept it", key);
 	else if (r < 0)
