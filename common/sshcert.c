@@ -429,6 +429,13 @@ static bool name_ok(const char *s, bool principal)
 	       !(principal && strchr(s, ','));
 }
 
+/* One part of a principal or key id we compose: an id, so no ':', ',', '@'
+ * or space that would make the result ambiguous. */
+static bool part_ok(const char *s)
+{
+	return name_ok(s, true) && !strpbrk(s, ":@ ");
+}
+
 static int req_check(const struct sshcert_req *q)
 {
 	if ((q->type != SSHCERT_USER && q->type != SSHCERT_HOST) || !q->key ||
@@ -542,9 +549,9 @@ int sshcert_sign_user(const struct sshcert_ca *ca, const struct sshcert_pubkey *
 	int64_t before;
 	int r;
 
-	if (!u || !sshcert_account_valid(u->account) || !name_ok(u->instance_id, true) ||
-	    !name_ok(u->identity_id, false) || !name_ok(u->sandbox_id, false) ||
-	    !name_ok(u->grant_id, false) || strncmp(u->grant_id, "ssh_", 4) != 0)
+	if (!u || !sshcert_account_valid(u->account) || !part_ok(u->instance_id) ||
+	    !part_ok(u->identity_id) || !part_ok(u->sandbox_id) || !part_ok(u->grant_id) ||
+	    strncmp(u->grant_id, "ssh_", 4) != 0)
 		return -EINVAL;
 	if (u->minutes < 1 || u->minutes * 60 > SSHCERT_USER_MAX_SECS || u->now <= 0 ||
 	    (u->cap && u->cap <= u->now))
@@ -571,7 +578,7 @@ int sshcert_sign_host(const struct sshcert_ca *ca, const struct sshcert_pubkey *
 	struct sshcert_req q;
 	int r;
 
-	if (!name_ok(instance_id, true) || now <= 0)
+	if (!part_ok(instance_id) || now <= 0)
 		return -EINVAL;
 	for (const char *c = instance_id; *c; c++)
 		if (*c >= 'A' && *c <= 'Z')

@@ -99,7 +99,8 @@ struct sshcert_req {
  * -cert.pub file); comment = key_id. */
 int sshcert_sign(const struct sshcert_ca *ca, const struct sshcert_req *req, char **ret_cert);
 
-/* A sandboxes.exec user certificate. */
+/* A sandboxes.exec user certificate. Every id is printable without ':',
+ * ',', '@' or a space (-EINVAL otherwise). */
 struct sshcert_user {
 	const char *account;      /* sshcert_account_valid */
 	const char *instance_id;  /* principal "<account>@<instance_id>" */

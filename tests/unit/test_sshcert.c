@@ -399,6 +399,17 @@ static void test_certs(struct sshcert_ca *ca, const char *ca_fp)
 	u.instance_id = "inst_1,inst_2";
 	is_int(sshcert_sign_user(ca, &ed, &u, &cert, NULL), -EINVAL,
 	       "an instance id with a comma (two principals): refused");
+	u.instance_id = "inst_1";
+	u.identity_id = "idn_1:sbx_2";
+	is_int(sshcert_sign_user(ca, &ed, &u, &cert, NULL), -EINVAL,
+	       "an identity id with ':' (an ambiguous key id): refused");
+	u.identity_id = "idn_1";
+	u.instance_id = "inst_1 x";
+	is_int(sshcert_sign_user(ca, &ed, &u, &cert, NULL), -EINVAL,
+	       "an instance id with a space: refused");
+	u.instance_id = "inst_1";
+	is_int(sshcert_sign_host(ca, &ec, "a@b", 1, now, 0, &cert, NULL), -EINVAL,
+	       "a host principal with '@': refused");
 	is_int(sshcert_sign_host(ca, &ec, "inst_1", 1, now, now + 30 * 86400 + 1, &cert, NULL),
 	       -ERANGE, "a host certificate past thirty days: refused");
 	is_int(sshcert_sign_host(ca, &ec, "inst_1A", 1, now, 0, &cert, NULL), -EINVAL,
