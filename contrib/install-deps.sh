@@ -16,6 +16,8 @@ PKGS=(
   nodejs npm
   # the guest image (contrib/guest/build.sh) and the e2e tests' https server and ssh
   mmdebstrap debian-archive-keyring systemd-boot-efi mtools dosfstools fdisk e2fsprogs binutils python3 openssh-client
+  # tests/unit/test_sshcert.c runs a real sshd with our certificates
+  openssh-server
   cloud-init python3-yaml
   # tests/integration/attack_unary.t speaks raw HTTP/2
   python3-h2

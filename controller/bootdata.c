@@ -18,6 +18,7 @@
 #include "bootdata.h"
 #include "db.h"
 #include "sealed.h"
+#include "sshcert.h"
 #include "secrets.h"
 #include "util.h"
 #include "validate.h"
@@ -173,20 +174,6 @@ static int yq(FILE *f, const char *s)
 	return 0;
 }
 
-/* A POSIX-portable login name: [a-z_][a-z0-9_-]{0,31}. */
-static bool account_ok(const char *s)
-{
-	size_t n = strlen(s);
-
-	if (n == 0 || n > 32 || !((s[0] >= 'a' && s[0] <= 'z') || s[0] == '_'))
-		return false;
-	for (size_t i = 1; i < n; i++)
-		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') ||
-		      s[i] == '_' || s[i] == '-'))
-			return false;
-	return true;
-}
-
 /* The hostname: the instance id as an RFC 1123 label ('_' becomes '-'). */
 static void hostname_of(const char *id, char *out, size_t len)
 {
@@ -292,7 +279,7 @@ int bootdata_cloud_config(const struct bootdata_in *in, char **ret)
 	int r;
 
 	if (!in->instance_id || !*in->instance_id || !utf8_valid(in->instance_id) ||
-	    (in->ssh_ca && (!account_ok(in->ssh_ca->account) || !in->ssh_ca->ca_public_key ||
+	    (in->ssh_ca && (!sshcert_account_valid(in->ssh_ca->account) || !in->ssh_ca->ca_public_key ||
 			    !*in->ssh_ca->ca_public_key)))
 		return -EINVAL;
 	f = open_memstream(&buf, &len);

@@ -10,6 +10,7 @@
 
 #include "conf.h"
 #include "config.h"
+#include "sshcert.h"
 #include "util.h"
 
 #define S(n, d) {#n, CONF_STR, offsetof(struct ctl_config, n), d, 0, 0, NULL}
@@ -27,6 +28,9 @@ static const struct conf_key keys[] = {
 	S(log_level, "info"),
 	S(admin_token_file, NULL),
 	S(kek_file, NULL),
+	/* the sandbox SSH CA (sandbox_ca.c, docs/operations.md) */
+	S(sandbox_ca_key_file, NULL),
+	S(sandbox_account, "sandbox"),
 	I(workers, "8", 1, 256),
 	I(node_lost_seconds, "60", 2, 86400),
 	I(replace_after_seconds, "60", 1, 86400),
@@ -142,6 +146,13 @@ int config_load(struct ctl_config *c, const char *path, int argc, char **argv, i
 		c->admin_token_file = xasprintf("%s/admin.token", c->pki_dir);
 	if (!c->kek_file)
 		c->kek_file = xasprintf("%s/kek.keys", c->pki_dir);
+	if (!c->sandbox_ca_key_file)
+		c->sandbox_ca_key_file = xasprintf("%s/sandbox-ssh-ca.key", c->pki_dir);
+	if (!sshcert_account_valid(c->sandbox_account)) {
+		fprintf(stderr, "config: sandbox_account must be a POSIX user name "
+			"([a-z_][a-z0-9_-]{0,31}), got '%s'\n", c->sandbox_account);
+		return -EINVAL;
+	}
 	return 0;
 }
 

@@ -7,7 +7,7 @@
 #include "app.h"
 
 /* Create what a controller needs (API CA and server certificate, node CA,
- * migrations, root tenant) and, when asked or first, an admin token
+ * the sandbox SSH CA, migrations, root tenant) and, when asked or first, an admin token
  * printed once. 0 or -errno (logged). */
 int init_run(struct ctl_app *app, bool new_admin_token);
 /* Load the CAs of pki_dir into app (api_ca_pem, node_ca_pem,

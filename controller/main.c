@@ -1,5 +1,5 @@
 /* main.c: bc-controller. Subcommands init, migrate, serve, meter, secrets
- * (kek.c), version.
+ * (kek.c), pki (sandbox_ca.c), version.
  *
  * serve's threads: the gRPC workers and one thread per open stream (each
  * with its own PostgreSQL connection, see server.c), the LISTEN thread
@@ -27,6 +27,7 @@
 #include "quota.h"
 #include "ratelimit.h"
 #include "rpc.h"
+#include "sandbox_ca.h"
 #include "sealed.h"
 #include "server.h"
 #include "util.h"
@@ -46,6 +47,7 @@ static void usage(void)
 		"  meter                     run one metering pass (usage of open windows)\n"
 		"  secrets VERB              init-kek, rotate-kek, migrate, status (bc-controller\n"
 		"                            secrets --help)\n"
+		"  pki VERB                  add-sandbox-ca (bc-controller pki --help)\n"
 		"  version                   print the version\n");
 }
 
@@ -178,7 +180,7 @@ int main(int argc, char **argv)
 		printf("bc-controller %s (schema %d)\n", BC_VERSION, CTL_SCHEMA_VERSION);
 		return 0;
 	}
-	if (strcmp(cmd, "secrets") == 0 && argc > 2 &&
+	if ((strcmp(cmd, "secrets") == 0 || strcmp(cmd, "pki") == 0) && argc > 2 &&
 	    (argv[2][0] != '-' || strcmp(argv[2], "--help") == 0))
 		verb = argv[first++];
 	rest = xcalloc((size_t)argc, sizeof(char *));
@@ -193,9 +195,11 @@ int main(int argc, char **argv)
 	memset(&app, 0, sizeof(app));
 	r = config_load(&app.cfg, config, nrest, rest, 0);
 	free(rest);
-	if (r < 0)
+	if (r < 0) {
+		config_free(&app.cfg);
 		return 1;
-	if (!app.cfg.database) {
+	}
+	if (!app.cfg.database && strcmp(cmd, "pki") != 0) {
 		fprintf(stderr, "bc-controller: the database key is required\n");
 		config_free(&app.cfg);
 		return 1;
@@ -216,6 +220,8 @@ int main(int argc, char **argv)
 		r = cmd_meter(&app);
 	else if (strcmp(cmd, "secrets") == 0)
 		r = kek_command(&app, verb ? 1 : 0, &verb) == 0 ? 0 : -EINVAL;
+	else if (strcmp(cmd, "pki") == 0)
+		r = sandbox_ca_command(&app, verb ? 1 : 0, &verb) == 0 ? 0 : -EINVAL;
 	else {
 		usage();
 		r = -EINVAL;
