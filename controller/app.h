@@ -56,4 +56,17 @@ const struct principal *ctl_principal(const rpc_call *call);
 #define AUTH_ROOT_TENANT "root"
 bool auth_is_operator(const struct principal *p);
 
+/* One verb of an admin command (`bc-controller secrets VERB`, `pki VERB`). */
+struct ctl_verb {
+	const char *name;
+	int (*fn)(struct ctl_app *app); /* the process's exit status */
+	const char *usage;
+};
+
+/* Run the verb of the n in verbs that argv[0] names (argc 0 or 1), or
+ * print the usage of command cmd with every verb's line: its exit status,
+ * 2 for a missing or unknown verb. */
+int ctl_verb_run(struct ctl_app *app, const char *cmd, const struct ctl_verb *verbs, size_t n,
+		 int argc, char **argv);
+
 #endif

@@ -267,11 +267,7 @@ static int cmd_status(struct ctl_app *app)
 	return 0;
 }
 
-static const struct {
-	const char *name;
-	int (*fn)(struct ctl_app *app);
-	const char *usage;
-} verbs[] = {
+static const struct ctl_verb verbs[] = {
 	{"init-kek", cmd_init_kek, "create the key-encryption key file if it is missing"},
 	{"rotate-kek", cmd_rotate, "add a new current key and rewrap every data key (online)"},
 	{"migrate", cmd_migrate, "seal the blobs still stored plain"},
@@ -280,16 +276,8 @@ static const struct {
 
 int kek_command(struct ctl_app *app, int argc, char **argv)
 {
-	int r;
+	int r = ctl_verb_run(app, "secrets", verbs, ARRAY_SIZE(verbs), argc, argv);
 
-	for (size_t i = 0; argc > 0 && i < ARRAY_SIZE(verbs); i++)
-		if (strcmp(argv[0], verbs[i].name) == 0) {
-			r = verbs[i].fn(app);
-			sealed_keys_unload();
-			return r;
-		}
-	fprintf(stderr, "usage: bc-controller secrets VERB [--config FILE]\n");
-	for (size_t i = 0; i < ARRAY_SIZE(verbs); i++)
-		fprintf(stderr, "  %-11s %s\n", verbs[i].name, verbs[i].usage);
-	return 2;
+	sealed_keys_unload();
+	return r;
 }

@@ -128,21 +128,11 @@ static int cmd_add(struct ctl_app *app)
 	return 0;
 }
 
-static const struct {
-	const char *name;
-	int (*fn)(struct ctl_app *app);
-	const char *usage;
-} verbs[] = {
+static const struct ctl_verb verbs[] = {
 	{"add-sandbox-ca", cmd_add, "add the sandbox SSH CA to a deployment that has none"},
 };
 
 int sandbox_ca_command(struct ctl_app *app, int argc, char **argv)
 {
-	for (size_t i = 0; argc > 0 && i < ARRAY_SIZE(verbs); i++)
-		if (strcmp(argv[0], verbs[i].name) == 0)
-			return verbs[i].fn(app);
-	fprintf(stderr, "usage: bc-controller pki VERB [--config FILE]\n");
-	for (size_t i = 0; i < ARRAY_SIZE(verbs); i++)
-		fprintf(stderr, "  %-15s %s\n", verbs[i].name, verbs[i].usage);
-	return 2;
+	return ctl_verb_run(app, "pki", verbs, ARRAY_SIZE(verbs), argc, argv);
 }
