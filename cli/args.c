@@ -108,6 +108,8 @@ static int store(const struct cli_ctx *ctx, const struct cli_flag *f, const char
 	case CLI_ARG:
 		*(const char **)f->dst = v;
 		return 0;
+	case CLI_ARGS: /* parse_positional appends these itself */
+		return -EINVAL;
 	case CLI_STRS:
 		sv = f->dst;
 		if (sv->n >= CLI_MAX_REPEAT)
@@ -172,6 +174,16 @@ static int parse_positional(struct parse *p, const char *word)
 			p->seen[p->next_arg++] = true;
 			return store(p->ctx, f, word);
 		}
+		if (f->type == CLI_ARGS) {
+			struct cli_strv *v = f->dst;
+
+			if (v->n >= CLI_MAX_REPEAT)
+				return cli_usage_error(p->ctx, "at most %d %s", CLI_MAX_REPEAT,
+						       f->name);
+			p->seen[p->next_arg] = true;
+			v->v[v->n++] = (char *)word;
+			return 0;
+		}
 	}
 	return cli_usage_error(p->ctx, "unexpected argument '%s'", word);
 }
@@ -182,7 +194,7 @@ static int check_required(const struct parse *p)
 		const struct cli_flag *f = &p->flags[i];
 		if (!f->required || p->seen[i])
 			continue;
-		if (f->type == CLI_ARG)
+		if (f->type == CLI_ARG || f->type == CLI_ARGS)
 			return cli_usage_error(p->ctx, "missing %s", f->name);
 		return cli_usage_error(p->ctx, "--%s is required", f->name);
 	}
@@ -230,6 +242,8 @@ static void help_line(const struct cli_flag *f, FILE *out)
 
 	if (f->type == CLI_ARG)
 		snprintf(lhs, sizeof(lhs), "%s", f->name);
+	else if (f->type == CLI_ARGS)
+		snprintf(lhs, sizeof(lhs), "%s ...", f->name);
 	else if (f->type == CLI_BOOL)
 		snprintf(lhs, sizeof(lhs), "--%s", f->name);
 	else

@@ -44,6 +44,7 @@ enum cli_flag_type {
 	CLI_FILE,       /* char **: a text file's contents (no NUL), malloc'd, caller frees; <= max bytes */
 	CLI_CHOICE,     /* int *: index of the value in choices[] */
 	CLI_ARG,        /* char **: a positional argument, in table order */
+	CLI_ARGS,       /* struct cli_strv *: every remaining positional argument (last) */
 };
 
 struct cli_strv {
@@ -127,6 +128,9 @@ struct cli_ctx {
 	char *ca_pem;                     /* owned, lives as long as client */
 	bool rpc_inited;
 	bc_error err;
+	/* a verb that ran another program (sandbox exec) exits with its
+	 * status: set when the verb returns 0 */
+	int exit_code;
 };
 
 /* main.c */
@@ -137,6 +141,16 @@ struct cli_ctx {
  * 0 or -BC_EDOMAIN (ctx->err), -EINVAL for a local configuration error. */
 int cli_run(struct cli_ctx *ctx, const ProtobufCServiceDescriptor *svc, const char *method,
 	    const ProtobufCMessage *req, cli_show_fn show, int64_t extra_ms);
+
+/* Call svc.method with req and hand the reply over, printing nothing:
+ * 0 with *ret (free with protobuf_c_message_free_unpacked), or as
+ * cli_run. */
+int cli_call(struct cli_ctx *ctx, const ProtobufCServiceDescriptor *svc, const char *method,
+	     const ProtobufCMessage *req, int64_t extra_ms, ProtobufCMessage **ret);
+
+/* Open the bidi stream svc.method (no deadline), or NULL with ctx->err. */
+rpc_stream *cli_bidi_open(struct cli_ctx *ctx, const ProtobufCServiceDescriptor *svc,
+			  const char *method);
 
 /* Open a server stream svc.method with req and print each message as it
  * arrives (JSON with --format json, else show), until the stream ends or
@@ -240,6 +254,11 @@ int cli_template_create(struct cli_ctx *ctx, int argc, char **argv);
 int cli_template_update(struct cli_ctx *ctx, int argc, char **argv);
 int cli_sandbox_create(struct cli_ctx *ctx, int argc, char **argv);
 int cli_sandbox_extend(struct cli_ctx *ctx, int argc, char **argv);
+/* sandbox_exec.c */
+int cli_sandbox_exec(struct cli_ctx *ctx, int argc, char **argv);
+int cli_sandbox_cp(struct cli_ctx *ctx, int argc, char **argv);
+int cli_sandbox_tunnels(struct cli_ctx *ctx, int argc, char **argv);
+int cli_sandbox_close_tunnels(struct cli_ctx *ctx, int argc, char **argv);
 int cli_instance_create(struct cli_ctx *ctx, int argc, char **argv);
 
 int cli_tenant_create(struct cli_ctx *ctx, int argc, char **argv);

@@ -219,12 +219,11 @@ static int cli_connect(struct cli_ctx *ctx)
 	return r;
 }
 
-int cli_run(struct cli_ctx *ctx, const ProtobufCServiceDescriptor *svc, const char *method,
-	    const ProtobufCMessage *req, cli_show_fn show, int64_t extra_ms)
+int cli_call(struct cli_ctx *ctx, const ProtobufCServiceDescriptor *svc, const char *method,
+	     const ProtobufCMessage *req, int64_t extra_ms, ProtobufCMessage **ret)
 {
 	const ProtobufCMethodDescriptor *md =
 		protobuf_c_service_descriptor_get_method_by_name(svc, method);
-	ProtobufCMessage *resp = NULL;
 	int64_t timeout = ctx->timeout_ms + extra_ms;
 	char path[256];
 	int r;
@@ -234,12 +233,23 @@ int cli_run(struct cli_ctx *ctx, const ProtobufCServiceDescriptor *svc, const ch
 	r = cli_connect(ctx);
 	if (r < 0)
 		return r;
-	r = rpc_client_unary(ctx->client, path, req, md->output, &resp,
+	r = rpc_client_unary(ctx->client, path, req, md->output, ret,
 			     timeout > INT_MAX ? INT_MAX : (int)timeout, &ctx->err);
 	if (r == -BC_EDOMAIN)
 		return r;
 	if (r < 0)
 		return bc_error_set(&ctx->err, BC_INTERNAL, "%s: %s", path, strerror(-r));
+	return 0;
+}
+
+int cli_run(struct cli_ctx *ctx, const ProtobufCServiceDescriptor *svc, const char *method,
+	    const ProtobufCMessage *req, cli_show_fn show, int64_t extra_ms)
+{
+	ProtobufCMessage *resp = NULL;
+	int r = cli_call(ctx, svc, method, req, extra_ms, &resp);
+
+	if (r < 0)
+		return r;
 	if (ctx->format == CLI_FMT_JSON)
 		r = cli_print_json(resp, stdout);
 	else if (show)
@@ -250,6 +260,20 @@ int cli_run(struct cli_ctx *ctx, const ProtobufCServiceDescriptor *svc, const ch
 	if (r < 0)
 		return bc_error_set(&ctx->err, BC_INTERNAL, "writing JSON: %s", strerror(-r));
 	return 0;
+}
+
+rpc_stream *cli_bidi_open(struct cli_ctx *ctx, const ProtobufCServiceDescriptor *svc,
+			  const char *method)
+{
+	char path[256];
+
+	if (rpc_method_path(svc, method, path, sizeof(path)) < 0) {
+		bc_error_set(&ctx->err, BC_INTERNAL, "no method %s.%s", svc->name, method);
+		return NULL;
+	}
+	if (cli_connect(ctx) < 0)
+		return NULL;
+	return rpc_stream_open(ctx->client, path, NULL, 0, &ctx->err);
 }
 
 int cli_stream(struct cli_ctx *ctx, const ProtobufCServiceDescriptor *svc, const char *method,

@@ -100,6 +100,16 @@ static const struct cli_verb verbs[] = {
 	 "Move a sandbox's expiry later."},
 	{"sandbox", "delete", cli_res_delete, "ID [--tenant T]",
 	 "Delete a sandbox.", &cli_sandboxes},
+	{"sandbox", "exec", cli_sandbox_exec,
+	 "ID [--key FILE] [--minutes N] [--ssh PROG] [--accept-host-key] [--tenant T] [-- CMD ...]",
+	 "Run a command (or a login shell) in a sandbox over SSH (Sandboxes.Exec)."},
+	{"sandbox", "cp", cli_sandbox_cp,
+	 "SRC ... DST [--recursive] [--key FILE] [--minutes N] [--scp PROG] [--accept-host-key] [--tenant T]",
+	 "Copy files to or from a sandbox (ID:PATH) with scp over the same grant."},
+	{"sandbox", "tunnels", cli_sandbox_tunnels, "ID [--all] [--tenant T]",
+	 "List the open tunnels into a sandbox (Tunnels.List)."},
+	{"sandbox", "close-tunnels", cli_sandbox_close_tunnels, "ID [--tunnel TUN] [--tenant T]",
+	 "Close the tunnels into a sandbox, or one (Tunnels.Close)."},
 	{"tenant", "create", cli_tenant_create, "ID [--name N]", "Create a tenant (Tenants.Create)."},
 	{"tenant", "list", cli_res_list, "[--limit N] [--cursor C]", "List tenants.", &cli_tenants},
 	{"tenant", "get", cli_res_call, "ID", "Show one tenant.", &cli_tenants},
@@ -302,7 +312,7 @@ static int exit_status(struct cli_ctx *ctx, int r)
 		fprintf(stderr, "error: writing output: %s\n", strerror(errno));
 		return 1;
 	}
-	return 0;
+	return ctx->exit_code;
 }
 
 int main(int argc, char **argv)

@@ -210,6 +210,12 @@ int rpc_call_recv(rpc_call *call, ProtobufCMessage **ret, int timeout_ms);
  * that to happen (0: poll; < 0: no limit). A unary call: true at once. */
 bool rpc_call_wait_cancelled(rpc_call *call, int timeout_ms);
 
+/* A streaming handler ends its call from another thread: a send or
+ * receive blocked on the call returns an error at once (the gRPC
+ * transport cancels the call; a transport that cannot does nothing). The
+ * handler still returns as usual. */
+void rpc_call_cancel(rpc_call *call);
+
 /* Detached unary calls. A unary handler that would otherwise wait (e.g.
  * for a resource to become ready) can hand its call to another thread and
  * free its worker:
@@ -298,6 +304,9 @@ int rpc_stream_recv(rpc_stream *st, const ProtobufCMessageDescriptor *d,
 		    ProtobufCMessage **ret, int timeout_ms, bc_error *err);
 /* Cancel if still open and free. NULL-safe. */
 void rpc_stream_free(rpc_stream *st);
+/* Cancel without freeing, from any thread: a send or receive blocked on
+ * another thread returns an error at once. NULL-safe. */
+void rpc_stream_cancel(rpc_stream *st);
 
 /* Process-wide init/shutdown of gRPC (refcounted by gRPC itself). */
 void rpc_global_init(void);

@@ -613,6 +613,19 @@ static bool grpc_wait_cancelled(rpc_call *call, int timeout_ms)
 	return call->close_done || rpc_server_stopping(call->srv);
 }
 
+/* See rpc.h. */
+void rpc_call_cancel(rpc_call *call)
+{
+	if (call->ops->cancel)
+		call->ops->cancel(call);
+}
+
+static void grpc_cancel(rpc_call *call)
+{
+	if (call->call)
+		grpc_call_cancel(call->call, NULL);
+}
+
 /* The gRPC transport (grpc_call, its pluck queue): see rpc_internal.h. */
 const struct rpc_transport_ops rpc_grpc_ops = {
 	.name = "grpc",
@@ -620,5 +633,6 @@ const struct rpc_transport_ops rpc_grpc_ops = {
 	.recv = grpc_recv,
 	.wait_cancelled = grpc_wait_cancelled,
 	.release = rpc_call_release_grpc,
+	.cancel = grpc_cancel,
 	.can_detach = true,
 };

@@ -493,6 +493,13 @@ int rpc_stream_recv(rpc_stream *st, const ProtobufCMessageDescriptor *d,
 	return st_status(st, err);
 }
 
+/* See rpc.h. grpc_call_cancel may be called from any thread. */
+void rpc_stream_cancel(rpc_stream *st)
+{
+	if (st && st->call)
+		grpc_call_cancel(st->call, NULL);
+}
+
 /* See rpc.h. */
 void rpc_stream_free(rpc_stream *st)
 {

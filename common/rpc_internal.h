@@ -172,6 +172,8 @@ struct rpc_transport_ops {
 	/* rpc_call_release: drop the transport's side of c (not the struct,
 	 * not its arena) */
 	void (*release)(rpc_call *c);
+	/* rpc_call_cancel, from any thread; NULL: not supported */
+	void (*cancel)(rpc_call *c);
 	/* the transport can answer a unary call later (rpc_detach.c) */
 	bool can_detach;
 };

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "config.h"
 #include "db.h"
@@ -15,6 +16,7 @@ struct watch_registry;
 struct waiter;
 struct metrics_srv;
 struct streams;
+struct sshcert_ca;
 
 struct ctl_app {
 	struct ctl_config cfg;
@@ -28,6 +30,10 @@ struct ctl_app {
 	struct waiter *waiter;       /* sandbox creates waiting off the workers (waiter.c) */
 	struct waiter *inst_waiter;  /* instance creates waiting off the workers */
 	struct streams *streams;     /* stream admission and database pool */
+	/* the deployment's sandbox SSH CA, loaded at serve (sandbox_ca.h);
+	 * NULL without one: Sandboxes.Exec is UNSUPPORTED */
+	struct sshcert_ca *sandbox_ca;
+	char *sandbox_ca_line;       /* its public key line */
 };
 
 /* The caller of an API call, set by the pre-call hook. */
@@ -43,6 +49,10 @@ struct principal {
 	/* an agent: the user it acts for and the live delegation; others: "" */
 	char user_id[64];
 	char delegation_id[64];
+	/* identities: the SHA-256 (hex) of the bearer token and its expiry
+	 * (epoch seconds, 0: none) */
+	char token_hash[65];
+	int64_t token_expires_at;
 };
 
 /* From a call: the app, this thread's database (or the stream pool's

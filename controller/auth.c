@@ -15,6 +15,7 @@
 #include "log.h"
 #include "node.h"
 #include "ratelimit.h"
+#include "tunnels.h"
 #include "util.h"
 
 static bool has_prefix(const char *s, const char *p)
@@ -75,7 +76,8 @@ static int auth_node(rpc_call *call, struct principal *p, bc_error *err)
 /* The columns auth_token reads of a token, in its SELECT's order. */
 enum {
 	TOKEN_IDENTITY_ID, TOKEN_TENANT_ID, TOKEN_IS_ADMIN, TOKEN_TENANT_STATE,
-	TOKEN_IDENTITY_STATE, TOKEN_KIND, TOKEN_USER_ID, TOKEN_DELEGATION_ID, TOKEN_USER_STATE
+	TOKEN_IDENTITY_STATE, TOKEN_KIND, TOKEN_USER_ID, TOKEN_DELEGATION_ID, TOKEN_USER_STATE,
+	TOKEN_EXPIRES_AT
 };
 
 /* A token of an inactive tenant or identity, of an agent whose delegation
@@ -108,23 +110,17 @@ static int auth_refuse(const PGresult *r, bc_error *err)
 	return bc_error_detail(err, "reason", "%s", why[i].reason);
 }
 
-static int auth_token(rpc_call *call, struct principal *p, bc_error *err)
+int auth_token_hash(struct db *d, const char *hash, struct principal *p, bc_error *err)
 {
-	const char *tok = rpc_call_bearer(call);
 	struct dbp q = {0};
 	PGresult *r = NULL;
-	char hash[65];
 	int rc;
 
-	if (!tok || !*tok)
-		return bc_error_set(err, BC_UNAUTHENTICATED, "missing bearer token");
-	if (strlen(tok) > 256)
-		return bc_error_set(err, BC_UNAUTHENTICATED, "invalid or expired token");
-	sha256_hex(tok, strlen(tok), hash);
 	dbp_str(&q, hash);
-	rc = db_exec(ctl_db(call), &r,
+	rc = db_exec(d, &r,
 		     "SELECT i.id, i.tenant_id, i.is_admin, t.state, i.state, i.kind, "
-		     "coalesce(d.user_id, ''), coalesce(d.id, ''), coalesce(u.state, '') FROM "
+		     "coalesce(d.user_id, ''), coalesce(d.id, ''), coalesce(u.state, ''), "
+		     "coalesce(floor(extract(epoch FROM k.expires_at))::bigint, 0) FROM "
 		     "api_tokens k JOIN identities i ON i.id = k.identity_id JOIN tenants t ON t.id = "
 		     "i.tenant_id LEFT JOIN delegations d ON d.agent_id = i.id AND d.revoked_at IS "
 		     "NULL LEFT JOIN identities u ON u.id = d.user_id "
@@ -140,6 +136,7 @@ static int auth_token(rpc_call *call, struct principal *p, bc_error *err)
 		PQclear(r);
 		return rc;
 	}
+	memset(p, 0, sizeof(*p));
 	p->kind = PRINCIPAL_IDENTITY;
 	snprintf(p->id, sizeof(p->id), "%s", db_val(r, 0, TOKEN_IDENTITY_ID));
 	snprintf(p->tenant_id, sizeof(p->tenant_id), "%s", db_val(r, 0, TOKEN_TENANT_ID));
@@ -147,9 +144,24 @@ static int auth_token(rpc_call *call, struct principal *p, bc_error *err)
 	snprintf(p->user_id, sizeof(p->user_id), "%s", db_val(r, 0, TOKEN_USER_ID));
 	snprintf(p->delegation_id, sizeof(p->delegation_id), "%s",
 		 db_val(r, 0, TOKEN_DELEGATION_ID));
+	snprintf(p->token_hash, sizeof(p->token_hash), "%s", hash);
+	p->token_expires_at = db_i64(r, 0, TOKEN_EXPIRES_AT);
 	p->is_admin = db_bool(r, 0, TOKEN_IS_ADMIN);
 	PQclear(r);
 	return 0;
+}
+
+static int auth_token(rpc_call *call, struct principal *p, bc_error *err)
+{
+	const char *tok = rpc_call_bearer(call);
+	char hash[65];
+
+	if (!tok || !*tok)
+		return bc_error_set(err, BC_UNAUTHENTICATED, "missing bearer token");
+	if (strlen(tok) > 256)
+		return bc_error_set(err, BC_UNAUTHENTICATED, "invalid or expired token");
+	sha256_hex(tok, strlen(tok), hash);
+	return auth_token_hash(ctl_db(call), hash, p, err);
 }
 
 /* The admin services a tenant's own identities may call, each call decided
@@ -166,7 +178,9 @@ static bool self_service(const char *method)
 	return false;
 }
 
-const char *const auth_open_methods[] = {"/bc.node.v1.Node/Join", NULL};
+/* Tunnels.Connect authenticates by the single-use ticket of its first
+ * message (tunnels.c), not by a bearer token. */
+const char *const auth_open_methods[] = {"/bc.node.v1.Node/Join", TUNNEL_CONNECT_METHOD, NULL};
 
 static bool open_method(const char *m)
 {

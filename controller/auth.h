@@ -16,6 +16,13 @@ int auth_pre_call(rpc_call *call, bc_error *err);
 /* The methods (besides grpc.health.v1.Health's) that need no credential,
  * NULL-terminated. */
 extern const char *const auth_open_methods[];
+/* The principal of the API token whose SHA-256 (hex) is hash, as a call
+ * bearing it would get: UNAUTHENTICATED for an unknown, revoked or expired
+ * token, ACCESS_DENIED (auth_pre_call's reasons) for an inactive tenant,
+ * identity or delegation. The tunnel gateway re-checks an open tunnel's
+ * caller with it. */
+struct principal;
+int auth_token_hash(struct db *d, const char *hash, struct principal *p, bc_error *err);
 /* A new random API token ("bct_..."), NUL-terminated into out[len]. */
 void auth_token_new(char *out, size_t len);
 /* Create an administrator identity name in tenant_id and a token for it

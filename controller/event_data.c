@@ -7,6 +7,8 @@
  * and event_payloads_iam.t (node, IAM, tenant teardown) check every type's
  * keys against a real stack. */
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "event_data.h"
@@ -29,6 +31,8 @@ enum {
 	K_TARGET = 1 << 13,  /* targetKind, targetId */
 	K_OFFER = 1 << 14,   /* onBudgetExceeded */
 	K_CHECK = 1 << 15,   /* budgetCheck */
+	K_CERT = 1 << 16,    /* instanceId, keyId, serial, principal, validBefore */
+	K_REPLICA = 1 << 17, /* replica */
 };
 
 struct evd_type {
@@ -76,6 +80,13 @@ static const struct evd_type iam_types[] = {
 	{"quota.set", 0},
 	{"offer.set", K_OFFER},
 	{"pool.budget-check-set", K_CHECK},
+};
+
+static const struct evd_type tunnel_types[] = {
+	{"tunnel.issued", K_NODE},
+	{"tunnel.opened", K_REPLICA},
+	{"tunnel.closed", K_REASON},
+	{"sandbox.exec.issued", K_CERT},
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -203,5 +214,33 @@ int evd_secret(const char *type, const struct evd_secret *in, char **ret_json)
 	jsonw_str(&w, "name", in->name);
 	jsonw_str(&w, "scope", in->scope);
 	jsonw_i64(&w, "version", in->version);
+	return jsonw_end(&w, ret_json);
+}
+
+int evd_tunnel(const char *type, const struct evd_tunnel *in, char **ret_json)
+{
+	int k = keys_of(tunnel_types, NELEM(tunnel_types), type);
+	struct jsonw w;
+	char serial[24];
+
+	if (k < 0)
+		return k;
+	jsonw_begin(&w);
+	jsonw_str(&w, "sandboxId", in->sandbox_id);
+	jsonw_str(&w, "tunnelId", in->tunnel_id);
+	if (k & K_NODE)
+		jsonw_str(&w, "nodeId", in->node_id);
+	if (k & K_CERT) {
+		snprintf(serial, sizeof(serial), "%" PRIu64, in->serial);
+		jsonw_str(&w, "instanceId", in->instance_id);
+		jsonw_str(&w, "keyId", in->key_id);
+		jsonw_str(&w, "serial", serial);
+		jsonw_str(&w, "principal", in->principal);
+		jsonw_i64(&w, "validBefore", in->valid_before);
+	}
+	if (k & K_REPLICA)
+		jsonw_str(&w, "replica", in->replica);
+	if (k & K_REASON)
+		jsonw_str(&w, "reason", in->reason ? in->reason : "");
 	return jsonw_end(&w, ret_json);
 }

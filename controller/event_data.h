@@ -109,4 +109,23 @@ struct evd_secret {
  * -errno. */
 int evd_secret(const char *type, const struct evd_secret *in, char **ret_json);
 
+/* A tunnel's fields its events carry (tunnels.c, sandbox_exec.c): every
+ * type names the sandbox and the tunnel; tunnel.issued also the instance's
+ * node; sandbox.exec.issued the certificate (instanceId, keyId, serial as a
+ * decimal string, principal, validBefore in epoch ms); tunnel.opened the
+ * replica; tunnel.closed the reason. */
+struct evd_tunnel {
+	const char *sandbox_id, *instance_id, *node_id, *tunnel_id;
+	const char *key_id, *principal;
+	uint64_t serial;
+	int64_t valid_before;
+	const char *replica;  /* tunnel.opened */
+	const char *reason;   /* tunnel.closed */
+};
+
+/* The data of tunnel event type (tunnel.issued, tunnel.opened,
+ * tunnel.closed, sandbox.exec.issued). 0 and *ret_json (caller frees),
+ * -EINVAL for another type, or the writer's -errno. */
+int evd_tunnel(const char *type, const struct evd_tunnel *in, char **ret_json);
+
 #endif

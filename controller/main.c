@@ -108,11 +108,12 @@ static int cmd_serve(struct ctl_app *app)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	if ((r = check_schema(app)) < 0 || (r = check_sealed(app)) < 0 || (r = pki_load(app)) < 0 ||
-	    (r = init_renew_server_cert(app)) < 0)
+	    (r = init_renew_server_cert(app)) < 0 || (r = sandbox_ca_serve(app)) < 0)
 		return r;
 	rpc_global_init();
 	if ((r = server_start(app)) < 0) {
 		rpc_global_shutdown();
+		sandbox_ca_unload(app);
 		return r;
 	}
 	sigwait(&set, &sig);
@@ -120,6 +121,7 @@ static int cmd_serve(struct ctl_app *app)
 	server_stop(app);
 	rpc_global_shutdown();
 	sealed_keys_unload();
+	sandbox_ca_unload(app);
 	return 0;
 }
 

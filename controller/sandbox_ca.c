@@ -118,6 +118,32 @@ int sandbox_ca_load(const struct ctl_app *app, struct sshcert_ca **ret)
 	return r;
 }
 
+int sandbox_ca_serve(struct ctl_app *app)
+{
+	int r = sandbox_ca_load(app, &app->sandbox_ca);
+
+	if (r == -ENOENT) {
+		log_info("sandbox SSH CA: none at %s: Sandboxes.Exec is unsupported (bc-controller "
+			 "pki add-sandbox-ca adds one)", app->cfg.sandbox_ca_key_file);
+		return 0;
+	}
+	if (r == 0)
+		r = sshcert_ca_public_line(app->sandbox_ca, CA_COMMENT, &app->sandbox_ca_line);
+	if (r < 0) {
+		log_error("sandbox SSH CA %s: %s", app->cfg.sandbox_ca_key_file, strerror(-r));
+		sandbox_ca_unload(app);
+	}
+	return r;
+}
+
+void sandbox_ca_unload(struct ctl_app *app)
+{
+	sshcert_ca_free(app->sandbox_ca);
+	app->sandbox_ca = NULL;
+	free(app->sandbox_ca_line);
+	app->sandbox_ca_line = NULL;
+}
+
 static int cmd_add(struct ctl_app *app)
 {
 	_cleanup_free_ char *line = NULL;

@@ -20,6 +20,12 @@ int sandbox_ca_create(const struct ctl_app *app, bool refuse_existing, char **re
  * is not an ed25519 key. Nothing logged. */
 int sandbox_ca_load(const struct ctl_app *app, struct sshcert_ca **ret);
 
+/* serve: load the CA into app->sandbox_ca and its public line into
+ * app->sandbox_ca_line, or say once that there is none (Sandboxes.Exec is
+ * then UNSUPPORTED). Fails only for a CA file that exists and cannot be
+ * used. sandbox_ca_unload frees both. */
+int sandbox_ca_serve(struct ctl_app *app);
+void sandbox_ca_unload(struct ctl_app *app);
 /* `bc-controller pki VERB`: add-sandbox-ca. 0, or 1 (refused or failed,
  * said on stderr), 2 (usage). */
 int sandbox_ca_command(struct ctl_app *app, int argc, char **argv);

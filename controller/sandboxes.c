@@ -34,6 +34,7 @@
 #include "outbox.h"
 #include "quota.h"
 #include "rowmsg.h"
+#include "sandbox_exec.h"
 #include "sandboxes.h"
 #include "secrets.h"
 #include "util.h"
@@ -185,6 +186,44 @@ static int sbx_fetch(rpc_call *c, const char *tenant, const char *id, struct sbx
 	sbx_from_row(c, r, 0, o);
 	PQclear(r);
 	return 0;
+}
+
+int sbx_decide_brief(rpc_call *c, const char *tenant, const char *id, const char *action,
+		     struct sbx_brief *b, bc_error *err)
+{
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	struct sbx_shape s;
+	struct authz_target t;
+	char parent[128];
+	int rc;
+
+	dbp_str(&p, id);
+	dbp_str(&p, tenant);
+	if ((rc = db_one(ctl_db(c), &r, "SELECT " SBX_COLS SBX_FROM "WHERE s.id = $1 AND "
+			 "s.tenant_id = $2", &p, err, "sandbox %s not found", id)) < 0)
+		return rc;
+	s = (struct sbx_shape){.id = id, .tenant = tenant, .pool = db_val(r, 0, SBX_POOL_ID),
+			       .template_id = db_val(r, 0, SBX_TEMPLATE_ID),
+			       .flavor = db_val(r, 0, SBX_FLAVOR), .image = db_val(r, 0, SBX_IMAGE),
+			       .network = db_val(r, 0, SBX_NET),
+			       .created_by = db_val(r, 0, SBX_CREATED_BY),
+			       .agent = db_val(r, 0, SBX_AGENT),
+			       .ttl = db_i64(r, 0, SBX_TTL_SECONDS), .vcpus = db_i64(r, 0, SBX_VCPUS),
+			       .memory_mib = db_i64(r, 0, SBX_MEM), .disk_gib = db_i64(r, 0, SBX_DISK),
+			       .gpus = db_i64(r, 0, SBX_GPUS)};
+	sbx_target(&s, &t, parent);
+	rc = authz_decide(c, ctl_db(c), action, &t, err);
+	if (rc == 0) {
+		snprintf(b->state, sizeof(b->state), "%s", db_val(r, 0, SBX_STATE));
+		snprintf(b->instance_id, sizeof(b->instance_id), "%s", db_val(r, 0, SBX_INSTANCE_ID));
+		snprintf(b->instance_state, sizeof(b->instance_state), "%s",
+			 db_val(r, 0, SBX_INSTANCE_STATE));
+		snprintf(b->node_id, sizeof(b->node_id), "%s", db_val(r, 0, SBX_NODE_ID));
+		b->expires_at = db_i64(r, 0, SBX_EXPIRES_AT);
+	}
+	PQclear(r);
+	return rc;
 }
 
 static void *sbx_answer(struct sbx_row *o)
@@ -989,6 +1028,7 @@ const struct rpc_handler *sbx_handlers(size_t *ret_n)
 		{"List", RPC_UNARY, {.unary = sbx_list}},
 		{"Extend", RPC_UNARY, {.unary = sbx_extend}},
 		{"Delete", RPC_UNARY, {.unary = sbx_delete}},
+		{"Exec", RPC_UNARY, {.unary = sbx_exec}},
 	};
 
 	*ret_n = ARRAY_SIZE(h);

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "db.h"
@@ -25,6 +26,21 @@ extern const struct waiter_kind sbx_waiter_kind;
 
 /* The handlers of the Sandboxes service (server.c's table). */
 const struct rpc_handler *sbx_handlers(size_t *ret_n);
+
+/* What Sandboxes.Exec and the tunnel gateway's re-check read of a sandbox. */
+struct sbx_brief {
+	char state[16];            /* starting | ready | failed | deleting | deleted */
+	char instance_id[64], node_id[64];
+	char instance_state[32];
+	int64_t expires_at;        /* epoch ms */
+};
+
+/* Read sandbox id of tenant and decide action on it for the call's
+ * principal, with the same attributes every sandbox decision sees; ctl_db(c)
+ * is read. 0 with *b filled, NOT_FOUND, ACCESS_DENIED, or a database
+ * failure. Allocates nothing from the call. */
+int sbx_decide_brief(rpc_call *c, const char *tenant, const char *id, const char *action,
+		     struct sbx_brief *b, bc_error *err);
 
 /* Inside the caller's transaction, with the sandbox row locked: the sandbox
  * becomes deleting, its instance desired deleted (instance.deleting with

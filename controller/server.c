@@ -20,6 +20,7 @@
 #include "bc/compute/v1/instances.pb-c.h"
 #include "bc/compute/v1/sandboxes.pb-c.h"
 #include "bc/compute/v1/secrets.pb-c.h"
+#include "bc/compute/v1/tunnels.pb-c.h"
 #include "bc/compute/v1/usage.pb-c.h"
 #include "bc/node/v1/node.pb-c.h"
 #include "db.h"
@@ -40,6 +41,7 @@
 #include "server.h"
 #include "streams.h"
 #include "templates.h"
+#include "tunnels.h"
 #include "util.h"
 #include "waiter.h"
 #include "watch.h"
@@ -72,6 +74,7 @@ static const struct service_part {
 	{&bc__compute__v1__events__descriptor, events_handlers},
 	{&bc__compute__v1__usage__descriptor, usage_handlers},
 	{&bc__compute__v1__secrets__descriptor, secrets_handlers},
+	{&bc__compute__v1__tunnels__descriptor, tunnels_handlers},
 };
 
 static void *thread_db_open(void *user)

@@ -10,6 +10,10 @@
  *   max_streams_per_tenant         all identities of one tenant
  *   max_unauthenticated_streams    every stream without a credential
  *                                  (grpc.health.v1.Health/Watch), together
+ *   max_tunnels                    every Tunnels.Connect, together: a
+ *                                  tunnel authenticates by its ticket, in
+ *                                  its first message, and is counted here
+ *                                  whoever opened it
  *
  * A stream holds no database connection while it sleeps: its handler takes
  * one from a bounded pool (stream_db_connections) only while it reads, and
@@ -32,6 +36,7 @@
 #include "db.h"
 #include "log.h"
 #include "streams.h"
+#include "tunnels.h"
 #include "util.h"
 
 #define POOL_WAIT_MS 30000
@@ -143,6 +148,10 @@ static void stream_keys(const rpc_call *call, char *who, char *tenant, size_t le
 
 	*node = p && p->kind == PRINCIPAL_NODE;
 	tenant[0] = '\0';
+	if (strcmp(rpc_call_method(call), TUNNEL_CONNECT_METHOD) == 0) {
+		snprintf(who, len, "tunnel");
+		return;
+	}
 	if (!p || p->kind == PRINCIPAL_NONE) {
 		snprintf(who, len, "anon");
 		return;
@@ -168,6 +177,12 @@ static int admit_check(struct streams *s, const struct ctl_config *cfg, const ch
 	if (!node && s->others >= cfg->max_streams - cfg->stream_reserve_nodes)
 		return refuse(err, "stream-limit-replica", cfg->max_streams - cfg->stream_reserve_nodes,
 			      "this replica's, the rest kept for nodes");
+	if (strcmp(who, "tunnel") == 0) {
+		if (count_of(s, who) >= cfg->max_tunnels)
+			return refuse(err, "stream-limit-tunnels", cfg->max_tunnels,
+				      "open tunnels");
+		return 0;
+	}
 	if (strcmp(who, "anon") == 0) {
 		if (count_of(s, who) >= cfg->max_unauthenticated_streams)
 			return refuse(err, "stream-limit-unauthenticated",

@@ -8,7 +8,7 @@
 . "$(dirname "$0")/../lib/tap.sh"
 
 cd "$(dirname "$0")/../.." || bail_out "no checkout"
-P='instance|sandbox|node|tenant|identity|token|delegation|policy|quota|offer|pool|secret'
+P='instance|sandbox|node|tenant|identity|token|delegation|policy|quota|offer|pool|secret|tunnel'
 types=$({
 	grep -ohE "\"($P)\.[a-z][a-z.-]*\"" controller/*.c | tr -d '"'
 	grep -ohE "'($P)\.[a-z][a-z.-]*'" controller/*.c migrations/*.sql | tr -d "'"

@@ -1,0 +1,534 @@
+/* sandbox_exec.c: `bcctl sandbox exec` and `bcctl sandbox cp`: a grant from
+ * Sandboxes.Exec for the user's own public key, a listener on 127.0.0.1 for
+ * exactly one connection, and stock OpenSSH (ssh, scp) run against it with
+ * the argument vector of common/sshclient.h; the one connection is relayed
+ * over Tunnels.Connect. The certificate and the known-hosts file live in a
+ * temporary directory removed afterwards; the verb exits with the
+ * program's status. Also `sandbox tunnels` and `sandbox close-tunnels`. */
+#include <errno.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bc/compute/v1/sandboxes.pb-c.h"
+#include "bc/compute/v1/tunnels.pb-c.h"
+#include "cli.h"
+#include "sshclient.h"
+#include "util.h"
+
+extern char **environ;
+
+#define SSVC (&bc__compute__v1__sandboxes__descriptor)
+#define TUNSVC (&bc__compute__v1__tunnels__descriptor)
+#define PUBKEY_MAX 8192
+#define ACCEPT_WAIT_MS 60000   /* the ticket's life */
+#define RELAY_BUF 32768
+
+typedef Bc__Compute__V1__SandboxExecGrant grant_t;
+
+/* The flags exec and cp share. */
+struct exec_flags {
+	char *tenant, *key, *prog;
+	int64_t minutes;
+	bool accept_host_key, recursive;
+};
+
+/* One connection's temporary files. */
+struct session {
+	char dir[64], cert[96], known[96], key[PATH_MAX];
+	int lfd, port;
+};
+
+/* The private key (--key, else ~/.ssh/id_ed25519) and its public line. */
+static int read_key(struct cli_ctx *ctx, const struct exec_flags *f, struct session *s,
+		    char **ret_line)
+{
+	const char *home = getenv("HOME");
+	_cleanup_free_ char *pub = NULL;
+	char *line = NULL;
+	int r;
+
+	if (f->key)
+		snprintf(s->key, sizeof(s->key), "%s", f->key);
+	else
+		snprintf(s->key, sizeof(s->key), "%s/.ssh/id_ed25519", home ? home : ".");
+	pub = xasprintf("%s.pub", s->key);
+	if ((r = file_read_all(pub, PUBKEY_MAX, &line, NULL)) < 0) {
+		bc_error_set(&ctx->err, BC_INVALID_INPUT, "cannot read the public key %s: %s "
+			     "(make one with ssh-keygen -t ed25519, or name another with --key)",
+			     pub, strerror(-r));
+		return -BC_EDOMAIN;
+	}
+	line[strcspn(line, "\r\n")] = '\0';
+	*ret_line = line;
+	return 0;
+}
+
+/* A grant whose host trust input is malformed is refused, never used. */
+static int check_grant(struct cli_ctx *ctx, const grant_t *g, const struct exec_flags *f)
+{
+	if (!g->ticket || !*g->ticket || !g->certificate || !*g->certificate ||
+	    strchr(g->certificate, '\n') != strrchr(g->certificate, '\n') || !g->account ||
+	    !*g->account)
+		return bc_error_set(&ctx->err, BC_INVALID_RESPONSE, "the exec grant is incomplete");
+	if (g->host_certified)
+		return 0;
+	if (!f->accept_host_key) {
+		bc_error_set(&ctx->err, BC_INVALID_STATE, "sandbox %s has no valid host certificate "
+			     "(hostCertificate: %s): its host key cannot be checked; pass "
+			     "--accept-host-key to trust it on first use", g->sandbox_id,
+			     g->host_certificate);
+		return -BC_EDOMAIN;
+	}
+	fprintf(stderr, "warning: sandbox %s has no valid host certificate (%s): trusting its "
+		"host key on first use (--accept-host-key)\n", g->sandbox_id, g->host_certificate);
+	return 0;
+}
+
+static int write_file(const char *path, const char *text)
+{
+	FILE *fp = fopen(path, "wx");
+	int r = 0;
+
+	if (!fp)
+		return -errno;
+	if (fputs(text, fp) == EOF)
+		r = -EIO;
+	if (fclose(fp) != 0 && r == 0)
+		r = -errno;
+	return r;
+}
+
+/* The temporary directory with the certificate and the known-hosts file. */
+static int session_files(struct cli_ctx *ctx, const grant_t *g, struct session *s)
+{
+	_cleanup_free_ char *known = NULL;
+	const char *tmp = getenv("TMPDIR");
+	int r;
+
+	snprintf(s->dir, sizeof(s->dir), "%s/bcctl-exec-XXXXXX",
+		 tmp && *tmp && strlen(tmp) < 32 ? tmp : "/tmp");
+	if (!mkdtemp(s->dir)) {
+		s->dir[0] = '\0';
+		return bc_error_set(&ctx->err, BC_INTERNAL, "cannot make a temporary directory: %s",
+			    strerror(errno));
+	}
+	snprintf(s->cert, sizeof(s->cert), "%s/id-cert.pub", s->dir);
+	snprintf(s->known, sizeof(s->known), "%s/known_hosts", s->dir);
+	if (sshc_known_hosts(g->host_certified, g->host_principal, g->ca_public_key, &known) < 0)
+		return bc_error_set(&ctx->err, BC_INVALID_RESPONSE, "the exec grant's host principal or CA key "
+			    "is malformed (%s)", g->host_principal);
+	if ((r = write_file(s->cert, g->certificate)) < 0 || (r = write_file(s->known, known)) < 0)
+		return bc_error_set(&ctx->err, BC_INTERNAL, "cannot write the session files: %s", strerror(-r));
+	return 0;
+}
+
+static void session_remove(struct session *s)
+{
+	if (s->lfd >= 0)
+		close(s->lfd);
+	s->lfd = -1;
+	if (!s->dir[0])
+		return;
+	unlink(s->cert);
+	unlink(s->known);
+	rmdir(s->dir);
+	s->dir[0] = '\0';
+}
+
+static int listen_local(struct cli_ctx *ctx, struct session *s)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+
+	s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s->lfd < 0 || bind(s->lfd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+	    listen(s->lfd, 1) < 0 || getsockname(s->lfd, (struct sockaddr *)&a, &len) < 0)
+		return bc_error_set(&ctx->err, BC_INTERNAL, "cannot listen on 127.0.0.1: %s", strerror(errno));
+	s->port = ntohs(a.sin_port);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- relay */
+
+struct relay {
+	rpc_stream *st;
+	int fd;
+};
+
+/* The connection to the tunnel; ssh's end half-closes the tunnel. */
+static void *sock_to_tunnel(void *arg)
+{
+	struct relay *rl = arg;
+	Bc__Compute__V1__TunnelFrame f = BC__COMPUTE__V1__TUNNEL_FRAME__INIT;
+	unsigned char buf[RELAY_BUF];
+	ssize_t n;
+
+	for (;;) {
+		n = read(rl->fd, buf, sizeof(buf));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		f.data.data = buf;
+		f.data.len = (size_t)n;
+		if (rpc_stream_send(rl->st, &f.base) < 0)
+			break;
+	}
+	rpc_stream_close_send(rl->st);
+	return NULL;
+}
+
+static int write_all(int fd, const unsigned char *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(fd, p, n);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* The tunnel to the connection; its end closes ssh's side for writing. */
+static void *tunnel_to_sock(void *arg)
+{
+	struct relay *rl = arg;
+	bc_error err = {0};
+
+	for (;;) {
+		ProtobufCMessage *m = NULL;
+		int r = rpc_stream_recv(rl->st, &bc__compute__v1__tunnel_frame__descriptor, &m, -1,
+					&err);
+		const Bc__Compute__V1__TunnelFrame *f = (const void *)m;
+
+		if (r <= 0) {
+			if (r < 0 && err.code != BC_OK)
+				fprintf(stderr, "bcctl: tunnel: %s\n", err.message);
+			break;
+		}
+		r = write_all(rl->fd, f->data.data, f->data.len);
+		protobuf_c_message_free_unpacked(m, NULL);
+		if (r < 0)
+			break;
+	}
+	shutdown(rl->fd, SHUT_WR);
+	return NULL;
+}
+
+/* Wait for ssh's one connection (or its early exit: *ret_status). */
+static int accept_one(struct cli_ctx *ctx, struct session *s, pid_t pid, int *ret_status,
+		      int *ret_fd)
+{
+	int64_t deadline = deadline_in(ACCEPT_WAIT_MS);
+	struct pollfd p = {.fd = s->lfd, .events = POLLIN};
+
+	while (!deadline_passed(deadline)) {
+		int st;
+
+		if (waitpid(pid, &st, WNOHANG) == pid) {
+			*ret_status = st;
+			return 1;
+		}
+		if (poll(&p, 1, 100) == 1) {
+			*ret_fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC);
+			if (*ret_fd < 0)
+				return bc_error_set(&ctx->err, BC_INTERNAL, "accept: %s", strerror(errno));
+			close(s->lfd);
+			s->lfd = -1;
+			return 0;
+		}
+	}
+	kill(pid, SIGTERM);
+	waitpid(pid, ret_status, 0);
+	return bc_error_set(&ctx->err, BC_DEADLINE_EXCEEDED, "%s did not connect within 60 s", "ssh");
+}
+
+/* Relay the connection over the tunnel until ssh exits. */
+static int relay_session(struct cli_ctx *ctx, const grant_t *g, int fd, pid_t pid,
+			 int *ret_status)
+{
+	Bc__Compute__V1__TunnelFrame first = BC__COMPUTE__V1__TUNNEL_FRAME__INIT;
+	struct relay rl = {.fd = fd};
+	pthread_t up, down;
+	bool up_on = false, down_on = false;
+
+	rl.st = cli_bidi_open(ctx, TUNSVC, "Connect");
+	first.ticket = g->ticket;
+	if (rl.st && rpc_stream_send(rl.st, &first.base) == 0) {
+		up_on = pthread_create(&up, NULL, sock_to_tunnel, &rl) == 0;
+		down_on = pthread_create(&down, NULL, tunnel_to_sock, &rl) == 0;
+	}
+	if (!up_on || !down_on)
+		shutdown(fd, SHUT_RDWR); /* ssh sees the connection fail */
+	while (waitpid(pid, ret_status, 0) < 0 && errno == EINTR)
+		;
+	shutdown(fd, SHUT_RDWR);
+	rpc_stream_cancel(rl.st);
+	if (up_on)
+		pthread_join(up, NULL);
+	if (down_on)
+		pthread_join(down, NULL);
+	rpc_stream_free(rl.st);
+	close(fd);
+	return 0;
+}
+
+static int exit_code_of(int status)
+{
+	if (WIFEXITED(status))
+		return WEXITSTATUS(status);
+	if (WIFSIGNALED(status))
+		return 128 + WTERMSIG(status);
+	return 255;
+}
+
+/* The whole session: grant, files, listener, the program, the relay. */
+static int run_session(struct cli_ctx *ctx, const char *sbx, const struct exec_flags *f,
+		       enum sshc_prog kind, char *const *args, size_t n_args)
+{
+	Bc__Compute__V1__ExecSandboxRequest req = BC__COMPUTE__V1__EXEC_SANDBOX_REQUEST__INIT;
+	struct session s = {.lfd = -1};
+	ProtobufCMessage *resp = NULL;
+	_cleanup_free_ char *line = NULL;
+	char **argv = NULL;
+	grant_t *g;
+	pid_t pid;
+	int r, status = 0, fd = -1;
+
+	if ((r = read_key(ctx, f, &s, &line)) < 0)
+		return r;
+	req.tenant_id = f->tenant ? f->tenant : (char *)"";
+	req.sandbox_id = (char *)sbx;
+	req.public_key = line;
+	req.minutes = (int32_t)f->minutes;
+	if ((r = cli_call(ctx, SSVC, "Exec", &req.base, 0, &resp)) < 0)
+		return r;
+	g = (grant_t *)resp;
+	if ((r = check_grant(ctx, g, f)) < 0 || (r = session_files(ctx, g, &s)) < 0 ||
+	    (r = listen_local(ctx, &s)) < 0)
+		goto out;
+	{
+		struct sshc_opts o = {.kind = kind, .prog = f->prog, .port = s.port,
+				      .key_file = s.key, .cert_file = s.cert,
+				      .known_hosts = s.known, .account = g->account,
+				      .host_key_alias = g->host_certified ? g->host_principal :
+									    g->sandbox_id,
+				      .strict = g->host_certified, .recursive = f->recursive};
+
+		if (sshc_argv(&o, args, n_args, &argv) < 0) {
+			r = bc_error_set(&ctx->err, BC_INVALID_INPUT, "cannot pass these arguments to %s safely",
+				 f->prog);
+			goto out;
+		}
+	}
+	if ((r = posix_spawnp(&pid, f->prog, NULL, NULL, argv, environ)) != 0) {
+		r = bc_error_set(&ctx->err, BC_INVALID_INPUT, "cannot run %s", f->prog);
+		goto out;
+	}
+	r = accept_one(ctx, &s, pid, &status, &fd);
+	if (r == 0)
+		r = relay_session(ctx, g, fd, pid, &status);
+	if (r >= 0) {
+		ctx->exit_code = exit_code_of(status);
+		r = 0;
+	}
+out:
+	session_remove(&s);
+	sshc_argv_free(argv);
+	protobuf_c_message_free_unpacked(resp, NULL);
+	return r;
+}
+
+/* Split argv at the first "--": the words before are flags, after it the
+ * command. */
+static int split_dashdash(int argc, char **argv, int *ret_n)
+{
+	for (int i = 0; i < argc; i++)
+		if (strcmp(argv[i], "--") == 0) {
+			*ret_n = i;
+			return i + 1;
+		}
+	*ret_n = argc;
+	return argc;
+}
+
+#define EXEC_FLAGS(f, progname, progdefault)                                                \
+	{.name = "key", .type = CLI_STR, .dst = &(f).key, .meta = "FILE",                    \
+	 .help = "private key; its FILE.pub is certified (default ~/.ssh/id_ed25519)"},       \
+	{.name = "minutes", .type = CLI_INT, .dst = &(f).minutes, .meta = "N", .min = 1,     \
+	 .max = 15, .help = "the certificate's lifetime (default 10)"},                      \
+	{.name = progname, .type = CLI_STR, .dst = &(f).prog, .meta = "PROG",                \
+	 .help = "the OpenSSH program to run (default " progdefault ")"},                    \
+	{.name = "accept-host-key", .type = CLI_BOOL, .dst = &(f).accept_host_key,          \
+	 .help = "trust a guest without a host certificate on first use"},                   \
+	CLI_FLAG_TENANT(&(f).tenant)
+
+int cli_sandbox_exec(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct exec_flags f = {.minutes = 10, .prog = (char *)"ssh"};
+	char *sbx = NULL;
+	const struct cli_flag flags[] = {
+		{.name = "ID", .type = CLI_ARG, .dst = &sbx, .required = true, .help = "sandbox id"},
+		EXEC_FLAGS(f, "ssh", "ssh"),
+	};
+	int n, cmd = split_dashdash(argc, argv, &n);
+	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), n, argv);
+
+	if (r != 0)
+		return r;
+	return run_session(ctx, sbx, &f, SSHC_SSH, argv + cmd, (size_t)(argc - cmd));
+}
+
+/* cp's paths for scp: "ID:PATH" becomes "127.0.0.1:PATH" (one sandbox);
+ * a local path that scp would read as remote gets "./" in front. */
+static int cp_paths(struct cli_ctx *ctx, char **in, size_t n, char ***ret, char *sbx,
+		    size_t sbx_len)
+{
+	char **out = xcalloc(n + 1, sizeof(*out));
+	size_t remote = 0;
+
+	sbx[0] = '\0';
+	for (size_t i = 0; i < n; i++) {
+		char id[64];
+		const char *path;
+
+		if (sshc_remote_path(in[i], id, sizeof(id), &path)) {
+			if (sbx[0] && strcmp(sbx, id) != 0) {
+				sshc_argv_free(out);
+				return cli_usage_error(ctx, "copy to or from one sandbox at a time");
+			}
+			snprintf(sbx, sbx_len, "%s", id);
+			out[i] = xasprintf("%s:%s", SSHC_HOST, *path ? path : ".");
+			remote++;
+		} else {
+			out[i] = strchr(in[i], ':') && in[i][0] != '/' ? xasprintf("./%s", in[i]) :
+									 xstrdup(in[i]);
+		}
+	}
+	if (remote == 0) {
+		sshc_argv_free(out);
+		return cli_usage_error(ctx, "name the sandbox side as ID:PATH");
+	}
+	*ret = out;
+	return 0;
+}
+
+int cli_sandbox_cp(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct exec_flags f = {.minutes = 10, .prog = (char *)"scp"};
+	struct cli_strv paths = {0};
+	const struct cli_flag flags[] = {
+		{.name = "PATH", .type = CLI_ARGS, .dst = &paths, .required = true,
+		 .help = "SRC ... DST; the sandbox side as ID:PATH"},
+		{.name = "recursive", .type = CLI_BOOL, .dst = &f.recursive,
+		 .help = "copy directories"},
+		EXEC_FLAGS(f, "scp", "scp"),
+	};
+	char sbx[64], **scp_args = NULL;
+	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+
+	if (r != 0)
+		return r;
+	if (paths.n < 2)
+		return cli_usage_error(ctx, "give at least a source and a destination");
+	if ((r = cp_paths(ctx, paths.v, paths.n, &scp_args, sbx, sizeof(sbx))) < 0)
+		return r;
+	r = run_session(ctx, sbx, &f, SSHC_SCP, scp_args, paths.n);
+	sshc_argv_free(scp_args);
+	return r;
+}
+
+/* -------------------------------------------------------------- tunnels */
+
+static void show_tunnel_rows(Bc__Compute__V1__Tunnel *const *items, size_t n, FILE *out)
+{
+	static const char *const h[] = {"ID", "STATE", "IDENTITY", "NODE", "REPLICA", "OPENED",
+					"CLOSED", "REASON"};
+	struct cli_table *t = cli_table_new(h, ARRAY_SIZE(h));
+	char b1[32], b2[32];
+
+	for (size_t i = 0; i < n; i++) {
+		const Bc__Compute__V1__Tunnel *x = items[i];
+
+		cli_table_cell(t, "%s", x->id);
+		cli_table_cell(t, "%s", x->state);
+		cli_table_cell(t, "%s", x->identity_id);
+		cli_table_cell(t, "%s", x->node_id);
+		cli_table_cell(t, "%s", x->replica);
+		cli_table_cell(t, "%s", cli_fmt_time(x->opened_at, b1, sizeof(b1)));
+		cli_table_cell(t, "%s", cli_fmt_time(x->closed_at, b2, sizeof(b2)));
+		cli_table_cell(t, "%s", x->close_reason);
+	}
+	cli_table_print(t, out);
+	cli_table_free(t);
+}
+
+static void show_tunnels(const ProtobufCMessage *m, FILE *out)
+{
+	const Bc__Compute__V1__ListTunnelsResponse *a = (const void *)m;
+
+	show_tunnel_rows(a->items, a->n_items, out);
+}
+
+static void show_closed(const ProtobufCMessage *m, FILE *out)
+{
+	const Bc__Compute__V1__CloseTunnelsResponse *a = (const void *)m;
+
+	show_tunnel_rows(a->items, a->n_items, out);
+}
+
+int cli_sandbox_tunnels(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Compute__V1__ListTunnelsRequest req = BC__COMPUTE__V1__LIST_TUNNELS_REQUEST__INIT;
+	char *tenant = NULL, *sbx = NULL;
+	bool all = false;
+	const struct cli_flag flags[] = {
+		{.name = "ID", .type = CLI_ARG, .dst = &sbx, .required = true, .help = "sandbox id"},
+		{.name = "all", .type = CLI_BOOL, .dst = &all,
+		 .help = "closed and unused grants too, newest first (at most 200)"},
+		CLI_FLAG_TENANT(&tenant),
+	};
+	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+
+	if (r != 0)
+		return r;
+	req.tenant_id = tenant ? tenant : (char *)"";
+	req.sandbox_id = sbx;
+	req.closed = all;
+	return cli_run(ctx, TUNSVC, "List", &req.base, show_tunnels, 0);
+}
+
+int cli_sandbox_close_tunnels(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Compute__V1__CloseTunnelsRequest req = BC__COMPUTE__V1__CLOSE_TUNNELS_REQUEST__INIT;
+	char *tenant = NULL, *sbx = NULL, *tun = NULL;
+	const struct cli_flag flags[] = {
+		{.name = "ID", .type = CLI_ARG, .dst = &sbx, .required = true, .help = "sandbox id"},
+		{.name = "tunnel", .type = CLI_STR, .dst = &tun, .meta = "TUN",
+		 .help = "close only this tunnel"},
+		CLI_FLAG_TENANT(&tenant),
+	};
+	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
+
+	if (r != 0)
+		return r;
+	req.tenant_id = tenant ? tenant : (char *)"";
+	req.sandbox_id = sbx;
+	req.tunnel_id = tun ? tun : (char *)"";
+	return cli_run(ctx, TUNSVC, "Close", &req.base, show_closed, 0);
+}
