@@ -15,6 +15,7 @@
 #include "idem.h"
 #include "log.h"
 #include "outbox.h"
+#include "tunnels.h"
 #include "util.h"
 
 #define EVENTS_PURGE_BATCH 1000
@@ -48,7 +49,7 @@ static int events_purge(struct db *d, int retention_seconds)
 void events_retention_tick(struct db *d, const struct ctl_config *cfg)
 {
 	static int64_t next_ms;
-	int ev, keys;
+	int ev, keys, tun;
 
 	if (mono_ms() < next_ms)
 		return;
@@ -59,11 +60,14 @@ void events_retention_tick(struct db *d, const struct ctl_config *cfg)
 	if (ev == 0)
 		ev = events_purge(d, cfg->events_retention_seconds);
 	keys = idem_purge(d, cfg->idempotency_retention_seconds);
-	if (ev < 0 || keys < 0)
-		log_warn("retention: purge failed: %s", strerror(-(ev < 0 ? ev : keys)));
-	else if (ev > 0 || keys > 0)
-		log_info("retention: %d events and %d idempotency keys purged", ev, keys);
-	if (ev == EVENTS_PURGE_BATCH || keys == IDEM_PURGE_BATCH)
+	tun = tunnels_purge(d, cfg->events_retention_seconds);
+	if (ev < 0 || keys < 0 || tun < 0)
+		log_warn("retention: purge failed: %s",
+			 strerror(-(ev < 0 ? ev : keys < 0 ? keys : tun)));
+	else if (ev > 0 || keys > 0 || tun > 0)
+		log_info("retention: %d events, %d idempotency keys and %d tunnels purged", ev,
+			 keys, tun);
+	if (ev == EVENTS_PURGE_BATCH || keys == IDEM_PURGE_BATCH || tun == TUNNELS_PURGE_BATCH)
 		next_ms = 0; /* more to do: again at the next pass */
 }
 

@@ -512,6 +512,16 @@ static int tunnel_connect(rpc_call *c, bc_error *err)
 	return 0;
 }
 
+/* ------------------------------------------------------------ retention */
+
+int tunnels_purge(struct db *d, int retention_seconds)
+{
+	return db_purge(d, "WITH g AS (DELETE FROM tunnels WHERE id IN (SELECT id FROM tunnels "
+			"WHERE coalesce(closed_at, ticket_expires_at) < now() - make_interval(secs "
+			"=> $1) AND (closed_at IS NOT NULL OR opened_at IS NULL) LIMIT $2) RETURNING "
+			"1) SELECT count(*) FROM g", retention_seconds, TUNNELS_PURGE_BATCH);
+}
+
 /* ---------------------------------------------------------- List, Close */
 
 #define TUN_COLS                                                                          \

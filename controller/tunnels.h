@@ -23,6 +23,12 @@
 
 /* The handlers of the Tunnels service (server.c's table). */
 const struct rpc_handler *tunnels_handlers(size_t *ret_n);
+/* The retention pass: delete up to TUNNELS_PURGE_BATCH tunnels rows that
+ * closed (or whose ticket expired unused) more than retention_seconds ago
+ * (events_retention_seconds). The number deleted, or -errno. */
+#define TUNNELS_PURGE_BATCH 1000
+struct db;
+int tunnels_purge(struct db *d, int retention_seconds);
 /* Tunnels this replica relays now (for /metrics). */
 int64_t tunnels_open_count(void);
 

@@ -156,6 +156,15 @@ is "$(printf '%s' "$out" | jq -r '.items[0].state')" closed 'an unused grant clo
 out=$(node "$BC_SRC/tests/integration/tunnel_connect.js" "$(ctl_url 1)" "$BC_CA_FILE" "$(frame "$(f ticket)")" 2>&1)
 like "$out" '"code":16' 'and its ticket no longer opens'
 
+# -- retention: a tunnel closed longer ago than events_retention_seconds goes
+old=$(q "SELECT id FROM tunnels WHERE closed_at IS NOT NULL LIMIT 1")
+q "UPDATE tunnels SET closed_at = now() - interval '31 days' WHERE id = '$old'" >/dev/null
+n_open=$(q "SELECT count(*) FROM tunnels WHERE closed_at IS NULL")
+purged() { [ "$(q "SELECT count(*) FROM tunnels WHERE id = '$old'")" = 0 ]; }
+eventually 75 purged
+ok $? 'a tunnels row closed 31 days ago is purged by the retention pass'
+is "$(q "SELECT count(*) FROM tunnels WHERE closed_at IS NULL")" "$n_open" 'rows still open or young stay'
+
 # -- a sandbox being deleted, then a deployment without the CA
 BC_TOKEN=$A bcctl sandbox delete "$s" >/dev/null
 n0=$(tunnels)
