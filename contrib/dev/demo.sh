@@ -28,13 +28,26 @@ say() { printf '%s\n' "$*"; }
 if [ -d "$demo" ]; then
 	say "demo: stopping the previous demo in $demo"
 	bash "$repo/contrib/dev/stop.sh" >/dev/null || true
+	real=$(readlink -f "$demo")
 	old_pg=$(cat "$demo/pgdir" 2>/dev/null || true)
 	case "$old_pg" in
-	"$demo"/* | '') ;;
+	"$real"/* | '') ;;
 	*) rm -rf "$old_pg" ;;
 	esac
+	[ -L "$demo" ] && rm -rf "$real"
 	rm -rf "$demo"
 fi
+
+# qemu_can_reach DIR: every parent of DIR lets others traverse it, as
+# QEMU's own user must to reach the VM files bcd keeps under it.
+qemu_can_reach() {
+	local d=$1
+	while [ "$d" != / ] && [ -n "$d" ]; do
+		d=$(dirname "$d")
+		[ "$(( 0$(stat -c %a "$d") & 1 ))" -eq 1 ] || return 1
+	done
+	return 0
+}
 
 export BC_STACK_DIR=$demo BC_STACK_PERSIST=1
 export BC_LOG_LEVEL=${BC_LOG_LEVEL:-info}
@@ -76,6 +89,14 @@ pick_runtime() {
 
 runtime=fake why=''
 pick_runtime
+if [ "$runtime" = libvirt ] && ! qemu_can_reach "$demo"; then
+	# a checkout under a private directory (/root, a mktemp -d folder):
+	# the demo's state lives where QEMU can reach it, .demo points there
+	real=/var/lib/bc-demo/$(printf '%s' "$repo" | sha256sum | cut -c1-12)
+	say "demo: $repo is not reachable by QEMU's user (a parent is not o+x): the demo's VMs live in $real ($demo links to it)"
+	mkdir -p "$real" && chmod 0755 /var/lib/bc-demo "$real" && ln -sfn "$real" "$demo" ||
+		give_up "cannot make $real"
+fi
 mkdir -p "$demo"
 if [ "$runtime" = libvirt ]; then
 	https_up "$guest" "$demo/https" || give_up "the https image server did not start"
@@ -117,7 +138,12 @@ out=$(bcctl --format json instance create "${TENANT_ARGS[@]}" --pool "$POOL_ID" 
 	give_up "instance create failed: $out"
 inst=$(json_get "$out" id)
 say "demo: instance $inst created, waiting for it to run"
-eventually 600 instance_state_is "$inst" running ||
+# agent_alive: bcd still runs (else the demo stops at once with its log)
+agent_alive() { _proc_alive "$(_stack_get_pid bcd-1)"; }
+running_or_dead() { ! agent_alive || instance_state_is "$inst" running; }
+eventually 600 running_or_dead
+agent_alive || give_up "bcd exited: $(grep -E 'level=(error|fatal)' "$demo/bcd-1.log" | tail -n 3)"
+instance_state_is "$inst" running ||
 	give_up "instance $inst is $(instance_state "$inst") ($(bcctl --format json instance get "$inst" | jq -r '.reason // empty')), not running"
 
 if [ "$runtime" = libvirt ]; then
@@ -157,8 +183,10 @@ out=$(bcctl --format json sandbox create --template "$tmpl" --ttl 2h --key demo-
 sbx=$(json_get "$out" id)
 sbx_inst=$(json_get "$out" instance_id)
 say "demo: secret demo-greeting put; template $tmpl names it; sandbox $sbx (instance $sbx_inst) created"
-sbx_ready() { [ "$(json_get "$(bcctl --format json sandbox get "$sbx")" state)" = ready ]; }
+sbx_ready() { ! agent_alive || [ "$(json_get "$(bcctl --format json sandbox get "$sbx")" state)" = ready ]; }
 eventually 600 sbx_ready || say "demo: sandbox $sbx is not ready yet"
+agent_alive || give_up "bcd exited: $(grep -E 'level=(error|fatal)' "$demo/bcd-1.log" | tail -n 3)"
+exec_hint=''
 if [ "$runtime" = libvirt ]; then
 	sbx_console=$demo/data-1/instances/$sbx_inst/console.log
 	said() { grep -a -q 'bc-demo: sandbox env' "$sbx_console" 2>/dev/null; }
@@ -167,6 +195,16 @@ if [ "$runtime" = libvirt ]; then
 	else
 		say "demo: the sandbox's guest has not printed its env yet ($sbx_console)"
 	fi
+	# -- run code inside: a certificate from the sandbox SSH CA for the
+	# demo's key, a single-use ticket, stock ssh through the tunnel
+	# (controller -> bcd -> the guest's port 22)
+	say "demo: bcctl sandbox exec $sbx -- uname -a"
+	bcctl sandbox exec "$sbx" --key "$demo/id_ed25519" -- uname -a ||
+		say "demo: sandbox exec failed (see $demo/ctl-1.log and $demo/bcd-1.log)"
+	exec_hint="  bcctl sandbox exec $sbx --key $demo/id_ed25519          (a shell in the sandbox)
+  bcctl sandbox cp --key $demo/id_ed25519 ./file $sbx:/tmp/"
+else
+	say "demo: no guest runs under the fake runtime, so sandbox exec has no sshd to reach"
 fi
 
 echo
@@ -195,6 +233,7 @@ The demo is running (logs and state in $demo). To use it:
   bcctl instance delete $inst
   bcctl sandbox get $sbx; bcctl sandbox extend $sbx --by 30m; bcctl sandbox delete $sbx
   bcctl sandbox create --template $tmpl --wait 20s
+$exec_hint
   printf 'new value' | bcctl secret put demo-greeting     (rotates it: the next sandbox gets it)
 EOT
 if [ "$runtime" = libvirt ]; then
