@@ -248,6 +248,10 @@ int rpc_http_new(rpc_server *s, struct rpc_http **ret)
 		return r;
 	}
 	http_routes_build(h);
+	if ((r = http_ws_routes_build(h)) < 0) {
+		rpc_http_free(h);
+		return r;
+	}
 	*ret = h;
 	return 0;
 }
@@ -1036,6 +1040,7 @@ void rpc_http_free(struct rpc_http *h)
 	free(h->workers);
 	free(h->threads);
 	free(h->routes);
+	http_ws_routes_free(h);
 	pthread_mutex_destroy(&h->lock);
 	pthread_cond_destroy(&h->work);
 	pthread_cond_destroy(&h->done);

@@ -83,8 +83,10 @@ static int parse_request_line(char *line, struct rpc_http_request *req, const ch
 		*why = "request target must be a path";
 		return 400;
 	}
-	if ((q = strchr(sp1 + 1, '?')))
+	if ((q = strchr(sp1 + 1, '?'))) {
 		*q = '\0';
+		req->query = q + 1;
+	}
 	return 0;
 }
 

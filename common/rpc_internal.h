@@ -15,6 +15,8 @@
  *                 handshake, request reading, caps and timeouts), the
  *                 connection threads
  * rpc_http_parse.c  HTTP/1.1 request heads, routes, JSON error bodies (pure)
+ * rpc_http_ws.c   WebSocket routes: the RFC 6455 handshake and frames of a
+ *                 bidi call on a JSON/HTTP connection
  * rpc_health.c    grpc.health.v1.Health
  * rpc_client.c    channel, unary calls, client streams
  *
@@ -223,6 +225,8 @@ struct rpc_call {
 	/* JSON/HTTP server stream: its connection (struct http_conn) and state */
 	void *http_conn;
 	bool http_head_sent, http_chunked, http_gone, http_deadline_hit;
+	/* a WebSocket (rpc_http_ws.c): its state */
+	void *http_ws;
 };
 
 /* A new, empty call of server s on the current thread (transport-neutral:
@@ -307,6 +311,10 @@ void rpc_http_stop(struct rpc_http *h);
 /* Stop (if not yet), join every thread, close everything. NULL-safe. */
 void rpc_http_free(struct rpc_http *h);
 
+/* For tests: the bytes the WebSocket connections of s hold in their
+ * buffers right now (read buffers, messages being reassembled). */
+size_t rpc_http_ws_buffered(const rpc_server *s);
+
 /* rpc_http_parse.c: pure helpers, exposed for tests and fuzzing. */
 
 #define RPC_HTTP_MAX_HEAD 16384
@@ -319,6 +327,7 @@ struct rpc_http_header {
 
 struct rpc_http_request {
 	const char *method, *target; /* target without the query string */
+	const char *query;         /* after the '?', NULL without one */
 	int minor;                 /* HTTP/1.<minor> */
 	size_t n_headers;
 	struct rpc_http_header headers[RPC_HTTP_MAX_HEADERS];
