@@ -15,7 +15,8 @@
  * and run pre_call and handlers, so connection threads never hold a worker
  * or its database connection. A server stream runs its handler on its
  * connection thread once a worker admitted it, writing newline-delimited
- * JSON (the transport's rpc_transport_ops). */
+ * JSON (the transport's rpc_transport_ops). A GET under a WebSocket route
+ * goes to rpc_http_ws.c instead. */
 #include "rpc_http_conn.h"
 
 #include <errno.h>

@@ -13,9 +13,8 @@
  * streams hold theirs without counting against the cap), which writes the
  * 100-continue or refusal if any, hands the call to the worker queue,
  * waits for its answer and writes it; a keep-alive connection then goes
- * back to the loop, never idling on a thread. Long-lived connections that
- * mostly wait (SSE, WebSockets) are meant to become loop states of their
- * own, not threads.
+ * back to the loop, never idling on a thread. A WebSocket (rpc_http_ws.c)
+ * holds its thread, as a server stream does, for as long as it is open.
  *
  * A connection's states (enum conn_state) while the loop owns it, each
  * with the deadline at which loop_sweep closes it:

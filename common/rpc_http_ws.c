@@ -37,8 +37,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "log.h"
 #include "util.h"
@@ -243,6 +245,27 @@ static ssize_t ws_read1(struct http_ws *w, void *buf, size_t n, short *ret_ev)
 	return got;
 }
 
+/* SSL_write_ex without SIGPIPE: OpenSSL writes with write(2), and a
+ * handler's own thread sending on a call (unlike the connection threads)
+ * may not block the signal; a SIGPIPE raised here is taken back. */
+static int ssl_write_nosig(SSL *ssl, const void *p, size_t n, size_t *k)
+{
+	static const struct timespec zero = {0, 0};
+	sigset_t pipe, old, pending;
+	int r, was_pending;
+
+	sigemptyset(&pipe);
+	sigaddset(&pipe, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe, &old);
+	sigpending(&pending);
+	was_pending = sigismember(&pending, SIGPIPE);
+	r = SSL_write_ex(ssl, p, n, k);
+	if (r != 1 && !was_pending)
+		sigtimedwait(&pipe, NULL, &zero);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return r;
+}
+
 /* Write all of p: 0, -ECANCELED (the server stops, unless final), -ETIMEDOUT
  * (past deadline), -EPIPE (the connection failed: gone). wmu held. */
 static int ws_write_all(struct http_ws *w, const uint8_t *p, size_t n, bool final,
@@ -266,7 +289,7 @@ static int ws_write_all(struct http_ws *w, const uint8_t *p, size_t n, bool fina
 			int r;
 
 			ERR_clear_error();
-			r = SSL_write_ex(c->ssl, p, n, &k);
+			r = ssl_write_nosig(c->ssl, p, n, &k);
 			if (r != 1) {
 				switch (SSL_get_error(c->ssl, r)) {
 				case SSL_ERROR_WANT_READ:
