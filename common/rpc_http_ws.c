@@ -82,6 +82,7 @@ struct http_ws {
 
 	/* the receiving thread's: c->buf[roff, c->len) unread */
 	size_t roff;
+	size_t frame_len;            /* the incomplete frame's whole length, 0: unknown */
 	uint8_t *msg;                /* the message being reassembled */
 	size_t msg_len, msg_cap;
 	bool in_msg;                 /* a fragmented message is open */
@@ -480,8 +481,11 @@ static int ws_fill(struct http_ws *w, int64_t end)
 		c->len -= w->roff;
 		w->roff = 0;
 	}
-	if (c->cap - c->len < WS_READ_CHUNK) {
-		c->cap = c->len + WS_READ_CHUNK;
+	/* room for the rest of the frame being read (known from its header)
+	 * and one more chunk, so a big frame is not grown chunk by chunk */
+	if (c->cap - c->len < WS_READ_CHUNK ||
+	    (w->frame_len > c->len && c->cap < w->frame_len + WS_READ_CHUNK)) {
+		c->cap = (w->frame_len > c->len ? w->frame_len : c->len) + WS_READ_CHUNK;
 		c->buf = realloc(c->buf, c->cap);
 		if (!c->buf)
 			abort();
@@ -583,8 +587,11 @@ static int ws_parse(struct http_ws *w)
 		}
 		if (!(op & 0x8) && n > w->max - w->msg_len)
 			return ws_fail(w, WS_CLOSE_TOO_BIG, "message too big", -EMSGSIZE);
-		if (have < hl + 4 + n)
+		if (have < hl + 4 + n) {
+			w->frame_len = hl + 4 + n;
 			return 0;
+		}
+		w->frame_len = 0;
 		p = (uint8_t *)c->buf + w->roff + hl + 4;
 		for (uint64_t i = 0; i < n; i++)
 			p[i] ^= f[hl + i % 4];
