@@ -858,6 +858,31 @@ static void test_slow_reader(rpc_server *s)
 	   "server's WebSocket buffers stayed at most %d bytes (peak %zu)",
 	   2 * MAX_MSG + 3 * 16384, peak);
 	wc_close(c);
+	for (int i = 0; i < 500 && rpc_http_ws_buffered(s); i++)
+		usleep(10 * 1000);
+	is_int((int)rpc_http_ws_buffered(s), 0, "client gone: its buffers are given back");
+}
+
+/* Frames written in the same packet as the handshake are not lost. */
+static void test_pipelined(void)
+{
+	struct wc *c = wc_connect();
+	char *h = ws_head("/api/compute/tunnels/early", NULL), head[2048];
+	uint8_t f[] = {0x82, 0x85, 0, 0, 0, 0, 'e', 'a', 'r', 'l', 'y'}, p[64];
+	char *both = xmalloc(strlen(h) + sizeof(f));
+	int op = -1;
+	ssize_t n;
+
+	memcpy(both, h, strlen(h));
+	memcpy(both + strlen(h), f, sizeof(f));
+	wc_write(c, both, strlen(h) + sizeof(f));
+	is_int(wc_handshake(c, "", head, sizeof(head)), 101, "handshake and a frame in one write");
+	n = wc_next(c, &op, p, sizeof(p), 5000); /* the path */
+	n = wc_next(c, &op, p, sizeof(p), 5000);
+	ok(n == 5 && memcmp(p, "early", 5) == 0, "the frame sent with the handshake echoed");
+	free(both);
+	free(h);
+	wc_close(c);
 }
 
 static void test_start_checks(void)
@@ -956,6 +981,7 @@ int main(int argc, char **argv)
 	if (s) {
 		test_handshake();
 		test_frames();
+		test_pipelined();
 		test_protocol_errors();
 		test_handler_error();
 		test_bad_handshakes();
