@@ -908,12 +908,23 @@ static void test_start_checks(void)
 static void test_shutdown(rpc_server *s)
 {
 	struct wc *c = wc_open("/api/compute/tunnels/bye", "tunnels/bye");
+	/* a pump whose client reads nothing: its sender blocks mid-frame */
+	struct wc *stuck = wc_open("/api/compute/pump/stuck", NULL);
+	int64_t t0;
+	int sent0 = pump_sent;
 
-	ok(c != NULL, "open before shutdown");
+	ok(c != NULL && stuck != NULL, "open before shutdown");
+	usleep(500 * 1000);
+	ok(pump_sent - sent0 < PUMP_N, "the stuck pump's sender is blocked (%d sent)",
+	   pump_sent - sent0);
+	t0 = mono_ms();
 	rpc_server_free(s, 1000);
+	ok(mono_ms() - t0 < 8000, "shutdown did not wait for the blocked sender (%lld ms)",
+	   (long long)(mono_ms() - t0));
 	if (c)
 		is_int(wc_close_code(c, NULL, 0), 1001, "server shutdown closes it with 1001");
 	wc_close(c);
+	wc_close(stuck);
 }
 
 /* ----------------------------------------------------- interop server */
