@@ -51,11 +51,6 @@
 #define WS_FINAL_WRITE_MS 5000       /* our close frame */
 
 enum {
-	WS_OP_CONT = 0x0, WS_OP_TEXT = 0x1, WS_OP_BINARY = 0x2,
-	WS_OP_CLOSE = 0x8, WS_OP_PING = 0x9, WS_OP_PONG = 0xa,
-};
-
-enum {
 	WS_CLOSE_NORMAL = 1000, WS_CLOSE_GOING_AWAY = 1001, WS_CLOSE_PROTOCOL = 1002,
 	WS_CLOSE_UNSUPPORTED = 1003, WS_CLOSE_TOO_BIG = 1009, WS_CLOSE_INTERNAL = 1011,
 };
@@ -268,8 +263,10 @@ static int ssl_write_nosig(SSL *ssl, const void *p, size_t n, size_t *k)
 }
 
 /* Write all of p: 0, -ECANCELED (the server stops, unless final), -ETIMEDOUT
- * (past deadline), -EPIPE (the connection failed: gone). wmu held. */
-static int ws_write_all(struct http_ws *w, const uint8_t *p, size_t n, bool final,
+ * (past deadline), -EPIPE (the connection failed: gone). A frame cut short
+ * (mid: bytes of it went before this call) leaves the connection gone too:
+ * nothing can follow it. wmu held. */
+static int ws_write_all(struct http_ws *w, const uint8_t *p, size_t n, bool final, bool mid,
 			int64_t deadline)
 {
 	struct http_conn *c = w->c;
@@ -281,10 +278,12 @@ static int ws_write_all(struct http_ws *w, const uint8_t *p, size_t n, bool fina
 
 		if (atomic_load(&w->gone))
 			return -EPIPE;
-		if (!final && ws_stopping(w))
-			return -ECANCELED;
-		if (mono_ms() >= deadline)
-			return -ETIMEDOUT;
+		err = !final && ws_stopping(w) ? -ECANCELED : mono_ms() >= deadline ? -ETIMEDOUT : 0;
+		if (err) {
+			if (mid)
+				atomic_store(&w->gone, true);
+			return err;
+		}
 		pthread_mutex_lock(&w->io);
 		if (c->ssl) {
 			int r;
@@ -322,6 +321,7 @@ static int ws_write_all(struct http_ws *w, const uint8_t *p, size_t n, bool fina
 		}
 		p += k;
 		n -= k;
+		mid = mid || k;
 	}
 	return 0;
 }
@@ -358,10 +358,10 @@ static int ws_frame_locked(struct http_ws *w, int op, const uint8_t *p, size_t n
 	if (n <= sizeof(buf) - hl) {
 		if (n)
 			memcpy(buf + hl, p, n);
-		return ws_write_all(w, buf, hl + n, final, deadline);
+		return ws_write_all(w, buf, hl + n, final, false, deadline);
 	}
-	r = ws_write_all(w, buf, hl, final, deadline);
-	return r < 0 ? r : ws_write_all(w, p, n, final, deadline);
+	r = ws_write_all(w, buf, hl, final, false, deadline);
+	return r < 0 ? r : ws_write_all(w, p, n, final, true, deadline);
 }
 
 /* The pong the reader owes, if any, wmu held. */
@@ -380,7 +380,7 @@ static void ws_pong_flush_locked(struct http_ws *w)
 	}
 	pthread_mutex_unlock(&w->pmu);
 	if (due && !w->close_sent)
-		ws_frame_locked(w, WS_OP_PONG, p, n, false, mono_ms() + HTTP_IO_TIMEOUT_MS);
+		ws_frame_locked(w, RPC_WS_PONG, p, n, false, INT64_MAX);
 }
 
 /* Send the owed pong unless a writer holds wmu (it sends it after its
@@ -451,7 +451,7 @@ static void ws_send_close(struct http_ws *w, int code, const char *why)
 	pthread_mutex_lock(&w->wmu);
 	if (!w->close_sent) {
 		w->close_sent = true;
-		ws_frame_locked(w, WS_OP_CLOSE, p, n + 2, true, mono_ms() + WS_FINAL_WRITE_MS);
+		ws_frame_locked(w, RPC_WS_CLOSE, p, n + 2, true, mono_ms() + WS_FINAL_WRITE_MS);
 	}
 	pthread_mutex_unlock(&w->wmu);
 }
@@ -524,13 +524,32 @@ static int ws_fail(struct http_ws *w, int code, const char *why, int err)
 	return err;
 }
 
-static uint64_t be_read(const uint8_t *p, int n)
+/* A whole frame's unmasked payload p: 1 when it completes a message (in
+ * w->msg), 0 to go on, -1 for the client's close (w->eof). */
+static int ws_take(struct http_ws *w, const struct rpc_ws_frame *f, const uint8_t *p)
 {
-	uint64_t v = 0;
-
-	for (int i = 0; i < n; i++)
-		v = v << 8 | p[i];
-	return v;
+	switch (f->op) {
+	case RPC_WS_PING:
+		ws_pong_owe(w, p, f->len);
+		return 0;
+	case RPC_WS_PONG:
+		return 0;
+	case RPC_WS_CLOSE:
+		w->eof = true;
+		return -1;
+	}
+	if (w->msg_cap - w->msg_len < f->len) {
+		w->msg_cap = w->msg_len + f->len;
+		w->msg = realloc(w->msg, w->msg_cap);
+		if (!w->msg)
+			abort();
+		ws_account(w);
+	}
+	if (f->len)
+		memcpy(w->msg + w->msg_len, p, f->len);
+	w->msg_len += f->len;
+	w->in_msg = !f->fin;
+	return f->fin;
 }
 
 /* Take the frames complete in the buffer: 1 when a message is whole in
@@ -541,86 +560,32 @@ static int ws_parse(struct http_ws *w)
 	struct http_conn *c = w->c;
 
 	for (;;) {
-		const uint8_t *f = (const uint8_t *)c->buf + w->roff;
-		size_t have = c->len - w->roff, hl = 2;
-		bool fin;
-		int op;
-		uint64_t n;
-		uint8_t *p;
+		uint8_t *p = (uint8_t *)c->buf + w->roff;
+		size_t have = c->len - w->roff;
+		struct rpc_ws_frame f;
+		const char *why = NULL;
+		int r = rpc_ws_frame_parse(p, have, &f, &why);
 
-		if (have < 2)
+		if (r < 0)
+			return ws_fail(w, -r, why, -EBADMSG);
+		if (r == 0)
 			return 0;
-		fin = f[0] & 0x80;
-		op = f[0] & 0x0f;
-		n = f[1] & 0x7f;
-		if (f[0] & 0x70)
-			return ws_fail(w, WS_CLOSE_PROTOCOL, "reserved bits set", -EBADMSG);
-		if (!(f[1] & 0x80))
-			return ws_fail(w, WS_CLOSE_PROTOCOL, "unmasked client frame", -EBADMSG);
-		if (op & 0x8) {
-			if (op != WS_OP_CLOSE && op != WS_OP_PING && op != WS_OP_PONG)
-				return ws_fail(w, WS_CLOSE_PROTOCOL, "unknown opcode", -EBADMSG);
-			if (!fin || n > 125)
-				return ws_fail(w, WS_CLOSE_PROTOCOL, "malformed control frame",
-					       -EBADMSG);
-		} else {
-			if (op == WS_OP_TEXT)
-				return ws_fail(w, WS_CLOSE_UNSUPPORTED, "text frames not accepted",
-					       -EBADMSG);
-			if (op != WS_OP_CONT && op != WS_OP_BINARY)
-				return ws_fail(w, WS_CLOSE_PROTOCOL, "unknown opcode", -EBADMSG);
-			if ((op == WS_OP_CONT) != w->in_msg)
-				return ws_fail(w, WS_CLOSE_PROTOCOL, "bad fragmentation", -EBADMSG);
-		}
-		if (n == 126) {
-			if (have < 4)
-				return 0;
-			n = be_read(f + 2, 2);
-			hl = 4;
-		} else if (n == 127) {
-			if (have < 10)
-				return 0;
-			n = be_read(f + 2, 8);
-			hl = 10;
-			if (n >> 63)
-				return ws_fail(w, WS_CLOSE_PROTOCOL, "bad frame length", -EBADMSG);
-		}
-		if (!(op & 0x8) && n > w->max - w->msg_len)
+		if (!(f.op & 0x8) && (f.op == RPC_WS_CONT) != w->in_msg)
+			return ws_fail(w, WS_CLOSE_PROTOCOL, "bad fragmentation", -EBADMSG);
+		if (!(f.op & 0x8) && f.len > w->max - w->msg_len)
 			return ws_fail(w, WS_CLOSE_TOO_BIG, "message too big", -EMSGSIZE);
-		if (have < hl + 4 + n) {
-			w->frame_len = hl + 4 + n;
+		if (have < f.head_len + f.len) {
+			w->frame_len = f.head_len + f.len;
 			return 0;
 		}
 		w->frame_len = 0;
-		p = (uint8_t *)c->buf + w->roff + hl + 4;
-		for (uint64_t i = 0; i < n; i++)
-			p[i] ^= f[hl + i % 4];
-		w->roff += hl + 4 + n;
-		switch (op) {
-		case WS_OP_PING:
-			ws_pong_owe(w, p, n);
-			continue;
-		case WS_OP_PONG:
-			continue;
-		case WS_OP_CLOSE:
-			if (n == 1)
-				return ws_fail(w, WS_CLOSE_PROTOCOL, "malformed close frame", -EBADMSG);
-			w->eof = true;
-			return 0;
-		}
-		if (w->msg_cap - w->msg_len < n) {
-			w->msg_cap = w->msg_len + n;
-			w->msg = realloc(w->msg, w->msg_cap);
-			if (!w->msg)
-				abort();
-			ws_account(w);
-		}
-		if (n)
-			memcpy(w->msg + w->msg_len, p, n);
-		w->msg_len += n;
-		w->in_msg = !fin;
-		if (fin)
-			return 1;
+		p += f.head_len;
+		for (uint64_t i = 0; i < f.len; i++)
+			p[i] ^= f.mask[i % 4];
+		w->roff += f.head_len + f.len;
+		r = ws_take(w, &f, p);
+		if (r)
+			return r < 0 ? 0 : 1;
 	}
 }
 
@@ -693,7 +658,7 @@ static int ws_send(rpc_call *call, const ProtobufCMessage *msg)
 
 	if (ws_stopping(w))
 		return -ECANCELED;
-	return ws_send_frame(w, WS_OP_BINARY, b->data, b->len);
+	return ws_send_frame(w, RPC_WS_BINARY, b->data, b->len);
 }
 
 /* True once the connection failed or closed, a protocol error ended the
@@ -735,20 +700,6 @@ static const struct rpc_transport_ops rpc_ws_ops = {
 
 /* -------------------------------------------------------- handshake */
 
-/* A comma-separated header value holds token (case-insensitive). */
-static bool list_has(const char *v, const char *token)
-{
-	size_t n = strlen(token);
-
-	while (v && *v) {
-		v += strspn(v, " \t,");
-		if (strncasecmp(v, token, n) == 0 && (v[n] == '\0' || strchr(" \t,", v[n])))
-			return true;
-		v = strchr(v, ',');
-	}
-	return false;
-}
-
 /* A Sec-WebSocket-Key: base64 of 16 bytes. */
 static bool key_valid(const char *key)
 {
@@ -776,7 +727,7 @@ static int handshake_check(struct http_conn *c, const struct rpc_http_request *r
 	const char *upgrade = rpc_http_header(req, "upgrade");
 	const char *version = rpc_http_header(req, "sec-websocket-version");
 
-	if (!list_has(upgrade, "websocket"))
+	if (!rpc_http_list_has(upgrade, "websocket"))
 		return http_respond_error(c, 426, "Upgrade: websocket\r\n", false,
 					  BC_INVALID_INPUT, "Upgrade",
 					  "this is a WebSocket endpoint: Upgrade: websocket required"),
@@ -784,7 +735,7 @@ static int handshake_check(struct http_conn *c, const struct rpc_http_request *r
 	if (req->minor < 1)
 		return http_respond_error(c, 400, "", false, BC_INVALID_INPUT, NULL,
 					  "WebSockets need HTTP/1.1"), 400;
-	if (!list_has(rpc_http_header(req, "connection"), "upgrade"))
+	if (!rpc_http_list_has(rpc_http_header(req, "connection"), "upgrade"))
 		return http_respond_error(c, 400, "", false, BC_INVALID_INPUT, "Connection",
 					  "Connection: Upgrade required"), 400;
 	if (!version || strcmp(version, "13") != 0)

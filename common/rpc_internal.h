@@ -315,7 +315,8 @@ void rpc_http_free(struct rpc_http *h);
  * buffers right now (read buffers, messages being reassembled). */
 size_t rpc_http_ws_buffered(const rpc_server *s);
 
-/* rpc_http_parse.c: pure helpers, exposed for tests and fuzzing. */
+/* rpc_http_parse.c: pure helpers (request heads, WebSocket frame headers),
+ * exposed for tests and fuzzing. */
 
 #define RPC_HTTP_MAX_HEAD 16384
 #define RPC_HTTP_MAX_HEADERS 64
@@ -351,6 +352,33 @@ const char *rpc_http_header(const struct rpc_http_request *req, const char *name
 
 /* True if a Content-Type value is application/json (parameters allowed). */
 bool rpc_http_is_json(const char *content_type);
+
+/* A comma-separated header value (NULL: none) holds token, compared
+ * case-insensitively. */
+bool rpc_http_list_has(const char *v, const char *token);
+
+/* WebSocket opcodes (RFC 6455 5.2). */
+enum {
+	RPC_WS_CONT = 0x0, RPC_WS_TEXT = 0x1, RPC_WS_BINARY = 0x2,
+	RPC_WS_CLOSE = 0x8, RPC_WS_PING = 0x9, RPC_WS_PONG = 0xa,
+};
+
+/* The header of a frame from a client. */
+struct rpc_ws_frame {
+	bool fin;
+	int op;                    /* RPC_WS_* */
+	uint8_t mask[4];
+	uint64_t len;              /* payload bytes */
+	size_t head_len;           /* header bytes before the payload */
+};
+
+/* Parse the frame header at p[0..n): its length (> 0) with *f filled, 0
+ * while more bytes are needed, or minus the close code to refuse it with
+ * (reason in *ret_why): -1002 (reserved bits, unmasked, unknown opcode, a
+ * control frame fragmented, over 125 bytes or a 1-byte close, a length
+ * with the top bit set), -1003 (a text frame). The fragment sequence and
+ * size limits are the caller's. */
+int rpc_ws_frame_parse(const uint8_t *p, size_t n, struct rpc_ws_frame *f, const char **ret_why);
 
 /* The route of a method for the JSON transport: "/api/<group>/<service>/<method>"
  * lowercased into lower and as spelled in the descriptor into exact. -ENOENT
