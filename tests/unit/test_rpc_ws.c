@@ -255,6 +255,7 @@ static const struct rpc_ws_route routes[] = {
 
 #define MAX_MSG (64 * 1024)
 #define MAX_STREAMS 4
+#define IDLE_MS 400               /* keep-alive idle timeout: WebSockets leave it */
 
 static int http_port;
 
@@ -266,6 +267,7 @@ static rpc_server *server_up(const struct rpc_tls *tls, const struct rpc_ws_rout
 		.max_message_bytes = tls ? 1 << 20 : MAX_MSG, .pre_call = pre_call,
 		.stream_admit = stream_admit, .stream_done = stream_done,
 		.http_listen = "127.0.0.1:0", .ws_routes = r, .n_ws_routes = n,
+		.http_idle_timeout_ms = IDLE_MS,
 	};
 	rpc_server *s = rpc_server_new(&o, NULL);
 	int port, e = -ENOMEM;
@@ -863,6 +865,37 @@ static void test_slow_reader(rpc_server *s)
 	is_int((int)rpc_http_ws_buffered(s), 0, "client gone: its buffers are given back");
 }
 
+/* An upgraded connection is out of the idle timeout: quiet for three
+ * times it, it still echoes; a plain keep-alive connection is closed. */
+static void test_quiet(void)
+{
+	struct wc *c = wc_open("/api/compute/tunnels/quiet", "tunnels/quiet");
+	struct wc *k = wc_connect();
+	char head[2048];
+	uint8_t p[16];
+	int op = -1;
+	ssize_t n;
+
+	ok(c != NULL, "quiet WebSocket open");
+	if (!c || !k) {
+		wc_close(c);
+		wc_close(k);
+		return;
+	}
+	is_int(wc_handshake(k, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", head, sizeof(head)),
+	       200, "a keep-alive request beside it");
+	usleep(3 * IDLE_MS * 1000);
+	wc_frame(c, true, 0x2, "still", 5, true);
+	n = wc_next(c, &op, p, sizeof(p), 5000);
+	ok(n == 5 && memcmp(p, "still", 5) == 0, "WebSocket quiet for %d ms still echoes",
+	   3 * IDLE_MS);
+	while (wc_read(k, 2000) > 0)
+		;
+	ok(wc_read(k, 100) == 0, "while the idle keep-alive connection was closed");
+	wc_close(k);
+	wc_close(c);
+}
+
 /* Frames written in the same packet as the handshake are not lost. */
 static void test_pipelined(void)
 {
@@ -993,6 +1026,7 @@ int main(int argc, char **argv)
 		test_handshake();
 		test_frames();
 		test_pipelined();
+		test_quiet();
 		test_protocol_errors();
 		test_handler_error();
 		test_bad_handshakes();
