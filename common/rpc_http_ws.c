@@ -2,7 +2,7 @@
  * a bidi call (rpc.h struct rpc_ws_route, docs/http.md).
  *
  * A connection thread that read `GET <prefix><rest>` checks the opening
- * handshake (plain HTTP errors: 400, 405, 426), takes a stream slot, has a
+ * handshake (plain HTTP errors: 400, 426), takes a stream slot, has a
  * worker run pre_call and stream_admit, answers 101 and runs the bidi
  * handler on itself. The call's transport (rpc_ws_ops) maps messages onto
  * frames: the first receive is {path}, then one {data} per binary message
@@ -34,10 +34,10 @@
 #include <openssl/evp.h>
 #include <openssl/sha.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <signal.h>
 #include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
