@@ -229,8 +229,8 @@ check-e2e: bins $(RTDRV) guest
 guest:
 	$(Q)bash contrib/guest/build.sh $(CURDIR)/build/guest
 
-check-interop: bins node-deps
-	$(Q)BC_BIN=$(CURDIR)/$(BUILD)/bin prove --exec bash tests/interop/run.t
+check-interop: bins unit-bins node-deps
+	$(Q)BC_BIN=$(CURDIR)/$(BUILD)/bin prove --exec bash tests/interop/run.t tests/interop/ws.t
 
 fuzz:
 	$(Q)$(MAKE) --no-print-directory -f tests/fuzz/fuzz.mk FUZZ_SECONDS=60 run

@@ -73,6 +73,25 @@ struct rpc_handler {
 	} fn;
 };
 
+/* A WebSocket route of the JSON/HTTP transport (docs/http.md). GET
+ * <prefix><rest> with an RFC 6455 opening handshake becomes a call of the
+ * bidi method `method` ("/pkg.Service/Method", registered with an RPC_BIDI
+ * handler), through the same pre_call (the request headers are its
+ * metadata; there may be no bearer token) and stream_admit/stream_done as
+ * other streams, counting against max_streams. The method's input must
+ * have a string field "path" and a bytes field "data", its output a bytes
+ * field "data" (checked at rpc_server_start: -EINVAL). The first
+ * rpc_call_recv gives {path = the request target after "/api/<group>/",
+ * query included}; each binary message after it gives {data}; each
+ * rpc_call_send writes msg.data as one binary message. rpc_call_recv
+ * returns 0 once the client sent its close frame; the handler's return
+ * closes the WebSocket (1000, or 1011 with the error's message). The
+ * prefix must start with "/api/<group>/". */
+struct rpc_ws_route {
+	const char *prefix;        /* "/api/compute/tunnels/" */
+	const char *method;        /* "/bc.compute.v1.Tunnels/Connect" */
+};
+
 struct rpc_server_opts {
 	const char *listen;        /* "127.0.0.1:7443", "[::]:7443", "unix:/path" */
 	const struct rpc_tls *tls; /* NULL: insecure (tests, benchmarks only) */
@@ -135,6 +154,16 @@ struct rpc_server_opts {
 	 * are closed at once. */
 	int http_max_conns, http_max_conns_per_addr, http_threads;
 	int http_handshake_timeout_ms, http_header_timeout_ms, http_idle_timeout_ms;
+	/* WebSocket routes of the JSON/HTTP transport (struct rpc_ws_route;
+	 * read at rpc_server_start). The opening handshake keeps the limits
+	 * and timeouts above; once upgraded, a WebSocket leaves the idle
+	 * timeout (it may stay quiet for hours) and holds a thread like a
+	 * server stream. rpc_call_send and rpc_call_recv may be called from
+	 * two threads at once on such a call; a client that does not read
+	 * blocks rpc_call_send (no unbounded buffering). Server shutdown
+	 * closes them (1001). */
+	const struct rpc_ws_route *ws_routes;
+	size_t n_ws_routes;
 };
 
 /* Create a server, not yet serving. Adds grpc.health.v1.Health (Check and

@@ -15,7 +15,8 @@
  * and run pre_call and handlers, so connection threads never hold a worker
  * or its database connection. A server stream runs its handler on its
  * connection thread once a worker admitted it, writing newline-delimited
- * JSON (the transport's rpc_transport_ops). */
+ * JSON (the transport's rpc_transport_ops). A GET under a WebSocket route
+ * goes to rpc_http_ws.c instead. */
 #include "rpc_http_conn.h"
 
 #include <errno.h>
@@ -90,7 +91,7 @@ static const char *status_text(int status)
 		{402, "Payment Required"}, {403, "Forbidden"}, {404, "Not Found"},
 		{405, "Method Not Allowed"}, {409, "Conflict"}, {411, "Length Required"},
 		{413, "Content Too Large"}, {415, "Unsupported Media Type"},
-		{417, "Expectation Failed"}, {428, "Precondition Required"},
+		{417, "Expectation Failed"}, {426, "Upgrade Required"}, {428, "Precondition Required"},
 		{429, "Too Many Requests"}, {431, "Request Header Fields Too Large"},
 		{500, "Internal Server Error"}, {501, "Not Implemented"}, {502, "Bad Gateway"},
 		{503, "Service Unavailable"}, {504, "Gateway Timeout"},
@@ -103,8 +104,8 @@ static const char *status_text(int status)
 	return "Unknown";
 }
 
-/* Write one response; extra is more header lines ("" or "Allow: POST\r\n"). */
-static int respond(struct http_conn *c, int status, const char *extra, const char *json,
+/* See rpc_http_conn.h. */
+int http_respond(struct http_conn *c, int status, const char *extra, const char *json,
 		   bool keep_alive)
 {
 	_cleanup_free_ char *head = xasprintf(
@@ -122,12 +123,8 @@ static int respond(struct http_conn *c, int status, const char *extra, const cha
 	return r;
 }
 
-/* A transport-level refusal: the JSON error body with an explicit status. */
-static int respond_error(struct http_conn *c, int status, const char *extra, bool keep_alive,
-			 enum bc_code code, const char *field, const char *fmt, ...)
-	__attribute__((format(printf, 7, 8)));
-
-static int respond_error(struct http_conn *c, int status, const char *extra, bool keep_alive,
+/* See rpc_http_conn.h. */
+int http_respond_error(struct http_conn *c, int status, const char *extra, bool keep_alive,
 			 enum bc_code code, const char *field, const char *fmt, ...)
 {
 	_cleanup_free_ char *json = NULL;
@@ -143,7 +140,7 @@ static int respond_error(struct http_conn *c, int status, const char *extra, boo
 	if (field)
 		bc_error_detail(&e, "field", "%s", field);
 	json = rpc_http_error_json(&e);
-	return respond(c, status, extra, json, keep_alive);
+	return http_respond(c, status, extra, json, keep_alive);
 }
 
 /* --------------------------------------------------------- the call */
@@ -169,8 +166,8 @@ static int body_parse(const struct rpc_method *m, const char *body, size_t body_
 	return r;
 }
 
-/* The request headers as call metadata (lowercase keys), in the arena. */
-static void job_metadata(rpc_call *c, const struct rpc_http_request *req)
+/* See rpc_http_conn.h. */
+void http_call_metadata(rpc_call *c, const struct rpc_http_request *req)
 {
 	const char **k = rpc_alloc(c, (req->n_headers + 1) * sizeof(char *));
 	const char **v = rpc_alloc(c, (req->n_headers + 1) * sizeof(char *));
@@ -195,7 +192,7 @@ static void job_run(struct rpc_http *h, struct http_job *j, void *thread_state)
 	c->path = j->m->path;
 	c->peer = rpc_strdup(c, j->peer);
 	c->deadline_ms = j->deadline_ms;
-	job_metadata(c, j->req);
+	http_call_metadata(c, j->req);
 	bc_error_clear(&err);
 	r = rpc_call_pre(c, &err);
 	if (r >= 0)
@@ -384,8 +381,8 @@ const struct rpc_transport_ops rpc_http_ops = {
 	.can_detach = false,
 };
 
-/* Take a stream slot (at most max_streams at once). */
-static bool stream_slot(struct rpc_http *h, int delta)
+/* See rpc_http_conn.h. */
+bool http_stream_slot(struct rpc_http *h, int delta)
 {
 	bool ok = true;
 
@@ -408,7 +405,7 @@ static int stream_end(struct http_conn *c, rpc_call *call, int r, bc_error *err,
 		bc_error_set(err, BC_INTERNAL, "internal error");
 	if (r < 0 && !call->http_head_sent) {
 		json = rpc_http_error_json(err);
-		return respond(c, bc_code_http_status(err->code), "", json, ka) < 0 ? -1 : 1;
+		return http_respond(c, bc_code_http_status(err->code), "", json, ka) < 0 ? -1 : 1;
 	}
 	if (call->http_gone || stream_head(call) < 0)
 		return -1;
@@ -422,9 +419,8 @@ static int stream_end(struct http_conn *c, rpc_call *call, int r, bc_error *err,
 	return -1; /* Connection: close */
 }
 
-/* Authenticate and admit a stream on a worker (pre_call needs its thread
- * state: a database connection): 0 or -BC_EDOMAIN with err filled. */
-static int stream_admit(struct rpc_http *h, rpc_call *call, bc_error *err)
+/* See rpc_http_conn.h. */
+int http_stream_admit(struct rpc_http *h, rpc_call *call, bc_error *err)
 {
 	struct http_job j = {.admit = call, .admit_err = err};
 
@@ -447,8 +443,8 @@ static int serve_stream(struct http_conn *c, const struct rpc_method *m,
 	bc_error err;
 	int r;
 
-	if (!stream_slot(h, 1))
-		return respond_error(c, bc_code_http_status(BC_QUOTA_EXCEEDED), "",
+	if (!http_stream_slot(h, 1))
+		return http_respond_error(c, bc_code_http_status(BC_QUOTA_EXCEEDED), "",
 				     req->keep_alive, BC_QUOTA_EXCEEDED, NULL,
 				     "too many streams") < 0 ? -1 : 1;
 	call = rpc_call_alloc(s, &rpc_http_ops, NULL);
@@ -458,9 +454,9 @@ static int serve_stream(struct http_conn *c, const struct rpc_method *m,
 	call->deadline_ms = deadline_ms;
 	call->http_conn = c;
 	call->http_chunked = req->minor >= 1;
-	job_metadata(call, req);
+	http_call_metadata(call, req);
 	bc_error_clear(&err);
-	r = stream_admit(h, call, &err);
+	r = http_stream_admit(h, call, &err);
 	if (r >= 0)
 		r = body_parse(m, body, req->content_length, o->max_message_bytes, &msg, &err);
 	if (r >= 0)
@@ -473,7 +469,7 @@ static int serve_stream(struct http_conn *c, const struct rpc_method *m,
 	if (msg)
 		protobuf_c_message_free_unpacked(msg, NULL);
 	rpc_call_release(call);
-	stream_slot(h, -1);
+	http_stream_slot(h, -1);
 	return r;
 }
 
@@ -502,9 +498,9 @@ static int serve_health(struct http_conn *c, const struct rpc_http_request *req)
 	bool stopping = atomic_load(&c->h->stopping);
 
 	if (strcmp(req->method, "GET") != 0)
-		return respond_error(c, 405, "Allow: GET\r\n", req->keep_alive, BC_INVALID_INPUT,
+		return http_respond_error(c, 405, "Allow: GET\r\n", req->keep_alive, BC_INVALID_INPUT,
 				     NULL, "method %s not allowed: use GET", req->method);
-	return respond(c, stopping ? 503 : 200, "",
+	return http_respond(c, stopping ? 503 : 200, "",
 		       stopping ? "{\"status\":\"NOT_SERVING\"}" : "{\"status\":\"SERVING\"}",
 		       req->keep_alive);
 }
@@ -524,21 +520,21 @@ static int serve_request(struct http_conn *c, const struct rpc_http_request *req
 		return serve_health(c, req);
 	m = route_find(h, req->target);
 	if (!m)
-		return respond_error(c, 404, "", ka, BC_NOT_FOUND, NULL, "no such method: %.200s",
+		return http_respond_error(c, 404, "", ka, BC_NOT_FOUND, NULL, "no such method: %.200s",
 				     req->target);
 	if (strcmp(req->method, "POST") != 0)
-		return respond_error(c, 405, "Allow: POST\r\n", ka, BC_INVALID_INPUT, NULL,
+		return http_respond_error(c, 405, "Allow: POST\r\n", ka, BC_INVALID_INPUT, NULL,
 				     "method %s not allowed: use POST", req->method);
 	if (!m->has_handler)
-		return respond_error(c, 501, "", ka, BC_UNSUPPORTED, NULL, "method not implemented");
+		return http_respond_error(c, 501, "", ka, BC_UNSUPPORTED, NULL, "method not implemented");
 	if (m->h.kind == RPC_BIDI)
-		return respond_error(c, 501, "", ka, BC_UNSUPPORTED, NULL,
+		return http_respond_error(c, 501, "", ka, BC_UNSUPPORTED, NULL,
 				     "bidirectional streams are not served over JSON/HTTP: use gRPC");
 	if (req->content_length && !rpc_http_is_json(rpc_http_header(req, "content-type")))
-		return respond_error(c, 415, "", ka, BC_INVALID_INPUT, "Content-Type",
+		return http_respond_error(c, 415, "", ka, BC_INVALID_INPUT, "Content-Type",
 				     "Content-Type must be application/json");
 	if (parse_timeout(rpc_http_header(req, "x-timeout-ms"), &timeout_ms) < 0)
-		return respond_error(c, 400, "", ka, BC_INVALID_INPUT, "x-timeout-ms",
+		return http_respond_error(c, 400, "", ka, BC_INVALID_INPUT, "x-timeout-ms",
 				     "x-timeout-ms must be an integer in [1, %d]",
 				     HTTP_MAX_TIMEOUT_MS);
 	if (m->h.kind == RPC_SERVER_STREAM)
@@ -551,7 +547,7 @@ static int serve_request(struct http_conn *c, const struct rpc_http_request *req
 	j.body_len = req->content_length;
 	j.deadline_ms = mono_ms() + timeout_ms;
 	job_submit(h, &j);
-	r = respond(c, j.status, "", j.resp, ka && !atomic_load(&h->stopping));
+	r = http_respond(c, j.status, "", j.resp, ka && !atomic_load(&h->stopping));
 	free(j.resp);
 	return r;
 }
@@ -569,7 +565,7 @@ int http_serve_one(struct http_conn *c)
 	while (!(head = rpc_http_head_len(c->buf, c->len < RPC_HTTP_MAX_HEAD ? c->len
 									 : RPC_HTTP_MAX_HEAD))) {
 		if (c->len >= RPC_HTTP_MAX_HEAD) {
-			respond_error(c, 431, "", false, BC_INVALID_INPUT, NULL,
+			http_respond_error(c, 431, "", false, BC_INVALID_INPUT, NULL,
 				      "request head larger than %d bytes", RPC_HTTP_MAX_HEAD);
 			return -1;
 		}
@@ -585,7 +581,7 @@ int http_serve_one(struct http_conn *c)
 		why = "Content-Length required";
 	}
 	if (status) {
-		respond_error(c, status, "", false, BC_INVALID_INPUT, NULL, "%s", why);
+		http_respond_error(c, status, "", false, BC_INVALID_INPUT, NULL, "%s", why);
 		return -1;
 	}
 	if (req.content_length > max) {
@@ -596,7 +592,7 @@ int http_serve_one(struct http_conn *c)
 		bc_error_set(&e, BC_INVALID_INPUT, "request larger than %zu bytes", max);
 		bc_error_detail(&e, "maxBytes", "%zu", max);
 		json = rpc_http_error_json(&e);
-		respond(c, 413, "", json, false);
+		http_respond(c, 413, "", json, false);
 		return -1;
 	}
 	if (req.expect_continue && c->len - head < req.content_length &&
@@ -604,6 +600,12 @@ int http_serve_one(struct http_conn *c)
 		return 0;
 	if (http_conn_fill(c, head + req.content_length, deadline) < 0)
 		return 0;
+	if (http_ws_wants(c->h, &req)) {
+		/* what came after the head is the start of the frames */
+		c->len -= head + req.content_length;
+		memmove(c->buf, c->buf + head + req.content_length, c->len);
+		return http_ws_serve(c, &req);
+	}
 	if (serve_request(c, &req, c->buf + head) < 0)
 		return 0;
 	c->len -= head + req.content_length;

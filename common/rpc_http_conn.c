@@ -13,9 +13,8 @@
  * streams hold theirs without counting against the cap), which writes the
  * 100-continue or refusal if any, hands the call to the worker queue,
  * waits for its answer and writes it; a keep-alive connection then goes
- * back to the loop, never idling on a thread. Long-lived connections that
- * mostly wait (SSE, WebSockets) are meant to become loop states of their
- * own, not threads.
+ * back to the loop, never idling on a thread. A WebSocket (rpc_http_ws.c)
+ * holds its thread, as a server stream does, for as long as it is open.
  *
  * A connection's states (enum conn_state) while the loop owns it, each
  * with the deadline at which loop_sweep closes it:
@@ -248,6 +247,10 @@ int rpc_http_new(rpc_server *s, struct rpc_http **ret)
 		return r;
 	}
 	http_routes_build(h);
+	if ((r = http_ws_routes_build(h)) < 0) {
+		rpc_http_free(h);
+		return r;
+	}
 	*ret = h;
 	return 0;
 }
@@ -1036,6 +1039,7 @@ void rpc_http_free(struct rpc_http *h)
 	free(h->workers);
 	free(h->threads);
 	free(h->routes);
+	http_ws_routes_free(h);
 	pthread_mutex_destroy(&h->lock);
 	pthread_cond_destroy(&h->work);
 	pthread_cond_destroy(&h->done);

@@ -20,6 +20,7 @@
 #define HTTP_TICK_MS 200             /* how often blocked reads check shutdown */
 
 struct http_route;
+struct http_ws_route;
 struct addr_count;
 
 /* A queue entry: the first member of a queued job, a connection's qlink. */
@@ -96,8 +97,13 @@ struct rpc_http {
 	bool threads_stop, loop_done;
 	struct addr_count *addrs[HTTP_ADDR_BUCKETS];
 	int n_conns;
-	int n_streams;               /* server streams being served */
+	int n_streams;               /* server streams and WebSockets being served */
 	bool workers_stop;
+	/* WebSocket routes (read-only once started) and the bytes their
+	 * connections hold in buffers right now */
+	struct http_ws_route *ws_routes;
+	size_t n_ws_routes;
+	atomic_size_t ws_buffered;
 };
 
 /* ------------------------------------------------ rpc_http_conn.c */
@@ -121,6 +127,23 @@ int http_conn_fill(struct http_conn *c, size_t want, int64_t deadline);
 
 /* ------------------------------------------------------ rpc_http.c */
 
+/* Write one response with a JSON body; extra is more header lines ("" or
+ * "Allow: POST\r\n"). 0 or <0 (the connection failed). */
+int http_respond(struct http_conn *c, int status, const char *extra, const char *json,
+		 bool keep_alive);
+/* A transport-level refusal: the JSON error body with an explicit status. */
+int http_respond_error(struct http_conn *c, int status, const char *extra, bool keep_alive,
+		       enum bc_code code, const char *field, const char *fmt, ...)
+	__attribute__((format(printf, 7, 8)));
+/* The request headers as call metadata (lowercase keys), in the arena. */
+void http_call_metadata(rpc_call *c, const struct rpc_http_request *req);
+/* Take (delta 1) or give back (-1) a stream slot: at most max_streams
+ * server streams and WebSockets at once; false when none is free. */
+bool http_stream_slot(struct rpc_http *h, int delta);
+/* Authenticate and admit a stream on a worker (pre_call needs its thread
+ * state: a database connection): 0 or -BC_EDOMAIN with err filled. */
+int http_stream_admit(struct rpc_http *h, rpc_call *call, bc_error *err);
+
 /* h->routes from the methods of h's server that have a JSON/HTTP route. */
 void http_routes_build(struct rpc_http *h);
 /* A worker thread (arg: the struct rpc_http): runs queued jobs until
@@ -130,5 +153,20 @@ void *http_worker_main(void *arg);
  * keep the connection, 0: close it, -1: close it after a refusal sent
  * before the body was read (linger). */
 int http_serve_one(struct http_conn *c);
+
+/* ---------------------------------------------------- rpc_http_ws.c */
+
+/* h->ws_routes from the server's ws_routes: 0, or -EINVAL (logged) when a
+ * route names no registered bidi method, or its messages lack the mapped
+ * fields. */
+int http_ws_routes_build(struct rpc_http *h);
+void http_ws_routes_free(struct rpc_http *h);
+/* True if req is a GET under a WebSocket route (answered by http_ws_serve,
+ * handshake errors included). */
+bool http_ws_wants(const struct rpc_http *h, const struct rpc_http_request *req);
+/* On a connection thread: check the opening handshake, admit the call,
+ * answer 101 and run the bidi handler over the WebSocket until it ends;
+ * c->buf holds what came after the head. Returns as http_serve_one. */
+int http_ws_serve(struct http_conn *c, const struct rpc_http_request *req);
 
 #endif

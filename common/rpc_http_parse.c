@@ -83,8 +83,10 @@ static int parse_request_line(char *line, struct rpc_http_request *req, const ch
 		*why = "request target must be a path";
 		return 400;
 	}
-	if ((q = strchr(sp1 + 1, '?')))
+	if ((q = strchr(sp1 + 1, '?'))) {
 		*q = '\0';
+		req->query = q + 1;
+	}
 	return 0;
 }
 
@@ -149,8 +151,8 @@ static int parse_length(const char *v, struct rpc_http_request *req, const char 
 	return 0;
 }
 
-/* A comma-separated header value holds token (case-insensitive). */
-static bool list_has(const char *v, const char *token)
+/* See rpc_internal.h. */
+bool rpc_http_list_has(const char *v, const char *token)
 {
 	size_t n = strlen(token);
 
@@ -196,9 +198,9 @@ static int parse_framing(struct rpc_http_request *req, const char **why)
 				       : "chunked bodies are not accepted: send Content-Length";
 		return req->has_length ? 400 : 411;
 	}
-	if (list_has(conn, "close"))
+	if (rpc_http_list_has(conn, "close"))
 		req->keep_alive = false;
-	else if (list_has(conn, "keep-alive"))
+	else if (rpc_http_list_has(conn, "keep-alive"))
 		req->keep_alive = true;
 	if (req->minor >= 1 && !rpc_http_header(req, "host")) {
 		*why = "missing Host header";
@@ -279,6 +281,59 @@ int rpc_http_route(const ProtobufCServiceDescriptor *svc, const ProtobufCMethodD
 	for (int i = 0; i <= n; i++)
 		lower[i] = (char)tolower((unsigned char)exact[i]);
 	return 0;
+}
+
+/* ------------------------------------------------- WebSocket frames */
+
+static uint64_t be_read(const uint8_t *p, int n)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < n; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* See rpc_internal.h. */
+int rpc_ws_frame_parse(const uint8_t *p, size_t n, struct rpc_ws_frame *f, const char **ret_why)
+{
+	size_t hl = 2;
+
+	if (n < 2)
+		return 0;
+	f->fin = p[0] & 0x80;
+	f->op = p[0] & 0x0f;
+	f->len = p[1] & 0x7f;
+	*ret_why = NULL;
+	if (p[0] & 0x70)
+		*ret_why = "reserved bits set";
+	else if (!(p[1] & 0x80))
+		*ret_why = "unmasked client frame";
+	else if ((f->op & 0x8) && f->op != RPC_WS_CLOSE && f->op != RPC_WS_PING &&
+		 f->op != RPC_WS_PONG)
+		*ret_why = "unknown opcode";
+	else if ((f->op & 0x8) && (!f->fin || f->len > 125 || (f->op == RPC_WS_CLOSE && f->len == 1)))
+		*ret_why = "malformed control frame";
+	else if (f->op == RPC_WS_TEXT)
+		return *ret_why = "text frames not accepted", -1003;
+	else if (!(f->op & 0x8) && f->op != RPC_WS_CONT && f->op != RPC_WS_BINARY)
+		*ret_why = "unknown opcode";
+	if (*ret_why)
+		return -1002;
+	if (f->len == 126) {
+		hl = 4;
+		f->len = n < hl ? 0 : be_read(p + 2, 2);
+	} else if (f->len == 127) {
+		hl = 10;
+		f->len = n < hl ? 0 : be_read(p + 2, 8);
+		if (f->len >> 63)
+			return *ret_why = "bad frame length", -1002;
+	}
+	if (n < hl + 4)
+		return 0;
+	memcpy(f->mask, p + hl, 4);
+	f->head_len = hl + 4;
+	return (int)f->head_len;
 }
 
 /* ------------------------------------------------------ error bodies */

@@ -15,6 +15,8 @@
  *                 handshake, request reading, caps and timeouts), the
  *                 connection threads
  * rpc_http_parse.c  HTTP/1.1 request heads, routes, JSON error bodies (pure)
+ * rpc_http_ws.c   WebSocket routes: the RFC 6455 handshake and frames of a
+ *                 bidi call on a JSON/HTTP connection
  * rpc_health.c    grpc.health.v1.Health
  * rpc_client.c    channel, unary calls, client streams
  *
@@ -225,6 +227,8 @@ struct rpc_call {
 	/* JSON/HTTP server stream: its connection (struct http_conn) and state */
 	void *http_conn;
 	bool http_head_sent, http_chunked, http_gone, http_deadline_hit;
+	/* a WebSocket (rpc_http_ws.c): its state */
+	void *http_ws;
 };
 
 /* A new, empty call of server s on the current thread (transport-neutral:
@@ -309,7 +313,12 @@ void rpc_http_stop(struct rpc_http *h);
 /* Stop (if not yet), join every thread, close everything. NULL-safe. */
 void rpc_http_free(struct rpc_http *h);
 
-/* rpc_http_parse.c: pure helpers, exposed for tests and fuzzing. */
+/* For tests: the bytes the WebSocket connections of s hold in their
+ * buffers right now (read buffers, messages being reassembled). */
+size_t rpc_http_ws_buffered(const rpc_server *s);
+
+/* rpc_http_parse.c: pure helpers (request heads, WebSocket frame headers),
+ * exposed for tests and fuzzing. */
 
 #define RPC_HTTP_MAX_HEAD 16384
 #define RPC_HTTP_MAX_HEADERS 64
@@ -321,6 +330,7 @@ struct rpc_http_header {
 
 struct rpc_http_request {
 	const char *method, *target; /* target without the query string */
+	const char *query;         /* after the '?', NULL without one */
 	int minor;                 /* HTTP/1.<minor> */
 	size_t n_headers;
 	struct rpc_http_header headers[RPC_HTTP_MAX_HEADERS];
@@ -344,6 +354,33 @@ const char *rpc_http_header(const struct rpc_http_request *req, const char *name
 
 /* True if a Content-Type value is application/json (parameters allowed). */
 bool rpc_http_is_json(const char *content_type);
+
+/* A comma-separated header value (NULL: none) holds token, compared
+ * case-insensitively. */
+bool rpc_http_list_has(const char *v, const char *token);
+
+/* WebSocket opcodes (RFC 6455 5.2). */
+enum {
+	RPC_WS_CONT = 0x0, RPC_WS_TEXT = 0x1, RPC_WS_BINARY = 0x2,
+	RPC_WS_CLOSE = 0x8, RPC_WS_PING = 0x9, RPC_WS_PONG = 0xa,
+};
+
+/* The header of a frame from a client. */
+struct rpc_ws_frame {
+	bool fin;
+	int op;                    /* RPC_WS_* */
+	uint8_t mask[4];
+	uint64_t len;              /* payload bytes */
+	size_t head_len;           /* header bytes before the payload */
+};
+
+/* Parse the frame header at p[0..n): its length (> 0) with *f filled, 0
+ * while more bytes are needed, or minus the close code to refuse it with
+ * (reason in *ret_why): -1002 (reserved bits, unmasked, unknown opcode, a
+ * control frame fragmented, over 125 bytes or a 1-byte close, a length
+ * with the top bit set), -1003 (a text frame). The fragment sequence and
+ * size limits are the caller's. */
+int rpc_ws_frame_parse(const uint8_t *p, size_t n, struct rpc_ws_frame *f, const char **ret_why);
 
 /* The route of a method for the JSON transport: "/api/<group>/<service>/<method>"
  * lowercased into lower and as spelled in the descriptor into exact. -ENOENT

@@ -32,7 +32,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memset(&req, 0, sizeof(req));
 	r = rpc_http_parse_head(buf, head, &req, &why);
 	if (r == 0) {
-		if (!inside(req.method, buf, head + 1) || !inside(req.target, buf, head + 1))
+		if (!inside(req.method, buf, head + 1) || !inside(req.target, buf, head + 1) ||
+		    (req.query && !inside(req.query, buf, head + 1)))
 			abort();
 		if (req.n_headers > RPC_HTTP_MAX_HEADERS)
 			abort();
