@@ -504,7 +504,7 @@ static int ws_fill(struct http_ws *w, int64_t end)
 			atomic_store(&w->gone, true);
 			return -ECANCELED;
 		}
-		if (ws_stopping(w))
+		if (ws_stopping(w) || atomic_load(&w->gone))
 			return -ECANCELED;
 		left = end - mono_ms();
 		if (left <= 0)
@@ -689,12 +689,22 @@ static void ws_release(rpc_call *call)
 {
 }
 
+/* rpc_call_cancel: the connection counts as gone, so a send blocked on a
+ * client that does not read (and a receive) returns at its next tick. */
+static void ws_cancel(rpc_call *call)
+{
+	struct http_ws *w = call->http_ws;
+
+	atomic_store(&w->gone, true);
+}
+
 static const struct rpc_transport_ops rpc_ws_ops = {
 	.name = "websocket",
 	.send = ws_send,
 	.recv = ws_recv,
 	.wait_cancelled = ws_wait_cancelled,
 	.release = ws_release,
+	.cancel = ws_cancel,
 	.can_detach = false,
 };
 

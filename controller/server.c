@@ -77,6 +77,11 @@ static const struct service_part {
 	{&bc__compute__v1__tunnels__descriptor, tunnels_handlers},
 };
 
+/* WebSockets of the JSON/HTTP transport: the exec tunnel (tunnels.c). */
+static const struct rpc_ws_route ws_routes[] = {
+	{TUNNEL_WS_PREFIX, TUNNEL_CONNECT_METHOD},
+};
+
 static void *thread_db_open(void *user)
 {
 	struct ctl_app *app = user;
@@ -255,6 +260,8 @@ int server_start(struct ctl_app *app)
 	o.http_handshake_timeout_ms = app->cfg.http_handshake_timeout_seconds * 1000;
 	o.http_header_timeout_ms = app->cfg.http_header_timeout_seconds * 1000;
 	o.http_idle_timeout_ms = app->cfg.http_idle_timeout_seconds * 1000;
+	o.ws_routes = ws_routes;
+	o.n_ws_routes = ARRAY_SIZE(ws_routes);
 	app->watches = watch_registry_new();
 	app->server = rpc_server_new(&o, &err);
 	if (!app->server) {
