@@ -47,6 +47,7 @@ static const struct conf_key keys[] = {
 	I(stream_db_connections, "8", 2, 1000),
 	/* the tunnel gateway (tunnels.c, docs/operations.md) */
 	I(max_tunnels, "512", 0, 100000),
+	I(tunnel_recheck_seconds, "60", 1, 3600),
 	I(events_watch_max_seconds, "3600", 1, 604800),
 	I(http_max_connections, "4096", 1, 1000000),
 	I(http_max_connections_per_address, "128", 1, 1000000),

@@ -32,6 +32,7 @@ struct ctl_config {
 	int max_streams_per_tenant;
 	int max_unauthenticated_streams;
 	int max_tunnels;
+	int tunnel_recheck_seconds;
 	int stream_db_connections;
 	int events_watch_max_seconds;
 	/* JSON/HTTP connection limits (rpc_server_opts http_*) */

@@ -12,7 +12,7 @@
  * While the tunnel is open the handler's own thread watches it: every
  * TUNNEL_POLL_SECONDS it reads whether Tunnels.Close asked for it to close
  * or the sandbox is no longer ready (deleted, expired), and every
- * TUNNEL_RECHECK_SECONDS it re-authenticates the caller's token and
+ * tunnel_recheck_seconds (default 60) it re-authenticates the caller's token and
  * re-decides compute:sandboxes:exec on the sandbox (never the instance):
  * a revoked token, a withdrawn policy or a sandbox that cannot be exec'd
  * into closes the tunnel. The tunnels row (migration 0015) records who,
@@ -357,7 +357,8 @@ static void *pump_down(void *arg)
 static void relay_watch(struct relay *rl)
 {
 	int64_t next_poll = mono_ms() + TUNNEL_POLL_SECONDS * 1000;
-	int64_t next_check = mono_ms() + TUNNEL_RECHECK_SECONDS * 1000;
+	int64_t every = (int64_t)ctl_app(rl->call)->cfg.tunnel_recheck_seconds * 1000;
+	int64_t next_check = mono_ms() + every;
 	char buf[160];
 	const char *why;
 	bc_error err;
@@ -385,7 +386,7 @@ static void relay_watch(struct relay *rl)
 			}
 		}
 		if (mono_ms() >= next_check) {
-			next_check = mono_ms() + TUNNEL_RECHECK_SECONDS * 1000;
+			next_check = mono_ms() + every;
 			memset(&err, 0, sizeof(err));
 			if (stream_db_take(rl->call, &err) < 0)
 				continue; /* a busy pool delays the re-check, never skips it */

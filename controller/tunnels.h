@@ -12,8 +12,6 @@
 #define TUNNEL_CONNECT_METHOD "/bc.compute.v1.Tunnels/Connect"
 /* The WebSocket route of the JSON/HTTP transport (docs/http.md). */
 #define TUNNEL_WS_PREFIX "/api/compute/tunnels/"
-/* An open tunnel's caller and sandbox are re-decided this often. */
-#define TUNNEL_RECHECK_SECONDS 60
 /* Tunnels.Close and a deleted or expired sandbox are noticed this often. */
 #define TUNNEL_POLL_SECONDS 2
 /* The ticket must come within this many ms of the stream's start. */
