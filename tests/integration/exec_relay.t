@@ -1,0 +1,213 @@
+# exec_relay.t: the whole exec path on the fake runtime, with a real sshd
+# standing for the guest's: bcctl sandbox exec and cp (stock OpenSSH and
+# scp), Sandboxes.Exec, Tunnels.Connect on a replica, node_tunnel_dial,
+# bcd's Agent.Tunnel, and sshd on a loopback port that trusts the
+# deployment's sandbox CA for "root@<instance>" (sandbox_account = root:
+# the test may not create accounts on this machine) and presents a host
+# certificate from the same CA. The fake runtime maps the instance's
+# guest address to that sshd (agent/tunnel.h, TUNNEL_FAKE_TARGETS, a test
+# knob).
+#
+#   - exec runs a command and returns its output and exit status; stdin is
+#     piped (1 MiB of random bytes round-trip through `cat`);
+#   - cp round-trips a 10 MiB file and a directory;
+#   - the host certificate pins the guest: ssh checks it (StrictHostKeyChecking)
+#     and a guest presenting an uncertified key is refused;
+#   - the grant's path opens the same tunnel as a WebSocket (npm ws), and
+#     ssh runs over it;
+#   - Tunnels.List shows an open session, Tunnels.Close ends it;
+#   - a policy withdrawn during a session closes it at the next re-check
+#     (tunnel_recheck_seconds = 3 here), a deleted sandbox within seconds;
+#   - the controller's memory stays flat while 32 MiB go through a reader
+#     that reads slowly.
+. "$(dirname "$0")/../lib/stack.sh"
+
+if [ "$(id -u)" -ne 0 ] || [ ! -x /usr/sbin/sshd ]; then
+	plan skip_all "needs root and /usr/sbin/sshd (openssh-server)"
+fi
+export BC_CTL_EXTRA_CONF="sandbox_account = root
+tunnel_recheck_seconds = 3
+http_listen = 127.0.0.1:0"
+stack_up --controllers 1 --agents 1 --agent-capacity 16,32768,200 || bail_out "stack_up failed"
+img=$(stack_image_create relay-img) || bail_out "no image"
+q() { psql -d bc -XAtq -c "$1"; }
+jid() { json_get "$1" id; }
+W=$STACK_DIR/w
+mkdir -p "$W"
+CA=$STACK_DIR/pki/sandbox-ssh-ca
+http_port=$(sed -n 's/.*serving JSON\/HTTP on .* (port \([0-9]*\)).*/\1/p' "$STACK_DIR/ctl-1.log" | tail -n1)
+
+bcctl tenant create acme >/dev/null || bail_out "tenant"
+alice=$(jid "$(bcctl --format json identity create --tenant acme --kind user --name alice)")
+A=$(json_get "$(bcctl --format json token create --identity "$alice")" token)
+printf '%s' '{"effect":"allow","actions":["compute:sandboxes:*","compute:tunnels:*"],"resources":["*"]}' >"$W/p.json"
+pol=$(jid "$(bcctl --format json policy create --tenant acme --name all --file "$W/p.json")")
+bcctl policy attach "$pol" --identity "$alice" >/dev/null
+abc() { BC_TOKEN=$A bcctl "$@"; }
+tmpl=$(jid "$(abc --format json sandbox-template create --name r --pool "$POOL_ID" \
+	--flavor "$FLAVOR_NAME" --image "$img" --network private)") || bail_out "template"
+s=$(jid "$(abc --format json sandbox create --template "$tmpl" --ttl 30m --wait 20s)")
+inst=$(q "SELECT instance_id FROM sandboxes WHERE id = '$s'")
+ready() { [ "$(q "SELECT state FROM sandboxes WHERE id = '$s'")" = ready ]; }
+eventually 30 ready
+ok $? "a ready sandbox ($s on $inst)"
+guest=$(q "SELECT host(address) FROM ip_leases WHERE instance_id = '$inst' LIMIT 1")
+like "$guest" '^[0-9.]+$' "its guest address ($guest)"
+
+# -- the "guest's" sshd: trusts the sandbox CA for root@<instance>, host
+# key certified by the same CA for <instance>
+sport=$(free_tcp_port)
+ssh-keygen -q -t ed25519 -N '' -f "$W/hostkey" && cp "$W/hostkey.pub" "$W/hk.pub"
+ssh-keygen -q -s "$CA.key" -h -I "host/$inst" -n "$inst" -V -1m:+1h "$W/hostkey.pub"
+printf 'root@%s\n' "$inst" >"$W/principals"
+cat >"$W/sshd_config" <<EOT
+ListenAddress 127.0.0.1:$sport
+HostKey $W/hostkey
+HostCertificate $W/hostkey-cert.pub
+PidFile $W/sshd.pid
+TrustedUserCAKeys $CA.pub
+AuthorizedPrincipalsFile $W/principals
+AuthorizedKeysFile none
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+StrictModes no
+UsePAM no
+EOT
+mkdir -p /run/sshd
+/usr/sbin/sshd -D -e -f "$W/sshd_config" >"$W/sshd.log" 2>&1 &
+sshd_pid=$!
+tap_on_exit kill "$sshd_pid"
+sshd_up() { (exec 3<>"/dev/tcp/127.0.0.1/$sport") 2>/dev/null; }
+eventually 10 sshd_up
+ok $? "sshd listens on 127.0.0.1:$sport"
+echo "$guest 127.0.0.1:$sport" >>"$STACK_DIR/agent-1/fake/tunnel_targets"
+
+ssh-keygen -q -t ed25519 -N '' -C alice -f "$W/id" || bail_out "ssh-keygen"
+EX=(sandbox exec "$s" --key "$W/id")
+
+# -- exec
+out=$(abc "${EX[@]}" -- echo hello from the guest </dev/null 2>"$W/exec.err")
+is "$out" 'hello from the guest' 'bcctl sandbox exec runs a command through the tunnel'
+[ -s "$W/exec.err" ] && diag "$(tail -n 5 "$W/exec.err")"
+abc "${EX[@]}" -- 'exit 3' </dev/null 2>/dev/null
+is $? 3 "and exits with its status"
+head -c 1048576 /dev/urandom >"$W/in"
+abc "${EX[@]}" -- cat <"$W/in" >"$W/out" 2>/dev/null
+cmp -s "$W/in" "$W/out"
+ok $? 'stdin is piped through: 1 MiB of random bytes back byte for byte'
+is "$(grep -c "Accepted publickey for root" "$W/sshd.log")" 3 'sshd accepted our certificate each time'
+like "$(grep -m1 'Accepted publickey' "$W/sshd.log")" "ID bc:$alice:$s:ssh_" 'with the grant key id'
+out=$(abc "${EX[@]}" -- -oProxyCommand=touch\ "$W/pwned" </dev/null 2>&1)
+ok "[ ! -e '$W/pwned' ]" 'a command word -oProxyCommand=... runs in the guest, never as an ssh option'
+
+# -- cp
+head -c 10485760 /dev/urandom >"$W/big"
+mkdir -p "$W/tree/sub" && printf 'x' >"$W/tree/a" && head -c 99999 /dev/urandom >"$W/tree/sub/b"
+abc sandbox cp --key "$W/id" "$W/big" "$s:$W/big.up" </dev/null 2>"$W/cp.err"
+cmp -s "$W/big" "$W/big.up"
+ok $? 'cp uploads 10 MiB byte for byte'
+abc sandbox cp --key "$W/id" "$s:$W/big.up" "$W/big.down" </dev/null 2>>"$W/cp.err"
+cmp -s "$W/big" "$W/big.down"
+ok $? 'and downloads it'
+abc sandbox cp --key "$W/id" --recursive "$W/tree" "$s:$W/tree.up" </dev/null 2>>"$W/cp.err"
+diff -r "$W/tree" "$W/tree.up" >/dev/null
+ok $? 'a directory is copied'
+[ -s "$W/cp.err" ] && diag "$(tail -n 5 "$W/cp.err")"
+
+# -- the host certificate pins the guest
+hc=$(q "SELECT host_certified FROM instances WHERE id = '$inst'")
+if [ "$hc" = t ]; then
+	cp "$W/hostkey-cert.pub" "$W/hostkey-cert.keep"
+	rm -f "$W/hostkey-cert.pub"
+	ssh-keygen -q -t ed25519 -N '' -f "$W/otherhost"
+	kill "$sshd_pid"; wait "$sshd_pid" 2>/dev/null
+	sed -i "s|^HostKey .*|HostKey $W/otherhost|; /^HostCertificate/d" "$W/sshd_config"
+	/usr/sbin/sshd -D -e -f "$W/sshd_config" >>"$W/sshd.log" 2>&1 &
+	sshd_pid=$!
+	eventually 10 sshd_up
+	out=$(abc "${EX[@]}" -- echo x </dev/null 2>&1)
+	isnt "$?" 0 "a guest presenting an uncertified host key is refused ($(printf '%s' "$out" | tail -n1))"
+	kill "$sshd_pid"; wait "$sshd_pid" 2>/dev/null
+	sed -i "s|^HostKey .*|HostKey $W/hostkey\nHostCertificate $W/hostkey-cert.keep|" "$W/sshd_config"
+	/usr/sbin/sshd -D -e -f "$W/sshd_config" >>"$W/sshd.log" 2>&1 &
+	sshd_pid=$!
+	eventually 10 sshd_up
+	is "$(abc "${EX[@]}" -- echo back </dev/null 2>/dev/null)" back 'the certified key is accepted again'
+else
+	fail "the sandbox's instance has a host certificate (certifyHostKey)"
+fi
+
+# -- WebSocket: the grant's path, ssh over npm ws
+grant() {
+	BC_TOKEN=$A node "$BC_SRC/tests/integration/grpc_call.js" "$(ctl_url 1)" "$BC_CA_FILE" - - \
+		bc/compute/v1/sandboxes.proto bc.compute.v1.Sandboxes Exec \
+		"{\"sandbox_id\": \"$s\", \"public_key\": \"$(cat "$W/id.pub")\"}"
+}
+gr=$(grant)
+printf '%s' "$gr" | jq -r .certificate >"$W/id-cert.pub"
+printf '@cert-authority %s %s\n' "$inst" "$(cut -d' ' -f1-2 "$CA.pub")" >"$W/kh"
+wsurl="wss://127.0.0.1:$http_port/api/compute/$(printf '%s' "$gr" | jq -r .path)"
+out=$(ssh -F none -i "$W/id" -o CertificateFile="$W/id-cert.pub" -o IdentitiesOnly=yes -o BatchMode=yes \
+	-o StrictHostKeyChecking=yes -o UserKnownHostsFile="$W/kh" -o HostKeyAlias="$inst" \
+	-o ProxyCommand="node $BC_SRC/tests/integration/tunnel_ws.js '$wsurl' $BC_CA_FILE" \
+	-o LogLevel=ERROR root@ws echo over websocket </dev/null 2>"$W/ws.err")
+is "$out" 'over websocket' 'ssh runs over the WebSocket route (npm ws as ProxyCommand)'
+[ "$out" = 'over websocket' ] || diag "$(tail -n 5 "$W/ws.err")"
+node "$BC_SRC/tests/integration/tunnel_ws.js" "$wsurl" "$BC_CA_FILE" </dev/null >/dev/null 2>"$W/ws2.err"
+like "$(cat "$W/ws2.err")" '"close":1011' 'the same path again: closed 1011 (the ticket is spent)'
+like "$(cat "$W/ws2.err")" 'invalid, expired or already used' '... saying why'
+
+# -- Tunnels.List and Tunnels.Close
+abc "${EX[@]}" -- sleep 300 </dev/null >/dev/null 2>&1 &
+sess=$!
+open_n() { q "SELECT count(*) FROM tunnels WHERE sandbox_id = '$s' AND opened_at IS NOT NULL AND closed_at IS NULL"; }
+eventually 20 eval '[ "$(open_n)" -ge 1 ]'
+out=$(abc --format json sandbox tunnels "$s")
+is "$(printf '%s' "$out" | jq -r '[.items[] | select(.state == "open")] | length')" 1 'sandbox tunnels lists the open session'
+tun=$(printf '%s' "$out" | jq -r '.items[0].id')
+is "$(printf '%s' "$out" | jq -r '.items[0].identity_id // .items[0].identityId')" "$alice" '... and whose it is'
+abc sandbox close-tunnels "$s" --tunnel "$tun" >/dev/null
+gone_pid() { ! kill -0 "$sess" 2>/dev/null; }
+eventually 10 gone_pid
+ok $? 'sandbox close-tunnels ended the session'
+is "$(q "SELECT close_reason FROM tunnels WHERE id = '$tun'")" 'closed by Tunnels.Close' '... and the row says so'
+
+# -- re-check: a withdrawn policy closes the session
+abc "${EX[@]}" -- sleep 300 </dev/null >/dev/null 2>&1 &
+sess=$!
+eventually 20 eval '[ "$(open_n)" -ge 1 ]'
+bcctl policy detach "$pol" --identity "$alice" >/dev/null
+t0=$(date +%s)
+eventually 15 gone_pid
+ok $? "withdrawing the policy closed the session at the next re-check ($(( $(date +%s) - t0 )) s, every 3 s here)"
+like "$(q "SELECT close_reason FROM tunnels WHERE sandbox_id = '$s' ORDER BY closed_at DESC NULLS LAST LIMIT 1")" \
+	'^re-check refused: .*compute:sandboxes:exec' '... the re-check refused exec'
+bcctl policy attach "$pol" --identity "$alice" >/dev/null
+
+# -- memory: 32 MiB through a slow reader leave the controller's RSS flat
+ctl_pid=$(_stack_get_pid ctl-1)
+rss() { awk '/^VmRSS/ { print $2 }' "/proc/$1/status"; }
+abc "${EX[@]}" -- 'head -c 1048576 /dev/zero' </dev/null >/dev/null 2>&1 # warm
+r0=$(rss "$ctl_pid")
+abc "${EX[@]}" -- 'head -c 33554432 /dev/zero' </dev/null 2>/dev/null |
+	python3 -c 'import sys, time
+n = 0
+while True:
+    b = sys.stdin.buffer.read(65536)
+    if not b: break
+    n += len(b); time.sleep(0.002)
+print(n)' >"$W/slow.n"
+r1=$(rss "$ctl_pid")
+is "$(cat "$W/slow.n")" 33554432 '32 MiB went through a slow reader'
+ok "[ $((r1 - r0)) -lt 16384 ]" "the controller's RSS grew $((r1 - r0)) KiB (< 16 MiB: nothing queued per tunnel)"
+
+# -- deleting the sandbox closes a session
+abc "${EX[@]}" -- sleep 300 </dev/null >/dev/null 2>&1 &
+sess=$!
+eventually 20 eval '[ "$(open_n)" -ge 1 ]'
+abc sandbox delete "$s" >/dev/null
+eventually 15 gone_pid
+ok $? 'deleting the sandbox ended the session'
+kill "$sess" 2>/dev/null
+done_testing
