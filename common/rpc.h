@@ -191,13 +191,18 @@ int64_t rpc_call_deadline_mono_ms(const rpc_call *call);
 void rpc_call_set_principal(rpc_call *call, void *principal, void (*free_fn)(void *));
 void *rpc_call_principal(const rpc_call *call);
 
-/* Call-scoped allocation, freed when the call ends; never NULL (aborts). */
+/* Call-scoped allocation, freed when the call ends; never NULL (aborts).
+ * Not thread-safe: only the handler's thread allocates from its call. */
 void *rpc_alloc(rpc_call *call, size_t n);
 char *rpc_strdup(rpc_call *call, const char *s);
 /* Allocate and init a message of descriptor d. */
 void *rpc_new(rpc_call *call, const ProtobufCMessageDescriptor *d);
 
-/* Streams. send: 0, or -ECANCELED once the client went away/server stops. */
+/* Streams. send: 0, or -ECANCELED once the client went away/server stops.
+ * Threads: on a bidi call, one thread may rpc_call_send while another
+ * rpc_call_recv at the same time (the handler's thread and one it
+ * started, which it joins before returning), on either transport; two
+ * senders or two receivers at once are not allowed. */
 int rpc_call_send(rpc_call *call, const ProtobufCMessage *msg);
 /* bidi receive: 1 with *ret (free with protobuf_c_message_free_unpacked),
  * 0 when the client half-closed, -ETIMEDOUT, -ECANCELED, -EMSGSIZE, -EBADMSG,
@@ -284,7 +289,12 @@ int rpc_client_unary(rpc_client *c, const char *path, const ProtobufCMessage *re
 
 /* Streaming calls. Server stream: req sent and half-closed at open. Bidi:
  * req NULL, then rpc_stream_send/rpc_stream_close_send. timeout_ms <= 0:
- * no deadline. */
+ * no deadline.
+ * Threads: on one bidi stream, one thread may send (rpc_stream_send, then
+ * rpc_stream_close_send) while another receives (rpc_stream_recv) at the
+ * same time, e.g. one pumping each direction of a tunnel; two senders or
+ * two receivers at once are not allowed, and rpc_stream_free only once
+ * both are done. */
 rpc_stream *rpc_stream_open(rpc_client *c, const char *path, const ProtobufCMessage *req,
 			    int timeout_ms, bc_error *err);
 /* 0, or -ECANCELED once the stream is over (its status comes from recv). */
