@@ -51,6 +51,9 @@
 #define CONNECT_TIMEOUT_MS 5000
 #define POLL_MS 250
 #define MAX_MESSAGE (TUNNEL_CHUNK_MAX + 1024)
+/* each tunnel's HTTP/2 receive window: bounded (rpc.h), room for a few
+ * chunks in flight */
+#define WINDOW_BYTES (256 * 1024)
 
 enum refusal { R_NO_CERT, R_NOT_CONTROLLER, R_LIMIT, R_BAD_OPEN, R_PORT, R_UNKNOWN,
 	       R_NOT_RUNNING, R_NO_ADDRESS, R_CONNECT, R_COUNT };
@@ -370,6 +373,7 @@ int tunnel_start(const struct tunnel_opts *o, struct tunnel_srv **ret, int *ret_
 	struct rpc_server_opts so = {.listen = o->listen, .tls = &tls, .workers = 2,
 				     .max_streams = (int)o->max + 8,
 				     .max_message_bytes = MAX_MESSAGE, .user = t,
+				     .stream_window_bytes = WINDOW_BYTES,
 				     .pre_call = pre_call, .stream_admit = stream_admit,
 				     .stream_done = stream_done};
 	int e = 0;

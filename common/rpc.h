@@ -106,6 +106,11 @@ struct rpc_server_opts {
 	 * workers / 4, at least 1) serve those at once, the rest wait. */
 	int recv_timeout_ms;
 	int max_streams_per_connection;
+	/* gRPC transport: 0 lets each stream's HTTP/2 receive window grow
+	 * with gRPC's bandwidth-delay probing (megabytes held per stream
+	 * under a slow consumer); > 0 fixes it at that many bytes with
+	 * probing off, so what a stream holds is bounded (tunnels). */
+	int stream_window_bytes;
 	int open_workers;
 	const char *const *open_methods;
 	/* The JSON/HTTP transport (docs/http.md): "127.0.0.1:8443",
@@ -260,6 +265,7 @@ struct rpc_client_opts {
 	const char *server_name;   /* TLS name override; NULL: host of target */
 	size_t max_message_bytes;  /* 0: 4 MiB */
 	const char *bearer;        /* default bearer token, copied; may be NULL */
+	int stream_window_bytes;   /* as rpc_server_opts' (0: gRPC's) */
 };
 
 /* One channel; thread-safe; calls from many threads share it. gRPC

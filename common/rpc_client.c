@@ -83,7 +83,7 @@ static void arg_int(grpc_arg *a, const char *key, int v)
 /* See rpc.h. */
 rpc_client *rpc_client_new(const struct rpc_client_opts *opts)
 {
-	grpc_arg args[8];
+	grpc_arg args[10];
 	grpc_channel_args ca = {.num_args = 0, .args = args};
 	grpc_channel_credentials *creds;
 	rpc_client *c;
@@ -102,6 +102,11 @@ rpc_client *rpc_client_new(const struct rpc_client_opts *opts)
 	arg_int(&args[ca.num_args++], GRPC_ARG_KEEPALIVE_TIME_MS, KEEPALIVE_MS);
 	arg_int(&args[ca.num_args++], GRPC_ARG_KEEPALIVE_TIMEOUT_MS, KEEPALIVE_TIMEOUT_MS);
 	arg_int(&args[ca.num_args++], GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+	if (opts->stream_window_bytes > 0) { /* rpc.h: bounded per stream */
+		arg_int(&args[ca.num_args++], GRPC_ARG_HTTP2_BDP_PROBE, 0);
+		arg_int(&args[ca.num_args++], GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
+			opts->stream_window_bytes);
+	}
 	if (opts->tls && opts->server_name) {
 		args[ca.num_args].type = GRPC_ARG_STRING;
 		args[ca.num_args].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;

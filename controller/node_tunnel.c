@@ -36,6 +36,8 @@
 #define CLIENT_DAYS 825
 #define PEM_MAX (1 << 20)
 #define CONNECT_WAIT_MS 5000
+/* each tunnel's HTTP/2 receive window (rpc.h): bounded memory per tunnel */
+#define NODE_TUNNEL_WINDOW (256 * 1024)
 
 bool node_tunnel_address_ok(const char *s)
 {
@@ -112,7 +114,7 @@ int node_tunnel_pki_add(struct ctl_app *app)
 {
 	if (node_tunnel_client_create(app, true) < 0)
 		return 1;
-	printf("tunnel client certificate written to %s/%s.pem: restart no replica, the next "
+	printf("tunnel client certificate written to %s/%s.pem: no restart needed, the next "
 	       "tunnel uses it\n", app->cfg.pki_dir, NODE_TUNNEL_CLIENT_BASE);
 	return 0;
 }
@@ -168,7 +170,8 @@ void node_tunnel_check(struct ctl_app *app)
 static rpc_client *chan_get(const struct ctl_app *app, const char *node, const char *target)
 {
 	struct rpc_tls tls = {.cert_pem = T.cert, .key_pem = T.key, .ca_pem = app->node_ca_pem};
-	struct rpc_client_opts o = {.target = target, .tls = &tls, .server_name = node};
+	struct rpc_client_opts o = {.target = target, .tls = &tls, .server_name = node,
+				    .stream_window_bytes = NODE_TUNNEL_WINDOW};
 	struct chan **pp, *c;
 
 	for (pp = &T.chans; (c = *pp); pp = &c->next) {
@@ -266,4 +269,28 @@ int node_tunnel_dial(struct ctl_app *app, struct db *d, const char *node_id,
 	}
 	*ret = st;
 	return 0;
+}
+
+static void chans_free(struct chan *c)
+{
+	while (c) {
+		struct chan *next = c->next;
+		rpc_client_free(c->client);
+		free(c->target);
+		free(c);
+		c = next;
+	}
+}
+
+void node_tunnel_shutdown(void)
+{
+	pthread_mutex_lock(&T.mu);
+	chans_free(T.chans);
+	chans_free(T.retired);
+	T.chans = T.retired = NULL;
+	free(T.cert);
+	pki_free_secret(T.key);
+	T.cert = T.key = NULL;
+	T.loaded = false;
+	pthread_mutex_unlock(&T.mu);
 }

@@ -56,4 +56,8 @@ int node_tunnel_dial(struct ctl_app *app, struct db *d, const char *node_id,
 		     const char *instance_id, const char *tunnel_id, rpc_stream **ret,
 		     bc_error *err);
 
+/* Free every cached channel and the client pair (process exit; no stream
+ * of a dial may be open). */
+void node_tunnel_shutdown(void);
+
 #endif
