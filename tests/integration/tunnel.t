@@ -216,5 +216,21 @@ diag "bcd RSS at most ${rss0} KiB during 4 MiB, ${MAX} KiB during 16 MiB"
 # (gRPC's own flow-control windows, left to grow, made this 6-9 MiB)
 ok "[ $growth -lt 4096 ]" "bcd's RSS stays flat: +${growth} KiB (< 4 MiB) for 4x the bytes"
 
+# -- a bcd joined before Agent.Tunnel (no tunnel.pem) renews at start and
+# serves the port from the restart that follows, at its new address
+agent_kill 1 TERM
+serial0=$(openssl x509 -in "$d1/node.pem" -noout -serial)
+rm -f "$d1/tunnel.pem"
+STACK_AGENTS=1 BC_AGENT_EXTRA_CONF="metrics_listen = 127.0.0.1:$m1" agent_start 1
+eventually 60 test -f "$d1/tunnel.pem"
+ok $? 'bcd without tunnel.pem renews at start and gets one'
+ok "grep -q 'no tunnel certificate (tunnel.pem) yet: renewing now' '$STACK_DIR/bcd-1.log'" '... and says why'
+isnt "$(openssl x509 -in "$d1/node.pem" -noout -serial)" "$serial0" '... with a new node certificate'
+is "$(openssl x509 -in "$d1/tunnel.pem" -noout -pubkey)" "$(openssl pkey -in "$d1/node.key" -pubout)" \
+	'... both for the new key'
+roundtrip() { [ "$(printf again | "$DRV" "$CONF" "$node1" "$inst" 2>/dev/null)" = again ]; }
+eventually 60 roundtrip
+ok $? 'tunnels work again, at the port the restarted bcd reported'
+
 kill "$echo_pid" 2>/dev/null
 done_testing
