@@ -132,6 +132,14 @@ js_code() { # CERT KEY INSTANCE [PORT]
 is "$(js_code - - "$inst")" 16 'no client certificate: UNAUTHENTICATED'
 code=$(js_code "$d2/node.pem" "$d2/node.key" "$inst")
 like "$code" '^(14|16|7)$' "node 2's certificate: refused (code $code)"
+# a clientAuth certificate from the API CA with another name
+openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=bc-someone-else \
+	-keyout "$STACK_DIR/other.key" -out "$STACK_DIR/other.csr" 2>/dev/null
+printf 'extendedKeyUsage=clientAuth\nbasicConstraints=critical,CA:FALSE\n' >"$STACK_DIR/other.ext"
+openssl x509 -req -in "$STACK_DIR/other.csr" -CA "$pki/api-ca.pem" -CAkey "$pki/api-ca.key" \
+	-set_serial 0x77 -days 1 -extfile "$STACK_DIR/other.ext" -out "$STACK_DIR/other.pem" 2>/dev/null
+is "$(js_code "$STACK_DIR/other.pem" "$STACK_DIR/other.key" "$inst")" 7 \
+	'an API CA client certificate with another CN: PERMISSION_DENIED'
 is "$(js_code "$pki/tunnel-client.pem" "$pki/tunnel-client.key" "$inst" 23)" 7 'port 23: PERMISSION_DENIED'
 drv_err() { printf 'x' | "$DRV" "$CONF" "$@" 2>&1 >/dev/null; }
 like "$(drv_err "$node1" inst_01nosuchinstancenosuchinstan)" '^error NOT_FOUND: instance .* is not on this node' \
@@ -155,10 +163,14 @@ is "$(metric "$m1" 'bcd_tunnels_refused_total{reason="port"}')" 1 'refusals coun
 is "$(metric "$m1" 'bcd_tunnels_refused_total{reason="unknown-instance"}')" 2 '... unknown-instance'
 is "$(metric "$m1" 'bcd_tunnels_refused_total{reason="not-running"}')" 1 '... not-running'
 is "$(metric "$m1" 'bcd_tunnels_refused_total{reason="no-client-cert"}')" 1 '... no-client-cert'
+is "$(metric "$m1" 'bcd_tunnels_refused_total{reason="not-controller"}')" 1 '... not-controller'
 agent_kill 2 TERM   # its reports would give its address back
 q "UPDATE nodes SET tunnel_address = '' WHERE id = '$node2'" >/dev/null
 like "$(drv_err "$node2" "$other")" '^error UNAVAILABLE: node .* has no tunnel endpoint' \
 	'a node without a tunnel endpoint: UNAVAILABLE'
+q "UPDATE nodes SET tunnel_address = '$TADDR' WHERE id = '$node2'" >/dev/null
+like "$(drv_err "$node2" "$inst")" '^error UNAVAILABLE: node .* cannot be reached .*tunnel certificate' \
+	"node 2's address pointing at node 1's bcd: refused (the dialer checks the node id in its certificate)"
 rm -f "$STACK_DIR/pki-n2/tunnel-client.pem" "$STACK_DIR/pki-n2/tunnel-client.key"
 out=$("$BC_BIN/bc-controller" pki add-tunnel-client --config "$STACK_DIR/ctl-n2.conf" 2>&1)
 is $? 0 'pki add-tunnel-client adds the certificate to a deployment without one'
