@@ -233,7 +233,8 @@ ok "[ $growth -lt 4096 ]" "bcd's RSS stays flat: +${growth} KiB (< 4 MiB) for 4x
 agent_kill 1 TERM
 serial0=$(openssl x509 -in "$d1/node.pem" -noout -serial)
 rm -f "$d1/tunnel.pem"
-STACK_AGENTS=1 BC_AGENT_EXTRA_CONF="metrics_listen = 127.0.0.1:$m1" agent_start 1
+STACK_AGENTS=1 BC_AGENT_EXTRA_CONF="metrics_listen = 127.0.0.1:$m1
+tunnel_max = 1" agent_start 1
 eventually 60 test -f "$d1/tunnel.pem"
 ok $? 'bcd without tunnel.pem renews at start and gets one'
 ok "grep -q 'no tunnel certificate (tunnel.pem) yet: renewing now' '$STACK_DIR/bcd-1.log'" '... and says why'
@@ -243,6 +244,22 @@ is "$(openssl x509 -in "$d1/tunnel.pem" -noout -pubkey)" "$(openssl pkey -in "$d
 roundtrip() { [ "$(printf again | "$DRV" "$CONF" "$node1" "$inst" 2>/dev/null)" = again ]; }
 eventually 60 roundtrip
 ok $? 'tunnels work again, at the port the restarted bcd reported'
+
+# -- tunnel_max (1 since that restart)
+rm -f "$STACK_DIR/hold"
+mkfifo "$STACK_DIR/hold"
+"$DRV" "$CONF" "$node1" "$inst" <"$STACK_DIR/hold" >"$STACK_DIR/hold.out" 2>&1 &
+drv_pid=$!
+exec 7>"$STACK_DIR/hold"
+eventually 10 open_is 1
+ok $? 'one tunnel open'
+like "$(drv_err "$node1" "$inst")" '^error RESOURCE_EXHAUSTED: tunnels at their limit \(tunnel_max = 1\)' \
+	'a second one beyond tunnel_max: RESOURCE_EXHAUSTED'
+is "$(metric "$m1" 'bcd_tunnels_refused_total{reason="limit"}')" 1 '... counted (limit)'
+exec 7>&-
+wait "$drv_pid"
+eventually 10 open_is 0
+is "$(printf 'after' | "$DRV" "$CONF" "$node1" "$inst" 2>&1)" after 'the first one closed, a new tunnel opens'
 
 kill "$echo_pid" 2>/dev/null
 done_testing
