@@ -74,12 +74,13 @@ UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 NETDRV   := $(BUILD)/tests/net/netdrv
 RTDRV    := $(BUILD)/tests/e2e/rtdrv
+TUNDRV   := $(BUILD)/tests/integration/tunneldrv
 
 .PHONY: all gen bins unit-bins bench-bins node-deps check check-unit check-integration check-net check-e2e \
 	check-interop fuzz fuzz-smoke asan bench update-golden demo stop install clean deps guest
 .SECONDARY:
 
-all: bins unit-bins bench-bins $(NETDRV) $(RTDRV)
+all: bins unit-bins bench-bins $(NETDRV) $(RTDRV) $(TUNDRV)
 
 bins: $(BINS)
 unit-bins: $(UNIT_BIN)
@@ -154,6 +155,13 @@ $(NETDRV): $(BUILD)/obj/tests/net/netdrv.o $(LIBAGENT) $(LIBBC)
 # The end-to-end tests' driver of the libvirt runtime (tests/e2e).
 $(call obj,tests/e2e/rtdrv.c): | $(GEN_H)
 $(RTDRV): $(BUILD)/obj/tests/e2e/rtdrv.o $(LIBAGENT) $(LIBBC)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The integration tests' driver of the controller's tunnel dialer.
+$(call obj,tests/integration/tunneldrv.c): | $(GEN_H)
+$(TUNDRV): $(BUILD)/obj/tests/integration/tunneldrv.o $(LIBCTL) $(LIBBC)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

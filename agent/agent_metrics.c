@@ -1,6 +1,7 @@
 /* agent_metrics.c: bcd's Prometheus figures: the spec it converged, its
  * instances by state, the reports delivered (complete or delta), and the
- * firewall's health (tamper reloads, whether addresses are trusted). Read on
+ * firewall's health (tamper reloads, whether addresses are trusted), the
+ * tunnels (tunnel.c). Read on
  * every scrape from the converge pass's snapshot, the report thread's
  * counters and the net module; nothing is kept here. */
 #include "agent_metrics.h"
@@ -12,6 +13,7 @@
 #include "metrics.h"
 #include "net.h"
 #include "report.h"
+#include "tunnel.h"
 
 static const char *const states[] = {"provisioning", "starting", "running", "paused",
 				     "stopped",      "error",    "deleted"};
@@ -75,4 +77,5 @@ void agent_metrics_render(FILE *out, void *arg)
 		render_reports(out, m->report);
 	if (m->net)
 		render_net(out, m->net);
+	tunnel_metrics_render(out, m->tunnel);
 }

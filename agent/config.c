@@ -57,6 +57,11 @@ static const struct conf_key keys[] = {
 	U32(node_lost_seconds, "60", 2, 86400,
 	    "fence after this long without a controller (at most the controller's)"),
 	S(fence, "pause", "when fenced: pause (and cut the network), stop, or off"),
+	S(tunnel_listen, "[::]:7444",
+	  "Agent.Tunnel (the controller's ssh tunnels into instances), mTLS (empty: off)"),
+	S(tunnel_advertise, "",
+	  "host:port the controller dials for tunnels (empty: address and tunnel_listen's port)"),
+	U32(tunnel_max, "256", 1, 65536, "tunnels open at once at most"),
 };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
@@ -289,6 +294,12 @@ int cfg_finish(struct agent_config *c, char *err, size_t errlen)
 		return fail(err, errlen, "fence '%.32s': pause, stop or off", c->fence);
 	if (*c->data_dir && *c->data_dir != '/')
 		return fail(err, errlen, "data_dir '%.64s' must be an absolute path", c->data_dir);
+	if (*c->tunnel_advertise && (strlen(c->tunnel_advertise) > 255 ||
+				     !strrchr(c->tunnel_advertise, ':') ||
+				     strchr(c->tunnel_advertise, ' ') ||
+				     atoi(strrchr(c->tunnel_advertise, ':') + 1) <= 0))
+		return fail(err, errlen, "tunnel_advertise '%.64s' must be host:port",
+			    c->tunnel_advertise);
 	if (!c->hostname || !*c->hostname) {
 		if (gethostname(host, sizeof(host)) < 0)
 			snprintf(host, sizeof(host), "localhost");

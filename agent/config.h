@@ -48,6 +48,9 @@ struct agent_config {
 	uint64_t image_max_gib;
 	uint32_t node_lost_seconds;     /* fence after this long without a controller */
 	char *fence;                    /* pause | stop | off */
+	char *tunnel_listen;            /* Agent.Tunnel's mTLS port; "" = off */
+	char *tunnel_advertise;         /* host:port the controller dials ("" = address:port) */
+	uint32_t tunnel_max;            /* tunnels open at once */
 	/* derived by cfg_finish */
 	struct cfg_label label_list[CFG_MAX_LABELS];
 	size_t n_labels;

@@ -53,7 +53,7 @@ struct idset {
 struct conv {
 	struct rt *rt;
 	struct net *net;           /* instance networking; NULL: none */
-	/* converge thread only */
+	/* converge thread only; replaced under lock (conv_tunnel_target) */
 	Bc__Node__V1__NodeSpec *spec;
 	struct idset adopted;      /* sorted: instances this process owns */
 	bool list_failed;
@@ -824,7 +824,7 @@ static void pass_clear(struct pass *p)
 
 static void take_pending(struct conv *c)
 {
-	Bc__Node__V1__NodeSpec *spec;
+	Bc__Node__V1__NodeSpec *spec, *old;
 
 	pthread_mutex_lock(&c->lock);
 	spec = c->pending;
@@ -832,9 +832,12 @@ static void take_pending(struct conv *c)
 	pthread_mutex_unlock(&c->lock);
 	if (!spec)
 		return;
-	if (c->spec)
-		bc__node__v1__node_spec__free_unpacked(c->spec, NULL);
+	pthread_mutex_lock(&c->lock);   /* conv_tunnel_target reads it under lock */
+	old = c->spec;
 	c->spec = spec;
+	pthread_mutex_unlock(&c->lock);
+	if (old)
+		bc__node__v1__node_spec__free_unpacked(old, NULL);
 	log_info("converging spec generation %" PRIu64 " (%zu instances)", spec->generation,
 		 spec->n_instances);
 }
@@ -1016,4 +1019,29 @@ void conv_add_result(struct conv *c, const char *id, bool ok, const char *error)
 	r->seq = ++c->status.seq;
 	pthread_cond_broadcast(&c->changed);
 	pthread_mutex_unlock(&c->lock);
+}
+
+/* See converge.h. */
+int conv_tunnel_target(struct conv *c, const char *id, struct conv_target *ret)
+{
+	const Bc__Node__V1__InstanceSpec *in = NULL;
+	int e = -ENOENT;
+
+	memset(ret, 0, sizeof(*ret));
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; c->spec && i < c->spec->n_instances && !in; i++)
+		if (strcmp(c->spec->instances[i]->id, id) == 0)
+			in = c->spec->instances[i];
+	if (in && in->desired_state != BC__NODE__V1__DESIRED_STATE__DESIRED_DELETED) {
+		e = 0;
+		ret->desired = (int)in->desired_state;
+		for (size_t i = 0; i < in->n_nics && !ret->guest[0]; i++)
+			snprintf(ret->guest, sizeof(ret->guest), "%s", in->nics[i]->ipv4);
+		snprintf(ret->host, sizeof(ret->host), "%s", c->spec->ipam_gateway);
+		for (size_t i = 0; i < c->n_items; i++)
+			if (strcmp(c->items[i].id, id) == 0)
+				snprintf(ret->state, sizeof(ret->state), "%s", c->items[i].state);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return e;
 }

@@ -127,6 +127,20 @@ void conv_confirm(struct conv *c);
 /* True while the host is fenced. Any thread. */
 bool conv_fenced(struct conv *c);
 
+/* What Agent.Tunnel needs of one instance of the applied spec: its guest
+ * address (the first NIC's IPAM IPv4, "" if none), the host's address on
+ * the instances' bridge (the spec's IPAM gateway), its desired state and
+ * its state as the last pass published ("" if not seen yet). */
+struct conv_target {
+	char guest[64];
+	char host[64];
+	char state[CONV_STATE_MAX];
+	int desired;
+};
+/* 0, or -ENOENT if the applied spec does not name id (or deletes it). Any
+ * thread. */
+int conv_tunnel_target(struct conv *c, const char *id, struct conv_target *ret);
+
 /* Queue a command result for the next report. Any thread. */
 void conv_add_result(struct conv *c, const char *id, bool ok, const char *error);
 

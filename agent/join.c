@@ -47,20 +47,45 @@ static int read_pem(const char *dir, const char *name, char **ret)
  * node.key and node.pem: renew.pem present means the pair is whole, and the
  * switch is finished here; renew.key alone is a renewal that never got its
  * certificate, dropped. */
+/* renew-tunnel.pem over tunnel.pem, or (empty: the controller sent none)
+ * tunnel.pem removed and tunnel.none written. Gone already: done before. */
+static int finish_tunnel(const char *dir)
+{
+	_cleanup_free_ char *rt = xasprintf("%s/%s", dir, JOIN_RENEW_TUNNEL_FILE);
+	_cleanup_free_ char *t = xasprintf("%s/%s", dir, JOIN_TUNNEL_CERT_FILE);
+	_cleanup_free_ char *none = xasprintf("%s/%s", dir, JOIN_TUNNEL_NONE_FILE);
+	struct stat st;
+
+	if (stat(rt, &st) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (st.st_size > 0) {
+		if (unlink(none) < 0 && errno != ENOENT)
+			return -errno;
+		return rename(rt, t) < 0 ? -errno : 0;
+	}
+	if ((unlink(t) < 0 && errno != ENOENT) || file_write_atomic(none, "", 0, 0644) < 0)
+		return -EIO;
+	return unlink(rt) < 0 ? -errno : 0;
+}
+
 static int finish_renewal(const char *dir)
 {
 	_cleanup_free_ char *rk = xasprintf("%s/%s", dir, JOIN_RENEW_KEY_FILE);
 	_cleanup_free_ char *rc = xasprintf("%s/%s", dir, JOIN_RENEW_CERT_FILE);
+	_cleanup_free_ char *rt = xasprintf("%s/%s", dir, JOIN_RENEW_TUNNEL_FILE);
 	_cleanup_free_ char *k = xasprintf("%s/%s", dir, JOIN_KEY_FILE);
 	_cleanup_free_ char *c = xasprintf("%s/%s", dir, JOIN_CERT_FILE);
+	int e;
 
 	if (access(rc, F_OK) < 0) {
-		if (unlink(rk) < 0 && errno != ENOENT)
+		if ((unlink(rk) < 0 && errno != ENOENT) || (unlink(rt) < 0 && errno != ENOENT))
 			return -errno;
 		return 0;
 	}
 	if (rename(rk, k) < 0 && errno != ENOENT)
 		return -errno;
+	if ((e = finish_tunnel(dir)) < 0)
+		return e;
 	if (rename(rc, c) < 0)
 		return -errno;
 	log_info("%s: finished a certificate renewal a stop interrupted", dir);
@@ -85,6 +110,9 @@ int join_load(const char *state_dir, struct join_creds *ret)
 	/* pool.id is informational; a node joined by an older bcd may lack it */
 	if (state_read_line(state_dir, JOIN_POOL_ID_FILE, &c.pool_id) < 0)
 		c.pool_id = xstrdup("");
+	/* a node joined before Agent.Tunnel has none until its next renewal */
+	if ((e = read_pem(state_dir, JOIN_TUNNEL_CERT_FILE, &c.tunnel_cert_pem)) < 0 && e != -ENOENT)
+		goto fail;
 	*ret = c;
 	return 0;
 fail:
@@ -107,6 +135,9 @@ static bool answer_ok(const Bc__Node__V1__JoinResponse *r)
 {
 	return rt_id_valid(r->node_id) && strstr(r->certificate_pem, "-----BEGIN CERTIFICATE-----") &&
 	       strlen(r->certificate_pem) < PEM_MAX && strlen(r->ca_bundle_pem) < PEM_MAX &&
+	       strlen(r->tunnel_certificate_pem) < PEM_MAX &&
+	       (!*r->tunnel_certificate_pem ||
+		strstr(r->tunnel_certificate_pem, "-----BEGIN CERTIFICATE-----")) &&
 	       str_is_printable(r->pool_id, 128);
 }
 
@@ -121,7 +152,9 @@ int join_save(const char *state_dir, const Bc__Node__V1__JoinResponse *resp, con
 	if ((e = write_file(state_dir, JOIN_KEY_FILE, key_pem, 0600)) < 0 ||
 	    (e = write_file(state_dir, JOIN_CA_FILE, ca, 0644)) < 0 ||
 	    (e = write_file(state_dir, JOIN_NODE_ID_FILE, resp->node_id, 0644)) < 0 ||
-	    (*resp->pool_id && (e = write_file(state_dir, JOIN_POOL_ID_FILE, resp->pool_id, 0644)) < 0))
+	    (*resp->pool_id && (e = write_file(state_dir, JOIN_POOL_ID_FILE, resp->pool_id, 0644)) < 0) ||
+	    (*resp->tunnel_certificate_pem &&
+	     (e = write_file(state_dir, JOIN_TUNNEL_CERT_FILE, resp->tunnel_certificate_pem, 0644)) < 0))
 		return e;
 	return write_file(state_dir, JOIN_CERT_FILE, resp->certificate_pem, 0644);
 }
@@ -136,6 +169,7 @@ static void join_request(const struct agent_config *cfg, const char *csr,
 	q->csr_pem = (char *)csr;
 	q->hostname = cfg->hostname;
 	q->address = cfg->address;
+	q->tunnel_address = cfg->tunnel_advertise ? cfg->tunnel_advertise : "";
 	cap->vcpus = cfg->capacity_vcpus;
 	cap->memory_mib = cfg->capacity_memory_mib;
 	cap->disk_gib = cfg->capacity_disk_gib;
@@ -281,15 +315,25 @@ static bool renewal_ok(const struct join_creds *c, const char *csr, const char *
 	       pki_verify(c->ca_pem, cert) != 0; /* never one the controller's CA signs */
 }
 
-/* renew.key and renew.pem, then both renamed into place (finish_renewal). */
-static int renewal_save(const char *dir, const char *key, const char *cert)
+/* renew.key, renew-tunnel.pem and renew.pem, then renamed into place
+ * (finish_renewal). */
+static int renewal_save(const char *dir, const char *key, const char *cert, const char *tunnel)
 {
+	_cleanup_free_ char *rt = xasprintf("%s/%s", dir, JOIN_RENEW_TUNNEL_FILE);
 	int e;
 
 	if ((e = write_file(dir, JOIN_RENEW_KEY_FILE, key, 0600)) < 0 ||
+	    (e = file_write_atomic(rt, tunnel, strlen(tunnel), 0644)) < 0 ||
 	    (e = write_file(dir, JOIN_RENEW_CERT_FILE, cert, 0644)) < 0)
 		return e;
 	return finish_renewal(dir);
+}
+
+bool join_tunnel_wanted(const char *state_dir, const struct join_creds *c)
+{
+	_cleanup_free_ char *none = xasprintf("%s/%s", state_dir, JOIN_TUNNEL_NONE_FILE);
+
+	return !c->tunnel_cert_pem && access(none, F_OK) < 0;
 }
 
 int join_renew(const char *state_dir, rpc_client *cl, const struct join_creds *c,
@@ -309,11 +353,12 @@ int join_renew(const char *state_dir, rpc_client *cl, const struct join_creds *c
 			     (ProtobufCMessage **)&resp, JOIN_TIMEOUT_MS, err);
 	if (e < 0)
 		goto out;
-	if (!renewal_ok(c, csr, resp->certificate_pem)) {
+	if (!renewal_ok(c, csr, resp->certificate_pem) ||
+	    (*resp->tunnel_certificate_pem && !renewal_ok(c, csr, resp->tunnel_certificate_pem))) {
 		e = bc_error_set(err, BC_INVALID_RESPONSE, "RenewCertificate answer unusable");
 		goto out;
 	}
-	e = renewal_save(state_dir, key, resp->certificate_pem);
+	e = renewal_save(state_dir, key, resp->certificate_pem, resp->tunnel_certificate_pem);
 	if (e < 0)
 		e = bc_error_set(err, BC_INTERNAL, "cannot write the new certificate to %s: %s",
 				 state_dir, strerror(-e));
@@ -358,5 +403,6 @@ void join_creds_free(struct join_creds *c)
 	free(c->cert_pem);
 	pki_free_secret(c->key_pem);
 	free(c->ca_pem);
+	free(c->tunnel_cert_pem);
 	*c = (struct join_creds){0};
 }

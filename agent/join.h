@@ -18,6 +18,15 @@
 /* A renewal's new pair, renamed over node.key and node.pem once whole. */
 #define JOIN_RENEW_KEY_FILE "renew.key"
 #define JOIN_RENEW_CERT_FILE "renew.pem"
+/* The tunnel certificate for node.key (serverAuth, SAN = node id, node
+ * CA): Agent.Tunnel serves with it. A renewal writes renew-tunnel.pem
+ * (empty when the controller sent none) before renew.pem; finishing it
+ * renames it over tunnel.pem (or removes both when empty, and writes
+ * tunnel.none: the controller gives none, so bcd does not renew at start
+ * for it). */
+#define JOIN_TUNNEL_CERT_FILE "tunnel.pem"
+#define JOIN_RENEW_TUNNEL_FILE "renew-tunnel.pem"
+#define JOIN_TUNNEL_NONE_FILE "tunnel.none"
 
 /* The node's identity and mTLS material; every string owned. */
 struct join_creds {
@@ -26,6 +35,7 @@ struct join_creds {
 	char *cert_pem;
 	char *key_pem;   /* wiped on free */
 	char *ca_pem;    /* the API CA: the controller is trusted with it alone */
+	char *tunnel_cert_pem; /* NULL: none (a controller before Agent.Tunnel) */
 };
 
 /* Load the credentials of a joined node, first finishing a renewal a stop
@@ -59,6 +69,11 @@ int join_repair_ca(const char *state_dir, struct join_creds *c, int *ret_dropped
  * filled as INTERNAL. */
 int join_renew(const char *state_dir, rpc_client *cl, const struct join_creds *c,
 	       bc_error *err);
+
+/* True if a renewal now would bring a tunnel certificate this node lacks:
+ * none is held and the controller did not answer the last renewal without
+ * one (tunnel.none). */
+bool join_tunnel_wanted(const char *state_dir, const struct join_creds *c);
 
 /* True for an error worth retrying (controller unreachable or busy). */
 bool join_err_transient(const bc_error *err);

@@ -12,6 +12,9 @@
  *   report    Node.Report on every change and every report interval
  *   renew     Node.RenewCertificate when the certificate is due (renew.c)
  *
+ * and Agent.Tunnel's server (tunnel.c) on tunnel_listen, if the node holds
+ * a tunnel certificate.
+ *
  * The main thread waits for SIGTERM/SIGINT and stops them gracefully.
  * Stopping (or being killed) never stops the instances: the next bcd adopts
  * them. A renewed certificate (SIGUSR1 from the renew thread) stops them the
@@ -40,6 +43,7 @@
 #include "agent/report.h"
 #include "agent/runtime.h"
 #include "agent/state.h"
+#include "agent/tunnel.h"
 #include "agent/watch.h"
 #include "agent/agent_metrics.h"
 #include "log.h"
@@ -68,6 +72,7 @@ struct agent {
 	bool joined_now;                /* this start enrolled the node */
 	struct agent_metrics metrics;
 	metrics_srv *metrics_srv;
+	struct tunnel_srv *tunnel;      /* NULL: tunnel port off */
 	int lock_fd;
 };
 
@@ -262,6 +267,54 @@ static uint64_t load_spec(struct agent *a)
 	return gen;
 }
 
+/* tunnel_advertise when not set: address and the tunnel port (IPv6
+ * literals bracketed); "" when the port is not known (":0"). */
+static void default_advertise(struct agent_config *cfg, int port)
+{
+	const char *colon = strrchr(cfg->tunnel_listen, ':');
+
+	if (!*cfg->tunnel_listen || (*cfg->tunnel_advertise && port == 0))
+		return;
+	if (port == 0)
+		port = colon ? atoi(colon + 1) : 0;
+	free(cfg->tunnel_advertise);
+	if (port <= 0)
+		cfg->tunnel_advertise = xstrdup("");
+	else if (strchr(cfg->address, ':'))
+		cfg->tunnel_advertise = xasprintf("[%s]:%d", cfg->address, port);
+	else
+		cfg->tunnel_advertise = xasprintf("%s:%d", cfg->address, port);
+}
+
+/* Agent.Tunnel on tunnel_listen, with tunnel.pem; a failure is logged and
+ * bcd runs without (its instances matter more). */
+static void start_tunnel(struct agent *a)
+{
+	struct tunnel_opts o = {.listen = a->cfg.tunnel_listen, .cert_pem = a->creds.tunnel_cert_pem,
+				.key_pem = a->creds.key_pem, .ca_pem = a->creds.ca_pem,
+				.conv = a->conv, .state_dir = a->cfg.state_dir,
+				.fake = a->rt->ops == &rt_fake_ops, .max = a->cfg.tunnel_max};
+	bool fixed = *a->cfg.tunnel_advertise != '\0';
+	int port = 0;
+
+	if (!*a->cfg.tunnel_listen) {
+		log_info("tunnel: tunnel_listen is empty: no tunnels into this node's instances");
+		return;
+	}
+	if (!a->creds.tunnel_cert_pem) {
+		log_warn("tunnel: no %s/%s yet: no tunnels until the controller issues one (at the "
+			 "next certificate renewal)", a->cfg.state_dir, JOIN_TUNNEL_CERT_FILE);
+		return;
+	}
+	if (tunnel_start(&o, &a->tunnel, &port) < 0)
+		return;
+	if (!fixed)
+		default_advertise(&a->cfg, port);
+	a->report.info.tunnel_address = a->cfg.tunnel_advertise;
+	log_info("tunnel: Agent.Tunnel on %s (port %d), advertised as %s", a->cfg.tunnel_listen,
+		 port, a->cfg.tunnel_advertise);
+}
+
 /* The renew thread's news: main restarts bcd on the new certificate. */
 static void renewed(void *ctx)
 {
@@ -314,6 +367,7 @@ static int start_up(struct agent *a)
 			 "instance with a NIC will not start", a->cfg.runtime, a->cfg.network);
 	report_init(&a->report, &a->cfg, &a->traits);
 	report_set_cert(&a->report, a->creds.cert_pem, a->cfg.cert_warn_seconds);
+	start_tunnel(a);
 	a->renew = (struct renew){.state_dir = a->cfg.state_dir,
 				  .percent = a->cfg.cert_renew_percent, .client = a->client,
 				  .creds = &a->creds, .stop = &a->stop, .renewed = renewed, .ctx = a};
@@ -368,7 +422,7 @@ static int run(struct agent *a)
 	if (a->cfg.metrics_listen && *a->cfg.metrics_listen) {
 		int port = 0, err = 0;
 		a->metrics = (struct agent_metrics){.conv = a->conv, .net = a->net,
-						 .report = &a->report};
+						 .report = &a->report, .tunnel = a->tunnel};
 		a->metrics_srv = metrics_serve(a->cfg.metrics_listen, agent_metrics_render,
 					       &a->metrics, &port, &err);
 		if (!a->metrics_srv)
@@ -385,6 +439,8 @@ static int run(struct agent *a)
 		log_info("signal %d: stopping (instances keep running)", sig);
 	metrics_stop(a->metrics_srv);
 	a->metrics_srv = NULL;
+	tunnel_stop(a->tunnel);
+	a->tunnel = NULL;
 	backoff_stop_request(&a->stop);
 	conv_stop(a->conv);
 	for (size_t i = 0; i < ARRAY_SIZE(bodies); i++)
@@ -425,6 +481,7 @@ int main(int argc, char **argv)
 		return EXIT_CONFIG;
 	}
 	cfg_fill_host(&a.cfg);
+	default_advertise(&a.cfg, 0);
 	rpc_global_init();
 	curl_global_init(CURL_GLOBAL_DEFAULT);  /* before any thread: images */
 	rc = ensure_joined(&a);

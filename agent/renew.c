@@ -7,7 +7,10 @@
  * bcd on it: the shared mTLS client is built once, from the files. Until
  * then every failure is retried with backoff and logged as a warning that
  * says how long the certificate has left; after it expired, an error: the
- * controller refuses the node and the operator must join it again. */
+ * controller refuses the node and the operator must join it again.
+ *
+ * A node without a tunnel certificate (joined before Agent.Tunnel) renews
+ * at once: the answer carries one for the new key. */
 #include "agent/renew.h"
 
 #include <inttypes.h>
@@ -63,6 +66,11 @@ void renew_run(struct renew *r)
 		return;
 	}
 	due = renew_due_ms(issued, not_after, r->percent);
+	if (join_tunnel_wanted(r->state_dir, r->creds)) {
+		log_info("certificate: no tunnel certificate (%s) yet: renewing now to get one",
+			 JOIN_TUNNEL_CERT_FILE);
+		due = now_ms();
+	}
 	log_info("certificate: expires in %" PRId64 " s, renewed in %" PRId64 " s",
 		 (not_after - now_ms()) / 1000, due > now_ms() ? (due - now_ms()) / 1000 : 0);
 	if (wait_until(r, due))

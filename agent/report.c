@@ -134,6 +134,7 @@ void report_build(const struct report_info *info, const struct conv_status *st, 
 	m->msg.complete = st->complete;
 	m->msg.hostname = (char *)info->hostname;
 	m->msg.agent_version = (char *)info->agent_version;
+	m->msg.tunnel_address = (char *)(info->tunnel_address ? info->tunnel_address : "");
 	m->msg.n_capabilities = info->n_caps;
 	m->msg.capabilities = (char **)info->caps;
 	m->cap.vcpus = info->vcpus;

@@ -36,6 +36,7 @@ struct report_info {
 	uint64_t disk_gib;
 	int64_t cert_not_after_ms;    /* the node certificate's expiry (0: unknown) */
 	int64_t cert_warn_ms;         /* warn when it expires within this (0: never) */
+	const char *tunnel_address;   /* Agent.Tunnel's host:port; NULL or "": none */
 };
 
 /* A built StatusReport: msg and the arrays it points into. Strings are

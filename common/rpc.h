@@ -125,6 +125,11 @@ struct rpc_server_opts {
 	 * workers / 4, at least 1) serve those at once, the rest wait. */
 	int recv_timeout_ms;
 	int max_streams_per_connection;
+	/* gRPC transport: 0 lets each stream's HTTP/2 receive window grow
+	 * with gRPC's bandwidth-delay probing (megabytes held per stream
+	 * under a slow consumer); > 0 fixes it at that many bytes with
+	 * probing off, so what a stream holds is bounded (tunnels). */
+	int stream_window_bytes;
 	int open_workers;
 	const char *const *open_methods;
 	/* The JSON/HTTP transport (docs/http.md): "127.0.0.1:8443",
@@ -220,13 +225,18 @@ int64_t rpc_call_deadline_mono_ms(const rpc_call *call);
 void rpc_call_set_principal(rpc_call *call, void *principal, void (*free_fn)(void *));
 void *rpc_call_principal(const rpc_call *call);
 
-/* Call-scoped allocation, freed when the call ends; never NULL (aborts). */
+/* Call-scoped allocation, freed when the call ends; never NULL (aborts).
+ * Not thread-safe: only the handler's thread allocates from its call. */
 void *rpc_alloc(rpc_call *call, size_t n);
 char *rpc_strdup(rpc_call *call, const char *s);
 /* Allocate and init a message of descriptor d. */
 void *rpc_new(rpc_call *call, const ProtobufCMessageDescriptor *d);
 
-/* Streams. send: 0, or -ECANCELED once the client went away/server stops. */
+/* Streams. send: 0, or -ECANCELED once the client went away/server stops.
+ * Threads: on a bidi call, one thread may rpc_call_send while another
+ * rpc_call_recv at the same time (the handler's thread and one it
+ * started, which it joins before returning), on either transport; two
+ * senders or two receivers at once are not allowed. */
 int rpc_call_send(rpc_call *call, const ProtobufCMessage *msg);
 /* bidi receive: 1 with *ret (free with protobuf_c_message_free_unpacked),
  * 0 when the client half-closed, -ETIMEDOUT, -ECANCELED, -EMSGSIZE, -EBADMSG,
@@ -290,6 +300,7 @@ struct rpc_client_opts {
 	const char *server_name;   /* TLS name override; NULL: host of target */
 	size_t max_message_bytes;  /* 0: 4 MiB */
 	const char *bearer;        /* default bearer token, copied; may be NULL */
+	int stream_window_bytes;   /* as rpc_server_opts' (0: gRPC's) */
 };
 
 /* One channel; thread-safe; calls from many threads share it. gRPC
@@ -319,7 +330,12 @@ int rpc_client_unary(rpc_client *c, const char *path, const ProtobufCMessage *re
 
 /* Streaming calls. Server stream: req sent and half-closed at open. Bidi:
  * req NULL, then rpc_stream_send/rpc_stream_close_send. timeout_ms <= 0:
- * no deadline. */
+ * no deadline.
+ * Threads: on one bidi stream, one thread may send (rpc_stream_send, then
+ * rpc_stream_close_send) while another receives (rpc_stream_recv) at the
+ * same time, e.g. one pumping each direction of a tunnel; two senders or
+ * two receivers at once are not allowed, and rpc_stream_free only once
+ * both are done. */
 rpc_stream *rpc_stream_open(rpc_client *c, const char *path, const ProtobufCMessage *req,
 			    int timeout_ms, bc_error *err);
 /* 0, or -ECANCELED once the stream is over (its status comes from recv). */

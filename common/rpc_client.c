@@ -8,13 +8,20 @@
  * Unary calls are one batch. Streams keep a RECV_STATUS_ON_CLIENT op
  * outstanding from the start and at most one RECV_MESSAGE: a receive that
  * times out leaves its op in flight, and the next receive plucks it. A
- * non-OK status becomes a bc_error (rpc_status.c). */
+ * non-OK status becomes a bc_error (rpc_status.c).
+ *
+ * One thread may send (rpc_stream_send, rpc_stream_close_send: tag_op)
+ * while another receives (rpc_stream_recv: tag_recv, then tag_status):
+ * gRPC allows one send and one receive batch in flight on a call, a pluck
+ * queue serves several pluckers waiting on different tags, and the only
+ * field both touch is status_done, atomic. */
 #include "rpc_internal.h"
 
 #include <errno.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,7 +53,10 @@ struct rpc_stream {
 	grpc_status_code status;
 	grpc_slice details;
 	grpc_byte_buffer *bb;
-	bool init_md_asked, recv_pending, status_started, status_done, eof;
+	bool init_md_asked, recv_pending, status_started, eof;
+	/* set by the receiving thread, read by a sending one (rpc.h: send and
+	 * recv may run at once) */
+	atomic_bool status_done;
 	int tag_op, tag_recv, tag_status;
 };
 
@@ -73,7 +83,7 @@ static void arg_int(grpc_arg *a, const char *key, int v)
 /* See rpc.h. */
 rpc_client *rpc_client_new(const struct rpc_client_opts *opts)
 {
-	grpc_arg args[8];
+	grpc_arg args[10];
 	grpc_channel_args ca = {.num_args = 0, .args = args};
 	grpc_channel_credentials *creds;
 	rpc_client *c;
@@ -92,6 +102,11 @@ rpc_client *rpc_client_new(const struct rpc_client_opts *opts)
 	arg_int(&args[ca.num_args++], GRPC_ARG_KEEPALIVE_TIME_MS, KEEPALIVE_MS);
 	arg_int(&args[ca.num_args++], GRPC_ARG_KEEPALIVE_TIMEOUT_MS, KEEPALIVE_TIMEOUT_MS);
 	arg_int(&args[ca.num_args++], GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+	if (opts->stream_window_bytes > 0) { /* rpc.h: bounded per stream */
+		arg_int(&args[ca.num_args++], GRPC_ARG_HTTP2_BDP_PROBE, 0);
+		arg_int(&args[ca.num_args++], GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
+			opts->stream_window_bytes);
+	}
 	if (opts->tls && opts->server_name) {
 		args[ca.num_args].type = GRPC_ARG_STRING;
 		args[ca.num_args].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;

@@ -654,8 +654,15 @@ static grpc_server *server_create(const rpc_server *s)
 		 .value.integer = 10000},
 		{.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_CONCURRENT_STREAMS,
 		 .value.integer = s->opts.max_streams_per_connection},
+		/* the last two only with stream_window_bytes (rpc.h) */
+		{.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_HTTP2_BDP_PROBE,
+		 .value.integer = 0},
+		{.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
+		 .value.integer = s->opts.stream_window_bytes},
 	};
-	grpc_channel_args args = {.num_args = sizeof(arg) / sizeof(arg[0]), .args = arg};
+	grpc_channel_args args = {.num_args = sizeof(arg) / sizeof(arg[0]) -
+					      (s->opts.stream_window_bytes > 0 ? 0 : 2),
+				  .args = arg};
 
 	return grpc_server_create(&args, NULL);
 }

@@ -1,5 +1,6 @@
 /* init.c: initialise a deployment: the API CA and server certificate, the
- * node CA, the sandbox SSH CA (sandbox_ca.c), the key-encryption key file
+ * node CA, the sandbox SSH CA (sandbox_ca.c), the tunnel client
+ * certificate (node_tunnel.c), the key-encryption key file
  * of the sealed store (kek.c), the schema, the root tenant and the first admin token. Safe to
  * run again: existing material is kept, and a new admin token is minted only
  * when none exists or one is asked for. serve renews the server certificate
@@ -22,6 +23,7 @@
 #include "kek.h"
 #include "log.h"
 #include "migrate.h"
+#include "node_tunnel.h"
 #include "pki.h"
 #include "sandbox_ca.h"
 #include "util.h"
@@ -200,7 +202,8 @@ int init_run(struct ctl_app *app, bool new_admin_token)
 		log_error("init: PKI: %s", strerror(-r));
 		return r;
 	}
-	if ((r = sandbox_ca_create(app, false, NULL)) < 0)
+	if ((r = sandbox_ca_create(app, false, NULL)) < 0 ||
+	    (r = node_tunnel_client_create(app, false)) < 0)
 		return r;
 	if ((r = kek_create(app->cfg.kek_file)) < 0) {
 		log_error("init: cannot create the key-encryption key file %s: %s", app->cfg.kek_file,

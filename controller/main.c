@@ -27,6 +27,7 @@
 #include "quota.h"
 #include "ratelimit.h"
 #include "rpc.h"
+#include "node_tunnel.h"
 #include "sandbox_ca.h"
 #include "sealed.h"
 #include "server.h"
@@ -110,6 +111,7 @@ static int cmd_serve(struct ctl_app *app)
 	if ((r = check_schema(app)) < 0 || (r = check_sealed(app)) < 0 || (r = pki_load(app)) < 0 ||
 	    (r = init_renew_server_cert(app)) < 0 || (r = sandbox_ca_serve(app)) < 0)
 		return r;
+	node_tunnel_check(app);
 	rpc_global_init();
 	if ((r = server_start(app)) < 0) {
 		rpc_global_shutdown();

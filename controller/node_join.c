@@ -7,7 +7,13 @@
  * (nodeapi_check_serial, asked by auth.c on every node call). A Join
  * retried with the same token and the same key within join_retry_seconds
  * gets the same answer. RenewCertificate issues the node a new certificate
- * before expiry, accepted beside the current one until its first use. */
+ * before expiry, accepted beside the current one until its first use.
+ *
+ * Both also sign the CSR's key a second time as the node's tunnel
+ * certificate (node_tunnel_cert): serverAuth only, CN and subjectAltName =
+ * the node id, for bcd's Agent.Tunnel port, where the controller dials the
+ * node and checks that name (controller/node_tunnel.c). Its serial is not
+ * recorded: it serves, it never authenticates a node to the controller. */
 #include <ctype.h>
 #include <errno.h>
 #include <openssl/crypto.h>
@@ -20,6 +26,7 @@
 #include "db.h"
 #include "log.h"
 #include "node.h"
+#include "node_tunnel.h"
 #include "outbox.h"
 #include "pki.h"
 #include "util.h"
@@ -58,6 +65,9 @@ static int check_join(const Bc__Node__V1__JoinRequest *q, char *jt, char *secret
 		return invalid(err, "hostname", "hostname must be 1-253 printable characters");
 	if (!*q->address || !str_is_printable(q->address, 255) || strchr(q->address, ' '))
 		return invalid(err, "address", "address must be 1-255 printable characters");
+	if (!node_tunnel_address_ok(q->tunnel_address))
+		return invalid(err, "tunnelAddress", "tunnelAddress must be host:port (at most 255 "
+			       "printable characters) or empty");
 	if (q->n_labels > LABELS_MAX)
 		return invalid(err, "labels", "at most %d labels", LABELS_MAX);
 	for (size_t i = 0; i < q->n_labels; i++)
@@ -72,7 +82,7 @@ struct join {
 	const Bc__Node__V1__JoinRequest *q;
 	struct ctl_app *app;
 	char jt[64], secret[64], node_id[64], pool_id[64];
-	char *cert, *serial;
+	char *cert, *serial, *tunnel_cert;
 	int64_t not_after;
 	bool retried;        /* the answer of an earlier Join, given again */
 };
@@ -119,13 +129,14 @@ static int join_insert(struct db *d, struct join *a, bc_error *err)
 	dbp_str(&p, a->serial);
 	dbp_str(&p, a->cert);
 	dbp_i64(&p, a->not_after);
+	dbp_str(&p, q->tunnel_address);
 	/* the capacity at join is the node's ceiling until the operator sets one */
 	rc = db_exec(d, NULL, "INSERT INTO nodes (id, pool_id, hostname, address, labels, cap_vcpus, "
 		     "cap_memory_mib, cap_disk_gib, cap_gpus, cert_serial, last_report_at, cert_pem, "
-		     "cert_not_after, max_vcpus, max_memory_mib, max_disk_gib, max_gpus) VALUES "
-		     "($1, $2, $3, $4, jsonb_object(string_to_array($5, E'\\n'), string_to_array($6, "
-		     "E'\\n')), $7, $8, $9, $10, $11, now(), $12, to_timestamp($13::bigint / 1000.0), "
-		     "$7, $8, $9, $10)", &p);
+		     "cert_not_after, max_vcpus, max_memory_mib, max_disk_gib, max_gpus, "
+		     "tunnel_address) VALUES ($1, $2, $3, $4, jsonb_object(string_to_array($5, "
+		     "E'\\n'), string_to_array($6, E'\\n')), $7, $8, $9, $10, $11, now(), $12, "
+		     "to_timestamp($13::bigint / 1000.0), $7, $8, $9, $10, $14)", &p);
 	p.n = 0;
 	dbp_str(&p, a->jt);
 	dbp_str(&p, a->node_id);
@@ -175,7 +186,8 @@ static int join_tx(struct db *d, void *arg, bc_error *err)
 
 	free(a->cert);
 	free(a->serial);
-	a->cert = a->serial = NULL;
+	free(a->tunnel_cert);
+	a->cert = a->serial = a->tunnel_cert = NULL;
 	a->retried = false;
 	dbp_str(&p, a->jt);
 	dbp_i64(&p, a->app->cfg.join_retry_seconds);
@@ -198,9 +210,11 @@ static int join_tx(struct db *d, void *arg, bc_error *err)
 	if (rc == 0)
 		snprintf(a->pool_id, sizeof(a->pool_id), "%s", db_val(r, 0, JT_POOL));
 	PQclear(r);
-	if (rc < 0 || a->retried)
-		return rc;
-	return join_new(d, a, err);
+	if (rc == 0 && !a->retried)
+		rc = join_new(d, a, err);
+	if (rc == 0 && node_tunnel_cert(a->app, a->q->csr_pem, a->node_id, &a->tunnel_cert) < 0)
+		rc = invalid(err, "csrPem", "csrPem is not a valid, self-signed request");
+	return rc;
 }
 
 static int node_join(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
@@ -219,6 +233,7 @@ static int node_join(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 		log_warn("join refused from %s: %s", rpc_call_peer(c), err->message);
 		free(a.cert);
 		free(a.serial);
+		free(a.tunnel_cert);
 		return r;
 	}
 	resp = rpc_new(c, &bc__node__v1__join_response__descriptor);
@@ -228,6 +243,7 @@ static int node_join(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 	/* the API CA alone: bcd must never take a node certificate for the
 	 * controller's */
 	resp->ca_bundle_pem = rpc_strdup(c, a.app->api_ca_pem);
+	resp->tunnel_certificate_pem = rpc_strdup(c, a.tunnel_cert);
 	if (a.retried)
 		log_info("node %s: join retried with the same token and key: same answer",
 			 a.node_id);
@@ -236,6 +252,7 @@ static int node_join(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 			 a.pool_id, q->hostname, q->address, a.serial);
 	free(a.cert);
 	free(a.serial);
+	free(a.tunnel_cert);
 	*ret = &resp->base;
 	return 0;
 }
@@ -302,7 +319,7 @@ static int node_renew(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 	struct ctl_app *app = ctl_app(c);
 	const char *node = ctl_principal(c)->id;
 	Bc__Node__V1__RenewCertificateResponse *resp;
-	_cleanup_free_ char *cert = NULL, *serial = NULL;
+	_cleanup_free_ char *cert = NULL, *serial = NULL, *tunnel = NULL;
 	struct dbp p = {0};
 	int rc;
 
@@ -310,7 +327,8 @@ static int node_renew(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 	    !strstr(q->csr_pem, "-----BEGIN CERTIFICATE REQUEST-----"))
 		return invalid(err, "csrPem", "csrPem must be a PEM certificate request");
 	if (pki_sign_csr_secs(app->node_ca_pem, app->node_ca_key_pem, q->csr_pem, node, NULL,
-			      PKI_CLIENT, app->cfg.node_cert_lifetime_seconds, &cert, &serial) < 0)
+			      PKI_CLIENT, app->cfg.node_cert_lifetime_seconds, &cert, &serial) < 0 ||
+	    node_tunnel_cert(app, q->csr_pem, node, &tunnel) < 0)
 		return invalid(err, "csrPem", "csrPem is not a valid, self-signed request");
 	dbp_str(&p, node);
 	dbp_str(&p, serial);
@@ -323,6 +341,7 @@ static int node_renew(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 		 serial);
 	resp = rpc_new(c, &bc__node__v1__renew_certificate_response__descriptor);
 	resp->certificate_pem = rpc_strdup(c, cert);
+	resp->tunnel_certificate_pem = rpc_strdup(c, tunnel);
 	*ret = &resp->base;
 	return 0;
 }

@@ -17,6 +17,7 @@
 #include "event_data.h"
 #include "log.h"
 #include "node.h"
+#include "node_tunnel.h"
 #include "outbox.h"
 #include "util.h"
 #include "validate.h"
@@ -152,6 +153,7 @@ static int report_node(struct db *d, struct report *a, bc_error *err)
 	dbp_u64(&p, q->capacity ? q->capacity->disk_gib : 0);
 	dbp_u64(&p, q->capacity ? q->capacity->gpus : 0);
 	dbp_str(&p, lines_str(&a->warnings));
+	dbp_str(&p, q->tunnel_address);
 	rc = db_exec(d, &r,
 		     "UPDATE nodes n SET last_report_at = now(), applied_generation = greatest("
 		     "n.applied_generation, $2::bigint), capabilities = string_to_array($3, E'\\n'), "
@@ -163,7 +165,8 @@ static int report_node(struct db *d, struct report *a, bc_error *err)
 		     "n.cap_memory_mib END, cap_disk_gib = CASE WHEN $6 THEN least($9::bigint, "
 		     "n.max_disk_gib) ELSE n.cap_disk_gib END, cap_gpus = CASE WHEN $6 THEN least("
 		     "$10::bigint, n.max_gpus) ELSE n.cap_gpus END, state = CASE WHEN n.state = 'lost' "
-		     "THEN 'ready' ELSE n.state END, warnings = string_to_array($11, E'\\n') FROM ("
+		     "THEN 'ready' ELSE n.state END, warnings = string_to_array($11, E'\\n'), "
+		     "tunnel_address = CASE WHEN $12 = '' THEN n.tunnel_address ELSE $12 END FROM ("
 		     "SELECT state, cap_vcpus, cap_memory_mib, cap_disk_gib, cap_gpus, warnings FROM "
 		     "nodes WHERE id = $1 FOR UPDATE) old "
 		     "WHERE n.id = $1 AND n.state <> 'retired' RETURNING n.spec_generation + (EXISTS ("
@@ -329,6 +332,8 @@ static int prepare_report(struct report *a, bc_error *err)
 
 	if (q->n_instances > REPORT_INSTANCES_MAX)
 		return invalid(err, "instances", "at most %d instances", REPORT_INSTANCES_MAX);
+	if (!node_tunnel_address_ok(q->tunnel_address))
+		return invalid(err, "tunnelAddress", "tunnelAddress must be host:port or empty");
 	for (size_t i = 0; i < q->n_instances; i++) {
 		const Bc__Node__V1__InstanceStatus *s = q->instances[i];
 		if (!id_valid("inst", s->id) || !state_ok(s->state))

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "node_tunnel.h"
 #include "sandbox_ca.h"
 #include "util.h"
 
@@ -156,6 +157,8 @@ static int cmd_add(struct ctl_app *app)
 
 static const struct ctl_verb verbs[] = {
 	{"add-sandbox-ca", cmd_add, "add the sandbox SSH CA to a deployment that has none"},
+	{"add-tunnel-client", node_tunnel_pki_add,
+	 "add the controller's tunnel client certificate (Agent.Tunnel) to a deployment"},
 };
 
 int sandbox_ca_command(struct ctl_app *app, int argc, char **argv)

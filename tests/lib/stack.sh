@@ -316,6 +316,7 @@ _agent_write_conf() {
 		fi
 		echo "hostname = agent-$n"
 		echo "address = 127.0.0.1"
+		echo "tunnel_listen = 127.0.0.1:$(free_tcp_port)"
 		[ -n "${BC_AGENT_LABELS:-}" ] && echo "labels = $BC_AGENT_LABELS"
 		echo "capacity_vcpus = $STACK_CAP_VCPUS"
 		echo "capacity_memory_mib = $STACK_CAP_MEM"

@@ -264,6 +264,55 @@ static void test_renew_files(const struct material *m)
 	free(cert);
 }
 
+/* The tunnel certificate: saved at join, renamed into place with a
+ * renewal's pair, or, when the controller sent none (empty
+ * renew-tunnel.pem), removed and tunnel.none written so bcd does not
+ * renew at every start for it; a later one with a certificate clears it. */
+static void test_tunnel_files(const struct material *m)
+{
+	_cleanup_free_ char *dir = sub("tunnel");
+	Bc__Node__V1__JoinResponse r = BC__NODE__V1__JOIN_RESPONSE__INIT;
+	_cleanup_free_ char *rk = xasprintf("%s/%s", dir, JOIN_RENEW_KEY_FILE);
+	_cleanup_free_ char *rc = xasprintf("%s/%s", dir, JOIN_RENEW_CERT_FILE);
+	_cleanup_free_ char *rt = xasprintf("%s/%s", dir, JOIN_RENEW_TUNNEL_FILE);
+	struct join_creds c = {0};
+
+	r.node_id = "node_01testtesttesttesttesttest";
+	r.certificate_pem = m->cert;
+	r.ca_bundle_pem = m->ca_cert;
+	is_int(join_save(dir, &r, m->key, NULL), 0, "joined without a tunnel certificate");
+	is_int(join_load(dir, &c), 0, "loads");
+	ok(c.tunnel_cert_pem == NULL, "no tunnel certificate");
+	ok(join_tunnel_wanted(dir, &c), "a renewal is wanted for one");
+	join_creds_free(&c);
+	/* a renewal answered without one */
+	is_int(file_write_atomic(rk, m->key, strlen(m->key), 0600), 0, "renew.key");
+	is_int(file_write_atomic(rt, "", 0, 0644), 0, "empty renew-tunnel.pem");
+	is_int(file_write_atomic(rc, m->cert, strlen(m->cert), 0644), 0, "renew.pem");
+	is_int(join_load(dir, &c), 0, "loads");
+	ok(exists(dir, JOIN_TUNNEL_NONE_FILE) && !exists(dir, JOIN_RENEW_TUNNEL_FILE),
+	   "tunnel.none written, renew-tunnel.pem gone");
+	ok(!join_tunnel_wanted(dir, &c), "no renewal wanted at start any more");
+	join_creds_free(&c);
+	/* one answered with one */
+	is_int(file_write_atomic(rk, m->key, strlen(m->key), 0600), 0, "renew.key");
+	is_int(file_write_atomic(rt, m->cert, strlen(m->cert), 0644), 0, "renew-tunnel.pem");
+	is_int(file_write_atomic(rc, m->cert, strlen(m->cert), 0644), 0, "renew.pem");
+	is_int(join_load(dir, &c), 0, "loads");
+	is_str(c.tunnel_cert_pem ? c.tunnel_cert_pem : "", m->cert, "tunnel.pem in place");
+	ok(!exists(dir, JOIN_TUNNEL_NONE_FILE), "tunnel.none removed");
+	ok(!join_tunnel_wanted(dir, &c), "nothing wanted");
+	join_creds_free(&c);
+	/* a join answer carrying one */
+	r.tunnel_certificate_pem = m->cert;
+	_cleanup_free_ char *dir2 = sub("tunnel2");
+	is_int(join_save(dir2, &r, m->key, NULL), 0, "joined with a tunnel certificate");
+	ok(exists(dir2, JOIN_TUNNEL_CERT_FILE), "tunnel.pem written");
+	r.tunnel_certificate_pem = "garbage";
+	_cleanup_free_ char *dir3 = sub("tunnel3");
+	is_int(join_save(dir3, &r, m->key, NULL), -EBADMSG, "a tunnel certificate that is no PEM: refused");
+}
+
 int main(void)
 {
 	struct material m = {0};
@@ -285,6 +334,7 @@ int main(void)
 	test_enrol_config();
 	test_repair_ca(&m);
 	test_renew_files(&m);
+	test_tunnel_files(&m);
 	test_renew_due();
 	free_material(&m);
 	{

@@ -32,6 +32,7 @@ static const ProtobufCMethodDescriptor test_methods[] = {
 	{"Bidi", MSG_D, MSG_D},
 	{"Count", MSG_D, MSG_D},
 	{"Defer", MSG_D, MSG_D},
+	{"Duplex", MSG_D, MSG_D},
 	{"Echo", MSG_D, MSG_D},
 	{"Fail", MSG_D, MSG_D},
 	{"Hang", MSG_D, MSG_D},
@@ -42,7 +43,7 @@ static const ProtobufCMethodDescriptor test_methods[] = {
 	{"Unhandled", MSG_D, MSG_D},
 	{"WhoAmI", MSG_D, MSG_D},
 };
-static const unsigned test_method_index[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+static const unsigned test_method_index[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
 static const ProtobufCServiceDescriptor test_service = {
 	PROTOBUF_C__SERVICE_DESCRIPTOR_MAGIC,
 	"bc.test.Test", "Test", "Bc__Test__Test", "bc.test",
@@ -170,6 +171,61 @@ static int h_bidi(rpc_call *call, bc_error *err)
 	}
 }
 
+/* Duplex: both directions at once on two threads (rpc.h: one sender and
+ * one receiver may run concurrently). A thread of its own receives every
+ * message until the client half-closes, summing their codes, while this
+ * one sends DUPLEX_N messages (code i, DUPLEX_TEXT bytes each); then a
+ * last one says "n=<received> sum=<sum>". Nothing from the call's arena
+ * on the receiving thread (rpc_alloc is not thread-safe). */
+#define DUPLEX_N 2000
+#define DUPLEX_TEXT 1024
+struct duplex {
+	rpc_call *call;
+	long sum;
+	int n, end;
+};
+
+static void *duplex_recv(void *arg)
+{
+	struct duplex *d = arg;
+	ProtobufCMessage *m = NULL;
+	int r;
+
+	while ((r = rpc_call_recv(d->call, &m, -1)) == 1) {
+		d->sum += ((Msg *)m)->code;
+		d->n++;
+		protobuf_c_message_free_unpacked(m, NULL);
+	}
+	d->end = r;
+	return NULL;
+}
+
+static int h_duplex(rpc_call *call, bc_error *err)
+{
+	struct duplex d = {.call = call};
+	Msg out = GOOGLE__RPC__STATUS__INIT;
+	char *text = xmalloc(DUPLEX_TEXT + 1), last[64];
+	pthread_t th;
+
+	memset(text, 'x', DUPLEX_TEXT);
+	text[DUPLEX_TEXT] = '\0';
+	out.message = text;
+	if (pthread_create(&th, NULL, duplex_recv, &d) != 0)
+		abort();
+	for (int i = 0; i < DUPLEX_N; i++) {
+		out.code = i;
+		if (rpc_call_send(call, &out.base) < 0)
+			break;
+	}
+	pthread_join(th, NULL);
+	free(text);
+	snprintf(last, sizeof(last), "n=%d sum=%ld end=%d", d.n, d.sum, d.end);
+	out.code = -2;
+	out.message = last;
+	rpc_call_send(call, &out.base);
+	return 0;
+}
+
 /* Defer: detach and hold the call for a test to complete (code and text
  * kept in the call); answered inline "inline" where it cannot detach. */
 struct held {
@@ -249,6 +305,7 @@ static const struct rpc_handler test_handlers[] = {
 	{.method = "Bidi", .kind = RPC_BIDI, .fn.bidi = h_bidi},
 	{.method = "Count", .kind = RPC_SERVER_STREAM, .fn.sstream = h_count},
 	{.method = "Defer", .kind = RPC_UNARY, .fn.unary = h_defer},
+	{.method = "Duplex", .kind = RPC_BIDI, .fn.bidi = h_duplex},
 	{.method = "Echo", .kind = RPC_UNARY, .fn.unary = h_echo},
 	{.method = "Fail", .kind = RPC_UNARY, .fn.unary = h_fail},
 	{.method = "Hang", .kind = RPC_SERVER_STREAM, .fn.sstream = h_hang},
@@ -724,6 +781,66 @@ static void test_bidi(rpc_client *c)
 	st = rpc_stream_open(c, P("Bidi"), NULL, 0, &err);
 	ok(st != NULL, "second bidi opens");
 	rpc_stream_free(st);
+}
+
+/* One thread sends while another receives on the same stream, on both
+ * sides (h_duplex): every message arrives, in order, both ways. */
+struct duplex_send {
+	rpc_stream *st;
+	int sent, closed;
+};
+
+static void *duplex_send(void *arg)
+{
+	struct duplex_send *d = arg;
+	Msg req = GOOGLE__RPC__STATUS__INIT;
+	char *text = xmalloc(DUPLEX_TEXT + 1);
+
+	memset(text, 'y', DUPLEX_TEXT);
+	text[DUPLEX_TEXT] = '\0';
+	req.message = text;
+	for (int i = 0; i < DUPLEX_N; i++) {
+		req.code = i;
+		if (rpc_stream_send(d->st, &req.base) < 0)
+			break;
+		d->sent++;
+	}
+	d->closed = rpc_stream_close_send(d->st);
+	free(text);
+	return NULL;
+}
+
+static void test_duplex(rpc_client *c)
+{
+	struct duplex_send ds = {0};
+	ProtobufCMessage *m = NULL;
+	char want[64], last[64] = "";
+	bc_error err;
+	pthread_t th;
+	int r, in_order = 0, got = 0;
+
+	ds.st = rpc_stream_open(c, P("Duplex"), NULL, 60000, &err);
+	ok(ds.st != NULL, "duplex stream opens");
+	if (!ds.st)
+		return;
+	pthread_create(&th, NULL, duplex_send, &ds);
+	while ((r = rpc_stream_recv(ds.st, MSG_D, &m, 20000, &err)) == 1) {
+		const Msg *g = (const Msg *)m;
+		if (g->code == -2)
+			snprintf(last, sizeof(last), "%s", g->message);
+		else
+			in_order += g->code == got++ && strlen(g->message) == DUPLEX_TEXT;
+		protobuf_c_message_free_unpacked(m, NULL);
+	}
+	pthread_join(th, NULL);
+	is_int(r, 0, "duplex ends OK");
+	is_int(ds.sent, DUPLEX_N, "client sent %d messages while receiving", DUPLEX_N);
+	is_int(ds.closed, 0, "client half-closed from its sending thread");
+	is_int(in_order, DUPLEX_N, "client received the server's %d, in order", DUPLEX_N);
+	snprintf(want, sizeof(want), "n=%d sum=%ld end=0", DUPLEX_N,
+		 (long)DUPLEX_N * (DUPLEX_N - 1) / 2);
+	is_str(last, want, "server received every message on its second thread");
+	rpc_stream_free(ds.st);
 }
 
 static void test_health(rpc_client *c)
@@ -1559,6 +1676,7 @@ int main(void)
 	test_deadline(c);
 	test_server_stream(c);
 	test_bidi(c);
+	test_duplex(c);
 	test_health(c);
 	test_cancel_by_client(c);
 	test_concurrency(c);
