@@ -26,6 +26,10 @@
 #   sandbox reconciler pass   10,000 live sandboxes          vs one scan of them
 #   Instances.Create ->       a real domain (bench/libvirt.sh; vs virsh create of the
 #     running, libvirt        root, libvirtd)                   same domain XML
+#   Sandboxes.Exec, exec      p50/p99; bcctl sandbox exec    vs Health.Check; ssh to the
+#     start to exit, 256 MiB  -- true; MiB/s; RSS per tunnel    same sshd; sshd's memory
+#     throughput, 100 tunnels with 100 open (bench/exec.sh;      per connection
+#                             root, sshd)
 #   API under attack          Health.Check, Instances.List   vs the same calls on the
 #                             while a stranger holds calls,     idle stack; nodes declared
 #                             streams and idle connections      lost meanwhile
@@ -42,6 +46,7 @@
 # spec push rows and the Instances.Create rows between them),
 # BENCH_ONLY=attack (only the API under attack rows; their knobs in
 # bench/attack.sh), BENCH_ONLY=seal (only the sealed store's rows),
+# BENCH_ONLY=exec (only the exec rows),
 # BC_BENCH (the C client; default $BC_SRC/build/bench/bc_bench), BC_BIN, BC_SRC.
 set -uo pipefail
 
@@ -83,7 +88,8 @@ http_listen = 127.0.0.1:$BENCH_HTTP_PORT
 sandbox_reconcile_seconds = 1
 default_quota_instances = 0
 default_quota_unplaced_instances = 0
-default_quota_sandboxes = 0"
+default_quota_sandboxes = 0
+sandbox_account = root"
 # room for every instance the create and push rows make
 stack_up --controllers 1 --agents 1 --agent-capacity 4096,4194304,100000 ||
 	{ log "stack_up failed"; exit 1; }
@@ -167,6 +173,12 @@ if [ "${BENCH_ONLY:-}" = attack ]; then # just the API under attack rows
 	. "$here/attack.sh"
 	print_rows
 	cat "$STACK_DIR/bench-notes" 2>/dev/null
+	exit 0
+fi
+if [ "${BENCH_ONLY:-}" = exec ]; then # just the exec rows
+	# shellcheck source=exec.sh
+	. "$here/exec.sh"
+	print_rows
 	exit 0
 fi
 if [ "${BENCH_ONLY:-}" = seal ]; then # just the sealed store's rows
@@ -257,6 +269,9 @@ log "libvirt: Instances.Create -> running vs virsh create of the same XML (bench
 while IFS=$'\t' read -r n m v pn pv; do
 	row "$n" "$m" "$v" "$pn" "$pv"
 done < <(bash "$BC_SRC/bench/libvirt.sh" 2>>"$STACK_DIR/bench-client.log")
+
+# shellcheck source=exec.sh
+. "$here/exec.sh"
 
 # shellcheck source=attack.sh
 . "$here/attack.sh"

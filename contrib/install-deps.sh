@@ -18,6 +18,8 @@ PKGS=(
   mmdebstrap debian-archive-keyring systemd-boot-efi mtools dosfstools fdisk e2fsprogs binutils python3 openssh-client
   # tests/unit/test_sshcert.c runs a real sshd with our certificates
   openssh-server
+  # tests convert the sandbox CA's PKCS#8 key for ssh-keygen -s (tests/lib/sshd.sh)
+  python3-cryptography
   cloud-init python3-yaml
   # tests/integration/attack_unary.t speaks raw HTTP/2
   python3-h2

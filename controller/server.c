@@ -34,6 +34,7 @@
 #include "meter.h"
 #include "metrics.h"
 #include "node.h"
+#include "node_tunnel.h"
 #include "reconcile.h"
 #include "sandbox_reconcile.h"
 #include "sandboxes.h"
@@ -324,6 +325,7 @@ void server_stop(struct ctl_app *app)
 	/* waiting creates answer with a last read during the grace (the waiter
 	 * sees `stopping`); the waiter goes once no handler can add any */
 	rpc_server_free(app->server, 5000);
+	node_tunnel_shutdown(); /* no tunnel is relayed any more */
 	waiter_stop(app->waiter);
 	waiter_stop(app->inst_waiter);
 	pthread_join(app->listen_thread, NULL);

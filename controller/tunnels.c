@@ -15,7 +15,7 @@
  * tunnel_recheck_seconds (default 60) it re-authenticates the caller's token and
  * re-decides compute:sandboxes:exec on the sandbox (never the instance):
  * a revoked token, a withdrawn policy or a sandbox that cannot be exec'd
- * into closes the tunnel. The tunnels row (migration 0015) records who,
+ * into closes the tunnel. The tunnels row (migration 0016) records who,
  * when, where and why it closed; tunnel.opened and tunnel.closed are
  * published. */
 #include <errno.h>

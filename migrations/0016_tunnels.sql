@@ -1,4 +1,4 @@
--- 0015_tunnels: issue 15, Sandboxes.Exec and the tunnel gateway
+-- 0016_tunnels: issue 15, Sandboxes.Exec and the tunnel gateway
 -- (controller/sandbox_exec.c, controller/tunnels.c).
 --
 -- One row per exec grant. The ticket itself is never stored: ticket_hash is

@@ -21,6 +21,7 @@
 #   - the controller's memory stays flat while 32 MiB go through a reader
 #     that reads slowly.
 . "$(dirname "$0")/../lib/stack.sh"
+. "$(dirname "$0")/../lib/sshd.sh"
 
 if [ "$(id -u)" -ne 0 ] || [ ! -x /usr/sbin/sshd ]; then
 	plan skip_all "needs root and /usr/sbin/sshd (openssh-server)"
@@ -54,34 +55,9 @@ ok $? "a ready sandbox ($s on $inst)"
 guest=$(q "SELECT host(address) FROM ip_leases WHERE instance_id = '$inst' LIMIT 1")
 like "$guest" '^[0-9.]+$' "its guest address ($guest)"
 
-# -- the "guest's" sshd: trusts the sandbox CA for root@<instance>, host
-# key certified by the same CA for <instance>
-sport=$(free_tcp_port)
-ssh-keygen -q -t ed25519 -N '' -f "$W/hostkey" && cp "$W/hostkey.pub" "$W/hk.pub"
-ssh-keygen -q -s "$CA.key" -h -I "host/$inst" -n "$inst" -V -1m:+1h "$W/hostkey.pub"
-printf 'root@%s\n' "$inst" >"$W/principals"
-cat >"$W/sshd_config" <<EOT
-ListenAddress 127.0.0.1:$sport
-HostKey $W/hostkey
-HostCertificate $W/hostkey-cert.pub
-PidFile $W/sshd.pid
-TrustedUserCAKeys $CA.pub
-AuthorizedPrincipalsFile $W/principals
-AuthorizedKeysFile none
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PermitRootLogin prohibit-password
-StrictModes no
-UsePAM no
-EOT
-mkdir -p /run/sshd
-/usr/sbin/sshd -D -e -f "$W/sshd_config" >"$W/sshd.log" 2>&1 &
-sshd_pid=$!
-tap_on_exit kill "$sshd_pid"
-sshd_up() { (exec 3<>"/dev/tcp/127.0.0.1/$sport") 2>/dev/null; }
-eventually 10 sshd_up
-ok $? "sshd listens on 127.0.0.1:$sport"
-echo "$guest 127.0.0.1:$sport" >>"$STACK_DIR/agent-1/fake/tunnel_targets"
+# -- the "guest's" sshd (tests/lib/sshd.sh)
+guest_sshd_up "$inst" "$guest" "$W/sshd" || bail_out "sshd did not start"
+pass "sshd stands for the guest on 127.0.0.1:$GUEST_SSHD_PORT"
 
 ssh-keygen -q -t ed25519 -N '' -C alice -f "$W/id" || bail_out "ssh-keygen"
 EX=(sandbox exec "$s" --key "$W/id")
@@ -96,8 +72,8 @@ head -c 1048576 /dev/urandom >"$W/in"
 abc "${EX[@]}" -- cat <"$W/in" >"$W/out" 2>/dev/null
 cmp -s "$W/in" "$W/out"
 ok $? 'stdin is piped through: 1 MiB of random bytes back byte for byte'
-is "$(grep -c "Accepted publickey for root" "$W/sshd.log")" 3 'sshd accepted our certificate each time'
-like "$(grep -m1 'Accepted publickey' "$W/sshd.log")" "ID bc:$alice:$s:ssh_" 'with the grant key id'
+is "$(grep -c "Accepted publickey for root" "$W/sshd/sshd.log")" 3 'sshd accepted our certificate each time'
+like "$(grep -m1 'Accepted publickey' "$W/sshd/sshd.log")" "ID bc:$alice:$s:ssh_" 'with the grant key id'
 out=$(abc "${EX[@]}" -- -oProxyCommand=touch\ "$W/pwned" </dev/null 2>&1)
 ok "[ ! -e '$W/pwned' ]" 'a command word -oProxyCommand=... runs in the guest, never as an ssh option'
 
@@ -118,21 +94,14 @@ ok $? 'a directory is copied'
 # -- the host certificate pins the guest
 hc=$(q "SELECT host_certified FROM instances WHERE id = '$inst'")
 if [ "$hc" = t ]; then
-	cp "$W/hostkey-cert.pub" "$W/hostkey-cert.keep"
-	rm -f "$W/hostkey-cert.pub"
 	ssh-keygen -q -t ed25519 -N '' -f "$W/otherhost"
-	kill "$sshd_pid"; wait "$sshd_pid" 2>/dev/null
-	sed -i "s|^HostKey .*|HostKey $W/otherhost|; /^HostCertificate/d" "$W/sshd_config"
-	/usr/sbin/sshd -D -e -f "$W/sshd_config" >>"$W/sshd.log" 2>&1 &
-	sshd_pid=$!
-	eventually 10 sshd_up
+	cp "$W/sshd/sshd_config" "$W/sshd/sshd_config.keep"
+	sed -i "s|^HostKey .*|HostKey $W/otherhost|; /^HostCertificate/d" "$W/sshd/sshd_config"
+	guest_sshd_restart
 	out=$(abc "${EX[@]}" -- echo x </dev/null 2>&1)
 	isnt "$?" 0 "a guest presenting an uncertified host key is refused ($(printf '%s' "$out" | tail -n1))"
-	kill "$sshd_pid"; wait "$sshd_pid" 2>/dev/null
-	sed -i "s|^HostKey .*|HostKey $W/hostkey\nHostCertificate $W/hostkey-cert.keep|" "$W/sshd_config"
-	/usr/sbin/sshd -D -e -f "$W/sshd_config" >>"$W/sshd.log" 2>&1 &
-	sshd_pid=$!
-	eventually 10 sshd_up
+	cp "$W/sshd/sshd_config.keep" "$W/sshd/sshd_config"
+	guest_sshd_restart
 	is "$(abc "${EX[@]}" -- echo back </dev/null 2>/dev/null)" back 'the certified key is accepted again'
 else
 	fail "the sandbox's instance has a host certificate (certifyHostKey)"

@@ -68,7 +68,7 @@ is "$(f host_principal) $(f host_certificate) $(f host_certified)" "$inst none f
 	'no host certificate on this guest: hostCertificate none'
 is "$(f ca_public_key | cut -d' ' -f1-2)" "$(cut -d' ' -f1-2 "$STACK_DIR/pki/sandbox-ssh-ca.pub")" \
 	"the CA key is the deployment's sandbox CA"
-f certificate >"$STACK_DIR/id-cert.pub"
+f certificate | sed "/^$/d" >"$STACK_DIR/id-cert.pub"
 L=$(ssh-keygen -L -f "$STACK_DIR/id-cert.pub")
 like "$L" 'Type: ssh-ed25519-cert-v01@openssh.com user certificate' 'ssh-keygen reads a user certificate'
 like "$L" "Key ID: \"$(f key_id)\"" 'with the key id'

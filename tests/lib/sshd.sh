@@ -17,6 +17,19 @@ if [ -n "${SSHD_SH_LOADED:-}" ]; then
 fi
 SSHD_SH_LOADED=1
 
+# sandbox_ca_openssh OUT: the stack's sandbox CA key (PKCS#8 PEM, as the
+# controller keeps it) in OpenSSH's own format, which is what ssh-keygen -s
+# signs with; OUT is created 0600.
+sandbox_ca_openssh() {
+	python3 - "$STACK_DIR/pki/sandbox-ssh-ca.key" "$1" <<'EOF'
+import os, sys
+from cryptography.hazmat.primitives import serialization as s
+k = s.load_pem_private_key(open(sys.argv[1], "rb").read(), None)
+fd = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+os.write(fd, k.private_bytes(s.Encoding.PEM, s.PrivateFormat.OpenSSH, s.NoEncryption()))
+EOF
+}
+
 guest_sshd_stop() {
 	[ -n "${GUEST_SSHD_PID:-}" ] || return 0
 	kill "$GUEST_SSHD_PID" 2>/dev/null
@@ -39,8 +52,9 @@ guest_sshd_up() {
 	GUEST_SSHD_DIR=$dir
 	GUEST_SSHD_PORT=$(free_tcp_port)
 	mkdir -p "$dir"
+	[ -f "$dir/ca" ] || sandbox_ca_openssh "$dir/ca" || return 1
 	ssh-keygen -q -t ed25519 -N '' -f "$dir/hostkey" || return 1
-	ssh-keygen -q -s "$ca.key" -h -I "host/$inst" -n "$inst" -V -1m:+1h "$dir/hostkey.pub" || return 1
+	ssh-keygen -q -s "$dir/ca" -h -I "host/$inst" -n "$inst" -V -1m:+1h "$dir/hostkey.pub" || return 1
 	printf 'root@%s\n' "$inst" >"$dir/principals"
 	cat >"$dir/sshd_config" <<EOT
 ListenAddress 127.0.0.1:$GUEST_SSHD_PORT

@@ -1,0 +1,109 @@
+# bench/exec.sh: the exec rows of `make bench`, sourced by bench/run.sh on
+# its stack (fake runtime, sandbox_account = root). A real sshd stands for
+# the sandbox guest's (tests/lib/sshd.sh: it trusts the sandbox CA, its
+# host key is certified), so each row compares the whole exec path with
+# the same sshd reached directly:
+#
+#   Sandboxes.Exec            p50/p99 of 200 calls (bench/exec_calls.js)  vs Health.Check on the
+#                                                                          same grpc-js channel
+#   bcctl sandbox exec -- true   start to exit, median of 10           vs ssh straight to the
+#                                                                          sshd, same certificate
+#   256 MiB `cat > /dev/null`    through the tunnel, MiB/s               vs the same over direct ssh
+#   100 open tunnels          controller and bcd RSS growth per tunnel   vs sshd's own memory per
+#                             (bench/tunnels_hold.js)                       connection (its children)
+#
+# Needs root and openssh-server; says why and adds no row otherwise.
+
+if [ "$(id -u)" -ne 0 ] || [ ! -x /usr/sbin/sshd ]; then
+	log "exec rows skipped: need root and /usr/sbin/sshd"
+	return 0 2>/dev/null || exit 0
+fi
+# shellcheck source=../tests/lib/sshd.sh
+. "$BC_SRC/tests/lib/sshd.sh"
+
+xw=$STACK_DIR/exec-bench
+mkdir -p "$xw"
+xt=$(json_get "$(bcctl --format json sandbox-template create --name exec-bench --pool "$POOL_ID" \
+	--flavor "$FLAVOR_NAME" --image "$img" --network private)" id)
+xs=$(json_get "$(bcctl --format json sandbox create --template "$xt" --ttl 2h --wait 20s)" id)
+xi=$(psql -d bc -XAtq -c "SELECT instance_id FROM sandboxes WHERE id = '$xs'")
+xg=$(psql -d bc -XAtq -c "SELECT host(address) FROM ip_leases WHERE instance_id = '$xi' LIMIT 1")
+if [ -z "$xg" ] || ! guest_sshd_up "$xi" "$xg" "$xw/sshd"; then
+	log "exec rows skipped: no sandbox guest address or sshd ($xs, $xg)"
+	return 0 2>/dev/null || exit 0
+fi
+ssh-keygen -q -t ed25519 -N '' -f "$xw/id"
+xpub=$(cat "$xw/id.pub")
+
+log "Sandboxes.Exec vs Health.Check, 200 calls each (grpc-js)"
+xc=$(node "$BC_SRC/bench/exec_calls.js" "$BC_URL" "$BC_CA_FILE" "$BC_TOKEN" "$xs" "$xpub" 200 \
+	2>>"$STACK_DIR/bench-client.log")
+for m in p50 p99; do
+	row "Sandboxes.Exec (grpc-js)" "${m}_us" "$(field "$xc" "exec_${m}_us")" \
+		"Health.Check same channel" "$(field "$xc" "health_${m}_us")"
+done
+
+# the direct peer: the same key with a certificate from a grant, the same
+# sshd, pinned the same way bcctl pins it
+xgrant=$(BC_TOKEN=$BC_TOKEN node "$BC_SRC/tests/integration/grpc_call.js" "$BC_URL" "$BC_CA_FILE" - - \
+	bc/compute/v1/sandboxes.proto bc.compute.v1.Sandboxes Exec \
+	"{\"sandbox_id\": \"$xs\", \"public_key\": \"$xpub\", \"minutes\": 15}")
+printf '%s' "$xgrant" | jq -r .certificate >"$xw/id-cert.pub"
+printf '@cert-authority %s %s\n' "$xi" "$(cut -d' ' -f1-2 "$STACK_DIR/pki/sandbox-ssh-ca.pub")" >"$xw/kh"
+direct() {
+	ssh -F none -p "$GUEST_SSHD_PORT" -i "$xw/id" -o CertificateFile="$xw/id-cert.pub" \
+		-o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes \
+		-o UserKnownHostsFile="$xw/kh" -o HostKeyAlias="$xi" -o LogLevel=ERROR root@127.0.0.1 "$@"
+}
+viabc() { bcctl sandbox exec "$xs" --key "$xw/id" -- "$@"; }
+# median_ms CMD...: the median wall time of 10 runs of CMD, in ms
+median_ms() {
+	local i t0 v=()
+	for i in 1 2 3 4 5 6 7 8 9 10; do
+		t0=$(date +%s%N)
+		"$@" </dev/null >/dev/null 2>>"$STACK_DIR/bench-client.log" || return 1
+		v+=($(( ($(date +%s%N) - t0) / 1000000 )))
+	done
+	printf '%s\n' "${v[@]}" | sort -n | sed -n 5p
+}
+log "bcctl sandbox exec -- true vs ssh to the same sshd, 10 each"
+row "bcctl sandbox exec -- true" p50_ms "$(median_ms viabc true)" \
+	"ssh straight to the sshd" "$(median_ms direct true)"
+
+# mib_s CMD...: MiB/s of 256 MiB piped into CMD
+mib_s() {
+	local t0 t1
+	t0=$(date +%s%N)
+	head -c 268435456 /dev/zero | "$@" 'cat > /dev/null' 2>>"$STACK_DIR/bench-client.log" || return 1
+	t1=$(date +%s%N)
+	awk -v ns=$((t1 - t0)) 'BEGIN { printf "%.1f", 256 / (ns / 1e9) }'
+}
+log "256 MiB through the tunnel vs direct ssh"
+row "256 MiB cat > /dev/null, tunnel" MiB_per_s "$(mib_s viabc)" \
+	"direct ssh, same sshd" "$(mib_s direct)"
+
+log "100 open tunnels: controller and bcd memory"
+rss_kib() { awk '/^VmRSS/ { print $2 }' "/proc/$1/status" 2>/dev/null; }
+sshd_kib() { # RSS of the sshd's children (one per connection)
+	local p s=0
+	for p in $(pgrep -P "$GUEST_SSHD_PID"); do s=$((s + $(rss_kib "$p"))); done
+	echo "$s"
+}
+xctl=$(_stack_get_pid ctl-1)
+xbcd=$(_stack_get_pid bcd-1)
+c0=$(rss_kib "$xctl") b0=$(rss_kib "$xbcd") s0=$(sshd_kib)
+exec {xhold}> >(node "$BC_SRC/bench/tunnels_hold.js" "$BC_URL" "$BC_CA_FILE" "$BC_TOKEN" "$xs" "$xpub" 100 \
+	>"$xw/hold.out" 2>>"$STACK_DIR/bench-client.log")
+held() { grep -q '^open 100' "$xw/hold.out"; }
+if eventually 120 held; then
+	sleep 1
+	c1=$(rss_kib "$xctl") b1=$(rss_kib "$xbcd") s1=$(sshd_kib)
+	per() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", (b - a) / 100 }'; }
+	row "100 tunnels: controller RSS / tunnel" KiB "$(per "$c0" "$c1")" \
+		"sshd memory / connection" "$(per "$s0" "$s1")"
+	row "100 tunnels: bcd RSS / tunnel" KiB "$(per "$b0" "$b1")" \
+		"sshd memory / connection" "$(per "$s0" "$s1")"
+else
+	log "100 tunnels did not open: $(cat "$xw/hold.out")"
+fi
+exec {xhold}>&-
