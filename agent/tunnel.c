@@ -251,20 +251,6 @@ struct pump {
 	atomic_bool stop;
 };
 
-static int write_all(int fd, const uint8_t *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 /* controller -> guest, until the controller half-closes, the call ends or
  * the other direction stops it. */
 static void *pump_in(void *arg)
@@ -285,7 +271,7 @@ static void *pump_in(void *arg)
 		}
 		if (r < 0)
 			break;
-		bad = c->open || write_all(p->fd, c->data.data, c->data.len) < 0;
+		bad = c->open || sock_send_all(p->fd, c->data.data, c->data.len) < 0;
 		protobuf_c_message_free_unpacked(m, NULL);
 		if (bad)
 			break;

@@ -189,21 +189,6 @@ static void *sock_to_tunnel(void *arg)
 	return NULL;
 }
 
-static int write_all(int fd, const unsigned char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 /* The tunnel to the connection; its end closes ssh's side for writing. */
 static void *tunnel_to_sock(void *arg)
 {
@@ -221,7 +206,7 @@ static void *tunnel_to_sock(void *arg)
 				fprintf(stderr, "bcctl: tunnel: %s\n", err.message);
 			break;
 		}
-		r = write_all(rl->fd, f->data.data, f->data.len);
+		r = sock_send_all(rl->fd, f->data.data, f->data.len);
 		protobuf_c_message_free_unpacked(m, NULL);
 		if (r < 0)
 			break;

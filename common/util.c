@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <sys/socket.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <openssl/sha.h>
@@ -129,6 +130,23 @@ static int hex_digit(char c)
 	if (c >= 'A' && c <= 'F')
 		return c - 'A' + 10;
 	return -1;
+}
+
+int sock_send_all(int fd, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+
+	while (n > 0) {
+		ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		b += w;
+		n -= (size_t)w;
+	}
+	return 0;
 }
 
 int hex_decode(const char *hex, size_t n, void *out)

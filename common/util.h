@@ -52,6 +52,10 @@ void hex_encode(const void *buf, size_t n, char *out);
  * 0, or -EBADMSG at a character that is not a hex digit. */
 int hex_decode(const char *hex, size_t n, void *out);
 
+/* Send all n bytes of p on socket fd (MSG_NOSIGNAL: a closed peer is an
+ * error, never SIGPIPE), across short sends and EINTR. 0 or -1 (errno). */
+int sock_send_all(int fd, const void *p, size_t n);
+
 /* SHA-256 of data as 64 hex chars + NUL. */
 void sha256_hex(const void *data, size_t n, char out[65]);
 

@@ -170,18 +170,26 @@ static int sbx_decide(rpc_call *c, const char *action, const struct sbx_row *o, 
 	return authz_decide(c, ctl_db(c), action, &t, err);
 }
 
+/* The SBX_COLS row of one sandbox of tenant, deleted ones included. */
+static int sbx_read(rpc_call *c, const char *tenant, const char *id, PGresult **ret,
+		    bc_error *err)
+{
+	struct dbp p = {0};
+
+	dbp_str(&p, id);
+	dbp_str(&p, tenant);
+	return db_one(ctl_db(c), ret, "SELECT " SBX_COLS SBX_FROM "WHERE s.id = $1 AND "
+		      "s.tenant_id = $2", &p, err, "sandbox %s not found", id);
+}
+
 /* Read one sandbox of tenant, deleted ones included. */
 static int sbx_fetch(rpc_call *c, const char *tenant, const char *id, struct sbx_row *o,
 		     bc_error *err)
 {
-	struct dbp p = {0};
 	PGresult *r = NULL;
 	int rc;
 
-	dbp_str(&p, id);
-	dbp_str(&p, tenant);
-	if ((rc = db_one(ctl_db(c), &r, "SELECT " SBX_COLS SBX_FROM "WHERE s.id = $1 AND "
-			 "s.tenant_id = $2", &p, err, "sandbox %s not found", id)) < 0)
+	if ((rc = sbx_read(c, tenant, id, &r, err)) < 0)
 		return rc;
 	sbx_from_row(c, r, 0, o);
 	PQclear(r);
@@ -191,17 +199,13 @@ static int sbx_fetch(rpc_call *c, const char *tenant, const char *id, struct sbx
 int sbx_decide_brief(rpc_call *c, const char *tenant, const char *id, const char *action,
 		     struct sbx_brief *b, bc_error *err)
 {
-	struct dbp p = {0};
 	PGresult *r = NULL;
 	struct sbx_shape s;
 	struct authz_target t;
 	char parent[128];
 	int rc;
 
-	dbp_str(&p, id);
-	dbp_str(&p, tenant);
-	if ((rc = db_one(ctl_db(c), &r, "SELECT " SBX_COLS SBX_FROM "WHERE s.id = $1 AND "
-			 "s.tenant_id = $2", &p, err, "sandbox %s not found", id)) < 0)
+	if ((rc = sbx_read(c, tenant, id, &r, err)) < 0)
 		return rc;
 	s = (struct sbx_shape){.id = id, .tenant = tenant, .pool = db_val(r, 0, SBX_POOL_ID),
 			       .template_id = db_val(r, 0, SBX_TEMPLATE_ID),
