@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,6 +165,7 @@ static int listen_local(struct cli_ctx *ctx, struct session *s)
 struct relay {
 	rpc_stream *st;
 	int fd;
+	atomic_bool done;         /* ssh exited: the tunnel's end is ours */
 };
 
 /* The connection to the tunnel; ssh's end half-closes the tunnel. */
@@ -202,7 +204,7 @@ static void *tunnel_to_sock(void *arg)
 		const Bc__Compute__V1__TunnelFrame *f = (const void *)m;
 
 		if (r <= 0) {
-			if (r < 0 && err.code != BC_OK)
+			if (r < 0 && err.code != BC_OK && !atomic_load(&rl->done))
 				fprintf(stderr, "bcctl: tunnel: %s\n", err.message);
 			break;
 		}
@@ -262,6 +264,7 @@ static int relay_session(struct cli_ctx *ctx, const grant_t *g, int fd, pid_t pi
 		shutdown(fd, SHUT_RDWR); /* ssh sees the connection fail */
 	while (waitpid(pid, ret_status, 0) < 0 && errno == EINTR)
 		;
+	atomic_store(&rl.done, true);
 	shutdown(fd, SHUT_RDWR);
 	rpc_stream_cancel(rl.st);
 	if (up_on)

@@ -26,6 +26,9 @@
 if [ "$(id -u)" -ne 0 ] || [ ! -x /usr/sbin/sshd ]; then
 	plan skip_all "needs root and /usr/sbin/sshd (openssh-server)"
 fi
+# ASan keeps freed memory in quarantine (256 MiB by default): bounded here
+# so the controller's RSS shows what it holds, not what it freed
+export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=1
 export BC_CTL_EXTRA_CONF="sandbox_account = root
 tunnel_recheck_seconds = 3
 http_listen = 127.0.0.1:0"

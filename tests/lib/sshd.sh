@@ -71,6 +71,7 @@ StrictModes no
 UsePAM no
 MaxStartups 200
 MaxSessions 200
+Subsystem sftp internal-sftp
 EOT
 	tap_on_exit guest_sshd_stop
 	guest_sshd_restart || return 1
