@@ -15,6 +15,7 @@ struct watch_registry;
 struct waiter;
 struct metrics_srv;
 struct streams;
+struct sshcert_ca;
 
 struct ctl_app {
 	struct ctl_config cfg;
@@ -28,6 +29,10 @@ struct ctl_app {
 	struct waiter *waiter;       /* sandbox creates waiting off the workers (waiter.c) */
 	struct waiter *inst_waiter;  /* instance creates waiting off the workers */
 	struct streams *streams;     /* stream admission and database pool */
+	/* the sandbox SSH CA, loaded once by serve (sbx_guest_trust_load), and
+	 * its public line; NULL when the deployment has none */
+	struct sshcert_ca *sandbox_ca;
+	char *sandbox_ca_line;
 };
 
 /* The caller of an API call, set by the pre-call hook. */

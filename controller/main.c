@@ -29,6 +29,7 @@
 #include "rpc.h"
 #include "sandbox_ca.h"
 #include "sealed.h"
+#include "sandboxes.h"
 #include "server.h"
 #include "util.h"
 
@@ -108,7 +109,7 @@ static int cmd_serve(struct ctl_app *app)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	if ((r = check_schema(app)) < 0 || (r = check_sealed(app)) < 0 || (r = pki_load(app)) < 0 ||
-	    (r = init_renew_server_cert(app)) < 0)
+	    (r = init_renew_server_cert(app)) < 0 || (r = sbx_guest_trust_load(app)) < 0)
 		return r;
 	rpc_global_init();
 	if ((r = server_start(app)) < 0) {
@@ -120,6 +121,7 @@ static int cmd_serve(struct ctl_app *app)
 	server_stop(app);
 	rpc_global_shutdown();
 	sealed_keys_unload();
+	sbx_guest_trust_unload(app);
 	return 0;
 }
 
