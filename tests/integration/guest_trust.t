@@ -32,7 +32,7 @@ q() { psql -d bc -XAtq -c "$1"; }
 jid() { json_get "$1" id; }
 # test files live outside STACK_DIR, which the leak check greps
 T=$(mktemp -d) || bail_out "mktemp"
-trap 'rm -rf "$T"' EXIT
+tap_on_exit rm -rf "$T"
 
 # bootdata INSTANCE: its user data as its node gets it, the platform's
 # part in $T/cc-INSTANCE (its YAML), 0 when read
