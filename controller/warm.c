@@ -108,7 +108,8 @@ struct pool {
 /* Warm instances that are not claimable any more (older instance_version,
  * error or lost, on a host without the network-policy capability the
  * template needs, for a template naming secrets stale or made without
- * recorded versions) and, among the rest, those beyond max, newest first
+ * recorded versions, with a host certificate that no longer covers the
+ * template's default lifetime) and, among the rest, those beyond max, newest first
  * (claims take the oldest). The UPDATE re-checks warm_template_id, so an
  * instance claimed meanwhile is never drained. */
 #define DRAIN_SQL                                                                          \
@@ -119,8 +120,9 @@ struct pool {
 	") AS bad, " WARM_CERT_SHORT " AS cert_short FROM instances i LEFT "                    \
 	"JOIN nodes n ON n.id = i.node_id WHERE i.warm_template_id = $1 AND i.desired_state "  \
 	"<> 'deleted'), r AS (SELECT id, bad, row_number() OVER (PARTITION BY bad ORDER BY "   \
-	"created_at, id) rn, cert_short FROM live), u AS (UPDATE instances i SET desired_state = "         \
-	"'deleted', state = 'deleting', updated_at = now() FROM r WHERE i.id = r.id AND "      \
+	"created_at, id) rn, cert_short FROM live), u AS (UPDATE instances i SET "            \
+	"desired_state = 'deleted', state = 'deleting', updated_at = now() FROM r WHERE "     \
+	"i.id = r.id AND "                                                                     \
 	"(r.bad OR r.rn > $4::int) AND i.warm_template_id = $1 AND i.desired_state <> "        \
 	"'deleted' RETURNING i.id, i.node_id, i.tenant_id, r.bad, r.cert_short) SELECT u.id, "  \
 	"u.node_id, u.tenant_id, u.bad, coalesce(n.state, ''), u.cert_short FROM u LEFT JOIN " \
