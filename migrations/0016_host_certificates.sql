@@ -7,6 +7,6 @@
 -- an extend are bounded by it (controller/warm.h, sandboxes.c).
 -- Forward-only: never edit a file once released.
 ALTER TABLE instances
-  ADD COLUMN host_certified boolean NOT NULL DEFAULT false;
+  ADD COLUMN IF NOT EXISTS host_certified boolean NOT NULL DEFAULT false;
 ALTER TABLE instances
   ADD COLUMN IF NOT EXISTS host_cert_valid_before timestamptz;
