@@ -8,7 +8,9 @@
  * (tests/unit/test_ctl_bootdata.c runs the real command). */
 #include <errno.h>
 #include <openssl/crypto.h>
+#include <openssl/core_names.h>
 #include <openssl/evp.h>
+#include <openssl/pem.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -201,22 +203,29 @@ static void ssh_ca_user(FILE *f, const struct bootdata_in *in)
 		in->ssh_ca->account);
 }
 
-/* The files sshd needs to trust the sandbox SSH CA (entries of write_files:). */
+/* The files sshd needs to trust the sandbox SSH CA (entries of write_files:)
+ * and, with certifyHostKey, to present its certified host key. */
 static int ssh_ca_files(FILE *f, const struct bootdata_in *in)
 {
 	const struct bootdata_ssh_ca *ca = in->ssh_ca;
 	_cleanup_free_ char *key = xasprintf("%s\n", ca->ca_public_key);
 	_cleanup_free_ char *principal = xasprintf("%s@%s\n", ca->account, in->instance_id);
 	_cleanup_free_ char *ppath = xasprintf("/etc/ssh/bc_sandbox_principals/%s", ca->account);
+	_cleanup_free_ char *dropin = xasprintf(
+		"TrustedUserCAKeys /etc/ssh/bc_sandbox_ca.pub\n"
+		"AuthorizedPrincipalsFile /etc/ssh/bc_sandbox_principals/%%u\n%s",
+		ca->host_key ? "HostKey " BOOTDATA_HOST_KEY_PATH "\n"
+			       "HostCertificate " BOOTDATA_HOST_CERT_PATH "\n" : "");
 	int r;
 
 	if ((r = write_file_entry(f, "/etc/ssh/bc_sandbox_ca.pub", "0644", key)) < 0 ||
-	    (r = write_file_entry(f, ppath, "0644", principal)) < 0 ||
-	    (r = write_file_entry(f, "/etc/ssh/sshd_config.d/10-bc-sandbox.conf", "0644",
-				  "TrustedUserCAKeys /etc/ssh/bc_sandbox_ca.pub\n"
-				  "AuthorizedPrincipalsFile /etc/ssh/bc_sandbox_principals/%u\n")) < 0)
+	    (r = write_file_entry(f, ppath, "0644", principal)) < 0)
 		return r;
-	return 0;
+	if (ca->host_key &&
+	    ((r = write_file_entry(f, BOOTDATA_HOST_KEY_PATH, "0600", ca->host_key)) < 0 ||
+	     (r = write_file_entry(f, BOOTDATA_HOST_CERT_PATH, "0644", ca->host_cert)) < 0))
+		return r;
+	return write_file_entry(f, BOOTDATA_DROP_IN_PATH, "0644", dropin);
 }
 
 /* /etc/sandbox/env as a write_files entry: base64 (encoding: b64), so
@@ -280,7 +289,8 @@ int bootdata_cloud_config(const struct bootdata_in *in, char **ret)
 
 	if (!in->instance_id || !*in->instance_id || !utf8_valid(in->instance_id) ||
 	    (in->ssh_ca && (!sshcert_account_valid(in->ssh_ca->account) || !in->ssh_ca->ca_public_key ||
-			    !*in->ssh_ca->ca_public_key)))
+			    !*in->ssh_ca->ca_public_key ||
+			    !in->ssh_ca->host_key != !in->ssh_ca->host_cert)))
 		return -EINVAL;
 	f = open_memstream(&buf, &len);
 	if (!f)
@@ -475,7 +485,9 @@ int bootdata_render(const struct bootdata_in *in, char **ret, size_t *ret_len, b
 					   in->user_data, strlen(in->user_data)};
 	if (n == 2 && strcmp(parts[1].type, "text/cloud-config") == 0 && (in->ssh_ca || in->n_env))
 		parts[1].merge_type = PLATFORM_FILES_MERGE;
-	if (render_mime(parts, n, ret, ret_len) < 0)
+	r = render_mime(parts, n, ret, ret_len);
+	OPENSSL_cleanse(cc, strlen(cc)); /* it may hold the host key */
+	if (r < 0)
 		return bc_error_set(err, BC_INTERNAL, "out of memory");
 	return 0;
 }
@@ -500,4 +512,77 @@ int bootdata_seal(struct db *d, const struct bootdata_in *in, const char *tenant
 	if (r == 0 && tenant_id)
 		r = secrets_record_minted(d, tenant_id, "sealed-user-data", name, ret_ref);
 	return r < 0 ? db_fail(err, r) : 0;
+}
+
+/* ------------------------------------------------------ certifyHostKey */
+
+/* The OpenSSH public line of a P-256 key: "ecdsa-sha2-nistp256 BASE64",
+ * the blob being string type, string "nistp256", string Q (uncompressed). */
+static char *p256_line(EVP_PKEY *pk)
+{
+	static const char type[] = "ecdsa-sha2-nistp256", curve[] = "nistp256";
+	unsigned char q[65], blob[128];
+	char b64[4 * ((sizeof(blob) + 2) / 3) + 1];
+	size_t qlen = 0, n = 0;
+
+	if (EVP_PKEY_get_octet_string_param(pk, OSSL_PKEY_PARAM_ENCODED_PUBLIC_KEY, q, sizeof(q),
+					    &qlen) != 1 || qlen != sizeof(q))
+		return NULL;
+	const struct { const void *p; size_t len; } fields[] = {
+		{type, sizeof(type) - 1}, {curve, sizeof(curve) - 1}, {q, qlen}};
+	for (size_t i = 0; i < ARRAY_SIZE(fields); i++) {
+		blob[n++] = (unsigned char)(fields[i].len >> 24);
+		blob[n++] = (unsigned char)(fields[i].len >> 16);
+		blob[n++] = (unsigned char)(fields[i].len >> 8);
+		blob[n++] = (unsigned char)fields[i].len;
+		memcpy(blob + n, fields[i].p, fields[i].len);
+		n += fields[i].len;
+	}
+	EVP_EncodeBlock((unsigned char *)b64, blob, (int)n);
+	return xasprintf("%s %s", type, b64);
+}
+
+/* The private key as PEM "EC PRIVATE KEY" (RFC 5915), which sshd reads. */
+static char *p256_pem(EVP_PKEY *pk)
+{
+	BIO *b = BIO_new(BIO_s_secmem());
+	char *pem = NULL, *data = NULL;
+	long len;
+
+	if (!b)
+		return NULL;
+	if (PEM_write_bio_PrivateKey_traditional(b, pk, NULL, NULL, 0, NULL, NULL) == 1 &&
+	    (len = BIO_get_mem_data(b, &data)) > 0) {
+		pem = xmalloc((size_t)len + 1);
+		memcpy(pem, data, (size_t)len);
+		pem[len] = '\0';
+	}
+	BIO_free(b); /* a secure-heap BIO wipes what it held */
+	return pem;
+}
+
+int bootdata_host_key_new(const struct sshcert_ca *ca, const char *instance_id, int64_t now,
+			  char **ret_key, char **ret_cert, int64_t *ret_valid_before)
+{
+	struct sshcert_pubkey pub;
+	EVP_PKEY *pk = EVP_EC_gen("P-256");
+	char *pem = NULL, *line = NULL, *cert = NULL;
+	int r = -ENOMEM;
+
+	if (!pk)
+		return -ENOMEM;
+	if (!(line = p256_line(pk)) || !(pem = p256_pem(pk)))
+		goto out;
+	if ((r = sshcert_pubkey_parse(line, &pub, NULL)) < 0 ||
+	    (r = sshcert_sign_host(ca, &pub, instance_id, sshcert_serial_new(), now, 0, &cert,
+				   ret_valid_before)) < 0)
+		goto out;
+	*ret_key = pem;
+	*ret_cert = cert;
+	pem = NULL;
+out:
+	sshcert_free_secret(pem);
+	free(line);
+	EVP_PKEY_free(pk);
+	return r;
 }

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "db.h"
 #include "err.h"
@@ -19,11 +20,21 @@
 
 /* The sandbox SSH CA part (the spec's "How the guest trusts it"): the
  * guest creates account, trusts ca_public_key for user certificates and
- * accepts the principal "<account>@<instance id>". */
+ * accepts the principal "<account>@<instance id>". With certifyHostKey,
+ * host_key (a PEM private key) goes to BOOTDATA_HOST_KEY_PATH (0600) and
+ * host_cert (its OpenSSH host certificate line) beside it, and sshd
+ * presents them (HostKey, HostCertificate in the drop-in): the user data
+ * then holds a private key, which is why it is only ever sealed. */
 struct bootdata_ssh_ca {
 	const char *account;        /* a POSIX user name, e.g. "sandbox" */
 	const char *ca_public_key;  /* one OpenSSH public key line */
+	const char *host_key;       /* NULL: the guest keeps its own host keys */
+	const char *host_cert;      /* with host_key: its certificate line */
 };
+
+#define BOOTDATA_HOST_KEY_PATH "/etc/ssh/bc_sandbox_host_key"
+#define BOOTDATA_HOST_CERT_PATH BOOTDATA_HOST_KEY_PATH "-cert.pub"
+#define BOOTDATA_DROP_IN_PATH "/etc/ssh/sshd_config.d/10-bc-sandbox.conf"
 
 /* One /etc/sandbox/env assignment: a shell variable name and the value's
  * bytes (any but NUL; not NUL-terminated necessarily). */
@@ -85,5 +96,14 @@ int bootdata_render(const struct bootdata_in *in, char **ret, size_t *ret_len, b
  * as a platform-minted secret of tenant_id (kind sealed-user-data). */
 int bootdata_seal(struct db *d, const struct bootdata_in *in, const char *tenant_id,
 		  char ret_ref[SEALED_REF_MAX], bc_error *err);
+
+/* certifyHostKey: a fresh P-256 host key for instance_id (PEM "EC PRIVATE
+ * KEY", as sshd reads it, in *ret_key: free with sshcert_free_secret) and
+ * its host certificate signed by ca (principal instance_id, SSHCERT_HOST_SECS
+ * from now, *ret_cert malloc'd, its end in *ret_valid_before, epoch s).
+ * 0, -EINVAL (an id no certificate can name) or -ENOMEM. */
+struct sshcert_ca;
+int bootdata_host_key_new(const struct sshcert_ca *ca, const char *instance_id, int64_t now,
+			  char **ret_key, char **ret_cert, int64_t *ret_valid_before);
 
 #endif

@@ -31,6 +31,8 @@ static const struct conf_key keys[] = {
 	/* the sandbox SSH CA (sandbox_ca.c, docs/operations.md) */
 	S(sandbox_ca_key_file, NULL),
 	S(sandbox_account, "sandbox"),
+	/* certifyHostKey (sandboxes.c): 0 = sandbox guests keep their own host keys */
+	I(sandbox_certify_host_key, "1", 0, 1),
 	I(workers, "8", 1, 256),
 	I(node_lost_seconds, "60", 2, 86400),
 	I(replace_after_seconds, "60", 1, 86400),

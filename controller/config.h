@@ -17,6 +17,7 @@ struct ctl_config {
 	char *kek_file;     /* key-encryption keys of the sealed store (kek.c) */
 	char *sandbox_ca_key_file; /* the sandbox SSH CA's ed25519 key (sandbox_ca.c) */
 	char *sandbox_account;     /* the guests' login for Sandboxes.Exec */
+	int sandbox_certify_host_key; /* 1: certified host keys when a sandbox CA exists */
 	int workers;
 	int node_lost_seconds;
 	int replace_after_seconds;   /* a host's admission refusal stands this long */

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -25,6 +26,7 @@
 #include "quota.h"
 #include "rowmsg.h"
 #include "sealed.h"
+#include "sshcert.h"
 #include "util.h"
 #include "validate.h"
 #include "waiter.h"
@@ -249,15 +251,38 @@ static int resolve_pool(struct db *d, const struct inst_new *n, char **ret_runti
 }
 
 /* Render the instance's user data and seal it (sealed.h) before the row
- * that names it is written; a refused create rolls both back. */
-static int seal_user_data(struct db *d, const struct inst_new *n, char ref[SEALED_REF_MAX],
+ * that names it is written; a refused create rolls both back. With
+ * certifyHostKey (n->host_ca), a fresh host key and its certificate for
+ * this instance go into it: the private key exists only in the sealed
+ * blob, wiped here once sealed. */
+static int seal_user_data(struct db *d, struct inst_new *n, char ref[SEALED_REF_MAX],
 			  bc_error *err)
 {
-	const struct bootdata_in in = {.instance_id = n->id, .ssh_keys = n->ssh_keys,
-				       .n_ssh_keys = n->n_ssh_keys, .user_data = n->user_data,
-				       .ssh_ca = n->ssh_ca, .env = n->env, .n_env = n->n_env};
+	struct bootdata_ssh_ca ca;
+	struct bootdata_in in = {.instance_id = n->id, .ssh_keys = n->ssh_keys,
+				 .n_ssh_keys = n->n_ssh_keys, .user_data = n->user_data,
+				 .ssh_ca = n->ssh_ca, .env = n->env, .n_env = n->n_env};
+	char *key = NULL, *cert = NULL;
+	int rc;
 
-	return bootdata_seal(d, &in, n->tenant, ref, err);
+	n->host_cert_valid_before = 0;
+	if (n->ssh_ca && n->host_ca) {
+		ca = *n->ssh_ca;
+		rc = bootdata_host_key_new(n->host_ca, n->id, (int64_t)time(NULL), &key, &cert,
+					   &n->host_cert_valid_before);
+		if (rc < 0)
+			return bc_error_set(err, BC_INTERNAL, "instance %s: no host certificate: %s",
+					    n->id, strerror(-rc));
+		ca.host_key = key;
+		ca.host_cert = cert;
+		in.ssh_ca = &ca;
+	}
+	rc = bootdata_seal(d, &in, n->tenant, ref, err);
+	sshcert_free_secret(key);
+	free(cert);
+	if (rc < 0)
+		n->host_cert_valid_before = 0;
+	return rc;
 }
 
 /* The principal a create acts for: the one it names, else the caller. */
@@ -304,14 +329,20 @@ static int insert_instance(struct db *d, rpc_call *c, struct inst_new *n, PGresu
 		dbp_i64(&p, n->warm_instance_version);
 	else
 		dbp_nstr(&p, NULL);
+	if (n->host_cert_valid_before)
+		dbp_i64(&p, n->host_cert_valid_before);
+	else
+		dbp_nstr(&p, NULL);
 	rc = db_exec(d, ret_shape,
 		     "INSERT INTO instances (id, tenant_id, pool_id, flavor_id, flavor_name, image_id, "
 		     "vcpus, memory_mib, disk_gib, gpus, huge_pages, numa_node, pin_vcpus, "
 		     "network_policy, ssh_keys, user_data_ref, created_by, mac, sandbox_id, "
-		     "ssh_from_host_only, warm_template_id, warm_instance_version) SELECT $1, $2, $3, f.id, "
+		     "ssh_from_host_only, warm_template_id, warm_instance_version, host_certified, "
+		     "host_cert_valid_before) SELECT $1, $2, $3, f.id, "
 		     "f.name, im.id, f.vcpus, f.memory_mib, f.disk_gib, f.gpus, f.huge_pages, "
 		     "f.numa_node, f.pin_vcpus, $6, coalesce(string_to_array(nullif($7, ''), E'\\n'), '{}'), $8, $9, "
-		     "$10::macaddr, $11, $12, $13, $14::int FROM flavors f, images im WHERE (f.id = $4 OR f.name = $4) AND f.deleted_at IS "
+		     "$10::macaddr, $11, $12, $13, $14::int, $15::bigint IS NOT NULL, to_timestamp($15::bigint) "
+		     "FROM flavors f, images im WHERE (f.id = $4 OR f.name = $4) AND f.deleted_at IS "
 		     "NULL AND (im.id = $5 OR im.name = $5) AND im.deleted_at IS NULL "
 		     "RETURNING vcpus, memory_mib, disk_gib, gpus, flavor_name, image_id", &p);
 	if (rc < 0)

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "bc/compute/v1/instances.pb-c.h"
 #include "bootdata.h"
@@ -23,6 +24,12 @@ struct inst_new {
 	const char *policy;              /* egress | private | none */
 	const char *user_data;           /* the caller's part, checked (bootdata_check_user) */
 	const struct bootdata_ssh_ca *ssh_ca;   /* the sandbox SSH CA part, or NULL */
+	/* certifyHostKey (with ssh_ca): the sandbox SSH CA that certifies a
+	 * fresh host key for the new instance, or NULL; the key travels only
+	 * in the sealed user data, the row records host_certified and
+	 * host_cert_valid_before */
+	const struct sshcert_ca *host_ca;
+	int64_t host_cert_valid_before;  /* out: epoch s, 0 when not certified */
 	const struct bootdata_env *env;  /* /etc/sandbox/env (a template's resolved env) */
 	size_t n_env;
 	const char *const *ssh_keys;

@@ -145,7 +145,7 @@ static void pass(const struct ctl_app *app, struct db *d, int period)
 		log_warn("sandboxes: settle pass failed: %s", err.message);
 	if (expired)
 		log_info("sandboxes: %d expired", expired);
-	warm_pass(d, secrets_broker(app));
+	warm_pass(d, app);
 	__atomic_store_n(&last_pass_us, mono_us() - t0, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&passes, 1, __ATOMIC_RELAXED);
 	log_debug("sandboxes: pass took %lld us", (long long)(mono_us() - t0));

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -35,8 +36,10 @@
 #include "quota.h"
 #include "rowmsg.h"
 #include "sandbox_exec.h"
+#include "sandbox_ca.h"
 #include "sandboxes.h"
 #include "secrets.h"
+#include "sshcert.h"
 #include "util.h"
 #include "validate.h"
 #include "waiter.h"
@@ -334,9 +337,11 @@ static int insert_sandbox(struct db *d, struct screate *a, const char *pool, int
 		     "tenant_id, data) VALUES ('sandbox.created', 'sandbox/' || $1, $2, "
 		     "$11::jsonb)), s AS (INSERT INTO sandboxes (id, tenant_id, template_id, pool_id, "
 		     "instance_id, ttl_seconds, expires_at, created_by, owner_id, agent_id, warm) "
-		     "VALUES ($1, $2, $3, $4, $5, $6::int, now() + make_interval(secs => $6::int), $7, "
-		     "$8, $9, $10) RETURNING *) SELECT " SBX_COLS " FROM s JOIN instances i ON i.id "
-		     "= s.instance_id", &p);
+		     "SELECT $1, $2, $3, $4, $5, least($6::int, floor(extract(epoch FROM c.valid_before - "
+		     "now()))::int), least(now() + make_interval(secs => $6::int), c.valid_before), $7, "
+		     "$8, $9, $10 FROM (SELECT (SELECT host_cert_valid_before FROM instances WHERE id = "
+		     "$5) AS valid_before) c RETURNING *) SELECT " SBX_COLS " FROM s JOIN instances i "
+		     "ON i.id = s.instance_id", &p);
 	if (rc < 0)
 		return db_fail(err, rc);
 	if (PQntuples(a->row) != 1)
@@ -470,13 +475,18 @@ static int before_claim(struct db *d, struct screate *a, const PGresult *t, bc_e
 	return rc;
 }
 
+static int host_key_needs_broker(bc_error *err);
+
 /* A cold create: the template's secrets resolved for the new instance. */
 static int create_cold(struct db *d, struct screate *a, const PGresult *t, struct inst_new *n,
 		       bc_error *err)
 {
 	struct secrets_resolved sec = {0};
+	struct bootdata_ssh_ca ca;
 	int rc;
 
+	if ((rc = sbx_guest_trust(ctl_app(a->call), n, &ca, err)) < 0)
+		return rc;
 	if (db_bool(t, 0, TQ_NAMES_SECRETS) &&
 	    (rc = secrets_resolve(secrets_broker(ctl_app(a->call)), d, a->tenant,
 				  db_val(t, 0, TQ_ENV), db_val(t, 0, TQ_USER_DATA), &sec, err)) < 0)
@@ -486,6 +496,9 @@ static int create_cold(struct db *d, struct screate *a, const PGresult *t, struc
 	n->env = sec.env;
 	n->n_env = sec.n_env;
 	rc = instance_create_tx(a->call, d, n, err);
+	if (rc == 0 && n->host_cert_valid_before)
+		log_info("sandbox %s: instance %s has a host certificate until %" PRId64, a->id,
+			 n->id, n->host_cert_valid_before);
 	n->user_data = NULL;
 	n->env = NULL;
 	secrets_resolved_free(&sec);
@@ -518,6 +531,12 @@ static int screate_tx(struct db *d, void *arg, bc_error *err)
 		goto out;
 	}
 	id_new("sbx", a->id, sizeof(a->id));
+	/* certifyHostKey without a broker refuses before any claim: a warm
+	 * claim would hand out a guest its configuration cannot make again */
+	if (sbx_certify_host_key(ctl_app(a->call)) && !secrets_broker(ctl_app(a->call))) {
+		rc = host_key_needs_broker(err);
+		goto out;
+	}
 	if ((rc = before_claim(d, a, t, err)) < 0 || (rc = stage_and_claim(d, a, t, ttl, err)) < 0)
 		goto out;
 	n = (struct inst_new){.tenant = a->tenant, .pool_id = db_val(t, 0, TQ_POOL_ID),
@@ -830,6 +849,49 @@ static int sbx_delete(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 	return 0;
 }
 
+/* ------------------------------------------------------------ guest trust */
+
+bool sbx_certify_host_key(const struct ctl_app *app)
+{
+	return app->sandbox_ca && app->cfg.sandbox_certify_host_key;
+}
+
+/* certifyHostKey without the secret broker: INVALID_CONFIG, saying how to
+ * fix it. */
+static int host_key_needs_broker(bc_error *err)
+{
+	bc_error_set(err, BC_INVALID_CONFIG, "certifyHostKey needs the secret broker: a sandbox "
+		     "guest's host key travels only in sealed user data. Configure the broker "
+		     "(secret_broker = 1, docs/secrets.md) or turn host certificates off "
+		     "(sandbox_certify_host_key = 0)");
+	return bc_error_detail(err, "reason", "host-key-needs-broker");
+}
+
+int sbx_guest_trust(const struct ctl_app *app, struct inst_new *n, struct bootdata_ssh_ca *ca,
+		    bc_error *err)
+{
+	const char *why = NULL;
+
+	n->ssh_ca = NULL;
+	n->host_ca = NULL;
+	if (!app->sandbox_ca)
+		return 0;
+	if (sshcert_ca_line_check(app->sandbox_ca_line, &why) < 0) {
+		bc_error_set(err, BC_INVALID_CONFIG, "the sandbox SSH CA's public line cannot be "
+			     "given to guests: %s", why);
+		return bc_error_detail(err, "reason", "sandbox-ca-line");
+	}
+	*ca = (struct bootdata_ssh_ca){.account = app->cfg.sandbox_account,
+				       .ca_public_key = app->sandbox_ca_line};
+	n->ssh_ca = ca;
+	if (!sbx_certify_host_key(app))
+		return 0;
+	if (!secrets_broker(app))
+		return host_key_needs_broker(err);
+	n->host_ca = app->sandbox_ca;
+	return 0;
+}
+
 /* ----------------------------------------------------------------- extend */
 
 struct sext {
@@ -839,6 +901,7 @@ struct sext {
 	char hold[64];
 	int64_t new_ms;          /* the absolute expiry decided on (epoch ms) */
 	int64_t lifetime;        /* seconds from created_at */
+	int64_t cert_ms;         /* the guest's host certificate ends (epoch ms), or 0 */
 	bool unchanged;
 };
 
@@ -866,8 +929,31 @@ static int deleting_refused(bc_error *err, const char *id, const char *state)
 	return bc_error_detail(err, "state", "%s", state);
 }
 
+/* An extend past the host certificate of the sandbox's guest (nothing
+ * renews one): INVALID_INPUT naming the time left, INVALID_STATE once less
+ * than a minute is. 0 when cert_ms (epoch ms, 0: no certificate) covers
+ * new_ms. */
+static int past_host_cert(bc_error *err, const struct sext *a, int64_t cert_ms)
+{
+	const char *id = a->q->sandbox_id;
+	int64_t left = (cert_ms - now_ms()) / 1000;
+
+	if (cert_ms == 0 || a->new_ms <= cert_ms)
+		return 0;
+	if (left < 60)
+		bc_error_set(err, BC_INVALID_STATE, "sandbox %s: its guest's host certificate ends "
+			     "in less than a minute, and nothing renews it", id);
+	else
+		invalid(err, a->q->until ? "until" : "by", "sandbox %s cannot outlive its guest's host certificate: "
+			"%" PRId64 "h%02" PRId64 "m%02" PRId64 "s left (until %" PRId64 " ms)", id,
+			left / 3600, left / 60 % 60, left % 60, cert_ms);
+	bc_error_detail(err, "reason", "host-certificate");
+	bc_error_detail(err, "hostCertValidBefore", "%" PRId64, cert_ms);
+	return bc_error_detail(err, "secondsLeft", "%" PRId64, left < 0 ? 0 : left);
+}
+
 /* The sandbox (locked), its expiry, creation and template bound. */
-enum { EXT_STATE, EXT_EXPIRES_AT, EXT_CREATED_AT, EXT_MAX_TTL, EXT_DELETING };
+enum { EXT_STATE, EXT_EXPIRES_AT, EXT_CREATED_AT, EXT_MAX_TTL, EXT_DELETING, EXT_CERT_END };
 static int extend_read(struct db *d, struct sext *a, PGresult **ret, bc_error *err)
 {
 	struct dbp p = {0};
@@ -876,8 +962,9 @@ static int extend_read(struct db *d, struct sext *a, PGresult **ret, bc_error *e
 	dbp_str(&p, a->tenant);
 	/* the template's bound holds even for a template deleted since */
 	return db_one(d, ret, "SELECT s.state, " MS("s.expires_at") ", " MS("s.created_at") ", "
-		      "t.max_ttl_seconds, s.deleting_at IS NOT NULL FROM sandboxes s JOIN "
-		      "sandbox_templates t ON t.id = s.template_id WHERE s.id = $1 AND "
+		      "t.max_ttl_seconds, s.deleting_at IS NOT NULL, coalesce(" MS("i.host_cert_valid_before")
+		      ", 0) FROM sandboxes s JOIN sandbox_templates t ON t.id = s.template_id LEFT "
+		      "JOIN instances i ON i.id = s.instance_id WHERE s.id = $1 AND "
 		      "s.tenant_id = $2 FOR UPDATE OF s", &p, err, "sandbox %s not found",
 		      a->q->sandbox_id);
 }
@@ -900,6 +987,7 @@ static int stage_tx(struct db *d, void *arg, bc_error *err)
 	cur = db_i64(r, 0, EXT_EXPIRES_AT);
 	created = db_i64(r, 0, EXT_CREATED_AT);
 	max = db_i64(r, 0, EXT_MAX_TTL);
+	a->cert_ms = db_i64(r, 0, EXT_CERT_END);
 	if (db_bool(r, 0, EXT_DELETING) || strcmp(db_val(r, 0, EXT_STATE), "deleted") == 0) {
 		rc = deleting_refused(err, a->q->sandbox_id, db_val(r, 0, EXT_STATE));
 		PQclear(r);
@@ -913,6 +1001,8 @@ static int stage_tx(struct db *d, void *arg, bc_error *err)
 	a->lifetime = (a->new_ms - created + 999) / 1000;
 	if (a->lifetime > max)
 		return ttl_too_long(err, a->lifetime, max);
+	if ((rc = past_host_cert(err, a, a->cert_ms)) < 0)
+		return rc;
 	snprintf(ttl, sizeof(ttl), "%" PRId64, a->lifetime);
 	jsonw_begin(&w);
 	jsonw_str(&w, "ttlSeconds", ttl); /* attributes are strings */
@@ -938,6 +1028,8 @@ static int apply_tx(struct db *d, void *arg, bc_error *err)
 		rc = deleting_refused(err, a->q->sandbox_id, db_val(r, 0, EXT_STATE));
 	else if (a->lifetime > db_i64(r, 0, EXT_MAX_TTL))
 		rc = ttl_too_long(err, a->lifetime, db_i64(r, 0, EXT_MAX_TTL));
+	else
+		rc = past_host_cert(err, a, db_i64(r, 0, EXT_CERT_END));
 	PQclear(r);
 	if (rc < 0)
 		return rc;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "db.h"
+#include "err.h"
 #include "rpc.h"
 
 #define SBX_TTL_DEFAULT 3600            /* a template's default lifetime */
@@ -48,5 +49,24 @@ int sbx_decide_brief(rpc_call *c, const char *tenant, const char *id, const char
  * sandbox.deleting is published and the sandbox reconciler woken. expired
  * says whether expiry ended it. */
 int sbx_delete_locked(struct db *d, const char *id, bool expired);
+
+/* Guest trust (docs/sandboxes.md, "How the guest trusts it"). serve loads
+ * the sandbox SSH CA once (sandbox_ca_serve: app->sandbox_ca,
+ * app->sandbox_ca_line): a deployment without one serves without (logged),
+ * an unreadable key file stops serve. */
+struct ctl_app;
+struct inst_new;
+struct bootdata_ssh_ca;
+
+/* certifyHostKey: a sandbox CA and sandbox_certify_host_key on. */
+bool sbx_certify_host_key(const struct ctl_app *app);
+
+/* Give a new sandbox or warm instance the sandbox SSH CA part (ca filled
+ * and pointed to by n->ssh_ca) and, with certifyHostKey, its host
+ * certificate (n->host_ca). Nothing without a sandbox CA. INVALID_CONFIG
+ * for a CA line the spec refuses, or certifyHostKey without the secret
+ * broker (the host key travels only in sealed user data). */
+int sbx_guest_trust(const struct ctl_app *app, struct inst_new *n, struct bootdata_ssh_ca *ca,
+		    bc_error *err);
 
 #endif

@@ -34,6 +34,7 @@
 #include "node.h"
 #include "outbox.h"
 #include "quota.h"
+#include "sandboxes.h"
 #include "secrets.h"
 #include "util.h"
 #include "warm.h"
@@ -93,31 +94,41 @@ struct pool {
 	bool deleted, needs_netpol, checks_budget;
 	bool names_secrets;   /* stale warm instances are drained first */
 	bool broker;          /* a secret broker is configured */
+	int64_t default_ttl;  /* the template's default lifetime, s */
+	const struct ctl_app *app;   /* the sandbox SSH CA, certifyHostKey */
 	int64_t live, good;
 };
+
+/* A warm instance whose host certificate no longer covers the template's
+ * default lifetime ($6, seconds): nothing renews a certificate, so it is
+ * recycled (a claim of the default lifetime would pass it by). */
+#define WARM_CERT_SHORT                                                                    \
+	"coalesce(i.host_cert_valid_before < now() + make_interval(secs => $6::int), false)"
 
 /* Warm instances that are not claimable any more (older instance_version,
  * error or lost, on a host without the network-policy capability the
  * template needs, for a template naming secrets stale or made without
- * recorded versions) and, among the rest, those beyond max, newest first
+ * recorded versions, with a host certificate that no longer covers the
+ * template's default lifetime) and, among the rest, those beyond max, newest first
  * (claims take the oldest). The UPDATE re-checks warm_template_id, so an
  * instance claimed meanwhile is never drained. */
 #define DRAIN_SQL                                                                          \
 	"WITH live AS (SELECT i.id, i.created_at, (i.warm_instance_version IS DISTINCT FROM "  \
 	"$2::int OR i.state IN ('error', 'lost') OR ($3 AND i.node_id IS NOT NULL AND NOT "    \
 	"coalesce(n.labels ? '" CAP_NETWORK_POLICY "', false)) OR ($5 AND (i."                \
-	"warm_secret_versions IS NULL OR " WARM_SECRETS_STALE("i") "))) AS bad FROM "          \
-	"instances i LEFT "                                                                    \
+	"warm_secret_versions IS NULL OR " WARM_SECRETS_STALE("i") ")) OR " WARM_CERT_SHORT     \
+	") AS bad, " WARM_CERT_SHORT " AS cert_short FROM instances i LEFT "                    \
 	"JOIN nodes n ON n.id = i.node_id WHERE i.warm_template_id = $1 AND i.desired_state "  \
 	"<> 'deleted'), r AS (SELECT id, bad, row_number() OVER (PARTITION BY bad ORDER BY "   \
-	"created_at, id) rn FROM live), u AS (UPDATE instances i SET desired_state = "         \
-	"'deleted', state = 'deleting', updated_at = now() FROM r WHERE i.id = r.id AND "      \
+	"created_at, id) rn, cert_short FROM live), u AS (UPDATE instances i SET "            \
+	"desired_state = 'deleted', state = 'deleting', updated_at = now() FROM r WHERE "     \
+	"i.id = r.id AND "                                                                     \
 	"(r.bad OR r.rn > $4::int) AND i.warm_template_id = $1 AND i.desired_state <> "        \
-	"'deleted' RETURNING i.id, i.node_id, i.tenant_id, r.bad) SELECT u.id, u.node_id, "    \
-	"u.tenant_id, u.bad, coalesce(n.state, '') FROM u LEFT JOIN nodes n ON n.id = "        \
-	"u.node_id ORDER BY u.id"
+	"'deleted' RETURNING i.id, i.node_id, i.tenant_id, r.bad, r.cert_short) SELECT u.id, "  \
+	"u.node_id, u.tenant_id, u.bad, coalesce(n.state, ''), u.cert_short FROM u LEFT JOIN " \
+	"nodes n ON n.id = u.node_id ORDER BY u.id"
 /* DRAIN_SQL's columns, in its order */
-enum { DRAIN_ID, DRAIN_NODE_ID, DRAIN_TENANT_ID, DRAIN_BAD, DRAIN_NODE_STATE };
+enum { DRAIN_ID, DRAIN_NODE_ID, DRAIN_TENANT_ID, DRAIN_BAD, DRAIN_NODE_STATE, DRAIN_CERT_SHORT };
 
 static int drained_one(struct db *d, const struct pool *pl, const PGresult *r, int i)
 {
@@ -127,7 +138,10 @@ static int drained_one(struct db *d, const struct pool *pl, const PGresult *r, i
 	int rc;
 
 	snprintf(subject, sizeof(subject), "instance/%s", db_val(r, i, DRAIN_ID));
-	why = pl->deleted ? "template-deleted" : db_bool(r, i, DRAIN_BAD) ? "warm-stale" : "warm-beyond-max";
+	why = pl->deleted ? "template-deleted"
+	      : PQnfields(r) > DRAIN_CERT_SHORT && db_bool(r, i, DRAIN_CERT_SHORT)
+		      ? "warm-host-certificate"
+	      : db_bool(r, i, DRAIN_BAD) ? "warm-stale" : "warm-beyond-max";
 	rc = evd_instance("instance.deleting", &(struct evd_instance){.warm_template_id = pl->id,
 			  .reason = why}, &data);
 	if (rc == 0)
@@ -194,6 +208,7 @@ static int drain_tx(struct db *d, void *arg, bc_error *err)
 	dbp_bool(&p, a->pl->needs_netpol);
 	dbp_i64(&p, a->max);
 	dbp_bool(&p, a->pl->names_secrets);
+	dbp_i64(&p, a->pl->default_ttl);
 	if ((rc = db_exec(d, &r, DRAIN_SQL, &p)) < 0)
 		return db_fail(err, rc);
 	a->drained = PQntuples(r);
@@ -257,6 +272,7 @@ static int refill_tx(struct db *d, void *arg, bc_error *err)
 	struct refill *a = arg;
 	struct principal owner = {.kind = PRINCIPAL_IDENTITY};
 	struct secrets_resolved sec = {0};
+	struct bootdata_ssh_ca ca;
 	struct inst_new n;
 	PGresult *t = NULL;
 	int rc;
@@ -282,7 +298,8 @@ static int refill_tx(struct db *d, void *arg, bc_error *err)
 			      .env = sec.env, .n_env = sec.n_env,
 			      .ssh_from_host_only = true, .warm_template_id = a->pl->id,
 			      .warm_instance_version = a->pl->version, .owner = &owner};
-	rc = instance_create_tx(NULL, d, &n, err);
+	if ((rc = sbx_guest_trust(a->pl->app, &n, &ca, err)) == 0)
+		rc = instance_create_tx(NULL, d, &n, err);
 	if (rc == 0 && sec.versions)
 		rc = record_versions(d, n.id, sec.versions, err);
 	if (rc == 0 && !n.node)
@@ -323,7 +340,8 @@ static void refill(struct db *d, const struct pool *pl, int64_t good)
 	"SELECT t.id, t.tenant_id, t.instance_version, t.warm_min, t.warm_max, t.deleted_at "  \
 	"IS NOT NULL, t.network <> 'egress', p.budget_check = 'meter' OR EXISTS (SELECT 1 "     \
 	"FROM offers o WHERE o.tenant_id = t.tenant_id AND o.spend_limit_cents IS NOT NULL "    \
-	"AND o.on_budget_exceeded IN ('stop-new', 'drain')), t.names_secrets FROM "            \
+	"AND o.on_budget_exceeded IN ('stop-new', 'drain')), t.names_secrets, "               \
+	"t.default_ttl_seconds FROM "                                                          \
 	"sandbox_templates t JOIN "                                                            \
 	"pools p ON p.id = t.pool_id WHERE (t.deleted_at IS NULL AND t.warm_min > 0) OR "       \
 	"EXISTS (SELECT 1 FROM instances i WHERE i.warm_template_id = t.id AND "                \
@@ -331,7 +349,7 @@ static void refill(struct db *d, const struct pool *pl, int64_t good)
 /* POOLS_SQL's columns, in its order */
 enum {
 	POOL_ID, POOL_TENANT_ID, POOL_VERSION, POOL_MIN, POOL_MAX, POOL_DELETED,
-	POOL_NEEDS_NETPOL, POOL_CHECKS_BUDGET, POOL_NAMES_SECRETS
+	POOL_NEEDS_NETPOL, POOL_CHECKS_BUDGET, POOL_NAMES_SECRETS, POOL_DEFAULT_TTL
 };
 
 static void pool_from_row(const PGresult *r, int i, struct pool *pl)
@@ -345,6 +363,7 @@ static void pool_from_row(const PGresult *r, int i, struct pool *pl)
 	pl->needs_netpol = db_bool(r, i, POOL_NEEDS_NETPOL);
 	pl->checks_budget = db_bool(r, i, POOL_CHECKS_BUDGET);
 	pl->names_secrets = db_bool(r, i, POOL_NAMES_SECRETS);
+	pl->default_ttl = db_i64(r, i, POOL_DEFAULT_TTL);
 }
 
 static void pool_pass(struct db *d, struct pool *pl)
@@ -373,7 +392,7 @@ static void pool_pass(struct db *d, struct pool *pl)
 	refill(d, pl, a.good);
 }
 
-void warm_pass(struct db *d, bool broker)
+void warm_pass(struct db *d, const struct ctl_app *app)
 {
 	PGresult *r = NULL;
 	int rc = db_exec(d, &r, POOLS_SQL, NULL);
@@ -385,7 +404,8 @@ void warm_pass(struct db *d, bool broker)
 	for (int i = 0; i < PQntuples(r); i++) {
 		struct pool pl;
 		pool_from_row(r, i, &pl);
-		pl.broker = broker;
+		pl.broker = secrets_broker(app);
+		pl.app = app;
 		pool_pass(d, &pl);
 	}
 	PQclear(r);

@@ -82,12 +82,14 @@ int warm_retire_stale(struct db *d, const char *template_id, int limit, int *ret
 /* One pass over every pool (the sandbox reconciler's leader): drains
  * (older instance_version, failed, on a host without the capability, a
  * deleted template's, a drain budget's, for a template naming secrets
- * the stale ones, then beyond warm.max newest
+ * the stale ones, one whose host certificate no longer covers the
+ * template's default lifetime, then beyond warm.max newest
  * first), then refills up to warm.min, at most WARM_REFILL_PER_PASS per
  * template, each in its own transaction, resolving the template's
- * secrets (broker: secrets_broker's answer) and recording their
- * versions. Logs; never fails. */
-void warm_pass(struct db *d, bool broker);
+ * secrets (broker: secrets_broker(app)) and recording their versions,
+ * each instance with the guest trust part (sbx_guest_trust). Logs; never
+ * fails. */
+void warm_pass(struct db *d, const struct ctl_app *app);
 
 /* Prometheus gauges: warm instances per template and state. */
 void warm_metrics_render(FILE *out, struct db *d);

@@ -31,6 +31,3 @@ CREATE TABLE tunnels (
 );
 CREATE INDEX tunnels_sandbox ON tunnels (sandbox_id, created_at);
 CREATE INDEX tunnels_open ON tunnels (opened_at) WHERE closed_at IS NULL;
--- TEMP until guesttrust merges
-ALTER TABLE instances ADD COLUMN IF NOT EXISTS host_certified boolean NOT NULL DEFAULT false;
-ALTER TABLE instances ADD COLUMN IF NOT EXISTS host_cert_valid_before timestamptz;

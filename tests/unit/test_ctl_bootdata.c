@@ -9,11 +9,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "controller/bootdata.h"
 #include "controller/validate.h"
+#include "sshcert.h"
 #include "util.h"
 #include "tap.h"
 
@@ -262,6 +265,186 @@ static void test_ssh_ca(void)
 	}
 }
 
+/* Compare got with tests/unit/golden/<name> (BC_UPDATE_GOLDEN=1 rewrites
+ * it: review the diff). */
+static void golden(const char *name, const char *got)
+{
+	const char *src = getenv("BC_SRC");
+	char path[1024];
+	char *want = NULL;
+
+	snprintf(path, sizeof(path), "%s/tests/unit/golden/%s", src ? src : ".", name);
+	if (getenv("BC_UPDATE_GOLDEN")) {
+		ok(file_write_atomic(path, got, strlen(got), 0644) == 0, "golden %s rewritten", name);
+		return;
+	}
+	if (file_read_all(path, 1 << 20, &want, NULL) < 0) {
+		ok(0, "golden %s readable (BC_UPDATE_GOLDEN=1)", name);
+		return;
+	}
+	ok(strcmp(got, want) == 0, "the cloud-config matches golden/%s", name);
+	if (strcmp(got, want) != 0)
+		printf("# got:\n%s\n# rerun with BC_UPDATE_GOLDEN=1 and diff to see the change\n", got);
+	free(want);
+}
+
+#define CA_LINE "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOM sandbox CA"
+#define FAKE_KEY "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIFAKE\n-----END EC PRIVATE KEY-----\n"
+#define FAKE_CERT "ecdsa-sha2-nistp256-cert-v01@openssh.com AAAAKGVjZHNhFAKE host/" ID "\n"
+
+/* The sandbox SSH CA part alone (no SSH keys, no user data, no env), with
+ * and without a certified host key, against golden files; both pass
+ * cloud-init schema. */
+static void test_ca_golden(void)
+{
+	const struct bootdata_ssh_ca plain = {.account = "sandbox", .ca_public_key = CA_LINE};
+	const struct bootdata_ssh_ca hk = {.account = "sandbox", .ca_public_key = CA_LINE,
+					   .host_key = FAKE_KEY, .host_cert = FAKE_CERT};
+	struct bootdata_in in = {.instance_id = ID, .ssh_ca = &plain};
+	_cleanup_free_ char *a = NULL, *b = NULL, *json = NULL;
+
+	ok(bootdata_cloud_config(&in, &a) == 0, "render the CA part without a host key");
+	golden("bootdata_ca.cfg", a);
+	is_int(schema("ca-plain.cfg", a), 0, "cloud-init schema accepts it");
+	ok(!strstr(a, "bc_sandbox_host_key") && !strstr(a, "HostKey"),
+	   "no host key, no HostKey line");
+	in.ssh_ca = &hk;
+	ok(bootdata_cloud_config(&in, &b) == 0, "render the CA part with a host key");
+	golden("bootdata_ca_hostkey.cfg", b);
+	is_int(schema("ca-hostkey.cfg", b), 0, "cloud-init schema accepts it");
+	json = yaml_json(b);
+	ok(strstr(json, "\"content\": \"-----BEGIN EC PRIVATE KEY-----\\nMHcCAQEEIFAKE\\n-----END EC "
+		  "PRIVATE KEY-----\\n\", \"owner\": \"root:root\", \"path\": "
+		  "\"/etc/ssh/bc_sandbox_host_key\", \"permissions\": \"0600\"") != NULL,
+	   "the host key: /etc/ssh/bc_sandbox_host_key, 0600, as given");
+	ok(strstr(json, "\"path\": \"/etc/ssh/bc_sandbox_host_key-cert.pub\"") != NULL,
+	   "its certificate beside it");
+	ok(strstr(json, "HostKey /etc/ssh/bc_sandbox_host_key\\nHostCertificate "
+		  "/etc/ssh/bc_sandbox_host_key-cert.pub\\n") != NULL,
+	   "HostKey and HostCertificate in the drop-in");
+	{
+		const struct bootdata_ssh_ca half = {.account = "sandbox", .ca_public_key = CA_LINE,
+						     .host_key = FAKE_KEY};
+		struct bootdata_in h = {.instance_id = ID, .ssh_ca = &half};
+		_cleanup_free_ char *x = NULL;
+		ok(bootdata_cloud_config(&h, &x) == -EINVAL, "a host key without its certificate "
+		   "is refused");
+	}
+}
+
+/* Write the write_files of cloud-config cc under root (paths kept below
+ * it, permissions applied), the drop-in's /etc/ssh/ paths pointed there
+ * too: 0 when done. */
+static int unpack(const char *cc, const char *root)
+{
+	static const char script[] =
+		"import base64, os, sys, yaml\n"
+		"root = sys.argv[2]\n"
+		"for f in yaml.safe_load(open(sys.argv[1]))[\"write_files\"]:\n"
+		"    p = root + f[\"path\"]\n"
+		"    os.makedirs(os.path.dirname(p), exist_ok=True)\n"
+		"    d = f[\"content\"]\n"
+		"    if f[\"path\"].endswith(\".conf\"):\n"
+		"        d = d.replace(\"/etc/ssh/\", root + \"/etc/ssh/\")\n"
+		"    open(p, \"w\").write(d)\n"
+		"    os.chmod(p, int(f[\"permissions\"], 8))\n";
+	_cleanup_free_ char *spath = write_tmp("unpack.py", script, strlen(script));
+	_cleanup_free_ char *cpath = write_tmp("unpack.cfg", cc, strlen(cc));
+	_cleanup_free_ char *cmd = xasprintf("/usr/bin/python3 %s %s %s 2>&1", spath, cpath, root);
+	_cleanup_free_ char *out = NULL;
+	int rc = run(cmd, &out);
+
+	if (rc != 0)
+		printf("# unpack: %s\n", out);
+	return rc;
+}
+
+/* A field of `ssh-keygen -L` ("Type", "Key ID", ...): its value. */
+static char *cert_field(const char *listing, const char *name)
+{
+	_cleanup_free_ char *k = xasprintf("\n        %s: ", name);
+	const char *p = strstr(listing, k);
+
+	if (!p)
+		return xstrdup("");
+	p += strlen(k);
+	return xasprintf("%.*s", (int)strcspn(p, "\n"), p);
+}
+
+/* certifyHostKey for real: a fresh key and certificate from a real CA,
+ * rendered, unpacked into a directory and read by real OpenSSH: sshd -t
+ * loads the drop-in with its HostKey and HostCertificate, ssh-keygen -L
+ * reads the certificate (a host certificate naming the instance, signed by
+ * the CA) and it certifies the very key beside it. */
+static void test_host_key_sshd(void)
+{
+	char *pem = NULL, *key = NULL, *cert = NULL;
+	struct sshcert_ca *sca = NULL;
+	_cleanup_free_ char *ca_line = NULL, *cc = NULL, *root = xasprintf("%s/guest", tmpdir);
+	_cleanup_free_ char *cmd = NULL, *out = NULL, *listing = NULL, *fp = NULL, *ca_fp = NULL;
+	int64_t vb = 0, now = (int64_t)time(NULL);
+	struct stat st;
+
+	if (sshcert_ca_generate(&pem) < 0 || sshcert_ca_load(pem, &sca) < 0 ||
+	    sshcert_ca_public_line(sca, "bc sandbox SSH CA", &ca_line) < 0)
+		abort();
+	ok(bootdata_host_key_new(sca, ID, now, &key, &cert, &vb) == 0, "a host key and its "
+	   "certificate");
+	ok(vb == now + SSHCERT_HOST_SECS, "valid for 30 days");
+	ok(strncmp(key, "-----BEGIN EC PRIVATE KEY-----\n", 31) == 0, "a PEM EC PRIVATE KEY");
+	ok(bootdata_host_key_new(sca, "inst_UPPER", now, &(char *){NULL}, &(char *){NULL}, &(int64_t){0}) ==
+	   -EINVAL, "an id ssh would lowercase is refused");
+	{
+		const struct bootdata_ssh_ca hk = {.account = "sandbox", .ca_public_key = ca_line,
+						   .host_key = key, .host_cert = cert};
+		struct bootdata_in in = {.instance_id = ID, .ssh_ca = &hk};
+		ok(bootdata_cloud_config(&in, &cc) == 0, "rendered");
+	}
+	is_int(unpack(cc, root), 0, "its files written to a directory");
+	{
+		_cleanup_free_ char *kp = xasprintf("%s/etc/ssh/bc_sandbox_host_key", root);
+		ok(stat(kp, &st) == 0 && (st.st_mode & 0777) == 0600, "the host key is 0600");
+	}
+	cmd = xasprintf("/usr/sbin/sshd -t -f %s/etc/ssh/sshd_config.d/10-bc-sandbox.conf 2>&1",
+			root);
+	/* sshd -t exits 0 for a certificate it cannot use ("No matching private
+	 * key for certificate", "Could not load host certificate"): it must
+	 * also say nothing */
+	ok(run(cmd, &out) == 0 && !*out, "sshd -t accepts the drop-in, its host key and "
+	   "certificate, without a complaint");
+	if (*out)
+		printf("# sshd -t: %s\n", out);
+	free(cmd);
+	cmd = xasprintf("ssh-keygen -L -f %s/etc/ssh/bc_sandbox_host_key-cert.pub 2>&1", root);
+	is_int(run(cmd, &listing), 0, "ssh-keygen -L reads the certificate");
+	{
+		_cleanup_free_ char *type = cert_field(listing, "Type");
+		_cleanup_free_ char *kid = cert_field(listing, "Key ID");
+		_cleanup_free_ char *ca = cert_field(listing, "Signing CA");
+		_cleanup_free_ char *pk = cert_field(listing, "Public key");
+		is_str(type, "ecdsa-sha2-nistp256-cert-v01@openssh.com host certificate",
+		       "a P-256 host certificate");
+		is_str(kid, "\"host/" ID "\"", "key id host/<instance id>");
+		ok(strstr(listing, "Principals: \n                " ID "\n") != NULL,
+		   "its one principal is the instance id");
+		free(cmd);
+		cmd = xasprintf("ssh-keygen -y -f %s/etc/ssh/bc_sandbox_host_key | ssh-keygen -lf - "
+				"| cut -d' ' -f2", root);
+		run(cmd, &fp);
+		fp[strcspn(fp, "\n")] = '\0';
+		ok(*fp && strstr(pk, fp) != NULL, "it certifies the host key beside it (%s)", fp);
+		free(cmd);
+		cmd = xasprintf("echo '%s' | ssh-keygen -lf - | cut -d' ' -f2", ca_line);
+		run(cmd, &ca_fp);
+		ca_fp[strcspn(ca_fp, "\n")] = '\0';
+		ok(*ca_fp && strstr(ca, ca_fp) != NULL, "signed by the sandbox CA (%s)", ca_fp);
+	}
+	sshcert_free_secret(pem);
+	sshcert_free_secret(key);
+	free(cert);
+	sshcert_ca_free(sca);
+}
+
 static void test_non_ascii_user_data(void)
 {
 	const char *ud = "#cloud-config\r\nwrite_files:\r\n  - path: /tmp/\xc3\xa9\r\n"
@@ -355,6 +538,8 @@ int main(void)
 	test_no_user_data();
 	test_escaping();
 	test_ssh_ca();
+	test_ca_golden();
+	test_host_key_sshd();
 	test_non_ascii_user_data();
 	test_types_and_refusals();
 	{
