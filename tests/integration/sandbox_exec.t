@@ -64,8 +64,9 @@ exp=$(f expires_at)
 ok "[ $exp -ge $((before * 1000 + 59000)) ] && [ $exp -le $(( $(date +%s) * 1000 + 61000)) ]" 'the ticket lives 60 s'
 is "$(f account) $(f principal)" "sandbox sandbox@$inst" 'account sandbox, principal sandbox@<instance>'
 like "$(f key_id)" "^bc:$alice:$s:ssh_[0-9a-z]+\$" 'key id bc:<identity>:<sandbox>:ssh_<id>'
-is "$(f host_principal) $(f host_certificate) $(f host_certified)" "$inst none false" \
-	'no host certificate on this guest: hostCertificate none'
+is "$(f host_principal) $(f host_certificate) $(f host_certified)" "$inst valid true" \
+	'the guest has a host certificate for its instance: valid, hostCertified'
+is "$(q "SELECT host_certified FROM instances WHERE id = '$inst'")" t 'instances.host_certified'
 is "$(f ca_public_key | cut -d' ' -f1-2)" "$(cut -d' ' -f1-2 "$STACK_DIR/pki/sandbox-ssh-ca.pub")" \
 	"the CA key is the deployment's sandbox CA"
 f certificate | sed "/^$/d" >"$STACK_DIR/id-cert.pub"
@@ -121,10 +122,20 @@ out=$(BC_TOKEN=$A bcctl --format json sandbox exec "$s" --key "$STACK_DIR/id" --
 like "$out" 'minutes' 'bcctl refuses --minutes 16 before calling'
 out=$(BC_TOKEN=$B bcctl --format json sandbox exec "$s" --key "$STACK_DIR/id" -- true 2>/dev/null)
 is "$(printf '%s' "$out" | jq -r .error.code)" ACCESS_DENIED 'bcctl shows the refusal'
+# a certificate within a minute of its end is expired; a guest never
+# certified (made before certifyHostKey) has none, and bcctl refuses it
+hcv=$(q "SELECT host_cert_valid_before FROM instances WHERE id = '$inst'")
+q "UPDATE instances SET host_cert_valid_before = now() + interval '50 seconds' WHERE id = '$inst'" >/dev/null
+g=$(exec_call "$A" 1 "{\"sandbox_id\": \"$s\", \"public_key\": \"$pub\"}")
+is "$(f host_certificate) $(f host_certified)" 'expired false' 'a host certificate 50 s from its end: expired'
+q "UPDATE instances SET host_certified = false WHERE id = '$inst'" >/dev/null
+g=$(exec_call "$A" 1 "{\"sandbox_id\": \"$s\", \"public_key\": \"$pub\"}")
+is "$(f host_certificate) $(f host_certified)" 'none false' 'a guest never certified: none'
 out=$(BC_TOKEN=$A bcctl --format json sandbox exec "$s" --key "$STACK_DIR/id" -- true 2>/dev/null)
 is "$(printf '%s' "$out" | jq -r .error.code) $(printf '%s' "$out" | jq -r .error.message | grep -c accept-host-key)" \
 	'INVALID_STATE 1' 'bcctl refuses a guest without a host certificate, naming --accept-host-key'
-is "$(tunnels)" "$((n0 + 1))" 'the refused calls left no tunnels row (the bcctl grant made one)'
+q "UPDATE instances SET host_certified = true, host_cert_valid_before = '$hcv' WHERE id = '$inst'" >/dev/null
+is "$(tunnels)" "$((n0 + 3))" 'the refused calls left no tunnels row (the grants above made three)'
 
 # -- the ticket
 frame() { printf '{"ticket": "%s"}' "$1"; }
