@@ -124,8 +124,9 @@ int sandbox_ca_serve(struct ctl_app *app)
 	int r = sandbox_ca_load(app, &app->sandbox_ca);
 
 	if (r == -ENOENT) {
-		log_info("sandbox SSH CA: none at %s: Sandboxes.Exec is unsupported (bc-controller "
-			 "pki add-sandbox-ca adds one)", app->cfg.sandbox_ca_key_file);
+		log_warn("serve: no sandbox SSH CA (%s): sandboxes are created without the guest "
+			 "trust part and Sandboxes.Exec is unsupported (bc-controller pki "
+			 "add-sandbox-ca adds one)", app->cfg.sandbox_ca_key_file);
 		return 0;
 	}
 	if (r == 0)
