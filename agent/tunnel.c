@@ -251,6 +251,17 @@ struct pump {
 	atomic_bool stop;
 };
 
+/* After the controller half-closed: the guest's answer may still flow,
+ * but a call that ends (the controller cancelled it, the server stops)
+ * must end the guest's side too, or a guest that never answers (gone
+ * with its VM, no FIN ever) would hold the tunnel's thread for ever. */
+static void watch_call(struct pump *p)
+{
+	while (!atomic_load(&p->stop))
+		if (rpc_call_wait_cancelled(p->call, POLL_MS))
+			break;
+}
+
 /* controller -> guest, until the controller half-closes, the call ends or
  * the other direction stops it. */
 static void *pump_in(void *arg)
@@ -267,7 +278,8 @@ static void *pump_in(void *arg)
 			continue;
 		if (r == 0) {           /* half-closed: passed on */
 			shutdown(p->fd, SHUT_WR);
-			return NULL;
+			watch_call(p);
+			break;
 		}
 		if (r < 0)
 			break;

@@ -261,5 +261,29 @@ wait "$drv_pid"
 eventually 10 open_is 0
 is "$(printf 'after' | "$DRV" "$CONF" "$node1" "$inst" 2>&1)" after 'the first one closed, a new tunnel opens'
 
+# -- a guest that never answers once the controller half-closed (its VM
+# gone, no FIN ever): when the controller's call ends, bcd ends the
+# guest's side too, so no tunnel holds a thread (nor bcd's shutdown)
+bport=$(free_tcp_port)
+python3 -c '
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(4); held = []
+while True: held.append(s.accept()[0])
+' "$bport" >/dev/null 2>&1 &
+bh_pid=$!
+bh_up() { (exec 3<>"/dev/tcp/127.0.0.1/$bport") 2>/dev/null; }
+eventually 10 bh_up
+sed -i "s|^$guest .*|$guest 127.0.0.1:$bport|" "$d1/fake/tunnel_targets"
+"$DRV" "$CONF" "$node1" "$inst" </dev/null >/dev/null 2>&1 &
+drv_pid=$!
+eventually 10 open_is 1
+ok $? 'a tunnel to a guest that never answers stays open after the half-close'
+kill -KILL "$drv_pid"
+wait "$drv_pid" 2>/dev/null
+eventually 10 open_is 0
+ok $? 'the controller side went away: bcd closed the guest side and the tunnel'
+kill "$bh_pid" 2>/dev/null
+
 kill "$echo_pid" 2>/dev/null
 done_testing
