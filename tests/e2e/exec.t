@@ -55,8 +55,10 @@ ipa=$(e2e_instance_json "$ia" | jq -r '.nics[0].ipv4 // empty')
 ipb=$(e2e_instance_json "$ib" | jq -r '.nics[0].ipv4 // empty')
 
 EX=(exec --key "$W/key")
-# the guest is up once its sshd answers with our certificate
-up() { abc sandbox "${EX[@]}" "$1" -- true 2>>"$W/up.err" </dev/null; }
+# the guest is up once its sshd answers with our certificate and cloud-init
+# is done (its last stage reloads sshd, which drops new connections for a
+# moment)
+up() { abc sandbox "${EX[@]}" "$1" -- cloud-init status --wait 2>>"$W/up.err" </dev/null >/dev/null; }
 eventually "$E2E_BOOT_TIMEOUT" up "$sa"
 ok $? 'bcctl sandbox exec reaches sandbox A (its sshd trusts the sandbox CA)'
 if ! up "$sa"; then
