@@ -152,7 +152,9 @@ eventually 20 eval '[ "$(open_n)" -ge 1 ]'
 bcctl policy detach "$pol" --identity "$alice" >/dev/null
 t0=$(date +%s)
 eventually 15 gone_pid
-ok $? "withdrawing the policy closed the session at the next re-check ($(( $(date +%s) - t0 )) s, every 3 s here)"
+rc=$?
+took=$(($(date +%s) - t0))
+ok $rc "withdrawing the policy closed the session at the next re-check ($took s, every 3 s here)"
 like "$(q "SELECT close_reason FROM tunnels WHERE sandbox_id = '$s' ORDER BY closed_at DESC NULLS LAST LIMIT 1")" \
 	'^re-check refused: .*compute:sandboxes:exec' '... the re-check refused exec'
 bcctl policy attach "$pol" --identity "$alice" >/dev/null
