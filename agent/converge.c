@@ -28,6 +28,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "guestready.h"
 #include "log.h"
 #include "net.h"
 #include "netlink.h"
@@ -53,6 +54,7 @@ struct idset {
 struct conv {
 	struct rt *rt;
 	struct net *net;           /* instance networking; NULL: none */
+	struct guestready *gr;     /* guests that reported up; NULL: none */
 	/* converge thread only; replaced under lock (conv_tunnel_target) */
 	Bc__Node__V1__NodeSpec *spec;
 	struct idset adopted;      /* sorted: instances this process owns */
@@ -215,6 +217,11 @@ struct conv *conv_new(struct rt *rt)
 	return c;
 }
 
+void conv_set_guestready(struct conv *c, struct guestready *gr)
+{
+	c->gr = gr;
+}
+
 void conv_set_net(struct conv *c, struct net *net)
 {
 	c->net = net;
@@ -319,7 +326,10 @@ static enum rt_state move(struct conv *c, const char *id, enum rt_state cur,
 
 	for (int i = 0; cur != target && i < 4; i++) {
 		struct step s = next_step(c->rt->ops, cur, target);
-		int e = s.fn(c->rt, id);
+		int e;
+		if (s.fn == c->rt->ops->start)  /* a new boot: it must announce itself anew */
+			gr_clear(c->gr, id);
+		e = s.fn(c->rt, id);
 		if (e == -EINPROGRESS) {  /* e.g. a guest shutting down: next pass */
 			const char *why = c->rt->ops->last_error ? c->rt->ops->last_error(c->rt)
 								 : NULL;
@@ -516,9 +526,13 @@ static const struct rt_instance *find_actual(const struct rt_instance *v, size_t
 static void record_state(struct conv *c, struct pass *p, const char *id, enum rt_state st,
 			 const char *reason)
 {
+	struct conv_item *it;
+
 	if (reason && *reason)
 		warn_once(c, id, reason);
-	add_item(p, id, rt_state_name(st), reason);
+	it = add_item(p, id, rt_state_name(st), reason);
+	if (st == RT_STATE_RUNNING || st == RT_STATE_PAUSED)
+		it->guest_ready_at = gr_get(c->gr, id);
 }
 
 static void converge_deleted(struct conv *c, struct pass *p, const char *id,
@@ -537,6 +551,7 @@ static void converge_deleted(struct conv *c, struct pass *p, const char *id,
 		record_state(c, p, id, a->state, reason);
 		return;
 	}
+	gr_clear(c->gr, id);
 	log_info("instance %s: destroyed (desired deleted)", id);
 	add_item(p, id, "deleted", NULL);
 }
@@ -587,6 +602,7 @@ static void converge_new(struct conv *c, struct pass *p, const Bc__Node__V1__Ins
 	}
 	if (net_refused(c, p, s, NULL))
 		return;
+	gr_clear(c->gr, s->id);  /* a mark left by an earlier instance of that id */
 	e = c->rt->ops->create(c->rt, s, reason);
 	if (e == -ENOSPC) {
 		record_state(c, p, s->id, RT_STATE_STOPPED, reason);
@@ -746,6 +762,7 @@ static void converge_unnamed(struct conv *c, struct pass *p, const struct rt_ins
 			record_state(c, p, a->id, a->state, reason);
 			continue;
 		}
+		gr_clear(c->gr, a->id);
 		log_info("instance %s: destroyed (not in spec generation %" PRIu64 ")", a->id,
 			 c->spec->generation);
 		add_gone(p, a->id);
@@ -758,7 +775,7 @@ static bool items_equal(const struct conv_item *a, size_t na, const struct conv_
 		return false;
 	for (size_t i = 0; i < na; i++)
 		if (strcmp(a[i].id, b[i].id) || strcmp(a[i].state, b[i].state) ||
-		    strcmp(a[i].reason, b[i].reason))
+		    strcmp(a[i].reason, b[i].reason) || a[i].guest_ready_at != b[i].guest_ready_at)
 			return false;
 	return true;
 }
