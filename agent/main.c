@@ -38,6 +38,7 @@
 #include "agent/config.h"
 #include "agent/converge.h"
 #include "agent/guestready.h"
+#include "agent/guestsig.h"
 #include "agent/join.h"
 #include "agent/net.h"
 #include "agent/renew.h"
@@ -75,6 +76,7 @@ struct agent {
 	struct agent_metrics metrics;
 	metrics_srv *metrics_srv;
 	struct tunnel_srv *tunnel;      /* NULL: tunnel port off */
+	struct guestsig *gsig;          /* the guest-up signal's listener */
 	int lock_fd;
 };
 
@@ -378,6 +380,13 @@ static int start_up(struct agent *a)
 	report_init(&a->report, &a->cfg, &a->traits);
 	report_set_cert(&a->report, a->creds.cert_pem, a->cfg.cert_warn_seconds);
 	start_tunnel(a);
+	{
+		struct gs_opts go = {.conv = a->conv, .gr = a->gr};
+
+		e = gs_start(&go, &a->gsig);
+		if (e < 0)
+			log_warn("guest-up signal: no listener: %s", strerror(-e));
+	}
 	a->renew = (struct renew){.state_dir = a->cfg.state_dir,
 				  .percent = a->cfg.cert_renew_percent, .client = a->client,
 				  .creds = &a->creds, .stop = &a->stop, .renewed = renewed, .ctx = a};
@@ -432,7 +441,8 @@ static int run(struct agent *a)
 	if (a->cfg.metrics_listen && *a->cfg.metrics_listen) {
 		int port = 0, err = 0;
 		a->metrics = (struct agent_metrics){.conv = a->conv, .net = a->net,
-						 .report = &a->report, .tunnel = a->tunnel};
+						 .report = &a->report, .tunnel = a->tunnel,
+						 .guestsig = a->gsig};
 		a->metrics_srv = metrics_serve(a->cfg.metrics_listen, agent_metrics_render,
 					       &a->metrics, &port, &err);
 		if (!a->metrics_srv)
@@ -450,6 +460,8 @@ static int run(struct agent *a)
 	metrics_stop(a->metrics_srv);
 	a->metrics_srv = NULL;
 	tunnel_stop(a->tunnel);
+	gs_stop(a->gsig);
+	a->gsig = NULL;
 	a->tunnel = NULL;
 	backoff_stop_request(&a->stop);
 	conv_stop(a->conv);
@@ -460,6 +472,8 @@ static int run(struct agent *a)
 
 static void tear_down(struct agent *a)
 {
+	gs_stop(a->gsig);   /* it reads the conv and the marks */
+	a->gsig = NULL;
 	if (a->conv) {
 		report_fini(&a->report);
 		backoff_stop_destroy(&a->stop);
