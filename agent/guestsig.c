@@ -395,6 +395,8 @@ static void probe_done(struct guestsig *g, struct probe *p, bool up)
 		p->used = false;
 		return;
 	}
+	log_debug("instance %s: guest's port %d does not answer yet (try %d)", p->id,
+		  ntohs(p->guest.sin_port), p->tries + 1);
 	if (++p->tries >= GS_PROBE_TRIES) {
 		count(g, GS_NO_SSH, p->id, src);
 		p->used = false;

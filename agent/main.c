@@ -291,6 +291,25 @@ static void default_advertise(struct agent_config *cfg, int port)
 		cfg->tunnel_advertise = xasprintf("%s:%d", cfg->address, port);
 }
 
+/* The guest-up signal's listener (guestsig.h): with guest_ready = auto
+ * only in the bcd that owns the bridge (network = nftables), so that the
+ * fake-runtime agents of a test stack never take the gateway's port from
+ * a real one on the same host. */
+static void start_guestsig(struct agent *a)
+{
+	struct gs_opts go = {.conv = a->conv, .gr = a->gr};
+	int e;
+
+	if (strcmp(a->cfg.guest_ready, "off") == 0 ||
+	    (strcmp(a->cfg.guest_ready, "auto") == 0 && !net_enforces(a->net))) {
+		log_info("guest-up signal: no listener (guest_ready = %s, network = %s)",
+			 a->cfg.guest_ready, a->cfg.network);
+		return;
+	}
+	if ((e = gs_start(&go, &a->gsig)) < 0)
+		log_warn("guest-up signal: no listener: %s", strerror(-e));
+}
+
 /* Agent.Tunnel on tunnel_listen, with tunnel.pem; a failure is logged and
  * bcd runs without (its instances matter more). */
 static void start_tunnel(struct agent *a)
@@ -380,13 +399,7 @@ static int start_up(struct agent *a)
 	report_init(&a->report, &a->cfg, &a->traits);
 	report_set_cert(&a->report, a->creds.cert_pem, a->cfg.cert_warn_seconds);
 	start_tunnel(a);
-	{
-		struct gs_opts go = {.conv = a->conv, .gr = a->gr};
-
-		e = gs_start(&go, &a->gsig);
-		if (e < 0)
-			log_warn("guest-up signal: no listener: %s", strerror(-e));
-	}
+	start_guestsig(a);
 	a->renew = (struct renew){.state_dir = a->cfg.state_dir,
 				  .percent = a->cfg.cert_renew_percent, .client = a->client,
 				  .creds = &a->creds, .stop = &a->stop, .renewed = renewed, .ctx = a};
