@@ -62,6 +62,9 @@ static const struct conf_key keys[] = {
 	S(tunnel_advertise, "",
 	  "host:port the controller dials for tunnels (empty: address and tunnel_listen's port)"),
 	U32(tunnel_max, "256", 1, 65536, "tunnels open at once at most"),
+	U32(runtime_concurrency, "2", 0, 64,
+	    "slow runtime calls (create, first start, destroy) run at once off the converge pass "
+	    "(0: inline in the pass)"),
 };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)

@@ -349,6 +349,7 @@ static int start_up(struct agent *a)
 		return EXIT_CONFIG;
 	}
 	conv_set_net(a->conv, a->net);
+	conv_set_concurrency(a->conv, a->cfg.runtime_concurrency);
 	if (conv_fence_parse(a->cfg.fence, &fence) == 0)  /* checked by cfg_finish */
 		conv_set_fence(a->conv, fence, (int64_t)a->cfg.node_lost_seconds * 1000);
 	backoff_stop_init(&a->stop);
