@@ -64,6 +64,7 @@ struct cfg_cli {
 	bool help;                /* -h, --help */
 	bool version;             /* --version, or the word "version" */
 	bool check;               /* -n: check and print the configuration */
+	bool check_host;          /* --check-host: hostcheck.h, then exit */
 };
 
 /* Defaults of every key. */

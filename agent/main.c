@@ -37,6 +37,7 @@
 #include "agent/bootdata.h"
 #include "agent/config.h"
 #include "agent/converge.h"
+#include "agent/hostcheck.h"
 #include "agent/join.h"
 #include "agent/net.h"
 #include "agent/renew.h"
@@ -94,6 +95,8 @@ static int parse_config(struct agent_config *cfg, int argc, char **argv)
 		printf("bcd %s\n", BCD_VERSION);
 		return 0;
 	}
+	if (cli.check_host)  /* needs no controller nor state_dir */
+		return hostcheck_run(cfg->libvirt_uri, stdout);
 	if (cfg_finish(cfg, err, sizeof(err)) < 0) {
 		fprintf(stderr, "bcd: %s\n", err);
 		return EXIT_CONFIG;
