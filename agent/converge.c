@@ -26,8 +26,8 @@
  * stay in the pass: they take milliseconds. At most one job per instance;
  * a pass never calls the runtime for an instance whose job is queued or
  * running, and reports it meanwhile as the job's phase says: a create
- * "provisioning" (or what its last attempt reported, while it is retried),
- * then "starting" once defined; a start "starting"; a stop or a destroy the
+ * "provisioning" until it ended (or what its last attempt reported, while
+ * it is retried); a start "starting"; a stop or a destroy the
  * state the pass listed ("Deleting: ..." for a destroy); an instance the
  * spec no longer names is not reported until its destroy ends. The end of
  * a job asks for a pass (conv_poke), which reports its outcome under the
@@ -122,7 +122,8 @@ struct job {
 	Bc__Node__V1__DesiredState want; /* CREATE, MOVE */
 	bool unnamed;                /* DESTROY: the spec does not name it */
 	uint64_t generation;         /* DESTROY: the spec's, for the log */
-	/* what a pass reports while it is queued or running (under jlock) */
+	/* what a pass reports while it is queued or running (set before it
+	 * is queued, then only read) */
 	char phase[CONV_STATE_MAX];
 	char phase_reason[RT_REASON_MAX];
 	/* outcome, once DONE */
@@ -457,14 +458,6 @@ static void job_free(struct job *j)
 	free(j);
 }
 
-static void job_phase(struct conv *c, struct job *j, const char *state, const char *reason)
-{
-	pthread_mutex_lock(&c->jlock);
-	snprintf(j->phase, sizeof(j->phase), "%s", state);
-	snprintf(j->phase_reason, sizeof(j->phase_reason), "%s", reason ? reason : "");
-	pthread_mutex_unlock(&c->jlock);
-}
-
 /* The job's runtime calls; any thread. */
 static void job_run(struct conv *c, struct job *j)
 {
@@ -479,7 +472,6 @@ static void job_run(struct conv *c, struct job *j)
 			break;
 		log_info("instance %s: created (%" PRIu32 " vcpus, %" PRIu64 " MiB)", s->id,
 			 s->vcpus, s->memory_mib);
-		job_phase(c, j, target_of(j->want) == RT_STATE_STOPPED ? "stopped" : "starting", NULL);
 		j->st = move(c, j->id, RT_STATE_STOPPED, j->want, j->reason);
 		break;
 	case JOB_MOVE:
