@@ -119,6 +119,25 @@ struct kvm_view {
 	char user[64], group[64];
 };
 
+static void kvm_look(struct kvm_view *k, FILE *out);
+static int cache_entry(struct timespec *mtime);
+
+const char *hostcheck_caps(const char **fix)
+{
+	struct kvm_view k = {0};
+	struct timespec m;
+	FILE *null = fopen("/dev/null", "w");
+	const char *why;
+
+	*fix = NULL;
+	if (!null)
+		return NULL;
+	kvm_look(&k, null);
+	fclose(null);
+	why = hc_caps_mismatch(k.dev, k.rw, cache_entry(&m), fix);
+	return why;
+}
+
 static void kvm_look(struct kvm_view *k, FILE *out)
 {
 	_cleanup_free_ char *conf = NULL;

@@ -41,6 +41,11 @@ int hc_cache_kvm(const char *xml);
  * do (static strings). */
 const char *hc_caps_mismatch(bool kvm_dev, bool kvm_rw, int cache_kvm, const char **fix);
 
+/* The quick part, for bcd's start with runtime = libvirt: /dev/kvm's
+ * access and the cached capabilities compared (no libvirt call). NULL if
+ * they agree; else the cause and *fix (static strings). */
+const char *hostcheck_caps(const char **fix);
+
 /* Run every check against the libvirt at uri (NULL: qemu:///system),
  * printing one line each ("ok", "WARN", "FAIL") on out. 0 when nothing
  * failed, 1 otherwise. */

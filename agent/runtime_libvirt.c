@@ -33,6 +33,7 @@
 
 #include "admit.h"
 #include "domxml.h"
+#include "hostcheck.h"
 #include "image.h"
 #include "imgfetch.h"
 #include "log.h"
@@ -378,7 +379,7 @@ static void lv_paths(struct rt_libvirt *lv, const struct rt_config *cfg)
 static int lv_open(const struct rt_config *cfg, struct rt **ret)
 {
 	struct rt_libvirt *lv;
-	const char *why = "";
+	const char *why = "", *cause, *fix;
 	int e;
 
 	if (!cfg || !cfg->state_dir || !cfg->node_id || !*cfg->node_id ||
@@ -416,6 +417,8 @@ static int lv_open(const struct rt_config *cfg, struct rt **ret)
 	}
 	log_info("libvirt: %s, domain type %s (%s), data_dir %s", lv->uri, lv->type, why,
 		 lv->data_dir);
+	if ((cause = hostcheck_caps(&fix)))  /* defines would take minutes */
+		log_warn("libvirt: %s; fix: %s (bcd --check-host)", cause, fix);
 	*ret = &lv->base;
 	return 0;
 }
