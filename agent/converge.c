@@ -45,6 +45,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "guestready.h"
 #include "log.h"
 #include "net.h"
 #include "netlink.h"
@@ -70,6 +71,7 @@ struct idset {
 struct conv {
 	struct rt *rt;
 	struct net *net;           /* instance networking; NULL: none */
+	struct guestready *gr;     /* guests that reported up; NULL: none */
 	/* converge thread only; replaced under lock (conv_tunnel_target) */
 	Bc__Node__V1__NodeSpec *spec;
 	struct idset adopted;      /* sorted: instances this process owns */
@@ -290,6 +292,11 @@ struct conv *conv_new(struct rt *rt)
 	return c;
 }
 
+void conv_set_guestready(struct conv *c, struct guestready *gr)
+{
+	c->gr = gr;
+}
+
 void conv_set_net(struct conv *c, struct net *net)
 {
 	c->net = net;
@@ -404,7 +411,10 @@ static enum rt_state move(struct conv *c, const char *id, enum rt_state cur,
 
 	for (int i = 0; cur != target && i < 4; i++) {
 		struct step s = next_step(c->rt->ops, cur, target);
-		int e = s.fn(c->rt, id);
+		int e;
+		if (s.fn == c->rt->ops->start)  /* a new boot: it must announce itself anew */
+			gr_clear(c->gr, id);
+		e = s.fn(c->rt, id);
 		if (e == -EINPROGRESS) {  /* e.g. a guest shutting down: next pass */
 			const char *why = c->rt->ops->last_error ? c->rt->ops->last_error(c->rt)
 								 : NULL;
@@ -467,6 +477,7 @@ static void job_run(struct conv *c, struct job *j)
 	switch (j->kind) {
 	case JOB_CREATE:
 		j->st = RT_STATE_STOPPED;
+		gr_clear(c->gr, j->id);  /* a mark left by an earlier instance of that id */
 		j->e = c->rt->ops->create(c->rt, s, j->reason);
 		if (j->e < 0)
 			break;
@@ -481,9 +492,12 @@ static void job_run(struct conv *c, struct job *j)
 	case JOB_DESTROY:
 		j->st = j->from;
 		j->e = c->rt->ops->destroy(c->rt, j->id);
-		if (j->e < 0)
+		if (j->e < 0) {
 			snprintf(j->reason, sizeof(j->reason), "destroy failed: %s", strerror(-j->e));
-		else if (j->unnamed)
+			break;
+		}
+		gr_clear(c->gr, j->id);
+		if (j->unnamed)
 			log_info("instance %s: destroyed (not in spec generation %" PRIu64 ")", j->id,
 				 j->generation);
 		else
@@ -837,18 +851,31 @@ static const struct rt_instance *find_actual(const struct rt_instance *v, size_t
 static void record_state(struct conv *c, struct pass *p, const char *id, enum rt_state st,
 			 const char *reason)
 {
+	struct conv_item *it;
+
 	if (reason && *reason)
 		warn_once(c, id, reason);
-	add_item(p, id, rt_state_name(st), reason);
+	it = add_item(p, id, rt_state_name(st), reason);
+	if (st == RT_STATE_RUNNING || st == RT_STATE_PAUSED)
+		it->guest_ready_at = gr_get(c->gr, id);
 }
 
 /* An instance a job is working on: reported as the job's phase says, kept
  * owned; no call. */
+static void report_phase(struct conv *c, struct pass *p, const char *id, const char *state,
+			 const char *reason)
+{
+	struct conv_item *it = add_item(p, id, state, reason);
+
+	if (strcmp(state, "running") == 0 || strcmp(state, "paused") == 0)
+		it->guest_ready_at = gr_get(c->gr, id);
+}
+
 static void report_busy(struct conv *c, struct pass *p, const struct busy *b)
 {
 	if (idset_has(&c->adopted, b->id))
 		idset_add(&p->owned, b->id);
-	add_item(p, b->id, b->phase, b->phase_reason);
+	report_phase(c, p, b->id, b->phase, b->phase_reason);
 }
 
 /* The destroy of a (listed in state from) by a job, or inline; reports
@@ -866,7 +893,7 @@ static void destroy_start(struct conv *c, struct pass *p, const struct rt_instan
 	if (job_submit(c, j)) {
 		p->destroying = true;
 		if (!unnamed)  /* an unnamed one is not reported until it is gone */
-			add_item(p, a->id, j->phase, j->phase_reason);
+			report_phase(c, p, a->id, j->phase, j->phase_reason);
 		return;
 	}
 	if (j->e < 0)
@@ -1063,7 +1090,7 @@ static void converge_existing(struct conv *c, struct pass *p, const Bc__Node__V1
 	snprintf(j->phase_reason, sizeof(j->phase_reason), "%s",
 		 a->state == RT_STATE_STOPPED ? "" : prev_reason(c, s->id));
 	if (job_submit(c, j)) {
-		add_item(p, s->id, j->phase, j->phase_reason);
+		report_phase(c, p, s->id, j->phase, j->phase_reason);
 		return;
 	}
 	if (!*j->reason && *reason)  /* an update failure, as before */
@@ -1199,7 +1226,7 @@ static bool items_equal(const struct conv_item *a, size_t na, const struct conv_
 		return false;
 	for (size_t i = 0; i < na; i++)
 		if (strcmp(a[i].id, b[i].id) || strcmp(a[i].state, b[i].state) ||
-		    strcmp(a[i].reason, b[i].reason))
+		    strcmp(a[i].reason, b[i].reason) || a[i].guest_ready_at != b[i].guest_ready_at)
 			return false;
 	return true;
 }

@@ -30,6 +30,7 @@ struct conv_item {
 	char state[CONV_STATE_MAX];
 	char reason[RT_REASON_MAX];
 	int desired;   /* the applied spec's Bc__Node__V1__DesiredState; 0: not named */
+	int64_t guest_ready_at; /* running/paused: unix ms its guest reported up; 0: not */
 	bool once;     /* a one-shot "deleted" entry (destroyed, no longer named) */
 };
 
@@ -64,6 +65,12 @@ struct conv *conv_new(struct rt *rt);
  * instances and before creating or starting any. */
 struct net;
 void conv_set_net(struct conv *c, struct net *net);
+
+/* The guests' up marks (guestready.h): reported with each running or
+ * paused instance, cleared when a boot begins or the instance is destroyed.
+ * Before the converge thread starts; NULL (the default): none. */
+struct guestready;
+void conv_set_guestready(struct conv *c, struct guestready *gr);
 
 void conv_free(struct conv *c);
 

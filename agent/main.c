@@ -37,6 +37,7 @@
 #include "agent/bootdata.h"
 #include "agent/config.h"
 #include "agent/converge.h"
+#include "agent/guestready.h"
 #include "agent/hostcheck.h"
 #include "agent/join.h"
 #include "agent/net.h"
@@ -64,6 +65,7 @@ struct agent {
 	struct rt *rt;
 	struct conv *conv;
 	struct net *net;
+	struct guestready *gr;          /* guests that reported up */
 	struct rt_traits traits;        /* advertised (runtime's, net's) */
 	struct state_cmds *cmds;
 	struct backoff_stop stop;
@@ -235,7 +237,8 @@ static int open_runtime(struct agent *a)
 			       .boot_data = bootdata_fetch,
 			       .boot_data_ctx = a->client,
 			       .wake = wake_converge,
-			       .wake_ctx = a};
+			       .wake_ctx = a,
+			       .guest_ready = a->gr};
 	int e = rt_open(a->cfg.runtime, &rc, &a->rt);
 
 	if (e == -ENOENT)
@@ -335,6 +338,12 @@ static int start_up(struct agent *a)
 		log_error("cannot make an mTLS client for %s", a->cfg.controller);
 		return EXIT_CONFIG;
 	}
+	e = gr_open(a->cfg.state_dir, &a->gr);
+	if (e < 0) {
+		log_error("%s/guest-ready: %s", a->cfg.state_dir, strerror(-e));
+		return EXIT_CONFIG;
+	}
+	gr_set_notify(a->gr, wake_converge, a);
 	if (open_runtime(a) < 0)
 		return EXIT_CONFIG;
 	e = state_cmds_open(a->cfg.state_dir, &a->cmds);
@@ -352,6 +361,7 @@ static int start_up(struct agent *a)
 		return EXIT_CONFIG;
 	}
 	conv_set_net(a->conv, a->net);
+	conv_set_guestready(a->conv, a->gr);
 	conv_set_concurrency(a->conv, a->cfg.runtime_concurrency);
 	if (conv_fence_parse(a->cfg.fence, &fence) == 0)  /* checked by cfg_finish */
 		conv_set_fence(a->conv, fence, (int64_t)a->cfg.node_lost_seconds * 1000);
@@ -460,6 +470,7 @@ static void tear_down(struct agent *a)
 	}
 	rt_close(a->rt);  /* first: its download workers may poke the conv */
 	conv_free(a->conv);
+	gr_close(a->gr);
 	net_close(a->net);
 	state_cmds_free(a->cmds);
 	rpc_client_free(a->client);

@@ -74,6 +74,9 @@ struct rt_config {
 	 * ready (an image download ended): worth a converge pass now. */
 	void (*wake)(void *ctx);
 	void *wake_ctx;
+	/* The guests' up marks (guestready.h), for a runtime that learns of
+	 * them itself (the fake: its guests come up when started). May be NULL. */
+	struct guestready *guest_ready;
 };
 
 /* The volume store numbers of StatusReport.volume_storage, in bytes. */

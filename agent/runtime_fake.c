@@ -46,6 +46,10 @@
  * operations proceed meanwhile), as a slow libvirt define would; the
  * ledger gets "op=slow id=<id> wait=<op>:<ms>" as the sleep begins.
  *
+ * Guests: a started instance's guest reports up at once, or after the
+ * delay in state_dir/fake/guest_ready_delay_ms, or never with a file
+ * state_dir/fake/<id>.noready (see "guests coming up").
+ *
  * The converge thread and its runtime workers call it (runtime.h), never
  * two at once for one instance; a mutex guards the records, so a list()
  * from another thread (tests do) is safe too. */
@@ -58,9 +62,11 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "admit.h"
+#include "guestready.h"
 #include "runtime.h"
 #include "util.h"
 
@@ -69,6 +75,12 @@
 #define FAKE_FIELD_MAX 128
 #define FAKE_STATE_W 12      /* the state field's width on disk, padded with spaces */
 #define GIB (1024ull * 1024 * 1024)
+
+/* A guest that comes up at due (mono ms). */
+struct fake_boot {
+	char id[RT_ID_MAX + 1];
+	int64_t due;
+};
 
 /* One record. Lines the fake does not interpret (nic=, volume=) are kept
  * verbatim in extra so rewriting a record never loses them. */
@@ -97,6 +109,13 @@ struct rt_fake {
 	pthread_mutex_t lock;      /* guards recs, n_recs, cap_recs */
 	struct fake_rec *recs;     /* what is on disk, sorted by id */
 	size_t n_recs, cap_recs;
+	/* guests coming up later (guest_ready_delay_ms): marked by boot_th */
+	pthread_mutex_t boot_lock; /* guards boots, n_boots, cap_boots, boot_stop */
+	pthread_cond_t boot_cond;
+	struct fake_boot *boots;
+	size_t n_boots, cap_boots;
+	bool boot_stop, boot_started;
+	pthread_t boot_th;
 };
 
 static struct rt_fake *fake_of(struct rt *rt)
@@ -319,6 +338,94 @@ static void slow_injected(const struct rt_fake *f, const char *id, const char *o
 		}
 }
 
+/* ------------------------------------------------------ guests coming up */
+
+/* The fake's guests announce themselves up when started (guestready.h),
+ * after state_dir/fake/guest_ready_delay_ms milliseconds if that file holds
+ * a number, never if a file state_dir/fake/<id>.noready exists. A delayed
+ * one is marked by boot_th, which skips an instance no longer running. */
+
+static int64_t boot_delay_ms(const struct rt_fake *f)
+{
+	_cleanup_free_ char *path = xasprintf("%s/guest_ready_delay_ms", f->dir);
+	_cleanup_free_ char *text = NULL;
+	long long v;
+
+	if (file_read_all(path, 64, &text, NULL) < 0 || sscanf(text, "%lld", &v) != 1 || v < 0)
+		return 0;
+	return v;
+}
+
+static bool rec_running(struct rt_fake *f, const char *id);
+
+static void *boot_run(void *arg)
+{
+	struct rt_fake *f = arg;
+
+	pthread_mutex_lock(&f->boot_lock);
+	while (!f->boot_stop) {
+		int64_t now = mono_ms(), next = 0;
+		size_t k = 0;
+		for (size_t i = 0; i < f->n_boots; i++) {
+			struct fake_boot b = f->boots[i];
+			if (b.due > now) {
+				f->boots[k++] = b;
+				if (!next || b.due < next)
+					next = b.due;
+				continue;
+			}
+			pthread_mutex_unlock(&f->boot_lock);
+			if (rec_running(f, b.id) && gr_mark(f->cap.guest_ready, b.id, now_ms()) == 0 &&
+			    f->cap.wake)
+				f->cap.wake(f->cap.wake_ctx);
+			pthread_mutex_lock(&f->boot_lock);
+		}
+		f->n_boots = k;
+		if (f->boot_stop)
+			break;
+		if (next) {
+			struct timespec until = deadline_ts((int)(next - now));
+			pthread_cond_timedwait(&f->boot_cond, &f->boot_lock, &until);
+		} else {
+			pthread_cond_wait(&f->boot_cond, &f->boot_lock);
+		}
+	}
+	pthread_mutex_unlock(&f->boot_lock);
+	return NULL;
+}
+
+/* id's guest starts booting: marked up now, later, or never. */
+static void guest_boot(struct rt_fake *f, const char *id)
+{
+	_cleanup_free_ char *noready = rec_path(f, id, ".noready");
+	int64_t delay;
+	bool queued = false;
+
+	if (!f->cap.guest_ready || gr_get(f->cap.guest_ready, id) || access(noready, F_OK) == 0)
+		return;
+	delay = boot_delay_ms(f);
+	if (delay == 0) {
+		gr_mark(f->cap.guest_ready, id, now_ms());
+		return;
+	}
+	pthread_mutex_lock(&f->boot_lock);
+	for (size_t i = 0; i < f->n_boots && !queued; i++)
+		queued = strcmp(f->boots[i].id, id) == 0;
+	if (!queued) {
+		if (f->n_boots == f->cap_boots) {
+			f->cap_boots = f->cap_boots ? 2 * f->cap_boots : 8;
+			f->boots = xrealloc(f->boots, f->cap_boots * sizeof(*f->boots));
+		}
+		f->boots[f->n_boots] = (struct fake_boot){.due = mono_ms() + delay};
+		snprintf(f->boots[f->n_boots].id, sizeof(f->boots[0].id), "%s", id);
+		f->n_boots++;
+		if (!f->boot_started && pthread_create(&f->boot_th, NULL, boot_run, f) == 0)
+			f->boot_started = true;
+		pthread_cond_signal(&f->boot_cond);
+	}
+	pthread_mutex_unlock(&f->boot_lock);
+}
+
 /* ------------------------------------------------------ the records held */
 
 static int rec_cmp(const void *key, const void *elem)
@@ -381,6 +488,15 @@ static void fake_close(struct rt *rt)
 
 	if (!f)
 		return;
+	pthread_mutex_lock(&f->boot_lock);
+	f->boot_stop = true;
+	pthread_cond_signal(&f->boot_cond);
+	pthread_mutex_unlock(&f->boot_lock);
+	if (f->boot_started)
+		pthread_join(f->boot_th, NULL);
+	pthread_cond_destroy(&f->boot_cond);
+	pthread_mutex_destroy(&f->boot_lock);
+	free(f->boots);
 	for (size_t i = 0; i < f->n_recs; i++)
 		rec_clear(&f->recs[i]);
 	free(f->recs);
@@ -449,6 +565,7 @@ static void sweep_tmp(const char *dir)
 
 static int fake_open(const struct rt_config *cfg, struct rt **ret)
 {
+	pthread_condattr_t ca;
 	struct rt_fake *f;
 	int e;
 
@@ -457,6 +574,11 @@ static int fake_open(const struct rt_config *cfg, struct rt **ret)
 	f = xcalloc(1, sizeof(*f));
 	f->base.ops = &rt_fake_ops;
 	pthread_mutex_init(&f->lock, NULL);
+	pthread_mutex_init(&f->boot_lock, NULL);
+	pthread_condattr_init(&ca);  /* boot_run waits on deadline_ts (monotonic) */
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&f->boot_cond, &ca);
+	pthread_condattr_destroy(&ca);
 	f->dir = xasprintf("%s/fake", cfg->state_dir);
 	f->ledger = xasprintf("%s/ledger.log", f->dir);
 	f->cap = *cfg;
@@ -472,6 +594,9 @@ static int fake_open(const struct rt_config *cfg, struct rt **ret)
 		fake_close(&f->base);
 		return e;
 	}
+	for (size_t i = 0; i < f->n_recs; i++)  /* came up while no bcd ran */
+		if (f->recs[i].state == RT_STATE_RUNNING)
+			guest_boot(f, f->recs[i].id);
 	*ret = &f->base;
 	return 0;
 }
@@ -741,9 +866,25 @@ static int transition(struct rt *rt, const char *id, const char *op, unsigned fr
 
 #define BIT(s) (1u << (s))
 
+static bool rec_running(struct rt_fake *f, const char *id)
+{
+	struct fake_rec *r;
+	bool running;
+
+	pthread_mutex_lock(&f->lock);
+	r = held(f, id);
+	running = r && r->state == RT_STATE_RUNNING;
+	pthread_mutex_unlock(&f->lock);
+	return running;
+}
+
 static int fake_start(struct rt *rt, const char *id)
 {
-	return transition(rt, id, "start", BIT(RT_STATE_STOPPED), RT_STATE_RUNNING);
+	int e = transition(rt, id, "start", BIT(RT_STATE_STOPPED), RT_STATE_RUNNING);
+
+	if (e == 0)
+		guest_boot(fake_of(rt), id);
+	return e;
 }
 
 static int fake_pause(struct rt *rt, const char *id)

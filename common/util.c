@@ -235,6 +235,14 @@ void *xcalloc(size_t n, size_t m)
 	return p;
 }
 
+void *xrealloc(void *p, size_t n)
+{
+	p = realloc(p, n ? n : 1);
+	if (!p)
+		abort();
+	return p;
+}
+
 char *xstrdup(const char *s)
 {
 	char *p;

@@ -67,6 +67,7 @@ int duration_parse_ms(const char *s, int64_t *ret_ms);
 char *xstrdup(const char *s);
 void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t m);
+void *xrealloc(void *p, size_t n);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Read a whole file (at most max bytes) into a NUL-terminated buffer.

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "agent/converge.h"
+#include "agent/guestready.h"
 #include "agent/runtime.h"
 #include "agent/state.h"
 #include "log.h"
@@ -618,6 +619,58 @@ static void test_fence(void)
 	rt_close(rt);
 }
 
+/* Guest-up marks: reported with running and paused instances, cleared by a
+ * new boot (a start from stopped) and by a destroy; a stopped instance
+ * reports none. */
+static void test_guest_ready(void)
+{
+	_cleanup_free_ char *dir = subdir("ready");
+	struct guestready *g = NULL;
+	struct rt_config cfg = {.state_dir = dir, .capacity_disk_gib = 100};
+	struct rt *rt = NULL;
+	struct conv *c;
+	struct conv_status st = {0};
+	const struct want g1[] = {{"ins_r", RUNNING}, {"ins_s", STOPPED}, {0}};
+	const struct want g2[] = {{"ins_r", STOPPED}, {"ins_s", DELETED}, {0}};
+	const struct want g3[] = {{"ins_r", PAUSED}, {0}};
+	const struct want g4[] = {{0}};
+	int64_t first;
+
+	is_int(gr_open(dir, &g), 0, "gr_open");
+	cfg.guest_ready = g;
+	is_int(rt_open("fake", &cfg, &rt), 0, "fake with marks");
+	c = conv_new(rt);
+	conv_set_guestready(c, g);
+	gr_mark(g, "ins_r", 1);  /* left from an earlier instance of that id */
+	conv_submit(c, mkspec(1, g1));
+	conv_pass(c);
+	conv_snapshot(c, &st);
+	first = item(&st, "ins_r") ? item(&st, "ins_r")->guest_ready_at : -1;
+	ok(first > 1, "a running instance reports its guest's mark (not the stale one)");
+	is_int(item(&st, "ins_s") ? item(&st, "ins_s")->guest_ready_at : -1, 0,
+	       "a stopped instance reports none");
+	conv_status_clear(&st);
+	conv_submit(c, mkspec(2, g2));
+	conv_pass(c);
+	conv_snapshot(c, &st);
+	is_int(item(&st, "ins_r") ? item(&st, "ins_r")->guest_ready_at : -1, 0,
+	       "stopped: no mark reported");
+	conv_status_clear(&st);
+	usleep(2000);
+	conv_submit(c, mkspec(3, g3));
+	conv_pass(c);
+	conv_snapshot(c, &st);
+	ok(item(&st, "ins_r") && item(&st, "ins_r")->guest_ready_at > first,
+	   "started again (then paused): the new boot's mark, not the old one");
+	conv_status_clear(&st);
+	conv_submit(c, mkspec(4, g4));
+	conv_pass(c);
+	is_int(gr_get(g, "ins_r"), 0, "destroyed: the mark is gone");
+	conv_free(c);
+	rt_close(rt);
+	gr_close(g);
+}
+
 int main(void)
 {
 	log_init("test", LOG_LVL_ERROR);
@@ -636,6 +689,7 @@ int main(void)
 	test_results();
 	test_thread();
 	test_fence();
+	test_guest_ready();
 	rm_rf(tmpdir);
 	done_testing();
 }

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "agent/guestready.h"
 #include "agent/runtime.h"
 #include "log.h"
 #include "tap.h"
@@ -352,6 +353,91 @@ static void test_hooks_and_bad_records(void)
 	rt_close(rt);
 }
 
+/* guestready.h: marks survive a reopen, the first mark stands, a clear
+ * removes the file; a bad id or time is refused. */
+static void test_guestready_marks(void)
+{
+	struct guestready *g = NULL, *g2 = NULL;
+	_cleanup_free_ char *file = xasprintf("%s/guest-ready/inst_a", tmpdir);
+
+	is_int(gr_open(tmpdir, &g), 0, "gr_open");
+	is_int(gr_get(g, "inst_a"), 0, "no mark yet");
+	is_int(gr_mark(g, "inst_a", 1000), 0, "mark");
+	is_int(gr_mark(g, "inst_a", 2000), -EALREADY, "a second mark of one boot: -EALREADY");
+	is_int(gr_get(g, "inst_a"), 1000, "the first mark stands");
+	is_int(gr_mark(g, "../x", 1000), -EINVAL, "an unusable id is refused");
+	is_int(gr_mark(g, "inst_b", 0), -EINVAL, "a zero time is refused");
+	is_int(gr_mark(g, "inst_b", 3000), 0, "another instance");
+	is_int(gr_open(tmpdir, &g2), 0, "reopen");
+	is_int(gr_get(g2, "inst_a"), 1000, "a reopened record keeps inst_a's mark");
+	is_int(gr_get(g2, "inst_b"), 3000, "and inst_b's");
+	gr_clear(g2, "inst_a");
+	is_int(gr_get(g2, "inst_a"), 0, "cleared");
+	ok(access(file, F_OK) < 0, "its file is gone");
+	gr_close(g2);
+	is_int(gr_open(tmpdir, &g2), 0, "reopen again");
+	is_int(gr_get(g2, "inst_a"), 0, "the clear survives a reopen");
+	gr_clear(g2, "inst_b");
+	gr_close(g2);
+	gr_close(g);
+}
+
+static int woken;
+
+static void count_wake(void *ctx)
+{
+	(void)ctx;
+	__atomic_add_fetch(&woken, 1, __ATOMIC_SEQ_CST);
+}
+
+/* The fake's guests: up when started, after guest_ready_delay_ms, never
+ * with <id>.noready; not again when already running. */
+static void test_fake_guest_up(void)
+{
+	struct guestready *g = NULL;
+	struct rt_config cfg = {.state_dir = tmpdir, .capacity_disk_gib = 100,
+				.wake = count_wake};
+	struct rt *rt = NULL;
+	int64_t t0;
+
+	is_int(gr_open(tmpdir, &g), 0, "gr_open");
+	cfg.guest_ready = g;
+	is_int(rt_open("fake", &cfg, &rt), 0, "open the fake with marks");
+	is_int(create(rt, "gu_now"), 0, "create gu_now");
+	is_int(rt->ops->start(rt, "gu_now"), 0, "start gu_now");
+	ok(gr_get(g, "gu_now") > 0, "no delay: up when started");
+
+	write_file("guest_ready_delay_ms", "400\n");
+	is_int(create(rt, "gu_late"), 0, "create gu_late");
+	t0 = mono_ms();
+	is_int(rt->ops->start(rt, "gu_late"), 0, "start gu_late");
+	is_int(gr_get(g, "gu_late"), 0, "with a 400 ms delay: not up at once");
+	while (!gr_get(g, "gu_late") && mono_ms() - t0 < 10000)
+		usleep(20000);
+	ok(gr_get(g, "gu_late") > 0 && mono_ms() - t0 >= 400, "up after the delay (%lld ms)",
+	   (long long)(mono_ms() - t0));
+	ok(__atomic_load_n(&woken, __ATOMIC_SEQ_CST) >= 1, "the delayed mark woke the runtime's owner");
+
+	write_file("gu_never.noready", "");
+	remove_file("guest_ready_delay_ms");
+	is_int(create(rt, "gu_never"), 0, "create gu_never");
+	is_int(rt->ops->start(rt, "gu_never"), 0, "start gu_never");
+	is_int(gr_get(g, "gu_never"), 0, "<id>.noready: never up");
+
+	write_file("guest_ready_delay_ms", "300\n");
+	is_int(create(rt, "gu_stopped"), 0, "create gu_stopped");
+	is_int(rt->ops->start(rt, "gu_stopped"), 0, "start gu_stopped");
+	is_int(rt->ops->stop(rt, "gu_stopped"), 0, "and stop it before its guest is up");
+	usleep(600000);
+	is_int(gr_get(g, "gu_stopped"), 0, "a guest stopped before its delay is never marked");
+	remove_file("guest_ready_delay_ms");
+	rt->ops->close(rt);
+	for (const char *const *id = (const char *const[]){"gu_now", "gu_late", "gu_never",
+							       "gu_stopped", NULL}; *id; id++)
+		gr_clear(g, *id);
+	gr_close(g);
+}
+
 int main(void)
 {
 	log_init("test", LOG_LVL_ERROR);
@@ -364,6 +450,8 @@ int main(void)
 	test_failed_writes();
 	test_transition_in_place();
 	test_hooks_and_bad_records();
+	test_guestready_marks();
+	test_fake_guest_up();
 	rm_rf(tmpdir);
 	done_testing();
 }
