@@ -1,7 +1,7 @@
 # converge_async.t: one slow runtime call never holds the host (issue 20
 # item 4). bcd runs creates (with their first start) and destroys on its
 # runtime workers (runtime_concurrency, default 2), off the converge pass:
-# - while instance A's create takes 5 s (the fake runtime's <id>.slow hook),
+# - while instance A's create takes 10 s (the fake runtime's <id>.slow hook),
 #   instance B, already running on the same host, is paused and then resumed
 #   through the API, each within 2 s; A meanwhile shows provisioning, then
 #   ends running;
@@ -50,11 +50,11 @@ b=$(new_instance) || bail_out "instance B"
 eventually 30 instance_state_is "$b" running
 ok $? 'instance B runs'
 
-# -- A's create takes 5 s: its hook is written while bcd is frozen, before
+# -- A's create takes 10 s: its hook is written while bcd is frozen, before
 # it sees the instance
 kill -STOP "$PID"
 a=$(new_instance) || { kill -CONT "$PID"; bail_out "instance A"; }
-echo create=5000 >"$FAKE/$a.slow"
+echo create=10000 >"$FAKE/$a.slow"
 kill -CONT "$PID"
 eventually 10 eval 'grep -q "op=slow id=$a wait=create:" "$FAKE/ledger.log"'
 ok $? "A's create is under way"
