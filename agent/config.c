@@ -65,6 +65,9 @@ static const struct conf_key keys[] = {
 	S(guest_ready, "auto",
 	  "the guest-up signal's listener on the pool gateway, tcp/9469: on, off, or auto "
 	  "(on with network = nftables, the bcd that owns the bridge)"),
+	U32(runtime_concurrency, "2", 0, 64,
+	    "slow runtime calls (create, first start, destroy) run at once off the converge pass "
+	    "(0: inline in the pass)"),
 };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
@@ -177,6 +180,8 @@ static bool cli_flag(int argc, char **argv, int *i, struct cfg_cli *cli)
 		cli->version = true;
 	else if (strcmp(a, "-n") == 0)
 		cli->check = true;
+	else if (strcmp(a, "--check-host") == 0)
+		cli->check_host = true;
 	else if (strcmp(a, "--config") == 0 && *i + 1 < argc)
 		cli->config_path = argv[++*i];
 	else if (strncmp(a, "--config=", 9) == 0)
@@ -379,6 +384,8 @@ void cfg_usage(FILE *out)
 		     "       bcd --controller HOST:PORT --ca-file api-ca.pem --join-token bcjt_... "
 		     "--state-dir DIR [--runtime fake]\n"
 		     "       bcd -n ...   check the configuration and print it\n"
+		     "       bcd --check-host [--libvirt-uri URI]   check this host for the libvirt "
+		     "runtime\n"
 		     "       bcd --version\n\nkeys (file: key = value; flag: --key value):\n");
 	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
 		fprintf(out, "  %-24s %s%s%s\n", keys[i].name, keys[i].help,

@@ -48,6 +48,7 @@ struct agent_config {
 	uint64_t image_max_gib;
 	uint32_t node_lost_seconds;     /* fence after this long without a controller */
 	char *fence;                    /* pause | stop | off */
+	uint32_t runtime_concurrency;   /* converge job workers; 0: inline */
 	char *tunnel_listen;            /* Agent.Tunnel's mTLS port; "" = off */
 	char *tunnel_advertise;         /* host:port the controller dials ("" = address:port) */
 	uint32_t tunnel_max;            /* tunnels open at once */
@@ -64,6 +65,7 @@ struct cfg_cli {
 	bool help;                /* -h, --help */
 	bool version;             /* --version, or the word "version" */
 	bool check;               /* -n: check and print the configuration */
+	bool check_host;          /* --check-host: hostcheck.h, then exit */
 };
 
 /* Defaults of every key. */

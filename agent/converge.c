@@ -18,7 +18,24 @@
  *  - fenced (no controller for node_lost_seconds, see fence_step) the pass
  *    applies nothing: it pauses or stops what runs and sets its taps down.
  * Failures are reported per instance (state error + reason) and logged once
- * per distinct reason, never every pass. */
+ * per distinct reason, never every pass.
+ *
+ * Slow runtime calls run off the pass ("jobs", conv_set_concurrency): a
+ * create with its first start or pause, a move that starts or stops an
+ * existing instance, a destroy. Pauses, resumes, adopts and live updates
+ * stay in the pass: they take milliseconds. At most one job per instance;
+ * a pass never calls the runtime for an instance whose job is queued or
+ * running, and reports it meanwhile as the job's phase says: a create
+ * "provisioning" until it ended (or what its last attempt reported, while
+ * it is retried); a start "starting"; a stop or a destroy the
+ * state the pass listed ("Deleting: ..." for a destroy); an instance the
+ * spec no longer names is not reported until its destroy ends. The end of
+ * a job asks for a pass (conv_poke), which reports its outcome under the
+ * rules above (a failed job is retried on a later pass, never in the pass
+ * that reports it); a spec that deletes an instance whose create runs
+ * destroys it once the create ended; a create still queued for an
+ * instance the spec no longer wants is dropped. With no workers (0, the
+ * unit tests) a job runs inline in the pass as before. */
 #include "converge.h"
 
 #include <errno.h>
@@ -83,6 +100,47 @@ struct conv {
 	int64_t fenced_at;         /* when the fence began; 0: not fenced */
 	uint64_t fence_seq;        /* status seq of the last fenced pass */
 	uint64_t reported_seq;     /* newest status seq a delivered report carried */
+	/* jobs: the table and the workers under jlock; n_workers set before
+	 * the converge thread starts (conv_set_concurrency) */
+	pthread_mutex_t jlock;
+	pthread_cond_t jwake;      /* workers: a job queued, or jstop */
+	struct job **jobs;         /* at most one per instance id */
+	size_t n_jobs, cap_jobs;
+	unsigned n_workers;        /* 0: jobs run inline in the pass */
+	pthread_t *workers;
+	size_t n_started;
+	bool jstop;
+};
+
+enum job_kind { JOB_CREATE, JOB_MOVE, JOB_DESTROY };
+enum job_state { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
+
+/* One slow runtime call (or a few, for one instance) off the pass. */
+struct job {
+	enum job_kind kind;
+	enum job_state state;        /* under jlock */
+	char id[RT_ID_MAX + 1];
+	Bc__Node__V1__InstanceSpec *spec; /* CREATE: a copy, owned */
+	enum rt_state from;          /* MOVE, DESTROY: the state the pass listed */
+	Bc__Node__V1__DesiredState want; /* CREATE, MOVE */
+	bool unnamed;                /* DESTROY: the spec does not name it */
+	uint64_t generation;         /* DESTROY: the spec's, for the log */
+	/* what a pass reports while it is queued or running (set before it
+	 * is queued, then only read) */
+	char phase[CONV_STATE_MAX];
+	char phase_reason[RT_REASON_MAX];
+	/* outcome, once DONE */
+	int e;
+	enum rt_state st;
+	char reason[RT_REASON_MAX];
+};
+
+/* A job queued or running, as a pass saw it when it began. */
+struct busy {
+	char id[RT_ID_MAX + 1];
+	enum job_kind kind;
+	char phase[CONV_STATE_MAX];
+	char phase_reason[RT_REASON_MAX];
 };
 
 /* Items built during one pass. */
@@ -94,6 +152,11 @@ struct pass {
 	struct idset owned;
 	struct conv_item *netfail; /* refused by the network step (state unused) */
 	size_t n_netfail, cap_netfail;
+	struct busy *busy;         /* jobs queued or running, sorted by id */
+	size_t n_busy;
+	struct job **done;         /* jobs that ended, taken by this pass */
+	size_t n_done;
+	bool destroying;           /* a destroy job is under way: creates wait */
 };
 
 /* ------------------------------------------------------------- helpers */
@@ -193,6 +256,16 @@ static const char *prev_reason(const struct conv *c, const char *id)
 	return it ? it->reason : "";
 }
 
+/* The state last published for id ("" if none). Converge thread only. */
+static const char *prev_state(const struct conv *c, const char *id)
+{
+	struct conv_item key = {0}, *it;
+
+	snprintf(key.id, sizeof(key.id), "%s", id);
+	it = c->n_items ? bsearch(&key, c->items, c->n_items, sizeof(*c->items), cmp_item) : NULL;
+	return it ? it->state : "";
+}
+
 /* Log a per-instance problem at warn, once per distinct reason. */
 static void warn_once(const struct conv *c, const char *id, const char *reason)
 {
@@ -215,6 +288,8 @@ struct conv *conv_new(struct rt *rt)
 	pthread_cond_init(&c->wake, &ca);
 	pthread_cond_init(&c->changed, &ca);
 	pthread_condattr_destroy(&ca);
+	pthread_mutex_init(&c->jlock, NULL);
+	pthread_cond_init(&c->jwake, NULL);
 	return c;
 }
 
@@ -228,10 +303,20 @@ void conv_set_net(struct conv *c, struct net *net)
 	c->net = net;
 }
 
+static void jobs_stop(struct conv *c);
+static void job_free(struct job *j);
+
 void conv_free(struct conv *c)
 {
 	if (!c)
 		return;
+	jobs_stop(c);
+	for (size_t i = 0; i < c->n_jobs; i++)
+		job_free(c->jobs[i]);
+	free(c->jobs);
+	free(c->workers);
+	pthread_cond_destroy(&c->jwake);
+	pthread_mutex_destroy(&c->jlock);
 	if (c->spec)
 		bc__node__v1__node_spec__free_unpacked(c->spec, NULL);
 	if (c->pending)
@@ -356,6 +441,239 @@ static enum rt_state move(struct conv *c, const char *id, enum rt_state cur,
 		cur = s.result;
 	}
 	return cur;
+}
+
+/* --------------------------------------------------------------- jobs */
+
+static Bc__Node__V1__InstanceSpec *spec_copy(const Bc__Node__V1__InstanceSpec *s)
+{
+	size_t n = bc__node__v1__instance_spec__get_packed_size(s);
+	uint8_t *buf = xmalloc(n ? n : 1);
+	Bc__Node__V1__InstanceSpec *r;
+
+	bc__node__v1__instance_spec__pack(s, buf);
+	r = bc__node__v1__instance_spec__unpack(NULL, n, buf);
+	free(buf);
+	if (!r)
+		abort();
+	return r;
+}
+
+static struct job *job_new(enum job_kind kind, const char *id)
+{
+	struct job *j = xcalloc(1, sizeof(*j));
+
+	j->kind = kind;
+	snprintf(j->id, sizeof(j->id), "%s", id);
+	return j;
+}
+
+static void job_free(struct job *j)
+{
+	if (!j)
+		return;
+	if (j->spec)
+		bc__node__v1__instance_spec__free_unpacked(j->spec, NULL);
+	free(j);
+}
+
+/* The job's runtime calls; any thread. */
+static void job_run(struct conv *c, struct job *j)
+{
+	const Bc__Node__V1__InstanceSpec *s = j->spec;
+
+	j->reason[0] = '\0';
+	switch (j->kind) {
+	case JOB_CREATE:
+		j->st = RT_STATE_STOPPED;
+		gr_clear(c->gr, j->id);  /* a mark left by an earlier instance of that id */
+		j->e = c->rt->ops->create(c->rt, s, j->reason);
+		if (j->e < 0)
+			break;
+		log_info("instance %s: created (%" PRIu32 " vcpus, %" PRIu64 " MiB)", s->id,
+			 s->vcpus, s->memory_mib);
+		j->st = move(c, j->id, RT_STATE_STOPPED, j->want, j->reason);
+		break;
+	case JOB_MOVE:
+		j->e = 0;
+		j->st = move(c, j->id, j->from, j->want, j->reason);
+		break;
+	case JOB_DESTROY:
+		j->st = j->from;
+		j->e = c->rt->ops->destroy(c->rt, j->id);
+		if (j->e < 0) {
+			snprintf(j->reason, sizeof(j->reason), "destroy failed: %s", strerror(-j->e));
+			break;
+		}
+		gr_clear(c->gr, j->id);
+		if (j->unnamed)
+			log_info("instance %s: destroyed (not in spec generation %" PRIu64 ")", j->id,
+				 j->generation);
+		else
+			log_info("instance %s: destroyed (desired deleted)", j->id);
+		break;
+	}
+}
+
+/* Under jlock: the oldest queued job, or NULL. */
+static struct job *job_next(struct conv *c)
+{
+	for (size_t i = 0; i < c->n_jobs; i++)
+		if (c->jobs[i]->state == JOB_QUEUED)
+			return c->jobs[i];
+	return NULL;
+}
+
+static void *worker_main(void *arg)
+{
+	struct conv *c = arg;
+	struct job *j;
+
+	pthread_mutex_lock(&c->jlock);
+	while (!c->jstop) {
+		if (!(j = job_next(c))) {
+			pthread_cond_wait(&c->jwake, &c->jlock);
+			continue;
+		}
+		j->state = JOB_RUNNING;
+		pthread_mutex_unlock(&c->jlock);
+		job_run(c, j);
+		pthread_mutex_lock(&c->jlock);
+		j->state = JOB_DONE;
+		pthread_mutex_unlock(&c->jlock);
+		conv_poke(c);  /* a pass reports its outcome */
+		pthread_mutex_lock(&c->jlock);
+	}
+	pthread_mutex_unlock(&c->jlock);
+	return NULL;
+}
+
+void conv_set_concurrency(struct conv *c, unsigned n)
+{
+	c->n_workers = n;
+	if (!n)
+		return;
+	c->workers = xcalloc(n, sizeof(*c->workers));
+	for (unsigned i = 0; i < n; i++) {
+		if (pthread_create(&c->workers[i], NULL, worker_main, c) != 0) {
+			log_warn("converge: cannot start a runtime worker: %s", strerror(errno));
+			break;
+		}
+		c->n_started++;
+	}
+	if (!c->n_started)
+		c->n_workers = 0;  /* jobs inline, as before */
+}
+
+/* Workers end once their running job ended; queued jobs stay queued
+ * (freed by conv_free). Idempotent. */
+static void jobs_stop(struct conv *c)
+{
+	size_t running = 0;
+
+	pthread_mutex_lock(&c->jlock);
+	c->jstop = true;
+	for (size_t i = 0; i < c->n_jobs; i++)
+		running += c->jobs[i]->state == JOB_RUNNING;
+	pthread_cond_broadcast(&c->jwake);
+	pthread_mutex_unlock(&c->jlock);
+	if (running)
+		log_info("converge: waiting for %zu runtime call(s) under way to end", running);
+	for (size_t i = 0; i < c->n_started; i++)
+		pthread_join(c->workers[i], NULL);
+	c->n_started = 0;
+}
+
+/* Hand j to the workers (true), or run it here when there are none or
+ * they stopped (false: done, the caller reports and frees it). */
+static bool job_submit(struct conv *c, struct job *j)
+{
+	pthread_mutex_lock(&c->jlock);
+	if (c->n_started && !c->jstop) {
+		c->jobs = grow(c->jobs, &c->cap_jobs, c->n_jobs, sizeof(*c->jobs));
+		c->jobs[c->n_jobs++] = j;
+		pthread_cond_signal(&c->jwake);
+		pthread_mutex_unlock(&c->jlock);
+		return true;
+	}
+	pthread_mutex_unlock(&c->jlock);
+	job_run(c, j);
+	j->state = JOB_DONE;
+	return false;
+}
+
+static int cmp_busy(const void *a, const void *b)
+{
+	return strcmp(((const struct busy *)a)->id, ((const struct busy *)b)->id);
+}
+
+/* True if the spec wants id to exist (names it, not DELETED). */
+static bool spec_wants(const Bc__Node__V1__NodeSpec *spec, const char *id)
+{
+	for (size_t i = 0; spec && i < spec->n_instances; i++)
+		if (strcmp(spec->instances[i]->id, id) == 0)
+			return spec->instances[i]->desired_state !=
+			       BC__NODE__V1__DESIRED_STATE__DESIRED_DELETED;
+	return false;
+}
+
+/* At the start of a pass, before it lists: the jobs queued or running
+ * (busy: no call for them in this pass) and, with harvest, the ended ones
+ * (taken out of the table: this pass reports them). A queued create the
+ * spec no longer wants is dropped. */
+static void jobs_take(struct conv *c, struct pass *p, bool harvest)
+{
+	size_t k = 0;
+
+	pthread_mutex_lock(&c->jlock);
+	p->busy = xcalloc(c->n_jobs ? c->n_jobs : 1, sizeof(*p->busy));
+	p->done = xcalloc(c->n_jobs ? c->n_jobs : 1, sizeof(*p->done));
+	for (size_t i = 0; i < c->n_jobs; i++) {
+		struct job *j = c->jobs[i];
+		if (j->state == JOB_DONE && harvest) {
+			p->done[p->n_done++] = j;
+			continue;
+		}
+		if (j->state == JOB_QUEUED && j->kind == JOB_CREATE && c->spec &&
+		    !spec_wants(c->spec, j->id)) {
+			log_info("instance %s: create dropped before it began: no longer wanted", j->id);
+			job_free(j);
+			continue;
+		}
+		if (j->state != JOB_DONE) {
+			struct busy *b = &p->busy[p->n_busy++];
+			snprintf(b->id, sizeof(b->id), "%s", j->id);
+			b->kind = j->kind;
+			p->destroying |= j->kind == JOB_DESTROY;
+			snprintf(b->phase, sizeof(b->phase), "%s", j->phase);
+			snprintf(b->phase_reason, sizeof(b->phase_reason), "%s", j->phase_reason);
+		}
+		c->jobs[k++] = j;
+	}
+	c->n_jobs = k;
+	pthread_mutex_unlock(&c->jlock);
+	if (p->n_busy > 1)
+		qsort(p->busy, p->n_busy, sizeof(*p->busy), cmp_busy);
+}
+
+static const struct busy *busy_of(const struct pass *p, const char *id)
+{
+	struct busy key;
+
+	if (!p->n_busy)
+		return NULL;
+	snprintf(key.id, sizeof(key.id), "%s", id);
+	return bsearch(&key, p->busy, p->n_busy, sizeof(*p->busy), cmp_busy);
+}
+
+/* The ended job of id of kind k (or, k2 >= 0, of kind k2), or NULL. */
+static const struct job *done_of(const struct pass *p, const char *id, int k, int k2)
+{
+	for (size_t i = 0; i < p->n_done; i++)
+		if (strcmp(p->done[i]->id, id) == 0 &&
+		    ((int)p->done[i]->kind == k || (int)p->done[i]->kind == k2))
+			return p->done[i];
+	return NULL;
 }
 
 /* ------------------------------------------------------------ fencing */
@@ -499,13 +817,20 @@ static int fence_pass(struct conv *c)
 	struct pass p = {0};
 	struct rt_storage stg;
 	size_t n_actual = 0;
-	int e = list_actual(c, &actual, &n_actual);
+	int e;
 	bool has_stg;
 
+	jobs_take(c, &p, true);  /* ended jobs: this pass reports what it lists */
+	e = list_actual(c, &actual, &n_actual);
 	if (e == 0) {
 		fence_taps(c);
-		for (size_t i = 0; i < n_actual; i++)
-			fence_one(c, &p, &actual[i]);
+		for (size_t i = 0; i < n_actual; i++) {
+			const struct busy *b = busy_of(&p, actual[i].id);
+			if (b)  /* its job's call is under way: held once it ends */
+				add_item(&p, actual[i].id, b->phase, b->phase_reason);
+			else
+				fence_one(c, &p, &actual[i]);
+		}
 		if (c->spec) {
 			size_t n = spec_sorted(c, &v);
 			stamp_desired(&p, v, n);
@@ -544,25 +869,71 @@ static void record_state(struct conv *c, struct pass *p, const char *id, enum rt
 		it->guest_ready_at = gr_get(c->gr, id);
 }
 
+/* An instance a job is working on: reported as the job's phase says, kept
+ * owned; no call. */
+static void report_phase(struct conv *c, struct pass *p, const char *id, const char *state,
+			 const char *reason)
+{
+	struct conv_item *it = add_item(p, id, state, reason);
+
+	if (strcmp(state, "running") == 0 || strcmp(state, "paused") == 0)
+		it->guest_ready_at = gr_get(c->gr, id);
+}
+
+static void report_busy(struct conv *c, struct pass *p, const struct busy *b)
+{
+	if (idset_has(&c->adopted, b->id))
+		idset_add(&p->owned, b->id);
+	report_phase(c, p, b->id, b->phase, b->phase_reason);
+}
+
+/* The destroy of a (listed in state from) by a job, or inline; reports
+ * the outcome once it ended. */
+static void destroy_start(struct conv *c, struct pass *p, const struct rt_instance *a,
+			  bool unnamed)
+{
+	struct job *j = job_new(JOB_DESTROY, a->id);
+
+	j->from = a->state;
+	j->unnamed = unnamed;
+	j->generation = c->spec ? c->spec->generation : 0;
+	snprintf(j->phase, sizeof(j->phase), "%s", rt_state_name(a->state));
+	snprintf(j->phase_reason, sizeof(j->phase_reason), "Deleting: the runtime is destroying it");
+	if (job_submit(c, j)) {
+		p->destroying = true;
+		if (!unnamed)  /* an unnamed one is not reported until it is gone */
+			report_phase(c, p, a->id, j->phase, j->phase_reason);
+		return;
+	}
+	if (j->e < 0)
+		record_state(c, p, j->id, j->from, j->reason);
+	else if (unnamed)
+		add_gone(p, j->id);
+	else
+		add_item(p, j->id, "deleted", NULL);
+	job_free(j);
+}
+
 static void converge_deleted(struct conv *c, struct pass *p, const char *id,
 			     const struct rt_instance *a)
 {
-	char reason[RT_REASON_MAX];
-	int e;
+	const struct busy *b = busy_of(p, id);
+	const struct job *d;
 
+	if (b) {  /* a create still running is destroyed once it ended */
+		report_busy(c, p, b);
+		return;
+	}
 	if (!a) {
 		add_item(p, id, "deleted", NULL);
 		return;
 	}
-	e = c->rt->ops->destroy(c->rt, id);
-	if (e < 0) {
-		snprintf(reason, sizeof(reason), "destroy failed: %s", strerror(-e));
-		record_state(c, p, id, a->state, reason);
+	d = done_of(p, id, JOB_DESTROY, -1);
+	if (d && d->e < 0) {  /* retried on a later pass */
+		record_state(c, p, id, a->state, d->reason);
 		return;
 	}
-	gr_clear(c->gr, id);
-	log_info("instance %s: destroyed (desired deleted)", id);
-	add_item(p, id, "deleted", NULL);
+	destroy_start(c, p, a, false);
 }
 
 static void on_net_fail(const char *id, const char *reason, void *data)
@@ -598,56 +969,109 @@ static bool net_refused(struct conv *c, struct pass *p, const Bc__Node__V1__Inst
 	return true;
 }
 
+/* Report an ended create (with its first start). */
+static void create_outcome(struct conv *c, struct pass *p, const struct job *j)
+{
+	char reason[RT_REASON_MAX];
+
+	snprintf(reason, sizeof(reason), "%s", j->reason);
+	if (j->e == -ENOSPC) {
+		record_state(c, p, j->id, RT_STATE_STOPPED, reason);
+		return;
+	}
+	if (j->e == -EAGAIN) {  /* image or boot data not there yet: next pass */
+		if (!*reason)
+			snprintf(reason, sizeof(reason), "create failed: %s", strerror(-j->e));
+		if (strcmp(prev_reason(c, j->id), reason) != 0)
+			log_info("instance %s: provisioning: %s", j->id, reason);
+		add_item(p, j->id, "provisioning", reason);
+		return;
+	}
+	if (j->e < 0) {
+		if (!*reason)
+			snprintf(reason, sizeof(reason), "create failed: %s", strerror(-j->e));
+		record_state(c, p, j->id, RT_STATE_ERROR, reason);
+		return;
+	}
+	idset_add(&p->owned, j->id);
+	record_state(c, p, j->id, j->st, reason);
+}
+
 static void converge_new(struct conv *c, struct pass *p, const Bc__Node__V1__InstanceSpec *s)
 {
 	char reason[RT_REASON_MAX] = "";
-	enum rt_state st;
-	int e;
+	const struct busy *b;
+	const struct job *d;
+	const char *st_prev;
+	struct job *j;
 
 	if (*s->runtime && strcmp(s->runtime, c->rt->ops->name) != 0) {
 		snprintf(reason, sizeof(reason), "UnsupportedRuntime: %.64s", s->runtime);
 		record_state(c, p, s->id, RT_STATE_ERROR, reason);
 		return;
 	}
+	b = busy_of(p, s->id);
+	if (b) {
+		report_busy(c, p, b);
+		return;
+	}
 	if (net_refused(c, p, s, NULL))
 		return;
-	gr_clear(c->gr, s->id);  /* a mark left by an earlier instance of that id */
-	e = c->rt->ops->create(c->rt, s, reason);
-	if (e == -ENOSPC) {
-		record_state(c, p, s->id, RT_STATE_STOPPED, reason);
+	d = done_of(p, s->id, JOB_CREATE, -1);
+	if (d) {  /* it failed (or the instance went): retried on a later pass */
+		create_outcome(c, p, d);
 		return;
 	}
-	if (e == -EAGAIN) {  /* image or boot data not there yet: next pass */
-		if (!*reason)
-			snprintf(reason, sizeof(reason), "create failed: %s", strerror(-e));
-		if (strcmp(prev_reason(c, s->id), reason) != 0)
-			log_info("instance %s: provisioning: %s", s->id, reason);
-		add_item(p, s->id, "provisioning", reason);
+	if (p->destroying) {  /* capacity is freed before it is taken: its end pokes */
+		st_prev = prev_state(c, s->id);
+		add_item(p, s->id, *st_prev ? st_prev : "provisioning", prev_reason(c, s->id));
 		return;
 	}
-	if (e < 0) {
-		if (!*reason)
-			snprintf(reason, sizeof(reason), "create failed: %s", strerror(-e));
-		record_state(c, p, s->id, RT_STATE_ERROR, reason);
+	j = job_new(JOB_CREATE, s->id);
+	j->spec = spec_copy(s);
+	j->want = want_of(c, s);
+	/* a retry keeps reporting what the last attempt found */
+	st_prev = prev_state(c, s->id);
+	if (strcmp(st_prev, "provisioning") == 0 || strcmp(st_prev, "stopped") == 0 ||
+	    strcmp(st_prev, "error") == 0) {
+		snprintf(j->phase, sizeof(j->phase), "%s", st_prev);
+		snprintf(j->phase_reason, sizeof(j->phase_reason), "%s", prev_reason(c, s->id));
+	} else {
+		snprintf(j->phase, sizeof(j->phase), "provisioning");
+	}
+	if (job_submit(c, j)) {
+		add_item(p, s->id, j->phase, j->phase_reason);
 		return;
 	}
-	log_info("instance %s: created (%" PRIu32 " vcpus, %" PRIu64 " MiB)", s->id, s->vcpus,
-		 s->memory_mib);
-	idset_add(&p->owned, s->id);
-	st = move(c, s->id, RT_STATE_STOPPED, want_of(c, s), reason);
-	record_state(c, p, s->id, st, reason);
+	create_outcome(c, p, j);
+	job_free(j);
 }
 
 static void converge_existing(struct conv *c, struct pass *p, const Bc__Node__V1__InstanceSpec *s,
 			      const struct rt_instance *a)
 {
 	char reason[RT_REASON_MAX] = "";
-	enum rt_state st;
+	const Bc__Node__V1__DesiredState want = want_of(c, s);
+	enum rt_state st, target = target_of(want);
+	const struct busy *b = busy_of(p, s->id);
+	const struct job *d;
+	struct job *j;
 	int e;
 
+	if (b) {
+		report_busy(c, p, b);
+		return;
+	}
 	if (net_refused(c, p, s, a))
 		return;
-	if (!idset_has(&c->adopted, s->id)) {
+	d = done_of(p, s->id, JOB_CREATE, JOB_MOVE);
+	if (d && d->e == 0) {  /* this process made or moved it: owned */
+		idset_add(&p->owned, s->id);
+		if (*d->reason) {  /* its move failed: retried on a later pass */
+			record_state(c, p, s->id, d->st, d->reason);
+			return;
+		}
+	} else if (!idset_has(&c->adopted, s->id)) {
 		e = c->rt->ops->adopt(c->rt, s);
 		if (e < 0) {
 			snprintf(reason, sizeof(reason), "adopt failed: %s", strerror(-e));
@@ -660,8 +1084,29 @@ static void converge_existing(struct conv *c, struct pass *p, const Bc__Node__V1
 		snprintf(reason, sizeof(reason), "update failed: %s", strerror(-e));
 	}
 	idset_add(&p->owned, s->id);
-	st = move(c, s->id, a->state, want_of(c, s), reason);
-	record_state(c, p, s->id, st, reason);
+	if (a->state == target || (a->state != RT_STATE_STOPPED && a->state != RT_STATE_ERROR &&
+				   target != RT_STATE_STOPPED)) {
+		/* pause and resume: quick, in the pass */
+		st = move(c, s->id, a->state, want, reason);
+		record_state(c, p, s->id, st, reason);
+		return;
+	}
+	/* a start or a stop: a job */
+	j = job_new(JOB_MOVE, s->id);
+	j->from = a->state;
+	j->want = want;
+	snprintf(j->phase, sizeof(j->phase), "%s",
+		 a->state == RT_STATE_STOPPED ? "starting" : rt_state_name(a->state));
+	snprintf(j->phase_reason, sizeof(j->phase_reason), "%s",
+		 a->state == RT_STATE_STOPPED ? "" : prev_reason(c, s->id));
+	if (job_submit(c, j)) {
+		report_phase(c, p, s->id, j->phase, j->phase_reason);
+		return;
+	}
+	if (!*j->reason && *reason)  /* an update failure, as before */
+		snprintf(j->reason, sizeof(j->reason), "%s", reason);
+	record_state(c, p, s->id, j->st, j->reason);
+	job_free(j);
 }
 
 /* The spec's instances sorted by id, duplicates dropped, unusable ids
@@ -754,27 +1199,34 @@ static void mark_named(const struct conv *c, const struct rt_instance *actual, s
 static void converge_unnamed(struct conv *c, struct pass *p, const struct rt_instance *actual,
 			     size_t n_actual, const bool *matched)
 {
-	char reason[RT_REASON_MAX];
-
 	for (size_t i = 0; i < n_actual; i++) {
 		const struct rt_instance *a = &actual[i];
-		int e;
+		const struct job *d;
 		if (matched[i])
 			continue;
 		if (!c->spec) {
 			add_item(p, a->id, rt_state_name(a->state), NULL);
 			continue;
 		}
-		e = c->rt->ops->destroy(c->rt, a->id);
-		if (e < 0) {
-			snprintf(reason, sizeof(reason), "destroy failed: %s", strerror(-e));
-			record_state(c, p, a->id, a->state, reason);
+		if (busy_of(p, a->id))  /* destroyed (or being) once its job ended */
+			continue;
+		d = done_of(p, a->id, JOB_DESTROY, -1);
+		if (d && d->e < 0) {  /* retried on a later pass */
+			record_state(c, p, a->id, a->state, d->reason);
 			continue;
 		}
-		gr_clear(c->gr, a->id);
-		log_info("instance %s: destroyed (not in spec generation %" PRIu64 ")", a->id,
-			 c->spec->generation);
-		add_gone(p, a->id);
+		destroy_start(c, p, a, true);
+	}
+	/* destroys that ended: gone */
+	for (size_t i = 0; c->spec && i < p->n_done; i++) {
+		const struct job *j = p->done[i];
+		bool named = false;
+		if (j->kind != JOB_DESTROY || j->e < 0 || find_actual(actual, n_actual, j->id))
+			continue;
+		for (size_t k = 0; k < c->spec->n_instances && !named; k++)
+			named = strcmp(c->spec->instances[k]->id, j->id) == 0;
+		if (!named)
+			add_gone(p, j->id);
 	}
 }
 
@@ -842,6 +1294,10 @@ static void publish(struct conv *c, struct pass *p, bool complete, const struct 
 
 static void pass_clear(struct pass *p)
 {
+	for (size_t i = 0; i < p->n_done; i++)
+		job_free(p->done[i]);
+	free(p->done);
+	free(p->busy);
 	free(p->items);
 	free(p->gone);
 	free(p->netfail);
@@ -902,9 +1358,12 @@ int conv_pass(struct conv *c)
 	take_pending(c);
 	if (fenced)
 		return fence_pass(c);
+	/* before listing: a job ending after this is still busy for this pass */
+	jobs_take(c, &p, true);
 	e = list_actual(c, &actual, &n_actual);
 	if (e < 0) {
 		publish(c, &p, false, NULL);
+		pass_clear(&p);
 		return e;
 	}
 	matched = xcalloc(n_actual ? n_actual : 1, sizeof(*matched));
@@ -960,6 +1419,7 @@ void conv_run(struct conv *c)
 		c->poked = false;
 	}
 	pthread_mutex_unlock(&c->lock);
+	jobs_stop(c);
 }
 
 bool conv_wait_change(struct conv *c, uint64_t seen_seq, int timeout_ms)

@@ -2,9 +2,11 @@
  *
  * One pass compares the desired state (the applied NodeSpec) with the
  * actual state (the runtime's list) and acts to close the difference,
- * idempotently. The converge thread is the only caller of the runtime; other
- * threads hand it specs (conv_submit) and read what it found
- * (conv_snapshot), both under the conv's lock. */
+ * idempotently. The converge thread and its runtime workers (slow calls
+ * off the pass, conv_set_concurrency) are the only callers of the runtime,
+ * never two at once for one instance; other threads hand it specs
+ * (conv_submit) and read what it found (conv_snapshot), both under the
+ * conv's lock. */
 #ifndef BC_AGENT_CONVERGE_H
 #define BC_AGENT_CONVERGE_H
 
@@ -71,6 +73,14 @@ struct guestready;
 void conv_set_guestready(struct conv *c, struct guestready *gr);
 
 void conv_free(struct conv *c);
+
+/* Run slow runtime calls (a create with its first start, a start or stop of
+ * an existing instance, a destroy) on n worker threads off the pass, so
+ * that one slow call never holds the other instances' pauses, resumes,
+ * deletions and guard reloads (converge.c, "jobs"). 0 (the default): they
+ * run inline in the pass. Once, before the converge thread starts; the
+ * workers end with conv_run (after the calls under way) or conv_free. */
+void conv_set_concurrency(struct conv *c, unsigned n);
 
 /* Hand a spec to the converge thread; takes ownership. A spec still
  * pending (not yet converged) is replaced and freed. Wakes the thread. */

@@ -39,6 +39,7 @@
 #include "agent/converge.h"
 #include "agent/guestready.h"
 #include "agent/guestsig.h"
+#include "agent/hostcheck.h"
 #include "agent/join.h"
 #include "agent/net.h"
 #include "agent/renew.h"
@@ -98,6 +99,8 @@ static int parse_config(struct agent_config *cfg, int argc, char **argv)
 		printf("bcd %s\n", BCD_VERSION);
 		return 0;
 	}
+	if (cli.check_host)  /* needs no controller nor state_dir */
+		return hostcheck_run(cfg->libvirt_uri, stdout);
 	if (cfg_finish(cfg, err, sizeof(err)) < 0) {
 		fprintf(stderr, "bcd: %s\n", err);
 		return EXIT_CONFIG;
@@ -380,6 +383,7 @@ static int start_up(struct agent *a)
 	}
 	conv_set_net(a->conv, a->net);
 	conv_set_guestready(a->conv, a->gr);
+	conv_set_concurrency(a->conv, a->cfg.runtime_concurrency);
 	if (conv_fence_parse(a->cfg.fence, &fence) == 0)  /* checked by cfg_finish */
 		conv_set_fence(a->conv, fence, (int64_t)a->cfg.node_lost_seconds * 1000);
 	backoff_stop_init(&a->stop);

@@ -2,9 +2,13 @@
  *
  * A runtime owns VMs ("instances") on this host: it lists them, creates,
  * starts, pauses, resumes, stops and destroys them, and adopts the ones a
- * previous bcd left running. Only the converge thread calls a runtime, so
- * implementations need no locking. Every operation is idempotent where the
- * runtime allows it (stopping a stopped instance is 0).
+ * previous bcd left running. The converge thread and its runtime workers
+ * (converge.h, conv_set_concurrency) call a runtime, several calls at once
+ * but never two for one instance: implementations guard what their
+ * instances share (the connection, admission, node settings), and
+ * last_error answers for the calling thread's last operation. Every
+ * operation is idempotent where the runtime allows it (stopping a stopped
+ * instance is 0).
  *
  * Implementations embed `struct rt` as their first member. Operations return
  * 0 or a negative errno; create returns -ENOSPC when host admission refuses

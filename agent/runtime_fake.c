@@ -40,14 +40,19 @@
  * lines makes admission use those limits instead of the configured ones,
  * as a host whose real room is smaller than what it offers (huge pages
  * taken, another tenant of the machine): it then refuses instances the
- * controller booked on it.
+ * controller booked on it. A file state_dir/fake/<id>.slow of `op=ms` items
+ * ("create=5000 start=200") makes those operations of id take that long
+ * (a sleep before the operation, outside the lock: other instances'
+ * operations proceed meanwhile), as a slow libvirt define would; the
+ * ledger gets "op=slow id=<id> wait=<op>:<ms>" as the sleep begins.
  *
  * Guests: a started instance's guest reports up at once, or after the
  * delay in state_dir/fake/guest_ready_delay_ms, or never with a file
  * state_dir/fake/<id>.noready (see "guests coming up").
  *
- * Only the converge thread calls a runtime (runtime.h); a mutex guards the
- * records all the same, so a list() from another thread (tests do) is safe. */
+ * The converge thread and its runtime workers call it (runtime.h), never
+ * two at once for one instance; a mutex guards the records, so a list()
+ * from another thread (tests do) is safe too. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -296,6 +301,41 @@ static bool fail_injected(const struct rt_fake *f, const char *id, const char *o
 		if (strcmp(w, op) == 0)
 			return true;
 	return false;
+}
+
+/* A ledger line as a slow operation begins ("op=slow id=<id> wait=<op>:<ms>"),
+ * so tests see that it is under way. */
+static void slow_ledger(const struct rt_fake *f, const char *id, const char *op, long ms)
+{
+	_cleanup_free_ char *line = xasprintf("ts=%" PRId64 " op=slow id=%s wait=%s:%ld\n",
+					      now_ms(), id, op, ms);
+	_cleanup_close_ int fd = open(f->ledger, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+
+	if (fd < 0)
+		return;
+	if (write(fd, line, strlen(line)) != (ssize_t)strlen(line))
+		return;
+}
+
+/* The test hook file of id: sleep as long as it says for op (0 if not). */
+static void slow_injected(const struct rt_fake *f, const char *id, const char *op)
+{
+	_cleanup_free_ char *path = rec_path(f, id, ".slow");
+	_cleanup_free_ char *text = NULL;
+	size_t n = strlen(op);
+	char *save = NULL;
+
+	if (file_read_all(path, 4096, &text, NULL) < 0)
+		return;
+	for (char *w = strtok_r(text, " \t\n,", &save); w; w = strtok_r(NULL, " \t\n,", &save))
+		if (strncmp(w, op, n) == 0 && w[n] == '=') {
+			long ms = strtol(w + n + 1, NULL, 10);
+			if (ms > 0 && ms <= 600000) {
+				slow_ledger(f, id, op, ms);
+				usleep((useconds_t)ms * 1000);
+			}
+			return;
+		}
 }
 
 /* ------------------------------------------------------ guests coming up */
@@ -704,6 +744,7 @@ static int fake_create(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, char 
 		snprintf(reason, RT_REASON_MAX, "InvalidSpec: unusable field");
 		return -EINVAL;
 	}
+	slow_injected(f, s->id, "create");
 	pthread_mutex_lock(&f->lock);
 	e = create_locked(f, s, reason);
 	pthread_mutex_unlock(&f->lock);
@@ -816,6 +857,7 @@ static int transition(struct rt *rt, const char *id, const char *op, unsigned fr
 
 	if (!rt_id_valid(id))
 		return -EINVAL;
+	slow_injected(f, id, op);
 	pthread_mutex_lock(&f->lock);
 	e = transition_locked(f, id, op, from, to);
 	pthread_mutex_unlock(&f->lock);
@@ -886,6 +928,7 @@ static int fake_destroy(struct rt *rt, const char *id)
 
 	if (!rt_id_valid(id))
 		return -EINVAL;
+	slow_injected(f, id, "destroy");
 	if (fail_injected(f, id, "destroy"))
 		return -EIO;
 	pthread_mutex_lock(&f->lock);

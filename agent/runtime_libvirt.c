@@ -25,6 +25,7 @@
 #include <inttypes.h>
 #include <libvirt/libvirt.h>
 #include <libvirt/virterror.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -32,6 +33,7 @@
 
 #include "admit.h"
 #include "domxml.h"
+#include "hostcheck.h"
 #include "image.h"
 #include "imgfetch.h"
 #include "log.h"
@@ -71,12 +73,23 @@ struct rt_libvirt {
 	rt_boot_data_fn boot_data;
 	void *boot_data_ctx;
 	struct imgfetch *fetch;       /* image downloads (worker threads) */
+	/* Several converge workers call at once (runtime.h), never two for
+	 * one instance: mu guards the connection's replacement, shut and
+	 * gateway4; admit_mu the admission and its bookings; fetch_mu
+	 * imgfetch_get (one caller at a time). */
+	pthread_mutex_t mu, admit_mu, fetch_mu;
+	virConnectPtr dead[8];        /* connections replaced: closed by close() */
+	size_t n_dead;
+	struct admit_res booked;      /* admitted creates not defined yet */
 	struct shutdown shut[SHUT_MAX]; /* ACPI shutdowns under way */
-	char last_err[256];           /* last libvirt error logged */
-	char last_msg[200];           /* its message alone (last_error) */
 	char gateway4[64];            /* NodeSpec.ipam_gateway, from node() */
 	char hugepages_dir[256];      /* /sys/kernel/mm/hugepages (tests: BC_HUGEPAGES_DIR) */
 };
+
+/* Per calling thread: the last libvirt error logged, and the message of the
+ * thread's last failed operation alone (last_error). */
+static _Thread_local char last_err[256];
+static _Thread_local char last_msg[200];
 
 static struct rt_libvirt *lv_of(struct rt *rt)
 {
@@ -140,17 +153,29 @@ enum rt_state rt_libvirt_state(int state, int reason)
 
 /* ----------------------------------------------------- the connection */
 
-/* The connection, reopened if libvirtd went away (restarted). */
+/* The connection, reopened if libvirtd went away (restarted). A replaced
+ * connection stays open until close() (another worker may be using it),
+ * up to ARRAY_SIZE(dead) of them. */
 static virConnectPtr conn_of(struct rt_libvirt *lv)
 {
-	if (lv->conn && virConnectIsAlive(lv->conn) == 1)
-		return lv->conn;
-	if (lv->conn) {
-		virConnectClose(lv->conn);
+	virConnectPtr c;
+
+	pthread_mutex_lock(&lv->mu);
+	if (lv->conn && virConnectIsAlive(lv->conn) != 1) {
 		log_warn("libvirt %s: connection lost, reconnecting", lv->uri);
+		if (lv->n_dead == ARRAY_SIZE(lv->dead)) {
+			virConnectClose(lv->dead[0]);
+			memmove(lv->dead, lv->dead + 1, (lv->n_dead - 1) * sizeof(*lv->dead));
+			lv->n_dead--;
+		}
+		lv->dead[lv->n_dead++] = lv->conn;
+		lv->conn = NULL;
 	}
-	lv->conn = virConnectOpen(lv->uri);
-	return lv->conn;
+	if (!lv->conn)
+		lv->conn = virConnectOpen(lv->uri);
+	c = lv->conn;
+	pthread_mutex_unlock(&lv->mu);
+	return c;
 }
 
 /* True if dom carries this node's id. */
@@ -172,9 +197,9 @@ static int dom_get(struct rt_libvirt *lv, const char *id, virDomainPtr *ret)
 	virConnectPtr c = conn_of(lv);
 	virDomainPtr dom;
 
-	lv->last_msg[0] = '\0';  /* a new operation: no failure yet */
+	last_msg[0] = '\0';  /* a new operation: no failure yet */
 	if (!c) {
-		snprintf(lv->last_msg, sizeof(lv->last_msg), "libvirt unreachable: %.160s", lv_err());
+		snprintf(last_msg, sizeof(last_msg), "libvirt unreachable: %.160s", lv_err());
 		return -EIO;
 	}
 	if (!rt_id_valid(id))
@@ -183,7 +208,7 @@ static int dom_get(struct rt_libvirt *lv, const char *id, virDomainPtr *ret)
 	if (!dom && lv_errno() == -ENOENT)
 		return -ENOENT;
 	if (!dom) {
-		snprintf(lv->last_msg, sizeof(lv->last_msg), "%.190s", lv_err());
+		snprintf(last_msg, sizeof(last_msg), "%.190s", lv_err());
 		return -EIO;
 	}
 	if (!dom_ours(lv, dom)) {
@@ -286,6 +311,11 @@ static void lv_close(struct rt *rt)
 	imgfetch_free(lv->fetch);
 	if (lv->conn)
 		virConnectClose(lv->conn);
+	for (size_t i = 0; i < lv->n_dead; i++)
+		virConnectClose(lv->dead[i]);
+	pthread_mutex_destroy(&lv->mu);
+	pthread_mutex_destroy(&lv->admit_mu);
+	pthread_mutex_destroy(&lv->fetch_mu);
 	free(lv->uri);
 	free(lv->node_id);
 	free(lv->data_dir);
@@ -349,7 +379,7 @@ static void lv_paths(struct rt_libvirt *lv, const struct rt_config *cfg)
 static int lv_open(const struct rt_config *cfg, struct rt **ret)
 {
 	struct rt_libvirt *lv;
-	const char *why = "";
+	const char *why = "", *cause, *fix;
 	int e;
 
 	if (!cfg || !cfg->state_dir || !cfg->node_id || !*cfg->node_id ||
@@ -357,6 +387,9 @@ static int lv_open(const struct rt_config *cfg, struct rt **ret)
 		return -EINVAL;
 	lv = xcalloc(1, sizeof(*lv));
 	lv->base.ops = &rt_libvirt_ops;
+	pthread_mutex_init(&lv->mu, NULL);
+	pthread_mutex_init(&lv->admit_mu, NULL);
+	pthread_mutex_init(&lv->fetch_mu, NULL);
 	lv_paths(lv, cfg);
 	if (lv->data_dir[0] != '/') {
 		log_error("libvirt: data_dir %s must be an absolute path", lv->data_dir);
@@ -384,6 +417,8 @@ static int lv_open(const struct rt_config *cfg, struct rt **ret)
 	}
 	log_info("libvirt: %s, domain type %s (%s), data_dir %s", lv->uri, lv->type, why,
 		 lv->data_dir);
+	if ((cause = hostcheck_caps(&fix)))  /* defines would take minutes */
+		log_warn("libvirt: %s; fix: %s (bcd --check-host)", cause, fix);
 	*ret = &lv->base;
 	return 0;
 }
@@ -525,7 +560,7 @@ static int admit_placement(const Bc__Node__V1__InstanceSpec *s, char *reason)
 /* Host admission: vCPUs and memory against the configured capacity minus
  * what this node's other domains hold (admit.c); huge pages, NUMA node and
  * pinned CPUs against the host. -ENOSPC with "ResourcesExhausted: <what>". */
-static int admit(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s, char *reason)
+static int admit_locked(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s, char *reason)
 {
 	struct admit_res cap = {lv->cap_vcpus, lv->cap_memory_mib};
 	struct admit_res need = {s->vcpus, s->memory_mib};
@@ -536,11 +571,38 @@ static int admit(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s, cha
 		snprintf(reason, RT_REASON_MAX, "libvirt unreachable: %.120s", lv_err());
 		return e;
 	}
+	/* creates admitted and not defined yet hold their share too */
+	held.vcpus += lv->booked.vcpus;
+	held.memory_mib += lv->booked.memory_mib;
 	if ((e = admit_fits(&cap, &held, &need, reason)) < 0)
 		return e;
 	if ((e = admit_pages(lv, s, reason)) < 0)
 		return e;
 	return admit_placement(s, reason);
+}
+
+/* Admitted: booked until its define ended (unbook), so that creates
+ * running at once cannot overcommit the host together. */
+static int admit(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s, char *reason)
+{
+	int e;
+
+	pthread_mutex_lock(&lv->admit_mu);
+	e = admit_locked(lv, s, reason);
+	if (e == 0) {
+		lv->booked.vcpus += s->vcpus;
+		lv->booked.memory_mib += s->memory_mib;
+	}
+	pthread_mutex_unlock(&lv->admit_mu);
+	return e;
+}
+
+static void unbook(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s)
+{
+	pthread_mutex_lock(&lv->admit_mu);
+	lv->booked.vcpus -= s->vcpus;
+	lv->booked.memory_mib -= s->memory_mib;
+	pthread_mutex_unlock(&lv->admit_mu);
 }
 
 /* ----------------------------------------------------------- create */
@@ -562,7 +624,9 @@ static int prepare_image(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec
 		snprintf(reason, RT_REASON_MAX, "InvalidSpec: no image");
 		return -EINVAL;
 	}
+	pthread_mutex_lock(&lv->fetch_mu);
 	e = imgfetch_get(lv->fetch, s->image->url, s->image->sha256, &path, reason);
+	pthread_mutex_unlock(&lv->fetch_mu);
 	if (e == -EINPROGRESS || e == -EIO || e == -ECANCELED)
 		return -EAGAIN;  /* downloading, or a failed download: retried */
 	if (e < 0)
@@ -618,9 +682,13 @@ static int prepare_seed(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec 
 	_cleanup_free_ char *net = NULL;
 	_cleanup_free_ void *ud = NULL;
 	size_t ud_len = 0;
+	char gw[64];
 	int e;
 
-	if (seed_network_config(s, lv->gateway4, &net) < 0) {
+	pthread_mutex_lock(&lv->mu);
+	snprintf(gw, sizeof(gw), "%s", lv->gateway4);
+	pthread_mutex_unlock(&lv->mu);
+	if (seed_network_config(s, gw, &net) < 0) {
 		snprintf(reason, RT_REASON_MAX, "InvalidSpec: a NIC's MAC or address is malformed");
 		return -EINVAL;
 	}
@@ -738,17 +806,18 @@ static int lv_create(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, char *r
 	struct rt_libvirt *lv = lv_of(rt);
 	struct inst_files f = {0};
 	virDomainPtr dom = NULL;
+	virConnectPtr c;
 	int e;
 
 	if (!rt_id_valid(s->id)) {
 		snprintf(reason, RT_REASON_MAX, "InvalidSpec: unusable instance id");
 		return -EINVAL;
 	}
-	if (!conn_of(lv)) {
+	if (!(c = conn_of(lv))) {
 		snprintf(reason, RT_REASON_MAX, "libvirt unreachable: %.120s", lv_err());
 		return -EIO;
 	}
-	if ((dom = virDomainLookupByName(lv->conn, s->id))) {
+	if ((dom = virDomainLookupByName(c, s->id))) {
 		virDomainFree(dom);
 		return -EEXIST;
 	}
@@ -758,6 +827,7 @@ static int lv_create(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, char *r
 	e = build_files(lv, s, &f, reason);
 	if (e == 0)
 		e = define(lv, s, &f, reason);
+	unbook(lv, s);
 	if (e < 0)
 		inst_dir_remove(lv, s->id);
 	files_free(&f);
@@ -777,6 +847,7 @@ static int lv_adopt(struct rt *rt, const Bc__Node__V1__InstanceSpec *s)
 	return e;
 }
 
+/* Under lv->mu; a slot is only used by calls for its own id. */
 static struct shutdown *shut_find(struct rt_libvirt *lv, const char *id)
 {
 	for (size_t i = 0; i < SHUT_MAX; i++)
@@ -785,23 +856,39 @@ static struct shutdown *shut_find(struct rt_libvirt *lv, const char *id)
 	return NULL;
 }
 
+static struct shutdown *shut_get(struct rt_libvirt *lv, const char *id)
+{
+	struct shutdown *sd;
+
+	pthread_mutex_lock(&lv->mu);
+	sd = shut_find(lv, id);
+	pthread_mutex_unlock(&lv->mu);
+	return sd;
+}
+
 static struct shutdown *shut_add(struct rt_libvirt *lv, const char *id, int64_t deadline)
 {
-	struct shutdown *sd = shut_find(lv, "");
+	struct shutdown *sd;
 
+	pthread_mutex_lock(&lv->mu);
+	sd = shut_find(lv, "");
 	if (sd) {
 		snprintf(sd->id, sizeof(sd->id), "%s", id);
 		sd->deadline = deadline;
 	}
+	pthread_mutex_unlock(&lv->mu);
 	return sd;  /* NULL: table full, the caller waits itself */
 }
 
 static void shut_clear(struct rt_libvirt *lv, const char *id)
 {
-	struct shutdown *sd = shut_find(lv, id);
+	struct shutdown *sd;
 
+	pthread_mutex_lock(&lv->mu);
+	sd = shut_find(lv, id);
 	if (sd)
 		sd->id[0] = '\0';
+	pthread_mutex_unlock(&lv->mu);
 }
 
 /* A libvirt failure, captured at once: any later successful call (a state
@@ -822,20 +909,21 @@ static void fail_capture(struct lv_fail *f)
 static int op_failed(struct rt_libvirt *lv, const char *id, const char *op,
 		     const struct lv_fail *f)
 {
-	char msg[sizeof(lv->last_err)];
+	char msg[sizeof(last_err)];
 
 	snprintf(msg, sizeof(msg), "%s %s: %s", id, op, f->msg);
-	memcpy(lv->last_msg, f->msg, sizeof(lv->last_msg));
-	if (strcmp(msg, lv->last_err) != 0) {
+	memcpy(last_msg, f->msg, sizeof(last_msg));
+	if (strcmp(msg, last_err) != 0) {
 		log_warn("libvirt: instance %s", msg);
-		memcpy(lv->last_err, msg, sizeof(msg));
+		memcpy(last_err, msg, sizeof(msg));
 	}
 	return f->e;
 }
 
 static const char *lv_last_error(struct rt *rt)
 {
-	return lv_of(rt)->last_msg[0] ? lv_of(rt)->last_msg : NULL;
+	(void)rt;
+	return last_msg[0] ? last_msg : NULL;
 }
 
 /* Run op on dom; a failure that still left it in state done is 0. */
@@ -915,7 +1003,7 @@ static int stop_progress(struct rt_libvirt *lv, virDomainPtr dom, const char *id
 			       ? 0
 			       : dom_op(lv, dom, id, "stop", RT_STATE_STOPPED, virDomainDestroy);
 	}
-	snprintf(lv->last_msg, sizeof(lv->last_msg),
+	snprintf(last_msg, sizeof(last_msg),
 		 "Stopping: waiting for the guest to shut down (then forced)");
 	return -EINPROGRESS;
 }
@@ -935,7 +1023,7 @@ static int lv_stop(struct rt *rt, const char *id)
 	if (e < 0)
 		return e;
 	st = dom_state(dom);
-	sd = shut_find(lv, id);
+	sd = shut_get(lv, id);
 	if (st == RT_STATE_RUNNING && !sd && virDomainShutdown(dom) == 0) {
 		sd = shut_add(lv, id, deadline_in(lv->stop_ms));
 		if (!sd && wait_off(dom, lv->stop_ms))  /* no room to track it */
@@ -1055,8 +1143,10 @@ static void images_gc(struct rt_libvirt *lv, const Bc__Node__V1__NodeSpec *spec)
  * images the spec no longer needs. */
 static void lv_node(struct rt *rt, const Bc__Node__V1__NodeSpec *spec)
 {
+	pthread_mutex_lock(&lv_of(rt)->mu);
 	snprintf(lv_of(rt)->gateway4, sizeof(lv_of(rt)->gateway4), "%s",
 		 spec->ipam_gateway ? spec->ipam_gateway : "");
+	pthread_mutex_unlock(&lv_of(rt)->mu);
 	images_gc(lv_of(rt), spec);
 }
 
