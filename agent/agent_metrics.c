@@ -1,7 +1,7 @@
 /* agent_metrics.c: bcd's Prometheus figures: the spec it converged, its
  * instances by state, the reports delivered (complete or delta), and the
  * firewall's health (tamper reloads, whether addresses are trusted), the
- * tunnels (tunnel.c). Read on
+ * tunnels (tunnel.c), the guest-up signals (guestsig.c). Read on
  * every scrape from the converge pass's snapshot, the report thread's
  * counters and the net module; nothing is kept here. */
 #include "agent_metrics.h"
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "converge.h"
+#include "guestsig.h"
 #include "metrics.h"
 #include "net.h"
 #include "report.h"
@@ -78,4 +79,5 @@ void agent_metrics_render(FILE *out, void *arg)
 	if (m->net)
 		render_net(out, m->net);
 	tunnel_metrics_render(out, m->tunnel);
+	gs_metrics_render(out, m->guestsig);
 }

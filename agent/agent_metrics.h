@@ -8,12 +8,14 @@ struct conv;
 struct net;
 struct report;
 struct tunnel_srv;
+struct guestsig;
 
 struct agent_metrics {
 	struct conv *conv;            /* may be NULL */
 	struct net *net;              /* may be NULL */
 	const struct report *report;  /* may be NULL */
 	struct tunnel_srv *tunnel;    /* NULL: the tunnel port is off */
+	struct guestsig *guestsig;    /* NULL: no guest-up listener */
 };
 
 /* metrics_render_fn for common/metrics.c: arg is a struct agent_metrics. */

@@ -62,6 +62,9 @@ static const struct conf_key keys[] = {
 	S(tunnel_advertise, "",
 	  "host:port the controller dials for tunnels (empty: address and tunnel_listen's port)"),
 	U32(tunnel_max, "256", 1, 65536, "tunnels open at once at most"),
+	S(guest_ready, "auto",
+	  "the guest-up signal's listener on the pool gateway, tcp/9469: on, off, or auto "
+	  "(on with network = nftables, the bcd that owns the bridge)"),
 	U32(runtime_concurrency, "2", 0, 64,
 	    "slow runtime calls (create, first start, destroy) run at once off the converge pass "
 	    "(0: inline in the pass)"),
@@ -297,6 +300,9 @@ int cfg_finish(struct agent_config *c, char *err, size_t errlen)
 		return fail(err, errlen, "domain_type '%.32s': auto, kvm or qemu", c->domain_type);
 	if (strcmp(c->fence, "pause") && strcmp(c->fence, "stop") && strcmp(c->fence, "off"))
 		return fail(err, errlen, "fence '%.32s': pause, stop or off", c->fence);
+	if (strcmp(c->guest_ready, "auto") && strcmp(c->guest_ready, "on") &&
+	    strcmp(c->guest_ready, "off"))
+		return fail(err, errlen, "guest_ready '%.32s': auto, on or off", c->guest_ready);
 	if (*c->data_dir && *c->data_dir != '/')
 		return fail(err, errlen, "data_dir '%.64s' must be an absolute path", c->data_dir);
 	if (*c->tunnel_advertise && (strlen(c->tunnel_advertise) > 255 ||

@@ -46,6 +46,7 @@
 #include <time.h>
 
 #include "guestready.h"
+#include "state.h"
 #include "log.h"
 #include "net.h"
 #include "netlink.h"
@@ -400,6 +401,14 @@ static struct step next_step(const struct runtime_ops *o, enum rt_state cur, enu
 	if (cur == RT_STATE_PAUSED)
 		return (struct step){"resume", o->resume, RT_STATE_RUNNING};
 	return (struct step){"pause", o->pause, RT_STATE_PAUSED};
+}
+
+/* The state to move s to: its desired state, but a warm instance
+ * (pause_after_ready) runs until its guest reported up (state.h). */
+static Bc__Node__V1__DesiredState want_of(struct conv *c, const Bc__Node__V1__InstanceSpec *s)
+{
+	return state_effective_desired(s->desired_state, s->pause_after_ready,
+				       s->pause_after_ready ? gr_get(c->gr, s->id) : 0);
 }
 
 /* Move id from cur to the desired state; returns the state reached, with
@@ -1020,7 +1029,7 @@ static void converge_new(struct conv *c, struct pass *p, const Bc__Node__V1__Ins
 	}
 	j = job_new(JOB_CREATE, s->id);
 	j->spec = spec_copy(s);
-	j->want = s->desired_state;
+	j->want = want_of(c, s);
 	/* a retry keeps reporting what the last attempt found */
 	st_prev = prev_state(c, s->id);
 	if (strcmp(st_prev, "provisioning") == 0 || strcmp(st_prev, "stopped") == 0 ||
@@ -1042,7 +1051,8 @@ static void converge_existing(struct conv *c, struct pass *p, const Bc__Node__V1
 			      const struct rt_instance *a)
 {
 	char reason[RT_REASON_MAX] = "";
-	enum rt_state st, target = target_of(s->desired_state);
+	const Bc__Node__V1__DesiredState want = want_of(c, s);
+	enum rt_state st, target = target_of(want);
 	const struct busy *b = busy_of(p, s->id);
 	const struct job *d;
 	struct job *j;
@@ -1077,14 +1087,14 @@ static void converge_existing(struct conv *c, struct pass *p, const Bc__Node__V1
 	if (a->state == target || (a->state != RT_STATE_STOPPED && a->state != RT_STATE_ERROR &&
 				   target != RT_STATE_STOPPED)) {
 		/* pause and resume: quick, in the pass */
-		st = move(c, s->id, a->state, s->desired_state, reason);
+		st = move(c, s->id, a->state, want, reason);
 		record_state(c, p, s->id, st, reason);
 		return;
 	}
 	/* a start or a stop: a job */
 	j = job_new(JOB_MOVE, s->id);
 	j->from = a->state;
-	j->want = s->desired_state;
+	j->want = want;
 	snprintf(j->phase, sizeof(j->phase), "%s",
 		 a->state == RT_STATE_STOPPED ? "starting" : rt_state_name(a->state));
 	snprintf(j->phase_reason, sizeof(j->phase_reason), "%s",
@@ -1520,4 +1530,42 @@ int conv_tunnel_target(struct conv *c, const char *id, struct conv_target *ret)
 	}
 	pthread_mutex_unlock(&c->lock);
 	return e;
+}
+
+/* See converge.h. */
+void conv_guests(struct conv *c, char gw[64], struct conv_guest **ret, size_t *ret_n)
+{
+	struct conv_guest *v = NULL;
+	size_t n = 0, cap = 0;
+
+	gw[0] = '\0';
+	pthread_mutex_lock(&c->lock);
+	if (c->spec && c->spec->ipam_gateway)
+		snprintf(gw, 64, "%s", c->spec->ipam_gateway);
+	for (size_t i = 0; c->spec && i < c->spec->n_instances; i++) {
+		const Bc__Node__V1__InstanceSpec *in = c->spec->instances[i];
+		const char *state = "";
+
+		if (in->desired_state == BC__NODE__V1__DESIRED_STATE__DESIRED_DELETED)
+			continue;
+		for (size_t k = 0; k < c->n_items; k++)
+			if (strcmp(c->items[k].id, in->id) == 0)
+				state = c->items[k].state;
+		for (size_t k = 0; k < in->n_nics; k++) {
+			const char *a[2] = {in->nics[k]->ipv4, in->nics[k]->ipv6};
+
+			for (int j = 0; j < 2; j++) {
+				if (!a[j] || !*a[j])
+					continue;
+				v = grow(v, &cap, n, sizeof(*v));
+				snprintf(v[n].id, sizeof(v[n].id), "%s", in->id);
+				snprintf(v[n].addr, sizeof(v[n].addr), "%s", a[j]);
+				snprintf(v[n].state, sizeof(v[n].state), "%s", state);
+				n++;
+			}
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	*ret = v;
+	*ret_n = n;
 }

@@ -158,6 +158,18 @@ struct conv_target {
  * thread. */
 int conv_tunnel_target(struct conv *c, const char *id, struct conv_target *ret);
 
+/* The guest-up signal's view of the applied spec (guestsig.c): one entry
+ * per address (IPv4 and IPv6 of every NIC) of every instance the spec
+ * names and does not delete, with its state as the last pass published
+ * ("" if not seen yet); gw: the spec's IPAM gateway ("" if none). *ret
+ * malloc'd (NULL when none). Any thread. */
+struct conv_guest {
+	char id[RT_ID_MAX + 1];
+	char addr[64];
+	char state[CONV_STATE_MAX];
+};
+void conv_guests(struct conv *c, char gw[64], struct conv_guest **ret, size_t *ret_n);
+
 /* Queue a command result for the next report. Any thread. */
 void conv_add_result(struct conv *c, const char *id, bool ok, const char *error);
 

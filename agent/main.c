@@ -38,6 +38,7 @@
 #include "agent/config.h"
 #include "agent/converge.h"
 #include "agent/guestready.h"
+#include "agent/guestsig.h"
 #include "agent/hostcheck.h"
 #include "agent/join.h"
 #include "agent/net.h"
@@ -76,6 +77,7 @@ struct agent {
 	struct agent_metrics metrics;
 	metrics_srv *metrics_srv;
 	struct tunnel_srv *tunnel;      /* NULL: tunnel port off */
+	struct guestsig *gsig;          /* the guest-up signal's listener */
 	int lock_fd;
 };
 
@@ -292,6 +294,25 @@ static void default_advertise(struct agent_config *cfg, int port)
 		cfg->tunnel_advertise = xasprintf("%s:%d", cfg->address, port);
 }
 
+/* The guest-up signal's listener (guestsig.h): with guest_ready = auto
+ * only in the bcd that owns the bridge (network = nftables), so that the
+ * fake-runtime agents of a test stack never take the gateway's port from
+ * a real one on the same host. */
+static void start_guestsig(struct agent *a)
+{
+	struct gs_opts go = {.conv = a->conv, .gr = a->gr};
+	int e;
+
+	if (strcmp(a->cfg.guest_ready, "off") == 0 ||
+	    (strcmp(a->cfg.guest_ready, "auto") == 0 && !net_enforces(a->net))) {
+		log_info("guest-up signal: no listener (guest_ready = %s, network = %s)",
+			 a->cfg.guest_ready, a->cfg.network);
+		return;
+	}
+	if ((e = gs_start(&go, &a->gsig)) < 0)
+		log_warn("guest-up signal: no listener: %s", strerror(-e));
+}
+
 /* Agent.Tunnel on tunnel_listen, with tunnel.pem; a failure is logged and
  * bcd runs without (its instances matter more). */
 static void start_tunnel(struct agent *a)
@@ -382,6 +403,7 @@ static int start_up(struct agent *a)
 	report_init(&a->report, &a->cfg, &a->traits);
 	report_set_cert(&a->report, a->creds.cert_pem, a->cfg.cert_warn_seconds);
 	start_tunnel(a);
+	start_guestsig(a);
 	a->renew = (struct renew){.state_dir = a->cfg.state_dir,
 				  .percent = a->cfg.cert_renew_percent, .client = a->client,
 				  .creds = &a->creds, .stop = &a->stop, .renewed = renewed, .ctx = a};
@@ -436,7 +458,8 @@ static int run(struct agent *a)
 	if (a->cfg.metrics_listen && *a->cfg.metrics_listen) {
 		int port = 0, err = 0;
 		a->metrics = (struct agent_metrics){.conv = a->conv, .net = a->net,
-						 .report = &a->report, .tunnel = a->tunnel};
+						 .report = &a->report, .tunnel = a->tunnel,
+						 .guestsig = a->gsig};
 		a->metrics_srv = metrics_serve(a->cfg.metrics_listen, agent_metrics_render,
 					       &a->metrics, &port, &err);
 		if (!a->metrics_srv)
@@ -454,6 +477,8 @@ static int run(struct agent *a)
 	metrics_stop(a->metrics_srv);
 	a->metrics_srv = NULL;
 	tunnel_stop(a->tunnel);
+	gs_stop(a->gsig);
+	a->gsig = NULL;
 	a->tunnel = NULL;
 	backoff_stop_request(&a->stop);
 	conv_stop(a->conv);
@@ -464,6 +489,8 @@ static int run(struct agent *a)
 
 static void tear_down(struct agent *a)
 {
+	gs_stop(a->gsig);   /* it reads the conv and the marks */
+	a->gsig = NULL;
 	if (a->conv) {
 		report_fini(&a->report);
 		backoff_stop_destroy(&a->stop);

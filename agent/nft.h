@@ -70,6 +70,10 @@ struct nft_net {
 	char bridge[IFNAMSIZ];
 	uint16_t host_tcp[NFT_PORTS_MAX], host_udp[NFT_PORTS_MAX];
 	size_t n_host_tcp, n_host_udp;
+	/* the pool's IPAM gateway: guests also reach BC_GUEST_READY_PORT
+	 * (tcp) on it and on nothing else (the guest-up signal, guestsig.h) */
+	bool has_gw4;
+	struct in_addr gw4;
 };
 
 /* A built batch body: the netlink messages making every set, regular

@@ -30,7 +30,12 @@
  *
  * inet bcd_taps: iifname/oifname @taps drop in input, forward, output;
  * in input, from the pool's bridge to the host itself only ICMP, replies
- * (ct state established/related) and the ports of @host_tcp/@host_udp.
+ * (ct state established/related), the ports of @host_tcp/@host_udp and
+ * tcp BC_GUEST_READY_PORT on the pool's IPv4 gateway (the guest-up signal,
+ * guestsig.h; whatever the instance's network_policy: the bridge table's
+ * private/none policies let a guest reach its subnet's gateway / the
+ * host's addresses). That port is "opened" like the others, by the drop
+ * rules not naming it: nothing accepts.
  *
  * Two halves, "a_" and "b_" (parity): every set and regular chain carries
  * its half's prefix; a load fills the half the base chains do not use,
@@ -69,6 +74,7 @@
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netfilter_bridge.h>
 
+#include "guest_ready.h"
 #include "nft_msg.h"
 #include "util.h"
 
@@ -523,6 +529,8 @@ static struct nft_rule from_bridge_new(const char *bridge)
 static void host_input(struct nft_out *o, const struct nft_net *n)
 {
 	static const uint8_t allowed[] = { IPPROTO_TCP, IPPROTO_UDP, IPPROTO_ICMP, IPPROTO_ICMPV6 };
+	static const uint8_t ipv4 = NFPROTO_IPV4;
+	const uint16_t ready = htons(BC_GUEST_READY_PORT);
 	struct nft_rule r;
 
 	nft_emit_set(o, NFPROTO_INET, NFT_TABLE_INET, SETN(SID_HTCP), SID_HTCP, DT_INET_SERVICE, 2,
@@ -538,9 +546,29 @@ static void host_input(struct nft_out *o, const struct nft_net *n)
 	for (int udp = 0; udp < 2; udp++) {
 		r = from_bridge_new(n->bridge);
 		nft_m_l4(&r, udp ? IPPROTO_UDP : IPPROTO_TCP);
+		if (!udp) {
+			nft_x_payload(&r, L4, 2, 2);
+			nft_x_cmp(&r, NFT_CMP_NEQ, &ready, 2);
+		}
 		nft_x_payload(&r, L4, 2, 2);
 		nft_x_lookup(&r, SETN(udp ? SID_HUDP : SID_HTCP), udp ? SID_HUDP : SID_HTCP, true,
 			     false);
+		nft_drop(o, &r);
+	}
+	/* the guest-up signal's port (unless the operator opened it): only
+	 * over IPv4, only to the gateway */
+	for (int v4 = 0; v4 < 2; v4++) {
+		r = from_bridge_new(n->bridge);
+		nft_m_l4(&r, IPPROTO_TCP);
+		nft_m_port(&r, 2, BC_GUEST_READY_PORT);
+		nft_x_payload(&r, L4, 2, 2);
+		nft_x_lookup(&r, SETN(SID_HTCP), SID_HTCP, true, false);
+		nft_x_meta(&r, NFT_META_NFPROTO);
+		nft_x_cmp(&r, v4 ? NFT_CMP_EQ : NFT_CMP_NEQ, &ipv4, 1);
+		if (v4 && n->has_gw4) {
+			nft_x_payload(&r, L3, 16, 4);
+			nft_x_cmp(&r, NFT_CMP_NEQ, &n->gw4, 4);
+		}
 		nft_drop(o, &r);
 	}
 	r = from_bridge_new(n->bridge);

@@ -287,6 +287,11 @@ int nft_net_from_spec(const Bc__Node__V1__NodeSpec *spec, const char (*host)[64]
 	e = nft_net_subnets(n, spec->ipam_subnet, spec->ipam_subnet6);
 	if (e < 0)
 		return e;
+	if (spec->ipam_gateway && *spec->ipam_gateway) {
+		if (inet_pton(AF_INET, spec->ipam_gateway, &n->gw4) != 1)
+			return -EINVAL;
+		n->has_gw4 = true;
+	}
 	for (size_t i = 0; i < n_host; i++)
 		if ((e = nft_net_host_addr(n, host[i])) < 0 && e != -ENOSPC)
 			return e;

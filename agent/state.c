@@ -365,3 +365,13 @@ int state_read_line(const char *dir, const char *name, char **ret)
 	*ret = buf;
 	return 0;
 }
+
+/* See state.h. */
+Bc__Node__V1__DesiredState state_effective_desired(Bc__Node__V1__DesiredState desired,
+						   bool pause_after_ready, int64_t ready_at)
+{
+	if (desired == BC__NODE__V1__DESIRED_STATE__DESIRED_PAUSED && pause_after_ready &&
+	    ready_at == 0)
+		return BC__NODE__V1__DESIRED_STATE__DESIRED_RUNNING;
+	return desired;
+}

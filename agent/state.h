@@ -71,6 +71,13 @@ size_t state_cmds_count(const struct state_cmds *s);
 /* Free the in-memory set (the file stays). NULL-safe. */
 void state_cmds_free(struct state_cmds *s);
 
+/* The state a pass moves an instance to: desired, except that a PAUSED
+ * instance with pause_after_ready (a warm instance) is kept RUNNING (and
+ * started if stopped) until its guest reported up this boot (ready_at,
+ * gr_get, != 0); paused from the first pass after. Pure. */
+Bc__Node__V1__DesiredState state_effective_desired(Bc__Node__V1__DesiredState desired,
+						   bool pause_after_ready, int64_t ready_at);
+
 /* A host joined as a new node must not adopt the old node's spec or
  * command record: set aside (rename to NAME.<owner>.<seconds>, never
  * delete) dir/spec.pb and dir/commands when spec.pb names another node than

@@ -19,6 +19,7 @@
 
 #include "bootdata.h"
 #include "db.h"
+#include "guest_ready.h"
 #include "sealed.h"
 #include "sshcert.h"
 #include "secrets.h"
@@ -248,6 +249,107 @@ static int env_file(FILE *f, const struct bootdata_in *in)
 	return 0;
 }
 
+/* The guest-up signal (bash only, no tool the smallest cloud image lacks):
+ * the IPv4 default gateway from /proc/net/route, then a POST over bash's
+ * /dev/tcp, every 2 s for at most 2 min while bcd answers nothing final
+ * (425: bcd has not seen the instance run yet; 503: busy; no answer). */
+static const char READY_SCRIPT[] =
+	"#!/bin/bash\n"
+	"# bc: tell the host (bcd, on the default gateway) that this guest is up.\n"
+	"# Run once per boot by " BOOTDATA_READY_UNIT ", after cloud-init's final stage.\n"
+	"id=%s port=%d\n"
+	"gateway() {\n"
+	"\tlocal ifc dst gw flags rest\n"
+	"\twhile read -r ifc dst gw flags rest; do\n"
+	"\t\tif [ \"$dst\" = 00000000 ] && [ $((0x$flags & 2)) -ne 0 ]; then\n"
+	"\t\t\tprintf '%%d.%%d.%%d.%%d' 0x${gw:6:2} 0x${gw:4:2} 0x${gw:2:2} 0x${gw:0:2}\n"
+	"\t\t\treturn 0\n"
+	"\t\tfi\n"
+	"\tdone </proc/net/route\n"
+	"\treturn 1\n"
+	"}\n"
+	"for try in $(seq 60); do\n"
+	"\tif gw=$(gateway) && exec 3<>\"/dev/tcp/$gw/$port\"; then\n"
+	"\t\tprintf 'POST %s%%s HTTP/1.1\\r\\nHost: %%s:%%s\\r\\nContent-Length: 0\\r\\n"
+	"Connection: close\\r\\n\\r\\n' \"$id\" \"$gw\" \"$port\" >&3\n"
+	"\t\tcode=\n"
+	"\t\tread -r -t 5 proto code rest <&3\n"
+	"\t\texec 3<&-\n"
+	"\t\tcase $code in 204|400|403|409) echo \"bc: guest-up signal: $code\"; exit 0;; esac\n"
+	"\tfi 2>/dev/null\n"
+	"\tsleep 2\n"
+	"done\n"
+	"echo 'bc: guest-up signal: no answer from the host' >&2\n"
+	"exit 1\n";
+
+static const char READY_SERVICE[] =
+	"[Unit]\n"
+	"Description=bc: tell the host this guest is up\n"
+	"After=cloud-final.service ssh.service sshd.service network-online.target\n"
+	"\n"
+	"[Service]\n"
+	"Type=oneshot\n"
+	"ExecStart=/usr/local/lib/bc/guest-ready\n"
+	"\n"
+	"[Install]\n"
+	"WantedBy=multi-user.target\n";
+
+/* After a pause the guest's clock is behind by the pause (its clocksource
+ * stood still); the RTC follows the host's clock (QEMU's default RTC
+ * clock, domxml.c's <clock offset='utc'/>). Every 2 s, with bash builtins
+ * only (no process while in step), the RTC's seconds against the clock's:
+ * stepped when they differ by 2 s or more (the RTC counts whole seconds). */
+static const char CLOCK_SCRIPT[] =
+	"#!/bin/bash\n"
+	"# bc: step the clock to the RTC after a pause (" BOOTDATA_CLOCK_UNIT ").\n"
+	"rtc=/sys/class/rtc/rtc0/since_epoch\n"
+	"[ -r $rtc ] || exit 0\n"
+	"while sleep 2; do\n"
+	"\tread -r r <$rtc || continue\n"
+	"\tprintf -v now '%(%s)T' -1\n"
+	"\tif [ $((r - now)) -ge 2 ] || [ $((now - r)) -ge 2 ]; then\n"
+	"\t\tdate -s \"@$r\" >/dev/null && echo \"bc: clock stepped by $((r - now)) s to the RTC\"\n"
+	"\tfi\n"
+	"done\n";
+
+static const char CLOCK_SERVICE[] =
+	"[Unit]\n"
+	"Description=bc: step the clock to the RTC after a pause\n"
+	"\n"
+	"[Service]\n"
+	"ExecStart=/usr/local/lib/bc/rtc-clock\n"
+	"Restart=on-failure\n"
+	"RestartSec=5\n"
+	"\n"
+	"[Install]\n"
+	"WantedBy=multi-user.target\n";
+
+static bool script_id_ok(const char *id)
+{
+	for (const char *p = id; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+		      *p == '_' || *p == '-'))
+			return false;
+	return *id != '\0';
+}
+
+/* The guest-up signal's and the clock's scripts and units (entries of
+ * write_files:). */
+static int ready_files(FILE *f, const struct bootdata_in *in)
+{
+	_cleanup_free_ char *script = xasprintf(READY_SCRIPT, in->instance_id, BC_GUEST_READY_PORT,
+						BC_GUEST_READY_PATH);
+	int r;
+
+	if ((r = write_file_entry(f, "/usr/local/lib/bc/guest-ready", "0755", script)) < 0 ||
+	    (r = write_file_entry(f, "/etc/systemd/system/" BOOTDATA_READY_UNIT, "0644",
+				  READY_SERVICE)) < 0 ||
+	    (r = write_file_entry(f, "/usr/local/lib/bc/rtc-clock", "0755", CLOCK_SCRIPT)) < 0)
+		return r;
+	return write_file_entry(f, "/etc/systemd/system/" BOOTDATA_CLOCK_UNIT, "0644",
+				CLOCK_SERVICE);
+}
+
 static int cloud_config_body(FILE *f, const struct bootdata_in *in)
 {
 	char host[64];
@@ -268,15 +370,24 @@ static int cloud_config_body(FILE *f, const struct bootdata_in *in)
 	fputs("users:\n  - default\n", f);
 	if (in->ssh_ca)
 		ssh_ca_user(f, in);
-	if (r == 0 && (in->ssh_ca || in->n_env > 0))
+	if (r == 0 && (in->ssh_ca || in->n_env > 0 || in->ready_signal))
 		fputs("write_files:\n", f);
 	if (r == 0 && in->ssh_ca)
 		r = ssh_ca_files(f, in);
 	if (r == 0 && in->n_env > 0)
 		r = env_file(f, in);
+	if (r == 0 && in->ready_signal)
+		r = ready_files(f, in);
+	if (r == 0 && (in->ssh_ca || in->ready_signal))
+		fputs("runcmd:\n", f);
 	if (r == 0 && in->ssh_ca)
-		fputs("runcmd:\n  - [sh, -c, \"systemctl reload ssh || systemctl reload sshd || "
-		      "true\"]\n", f);
+		fputs("  - [sh, -c, \"systemctl reload ssh || systemctl reload sshd || true\"]\n", f);
+	/* after the reload above (runcmd runs in order); started now, the
+	 * signal waits for cloud-final's end (After=), on later boots too */
+	if (r == 0 && in->ready_signal)
+		fputs("  - [systemctl, enable, " BOOTDATA_READY_UNIT ", " BOOTDATA_CLOCK_UNIT "]\n"
+		      "  - [systemctl, start, --no-block, " BOOTDATA_READY_UNIT ", "
+		      BOOTDATA_CLOCK_UNIT "]\n", f);
 	return r;
 }
 
@@ -288,6 +399,7 @@ int bootdata_cloud_config(const struct bootdata_in *in, char **ret)
 	int r;
 
 	if (!in->instance_id || !*in->instance_id || !utf8_valid(in->instance_id) ||
+	    (in->ready_signal && !script_id_ok(in->instance_id)) ||
 	    (in->ssh_ca && (!sshcert_account_valid(in->ssh_ca->account) || !in->ssh_ca->ca_public_key ||
 			    !*in->ssh_ca->ca_public_key ||
 			    !in->ssh_ca->host_key != !in->ssh_ca->host_cert)))
@@ -483,7 +595,8 @@ int bootdata_render(const struct bootdata_in *in, char **ret, size_t *ret_len, b
 	if (in->user_data && *in->user_data)
 		parts[n++] = (struct part){bootdata_user_type(in->user_data), "user-data",
 					   in->user_data, strlen(in->user_data)};
-	if (n == 2 && strcmp(parts[1].type, "text/cloud-config") == 0 && (in->ssh_ca || in->n_env))
+	if (n == 2 && strcmp(parts[1].type, "text/cloud-config") == 0 && (in->ssh_ca || in->n_env ||
+								       in->ready_signal))
 		parts[1].merge_type = PLATFORM_FILES_MERGE;
 	r = render_mime(parts, n, ret, ret_len);
 	OPENSSL_cleanse(cc, strlen(cc)); /* it may hold the host key */

@@ -56,7 +56,20 @@ struct bootdata_in {
 	const struct bootdata_ssh_ca *ssh_ca;   /* NULL: no sandbox CA */
 	const struct bootdata_env *env;  /* written to BOOTDATA_ENV_PATH */
 	size_t n_env;                    /* 0: no such file */
+	/* The guest-up signal and the clock fix (docs/sandboxes.md, "How bcd
+	 * knows the guest is up"): two systemd services the guest enables
+	 * from runcmd. BOOTDATA_READY_UNIT, once per boot after cloud-init's
+	 * final stage, POSTs /bc/ready/<instance id> to BC_GUEST_READY_PORT
+	 * of its IPv4 default gateway (the pool's, which bcd serves) until
+	 * bcd answers; BOOTDATA_CLOCK_UNIT steps the guest's clock to the
+	 * RTC (which follows the host's, paused or not) when they differ by
+	 * 2 s or more, as after a resume. Needs an instance id of
+	 * [A-Za-z0-9_-] only (it goes into a script). */
+	bool ready_signal;
 };
+
+#define BOOTDATA_READY_UNIT "bc-guest-ready.service"
+#define BOOTDATA_CLOCK_UNIT "bc-rtc-clock.service"
 
 /* A shell variable name: [A-Za-z_][A-Za-z0-9_]*, at most
  * BOOTDATA_ENV_NAME_MAX bytes. */

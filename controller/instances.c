@@ -261,7 +261,8 @@ static int seal_user_data(struct db *d, struct inst_new *n, char ref[SEALED_REF_
 	struct bootdata_ssh_ca ca;
 	struct bootdata_in in = {.instance_id = n->id, .ssh_keys = n->ssh_keys,
 				 .n_ssh_keys = n->n_ssh_keys, .user_data = n->user_data,
-				 .ssh_ca = n->ssh_ca, .env = n->env, .n_env = n->n_env};
+				 .ssh_ca = n->ssh_ca, .env = n->env, .n_env = n->n_env,
+				 .ready_signal = true};
 	char *key = NULL, *cert = NULL;
 	int rc;
 

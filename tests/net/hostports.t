@@ -1,7 +1,9 @@
 # hostports.t: from the pool's bridge, guests reach only the host ports the
 # operator opened (guest_host_ports; here tcp/2222 and udp/5001) on any of
-# the host's addresses; ICMP, neighbour discovery and replies to the host's
-# own connections still pass. Listeners run in the host namespace.
+# the host's addresses, and tcp/9469 (the guest-up signal) on the pool's
+# IPv4 gateway only, whatever their policy; ICMP, neighbour discovery and
+# replies to the host's own connections still pass. Listeners run in the
+# host namespace.
 . "$(dirname "$0")/../lib/tap.sh"
 . "$(dirname "$0")/lib.sh"
 
@@ -35,7 +37,7 @@ sys.exit(0 if s.recv(100) == b"ping" else 1)
 ' "$2" "$3" 2>/dev/null
 }
 
-listen h 2222 8080
+listen h 2222 8080 9469 9470
 host_udp_echo 5001 5002
 listen a 80
 
@@ -58,6 +60,12 @@ tcp_ok c 10.77.0.1 2222;      ok $? 'and from a none guest'
 udp_ok a 10.77.0.1 5001;      ok $? 'an allowed port: host udp/5001 answers a guest'
 in_g a ping -c1 -W2 -q 10.77.0.1 >/dev/null;      ok $? 'guests still ping the host'
 in_g a ping -6 -c1 -W2 -q fd77::1 >/dev/null;     ok $? 'and over IPv6 (neighbour discovery passes)'
+tcp_ok a 10.77.0.1 9469;      ok $? 'the guest-up port: an egress guest reaches tcp/9469 on the gateway'
+tcp_ok b 10.77.0.1 9469;      ok $? 'and a private guest'
+tcp_ok c 10.77.0.1 9469;      ok $? 'and a none guest'
+tcp_ok a 192.0.2.1 9469;      ok $((! $?)) 'but not tcp/9469 on a host address off the bridge'
+tcp_ok a fd77::1 9469;        ok $((! $?)) 'nor over IPv6'
+tcp_ok a 10.77.0.1 9470;      ok $((! $?)) 'and no port beside it (tcp/9470)'
 tcp_ok h 10.77.0.10 80;       ok $? "the host's own connections to a guest still work (replies pass)"
 in_g a ping -c1 -W2 -q 10.77.0.13 >/dev/null;     ok $? 'guest to guest traffic is not affected'
 
@@ -65,6 +73,7 @@ in_g a ping -c1 -W2 -q 10.77.0.13 >/dev/null;     ok $? 'guest to guest traffic 
 out=$(NETDRV_HOST_PORTS=none net_apply "$NET_TMP/spec.json")
 ok $? 'reloaded with no host port open'
 tcp_ok a 10.77.0.1 2222;      ok $((! $?)) 'no port open: tcp/2222 closed to guests'
+tcp_ok a 10.77.0.1 9469;      ok $? 'the guest-up port stays open on the gateway'
 tcp_ok h 10.77.0.10 80;       ok $? 'the host still reaches a guest'
 
 done_testing

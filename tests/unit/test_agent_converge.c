@@ -3,6 +3,7 @@
  * destroyed, idempotence (second pass changes nothing), host admission,
  * failures, adoption after a simulated restart, and the converge thread. */
 #include <errno.h>
+#include <sys/stat.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@ struct want {
 	uint64_t memory_mib;
 	const char *policy;
 	const char *runtime;
+	bool pause_after_ready;
 };
 
 static char tmpdir[64];
@@ -64,6 +66,7 @@ static Bc__Node__V1__NodeSpec *mkspec(uint64_t gen, const struct want *w)
 		is[n].memory_mib = w[n].memory_mib ? w[n].memory_mib : 256;
 		is[n].network_policy = (char *)(w[n].policy ? w[n].policy : "egress");
 		is[n].ssh_from_host_only = 1;
+		is[n].pause_after_ready = w[n].pause_after_ready;
 		ip[n] = &is[n];
 	}
 	s.n_instances = n;
@@ -671,6 +674,45 @@ static void test_guest_ready(void)
 	gr_close(g);
 }
 
+/* Pause after ready: a desired-PAUSED instance with pause_after_ready runs
+ * until its guest is marked up, and is paused by the first pass after;
+ * without the flag PAUSED pauses at once. The fake's own marking is off
+ * (fake/<id>.noready), as when a real guest has not signalled yet. */
+static void test_pause_after_ready(void)
+{
+	_cleanup_free_ char *dir = subdir("par");
+	_cleanup_free_ char *fdir = NULL, *nr = NULL;
+	struct guestready *g = NULL;
+	struct rt_config cfg = {.state_dir = dir, .capacity_disk_gib = 100};
+	struct rt *rt = NULL;
+	struct conv *c;
+	const struct want w[] = {{"ins_w", PAUSED, .pause_after_ready = true},
+				 {"ins_p", PAUSED}, {0}};
+
+	is_int(gr_open(dir, &g), 0, "gr_open");
+	cfg.guest_ready = g;
+	is_int(rt_open("fake", &cfg, &rt), 0, "fake with marks");
+	fdir = xasprintf("%s/fake", dir);
+	mkdir(fdir, 0700);
+	nr = xasprintf("%s/ins_w.noready", fdir);
+	ok(file_write_atomic(nr, "", 0, 0600) == 0, "ins_w's guest never comes up by itself");
+	c = conv_new(rt);
+	conv_set_guestready(c, g);
+	conv_submit(c, mkspec(1, w));
+	conv_pass(c);
+	is_str(actual_state(rt, "ins_w"), "running", "warm, guest not up: created and kept running");
+	is_str(actual_state(rt, "ins_p"), "paused", "PAUSED without pause_after_ready: paused");
+	conv_pass(c);
+	is_str(actual_state(rt, "ins_w"), "running", "a second pass: still running");
+	is_int(ledger_count(dir, "pause", "ins_w"), 0, "never paused before the mark");
+	is_int(gr_mark(g, "ins_w", now_ms()), 0, "its guest reports up");
+	conv_pass(c);
+	is_str(actual_state(rt, "ins_w"), "paused", "the first pass after the mark pauses it");
+	conv_free(c);
+	rt_close(rt);
+	gr_close(g);
+}
+
 int main(void)
 {
 	log_init("test", LOG_LVL_ERROR);
@@ -690,6 +732,7 @@ int main(void)
 	test_thread();
 	test_fence();
 	test_guest_ready();
+	test_pause_after_ready();
 	rm_rf(tmpdir);
 	done_testing();
 }

@@ -307,6 +307,23 @@ static void test_set_aside(void)
 	state_spec_free(s);
 }
 
+/* Pause after ready: PAUSED with pause_after_ready runs until the guest
+ * reported up; nothing else changes. */
+static void test_effective_desired(void)
+{
+	const Bc__Node__V1__DesiredState P = BC__NODE__V1__DESIRED_STATE__DESIRED_PAUSED,
+		R = BC__NODE__V1__DESIRED_STATE__DESIRED_RUNNING,
+		S = BC__NODE__V1__DESIRED_STATE__DESIRED_STOPPED,
+		D = BC__NODE__V1__DESIRED_STATE__DESIRED_DELETED;
+
+	is_int(state_effective_desired(P, true, 0), R, "warm, guest not up: kept running");
+	is_int(state_effective_desired(P, true, 1764648000000), P, "warm, guest up: paused");
+	is_int(state_effective_desired(P, false, 0), P, "PAUSED without pause_after_ready: paused");
+	is_int(state_effective_desired(R, true, 0), R, "RUNNING stays RUNNING");
+	is_int(state_effective_desired(S, true, 0), S, "STOPPED stays STOPPED");
+	is_int(state_effective_desired(D, true, 0), D, "DELETED stays DELETED");
+}
+
 int main(void)
 {
 	snprintf(tmpdir, sizeof(tmpdir), "/tmp/bcd-state-XXXXXX");
@@ -323,6 +340,7 @@ int main(void)
 	test_read_line();
 	test_runtime_helpers();
 	test_set_aside();
+	test_effective_desired();
 	rm_rf(tmpdir);
 	done_testing();
 }

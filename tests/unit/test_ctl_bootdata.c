@@ -288,6 +288,7 @@ static void golden(const char *name, const char *got)
 	free(want);
 }
 
+#define PLATFORM_MERGE_TEXT "dict(recurse_array)+list(append)+str()"
 #define CA_LINE "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOM sandbox CA"
 #define FAKE_KEY "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIFAKE\n-----END EC PRIVATE KEY-----\n"
 #define FAKE_CERT "ecdsa-sha2-nistp256-cert-v01@openssh.com AAAAKGVjZHNhFAKE host/" ID "\n"
@@ -530,6 +531,47 @@ static void test_types_and_refusals(void)
 	free(big);
 }
 
+/* The guest-up signal and the clock fix (ready_signal), beside the sandbox
+ * CA part: golden, schema-checked; the signal is started after the sshd
+ * reload; an id that could break out of the script is refused; a caller's
+ * cloud-config merges into it (its write_files and runcmd appended). */
+static void test_ready_golden(void)
+{
+	const struct bootdata_ssh_ca plain = {.account = "sandbox", .ca_public_key = CA_LINE};
+	struct bootdata_in in = {.instance_id = ID, .ssh_ca = &plain, .ready_signal = true};
+	_cleanup_free_ char *a = NULL, *b = NULL, *mime = NULL;
+	const char *reload, *enable, *start;
+	size_t len;
+	bc_error err = {0};
+
+	ok(bootdata_cloud_config(&in, &a) == 0, "render the CA part with the guest-up signal");
+	golden("bootdata_ready.cfg", a);
+	is_int(schema("ready.cfg", a), 0, "cloud-init schema accepts it");
+	reload = strstr(a, "systemctl reload ssh");
+	enable = strstr(a, "[systemctl, enable, bc-guest-ready.service, bc-rtc-clock.service]");
+	start = strstr(a, "[systemctl, start, --no-block, bc-guest-ready.service");
+	ok(reload && enable && start && reload < enable && enable < start,
+	   "runcmd: the sshd reload, then the units enabled, then started");
+	ok(strstr(a, "id=" ID " port=9469") != NULL, "the script names the instance and the port");
+	in.ssh_ca = NULL;
+	ok(bootdata_cloud_config(&in, &b) == 0 && !strstr(b, "systemctl reload") &&
+	   strstr(b, "bc-guest-ready.service") && strstr(b, "write_files:\n"),
+	   "without the CA: the signal alone");
+	is_int(schema("ready-alone.cfg", b), 0, "cloud-init schema accepts it");
+	in.user_data = "#cloud-config\nruncmd: [true]\n";
+	ok(bootdata_render(&in, &mime, &len, &err) == 0 &&
+	   strstr(mime, "Merge-Type: " PLATFORM_MERGE_TEXT) != NULL,
+	   "a caller's cloud-config merges into the platform's (lists appended)");
+	{
+		struct bootdata_in bad = {.instance_id = "inst_1$(reboot)", .ready_signal = true};
+		_cleanup_free_ char *x = NULL;
+		ok(bootdata_cloud_config(&bad, &x) == -EINVAL,
+		   "an id with characters outside [A-Za-z0-9_-] is refused");
+		bad.ready_signal = false;
+		ok(bootdata_cloud_config(&bad, &x) == 0, "(without the signal it renders)");
+	}
+}
+
 int main(void)
 {
 	if (!mkdtemp(tmpdir))
@@ -539,6 +581,7 @@ int main(void)
 	test_escaping();
 	test_ssh_ca();
 	test_ca_golden();
+	test_ready_golden();
 	test_host_key_sshd();
 	test_non_ascii_user_data();
 	test_types_and_refusals();
