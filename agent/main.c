@@ -7,7 +7,8 @@
  * node), the runtime, the last applied spec (spec.pb) and the command
  * record. Then four threads, all sharing one mTLS client:
  *
- *   converge  the only thread that touches the runtime (converge.c)
+ *   converge  passes; with its runtime workers (runtime_concurrency) the
+ *             only threads that touch the runtime (converge.c)
  *   watch     Node.WatchSpec: accepts, persists, hands specs to converge
  *   report    Node.Report on every change and every report interval
  *   renew     Node.RenewCertificate when the certificate is due (renew.c)
