@@ -51,9 +51,9 @@
 #define CONNECT_TIMEOUT_MS 5000
 #define POLL_MS 250
 #define MAX_MESSAGE (TUNNEL_CHUNK_MAX + 1024)
-/* each tunnel's HTTP/2 receive window: bounded (rpc.h), room for a few
+/* each tunnel's HTTP/2 receive window: bounded (rpc.h), room for two
  * chunks in flight */
-#define WINDOW_BYTES (256 * 1024)
+#define WINDOW_BYTES (2 * TUNNEL_CHUNK_MAX)
 
 enum refusal { R_NO_CERT, R_NOT_CONTROLLER, R_LIMIT, R_BAD_OPEN, R_PORT, R_UNKNOWN,
 	       R_NOT_RUNNING, R_NO_ADDRESS, R_CONNECT, R_COUNT };

@@ -13,7 +13,7 @@ struct conv;
  * certificate, signed by the API CA). */
 #define TUNNEL_CLIENT_CN "bc-controller-tunnel"
 /* Largest data chunk sent; a received one may be as large. */
-#define TUNNEL_CHUNK_MAX (32 * 1024)
+#define TUNNEL_CHUNK_MAX (256 * 1024)
 
 /* TEST ONLY, fake runtime only: state_dir/fake/tunnel_targets maps guest
  * addresses to local TCP targets, one "GUEST_IPV4 HOST:PORT" per line (the

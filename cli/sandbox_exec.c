@@ -33,7 +33,12 @@ extern char **environ;
 #define TUNSVC (&bc__compute__v1__tunnels__descriptor)
 #define PUBKEY_MAX 8192
 #define ACCEPT_WAIT_MS 60000   /* the ticket's life */
-#define RELAY_BUF 32768
+/* what one read from ssh's connection takes, one message: while a send is
+ * on its way ssh's bytes gather in the socket, and the next read takes
+ * them all, so a busy tunnel sends few large messages (each one costs
+ * wake-ups on every hop) and a quiet one small prompt ones. The
+ * controller's TUNNEL_CHUNK_MAX. */
+#define RELAY_BUF (256 * 1024)
 
 typedef Bc__Compute__V1__SandboxExecGrant grant_t;
 
@@ -173,11 +178,11 @@ static void *sock_to_tunnel(void *arg)
 {
 	struct relay *rl = arg;
 	Bc__Compute__V1__TunnelFrame f = BC__COMPUTE__V1__TUNNEL_FRAME__INIT;
-	unsigned char buf[RELAY_BUF];
+	unsigned char *buf = xmalloc(RELAY_BUF);
 	ssize_t n;
 
 	for (;;) {
-		n = read(rl->fd, buf, sizeof(buf));
+		n = read(rl->fd, buf, RELAY_BUF);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
@@ -187,6 +192,7 @@ static void *sock_to_tunnel(void *arg)
 		if (rpc_stream_send(rl->st, &f.base) < 0)
 			break;
 	}
+	free(buf);
 	rpc_stream_close_send(rl->st);
 	return NULL;
 }

@@ -36,8 +36,9 @@
 #define CLIENT_DAYS 825
 #define PEM_MAX (1 << 20)
 #define CONNECT_WAIT_MS 5000
-/* each tunnel's HTTP/2 receive window (rpc.h): bounded memory per tunnel */
-#define NODE_TUNNEL_WINDOW (256 * 1024)
+/* each tunnel's HTTP/2 receive window (rpc.h): bounded memory per tunnel,
+ * room for two of bcd's TUNNEL_CHUNK_MAX (256 KiB) messages in flight */
+#define NODE_TUNNEL_WINDOW (512 * 1024)
 
 bool node_tunnel_address_ok(const char *s)
 {

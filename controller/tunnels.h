@@ -16,8 +16,11 @@
 #define TUNNEL_POLL_SECONDS 2
 /* The ticket must come within this many ms of the stream's start. */
 #define TUNNEL_FIRST_MESSAGE_MS 10000
-/* The most bytes one message carries to the host (bcd's chunk limit). */
-#define TUNNEL_CHUNK_MAX (32 * 1024)
+/* The most bytes one message carries to the host (bcd's chunk limit):
+ * large, because each message costs a round of wake-ups on every hop
+ * (gRPC core sends one message at a time per call), bounded, because each
+ * tunnel holds up to a chunk per direction. */
+#define TUNNEL_CHUNK_MAX (256 * 1024)
 
 /* The handlers of the Tunnels service (server.c's table). */
 const struct rpc_handler *tunnels_handlers(size_t *ret_n);
