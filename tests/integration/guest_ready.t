@@ -98,6 +98,17 @@ is "$(q "SELECT guest_ready_at - created_at >= interval '9 seconds' FROM instanc
 	'and not before the guest delay'
 ok "$(metrics | grep -qx "better_compute_sandbox_warm_instances{template=\"$warm\",state=\"paused\"} 1" && echo 0 || echo 1)" \
 	'the gauge counts it paused'
+# the claim itself asks for the mark: a paused warm instance without it (a
+# host that paused it early; written here as its report would, the host
+# held so no report restores it) is passed by
+agent_pid() { awk '$1 == "bcd-1" {print $2}' "$STACK_DIR/pids"; }
+kill -STOP "$(agent_pid)"
+gsave=$(q "SELECT guest_ready_at FROM instances WHERE id = '$w1'")
+q "UPDATE instances SET guest_ready_at = NULL WHERE id = '$w1'" >/dev/null
+out=$(bcctl --format json sandbox create --template "$warm") || bail_out "claim unmarked"
+is "$(json_get "$out" warm)" '' 'a paused warm instance without the mark is not claimed (cold)'
+q "UPDATE instances SET guest_ready_at = '$gsave' WHERE id = '$w1'" >/dev/null
+kill -CONT "$(agent_pid)"
 out=$(bcctl --format json sandbox create --template "$warm" --wait 20s) || bail_out "claim after"
 sw=$(jid "$out")
 is "$(json_get "$out" warm)/$(json_get "$out" state)/$(json_get "$out" instance_id)" "true/ready/$w1" \
@@ -116,7 +127,6 @@ a=$(q "SELECT id FROM instances WHERE warm_template_id = '$warm' AND desired_sta
 delay 5000
 # the host held (SIGSTOP) while the new instance is made, so its .noready
 # file is there before the fake runtime starts it
-agent_pid() { awk '$1 == "bcd-1" {print $2}' "$STACK_DIR/pids"; }
 kill -STOP "$(agent_pid)"
 bcctl sandbox-template update "$warm" --warm-min 2 --warm-max 2 >/dev/null
 eventually 15 eval 'n1=$(q "SELECT id FROM instances WHERE warm_template_id = '"'$warm'"' AND id <> '"'$a'"'
