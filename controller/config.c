@@ -39,6 +39,9 @@ static const struct conf_key keys[] = {
 	I(spec_resync_seconds, "30", 1, 3600),
 	I(max_message_bytes, "1048576", 4096, 64 << 20),
 	I(sandbox_reconcile_seconds, "15", 1, 3600),
+	/* a warm instance whose guest has not reported up this long after its
+	 * creation is drained and replaced (warm.c, docs/sandboxes.md) */
+	I(warm_boot_timeout_seconds, "300", 1, 86400),
 	I(metering_interval_seconds, "60", 1, 3600),
 	I(max_waiting_creates, "4096", 0, 1000000),
 	I(max_streams, "1024", 2, 100000),

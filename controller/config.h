@@ -24,6 +24,7 @@ struct ctl_config {
 	int spec_resync_seconds;
 	int max_message_bytes;
 	int sandbox_reconcile_seconds;
+	int warm_boot_timeout_seconds; /* warm guests not up by then are drained (warm.c) */
 	int metering_interval_seconds;
 	int max_waiting_creates;     /* Sandboxes.Create waits held off the workers */
 	/* streams (streams.c) */

@@ -43,14 +43,15 @@
 	"i.created_by, array_to_string(i.ssh_keys, E'\\n'), coalesce(i.mac::text, ''), "      \
 	"coalesce((SELECT host(l.address) FROM ip_leases l WHERE l.instance_id = i.id LIMIT 1), " \
 	"''), coalesce((SELECT p.ipam_subnet6::text FROM pools p WHERE p.id = i.pool_id), ''), " \
-	"(SELECT a.agent_id FROM authz_resources a WHERE a.type = 'compute-instance' AND a.id = i.id)"
+	"(SELECT a.agent_id FROM authz_resources a WHERE a.type = 'compute-instance' AND a.id = i.id), " \
+	"coalesce(" MS("i.guest_ready_at") ", 0)"
 /* The columns of INST_COLS, in its order: the two must stay in step. */
 enum {
 	INST_ID, INST_TENANT_ID, INST_POOL_ID, INST_NODE_ID, INST_FLAVOR, INST_IMAGE_ID,
 	INST_STATE, INST_DESIRED_STATE, INST_REASON, INST_VCPUS, INST_MEMORY_MIB, INST_DISK_GIB,
 	INST_GPUS, INST_NETWORK_POLICY, INST_SANDBOX_ID, INST_WARM_TEMPLATE_ID, INST_CREATED_AT,
 	INST_UPDATED_AT, INST_DELETED_AT, INST_CREATED_BY, INST_SSH_KEYS, INST_MAC, INST_IPV4,
-	INST_SUBNET6, INST_AGENT, INST_NCOLS
+	INST_SUBNET6, INST_AGENT, INST_GUEST_READY_AT, INST_NCOLS
 };
 COLS_CHECK(INST_COLS, INST_NCOLS)
 /* drafts are being decided: nobody sees them */
@@ -104,6 +105,7 @@ static Bc__Compute__V1__Instance *inst_from_row(rpc_call *c, const PGresult *r, 
 	x->deleted_at = db_i64(r, i, INST_DELETED_AT);
 	x->created_by = row_str(c, r, i, INST_CREATED_BY);
 	x->n_ssh_keys = row_strv(c, r, i, INST_SSH_KEYS, &x->ssh_keys);
+	x->guest_ready_at = db_i64(r, i, INST_GUEST_READY_AT);
 	if (*db_val(r, i, INST_MAC) || *db_val(r, i, INST_IPV4)) {
 		x->nics = rpc_alloc(c, sizeof(*x->nics));
 		x->nics[0] = nic_from_row(c, r, i);

@@ -86,8 +86,8 @@ static int try_node(struct db *d, const struct place_req *q, const char *node, c
 	p.n = 0;
 	dbp_str(&p, node);
 	dbp_str(&p, q->instance_id);
-	rc = db_exec(d, NULL, "UPDATE instances SET node_id = $1, reason = '', updated_at = now() "
-		     "WHERE id = $2", &p);
+	rc = db_exec(d, NULL, "UPDATE instances SET node_id = $1, reason = '', guest_ready_at = NULL, "
+		     "updated_at = now() WHERE id = $2", &p);
 	if (rc == 0)
 		rc = spec_bump_instance(d, node, q->instance_id);
 	return rc < 0 ? rc : 1;

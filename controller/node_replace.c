@@ -180,8 +180,9 @@ static int lost_tx(struct db *d, void *arg, bc_error *err)
 	dbp_str(&p, a->id);
 	rc = db_exec(d, &r, "UPDATE instances i SET state = 'provisioning', reason = 'Recreating: "
 		     "node ' || i.node_id || ' was lost', node_id = NULL, running_at = NULL, "
-		     "refused_at = NULL, updated_at = now() FROM (SELECT o.id, o.node_id FROM "
-		     "instances o JOIN pools p ON p.id = o.pool_id JOIN nodes n ON n.id = o.node_id "
+		     "refused_at = NULL, guest_ready_at = NULL, updated_at = now() FROM (SELECT o.id, "
+		     "o.node_id FROM instances o JOIN pools p ON p.id = o.pool_id JOIN nodes n ON n.id = "
+		     "o.node_id "
 		     "WHERE o.id = $1 AND o.state = 'lost' AND o.desired_state <> 'deleted' AND "
 		     "p.recreate_on_host_loss AND n.state <> 'ready' FOR UPDATE OF o SKIP LOCKED) old "
 		     "WHERE i.id = old.id RETURNING old.node_id, i.tenant_id, i.pool_id, i.mac::text, "

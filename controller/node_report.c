@@ -78,6 +78,7 @@ struct report {
 	 * by report_node last, for the ack) */
 	uint64_t spec_generation;
 	struct lines ids, st, reasons, deleted, caps, lkeys, lvals;
+	struct lines guest;    /* per id: guest_ready_at, unix ms (0: not up) */
 	struct lines warnings; /* "code: message" */
 	struct lines changed; /* instances whose state this report changed */
 };
@@ -204,10 +205,24 @@ static int report_node(struct db *d, struct report *a, bc_error *err)
  * (reconcile.c) and publishes instance.refused once. The node and desired
  * state are checked again in the UPDATE itself: a row another transaction
  * changed meanwhile (re-placed, deleted) is re-read there, never written
- * from this host's stale view. */
+ * from this host's stale view.
+ *
+ * guest_ready_at (when the host accepted this boot's guest-up signal; 0:
+ * not up, NULL here) is written by the same statement, on the same terms:
+ * u with a change of state, g on the rows whose state did not change but
+ * whose guest_ready_at did (no event of their own: the sandbox trigger of
+ * 0018 stamps readiness in this transaction). The two take disjoint rows:
+ * both judge the same row version, and a row one of them updated is not
+ * updated again by the other in the same statement. */
+#define REPORT_CHANGED_SQL(i, c)                                                           \
+	"((" i ".state, " i ".reason) IS DISTINCT FROM (CASE WHEN " c ".refused THEN " i     \
+	".state ELSE " c ".st END, " c ".why) OR (" i ".refused_at IS NULL) = " c ".refused)"
+#define REPORT_TAKEN_SQL(i, c)                                                             \
+	"(" i ".node_id = $1 AND " i ".desired_state <> 'deleted' AND ($5 OR " c ".st = "     \
+	"'error' OR " c ".st = " i ".desired_state))"
 static int report_instances(struct db *d, struct report *a, bc_error *err)
 {
-	enum { RI_CHANGED_ID }; /* the RETURNING's one column: an instance changed */
+	enum { RI_CHANGED_ID }; /* the answer's one column: an instance changed */
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	int rc;
@@ -217,28 +232,34 @@ static int report_instances(struct db *d, struct report *a, bc_error *err)
 	dbp_str(&p, lines_str(&a->st));
 	dbp_str(&p, lines_str(&a->reasons));
 	dbp_bool(&p, a->q->applied_generation >= a->spec_generation);
+	dbp_str(&p, lines_str(&a->guest));
 	rc = db_exec(d, &r,
 		     "WITH r AS (SELECT * FROM unnest(string_to_array($2, E'\\n'), string_to_array("
-		     "$3, E'\\n'), string_to_array($4, E'\\n')) AS r(id, state, reason)), c AS ("
-		     "SELECT i.id, r.state AS st, coalesce(r.reason, '') AS why, (r.state = 'stopped' "
+		     "$3, E'\\n'), string_to_array($4, E'\\n'), string_to_array($6, E'\\n')) AS r(id, "
+		     "state, reason, guest_ms)), c AS (SELECT i.id, r.state AS st, coalesce(r.reason, "
+		     "'') AS why, (r.state = 'stopped' "
 		     "AND r.reason LIKE 'ResourcesExhausted:%' AND i.running_at IS NULL AND "
-		     "i.desired_state = 'running') AS refused FROM instances i JOIN r ON r.id = i.id "
+		     "i.desired_state = 'running') AS refused, CASE WHEN r.guest_ms::bigint > 0 THEN "
+		     "timestamptz 'epoch' + r.guest_ms::bigint * interval '1 millisecond' END AS gr "
+		     "FROM instances i JOIN r ON r.id = i.id "
 		     "WHERE i.node_id = $1 AND i.desired_state <> 'deleted' AND r.state <> 'deleted' "
 		     "AND ($5 OR r.state = 'error' OR r.state = i.desired_state)), u AS (UPDATE "
 		     "instances i SET state = CASE WHEN c.refused THEN i.state ELSE c.st END, reason = "
 		     "c.why, refused_at = CASE WHEN c.refused THEN coalesce(i.refused_at, now()) END, "
+		     "guest_ready_at = c.gr, "
 		     "updated_at = now(), running_at = CASE WHEN c.st = 'running' THEN coalesce("
 		     "i.running_at, now()) ELSE i.running_at END FROM c WHERE i.id = c.id AND "
-		     "i.node_id = $1 AND i.desired_state <> 'deleted' AND ($5 OR c.st = 'error' OR "
-		     "c.st = i.desired_state) AND ("
-		     "(i.state, i.reason) IS DISTINCT FROM (CASE WHEN c.refused THEN i.state ELSE c.st "
-		     "END, c.why) OR (i.refused_at IS NULL) = c.refused) RETURNING i.id, i.tenant_id, "
-		     "i.state, i.reason, c.refused, i.sandbox_id, i.warm_template_id) INSERT INTO "
+		     REPORT_TAKEN_SQL("i", "c") " AND " REPORT_CHANGED_SQL("i", "c") " RETURNING "
+		     "i.id, i.tenant_id, i.state, i.reason, c.refused, i.sandbox_id, "
+		     "i.warm_template_id), g AS (UPDATE instances i SET guest_ready_at = c.gr, "
+		     "updated_at = now() FROM c WHERE i.id = c.id AND " REPORT_TAKEN_SQL("i", "c")
+		     " AND NOT " REPORT_CHANGED_SQL("i", "c") " AND i.guest_ready_at IS DISTINCT FROM "
+		     "c.gr RETURNING i.id), e AS (INSERT INTO "
 		     "events (type, subject, tenant_id, data) "
 		     "SELECT CASE WHEN u.refused THEN 'instance.refused' ELSE 'instance.' || u.state "
 		     "END, 'instance/' || u.id, u.tenant_id, jsonb_build_object('nodeId', $1::text, "
 		     "'reason', u.reason) || " EVD_INSTANCE_OWNER_SQL("u") " FROM u "
-		     "RETURNING substr(subject, 10)",
+		     "RETURNING substr(subject, 10) AS id) SELECT id FROM e UNION ALL SELECT id FROM g",
 		     &p);
 	if (rc < 0)
 		return db_fail(err, rc);
@@ -336,6 +357,8 @@ static int prepare_report(struct report *a, bc_error *err)
 		return invalid(err, "tunnelAddress", "tunnelAddress must be host:port or empty");
 	for (size_t i = 0; i < q->n_instances; i++) {
 		const Bc__Node__V1__InstanceStatus *s = q->instances[i];
+		char ms[24];
+
 		if (!id_valid("inst", s->id) || !state_ok(s->state))
 			return invalid(err, "instances", "instances[%zu] has a bad id or state", i);
 		if (strcmp(s->state, "deleted") == 0) {
@@ -345,6 +368,9 @@ static int prepare_report(struct report *a, bc_error *err)
 		lines_add(&a->ids, s->id);
 		lines_add(&a->st, s->state);
 		lines_add(&a->reasons, str_is_printable(s->reason, 512) ? s->reason : "");
+		snprintf(ms, sizeof(ms), "%lld",
+			 s->guest_ready_at > 0 ? (long long)s->guest_ready_at : 0LL);
+		lines_add(&a->guest, ms);
 	}
 	for (size_t i = 0; i < q->n_capabilities && i < 64; i++) {
 		char key[160];
@@ -365,6 +391,7 @@ static void report_free(struct report *a)
 	free(a->ids.buf);
 	free(a->st.buf);
 	free(a->reasons.buf);
+	free(a->guest.buf);
 	free(a->deleted.buf);
 	free(a->caps.buf);
 	free(a->lkeys.buf);

@@ -43,13 +43,14 @@
 	"i.network_policy, i.ssh_from_host_only, coalesce(i.mac::text, ''), coalesce((SELECT " \
 	"host(l.address) FROM ip_leases l WHERE l.instance_id = i.id LIMIT 1), ''), i.gpus, "   \
 	"i.tenant_id, coalesce(i.user_data_ref, ''), coalesce(masklen(p.ipam_subnet), 0), "               \
-	"coalesce(p.ipam_subnet6::text, '')"
+	"coalesce(p.ipam_subnet6::text, ''), (i.warm_template_id IS NOT NULL AND "                \
+	"i.desired_state = 'paused')"
 /* The columns of SPEC_INST_COLS, in order. */
 enum {
 	SI_ID, SI_RUNTIME, SI_DESIRED, SI_VCPUS, SI_MEMORY_MIB, SI_DISK_GIB, SI_HUGE_PAGES,
 	SI_NUMA_NODE, SI_IMAGE_ID, SI_IMAGE_URL, SI_IMAGE_SHA256, SI_IMAGE_FORMAT, SI_IMAGE_SIZE,
 	SI_NETWORK_POLICY, SI_SSH_HOST_ONLY, SI_MAC, SI_IPV4, SI_GPUS, SI_TENANT, SI_USER_DATA_REF,
-	SI_IPV4_PREFIX, SI_SUBNET6
+	SI_IPV4_PREFIX, SI_SUBNET6, SI_PAUSE_AFTER_READY
 };
 
 /* The node's header, in order (build_tx). */
@@ -135,6 +136,9 @@ static Bc__Node__V1__InstanceSpec *inst(const PGresult *r, int i)
 	s->tenant_id = dup_col(r, i, SI_TENANT);
 	s->user_data_ref = dup_col(r, i, SI_USER_DATA_REF);
 	s->identity_rebind_ref = xstrdup("");
+	/* a warm instance (unclaimed, desired paused): paused only once its
+	 * guest reported up, so the pool holds booted guests */
+	s->pause_after_ready = db_bool(r, i, SI_PAUSE_AFTER_READY);
 	return s;
 }
 

@@ -7,9 +7,9 @@
  *      never more than the lifetime;
  *   2. expiry: up to 100 sandboxes past expiresAt, claimed with SKIP
  *      LOCKED, get expiredAt and sandbox.expired, then an ordinary delete;
- *   3. ready (and failed) fallback for the stamp of the instance's own
- *      transaction; a ready sandbox whose instance is being recreated goes
- *      back to starting;
+ *   3. ready (the instance runs and its guest reported up) and failed
+ *      fallback for the stamp of the instance's own transaction; a ready
+ *      sandbox whose instance is being recreated goes back to starting;
  *   4. deleted: a sandbox whose instance is deleted is marked deleted,
  *      leaves the authorization projection, sandbox.deleted (expired);
  *   5. warm pools: drains and refills (warm.c).
@@ -86,11 +86,13 @@ static int expire_tx(struct db *d, void *arg, bc_error *err)
 
 /* settle_tx's statements, in this order. */
 static const char *const settle_sql[] = {
-	/* ready: the fallback for the instance's own transaction */
+	/* ready: the fallback for the instance's own transaction (running, its
+	 * guest reported up) */
 	"WITH s AS (UPDATE sandboxes s SET state = 'ready', ready_at = now(), ready_source = "
 	"'reconciler', updated_at = now() FROM instances i WHERE i.id = s.instance_id AND s.state "
-	"= 'starting' AND i.state = 'running' RETURNING s.id, s.tenant_id, s.template_id, "
-	"s.instance_id, s.pool_id, s.warm) INSERT INTO events (type, subject, tenant_id, data) "
+	"= 'starting' AND i.state = 'running' AND i.guest_ready_at IS NOT NULL RETURNING s.id, "
+	"s.tenant_id, s.template_id, s.instance_id, s.pool_id, s.warm) INSERT INTO events (type, "
+	"subject, tenant_id, data) "
 	"SELECT 'sandbox.ready', 'sandbox/' || id, tenant_id, " EVD_SANDBOX_SQL(", 'warm', warm")
 	" FROM s",
 	"WITH s AS (UPDATE sandboxes s SET state = 'failed', updated_at = now() FROM instances i "

@@ -56,7 +56,7 @@
 	"i.state, i.reason, coalesce(s.agent_id, ''), i.flavor_name, i.image_id, "            \
 	"i.network_policy, i.vcpus, i.memory_mib, i.disk_gib, i.gpus, coalesce(i.mac::text, " \
 	"''), coalesce((SELECT host(l.address) FROM ip_leases l WHERE l.instance_id = i.id "  \
-	"LIMIT 1), '')"
+	"LIMIT 1), ''), coalesce(" MS("i.guest_ready_at") ", 0)"
 #define SBX_FROM " FROM sandboxes s JOIN instances i ON i.id = s.instance_id "
 
 /* The columns of SBX_COLS, in its order: the two must stay in step. */
@@ -65,7 +65,7 @@ enum {
 	SBX_TTL_SECONDS, SBX_EXPIRES_AT, SBX_CREATED_AT, SBX_UPDATED_AT, SBX_READY_AT,
 	SBX_EXPIRED_AT, SBX_DELETED_AT, SBX_CREATED_BY, SBX_OWNER_ID, SBX_NODE_ID,
 	SBX_INSTANCE_STATE, SBX_REASON, SBX_AGENT, SBX_FLAVOR, SBX_IMAGE, SBX_NET, SBX_VCPUS,
-	SBX_MEM, SBX_DISK, SBX_GPUS, SBX_MAC, SBX_IPV4, SBX_NCOLS
+	SBX_MEM, SBX_DISK, SBX_GPUS, SBX_MAC, SBX_IPV4, SBX_GUEST_READY_AT, SBX_NCOLS
 };
 COLS_CHECK(SBX_COLS, SBX_NCOLS)
 
@@ -99,6 +99,7 @@ static void sbx_from_row(rpc_call *c, const PGresult *r, int i, struct sbx_row *
 	x->node_id = row_str(c, r, i, SBX_NODE_ID);
 	x->instance_state = row_str(c, r, i, SBX_INSTANCE_STATE);
 	x->reason = row_str(c, r, i, SBX_REASON);
+	x->guest_ready_at = db_i64(r, i, SBX_GUEST_READY_AT);
 	if (*db_val(r, i, SBX_MAC) || *db_val(r, i, SBX_IPV4)) {
 		Bc__Compute__V1__Nic *n = rpc_new(c, &bc__compute__v1__nic__descriptor);
 		char tap[16];

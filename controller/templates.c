@@ -46,9 +46,10 @@
 	"t.id, t.tenant_id, t.name, t.pool_id, t.runtime, f.name, t.image_id, t.user_data, "  \
 	"t.network, t.default_ttl_seconds, t.max_ttl_seconds, t.warm_min, t.warm_max, "       \
 	"t.version, t.created_by, " MS("t.created_at") ", " MS("t.updated_at") ", "           \
-	"(SELECT count(*) FILTER (WHERE w.state IN ('paused', 'stopped') AND w.desired_state " \
-	"IN ('paused', 'stopped')) || ' ' || count(*) FILTER (WHERE w.state IN ('provisioning', " \
-	"'starting', 'running') OR w.desired_state = 'running') FROM instances w WHERE "      \
+	"(SELECT count(*) FILTER (WHERE w.state = 'paused' AND w.desired_state = 'paused' AND " \
+	"w.guest_ready_at IS NOT NULL) || ' ' || count(*) FILTER (WHERE w.state IN ("           \
+	"'provisioning', 'starting', 'running') OR w.desired_state = 'running' OR (w.state = " \
+	"'paused' AND w.guest_ready_at IS NULL)) FROM instances w WHERE "                      \
 	"w.warm_template_id = t.id AND w.desired_state <> 'deleted' AND "                    \
 	"w.warm_instance_version = t.instance_version), " ENV_LIST_SQL("t")
 /* The columns of TMPL_COLS, in its order: the two must stay in step. */

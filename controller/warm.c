@@ -7,8 +7,12 @@
  * template's author, with warm_template_id and warm_instance_version set
  * and ssh_from_host_only like any sandbox instance. It boots desired
  * running; the host's report that it runs flips it to desired paused in
- * the same transaction (a trigger of migrations/0006_warm.sql), and it is
- * claimable once the host reports it paused (or stopped).
+ * the same transaction (a trigger of migrations/0006_warm.sql), and its
+ * spec says pause_after_ready (node_spec.c): the host keeps it running
+ * until its guest reported up, then pauses it. It is claimable once the
+ * host reports it paused with its guest up (guest_ready_at set); one whose
+ * guest has not reported up warm_boot_timeout_seconds after its creation
+ * is drained (guest-never-ready) and replaced.
  *
  * The claim (WARM_CLAIM_CTE, warm.h) runs inside Sandboxes.Create's transaction;
  * the pool pass (warm_pass) runs on the sandbox reconciler's leader:
@@ -95,6 +99,7 @@ struct pool {
 	bool names_secrets;   /* stale warm instances are drained first */
 	bool broker;          /* a secret broker is configured */
 	int64_t default_ttl;  /* the template's default lifetime, s */
+	int64_t boot_timeout; /* warm_boot_timeout_seconds */
 	const struct ctl_app *app;   /* the sandbox SSH CA, certifyHostKey */
 	int64_t live, good;
 };
@@ -105,8 +110,16 @@ struct pool {
 #define WARM_CERT_SHORT                                                                    \
 	"coalesce(i.host_cert_valid_before < now() + make_interval(secs => $6::int), false)"
 
+/* A warm instance whose guest has not reported up $7 seconds after its
+ * creation: it never will, or too late (a paused one from before 0018
+ * was paused before its guest booted). */
+#define WARM_NEVER_READY                                                                   \
+	"(i.guest_ready_at IS NULL AND i.created_at < now() - make_interval(secs => "        \
+	"$7::int))"
+
 /* Warm instances that are not claimable any more (older instance_version,
- * error or lost, on a host without the network-policy capability the
+ * error or lost, whose guest never reported up (WARM_NEVER_READY), on a
+ * host without the network-policy capability the
  * template needs, for a template naming secrets stale or made without
  * recorded versions, with a host certificate that no longer covers the
  * template's default lifetime) and, among the rest, those beyond max, newest first
@@ -117,18 +130,24 @@ struct pool {
 	"$2::int OR i.state IN ('error', 'lost') OR ($3 AND i.node_id IS NOT NULL AND NOT "    \
 	"coalesce(n.labels ? '" CAP_NETWORK_POLICY "', false)) OR ($5 AND (i."                \
 	"warm_secret_versions IS NULL OR " WARM_SECRETS_STALE("i") ")) OR " WARM_CERT_SHORT     \
-	") AS bad, " WARM_CERT_SHORT " AS cert_short FROM instances i LEFT "                    \
+	" OR " WARM_NEVER_READY ") AS bad, " WARM_CERT_SHORT " AS cert_short, "                 \
+	WARM_NEVER_READY " AS never_ready FROM instances i LEFT "                              \
 	"JOIN nodes n ON n.id = i.node_id WHERE i.warm_template_id = $1 AND i.desired_state "  \
 	"<> 'deleted'), r AS (SELECT id, bad, row_number() OVER (PARTITION BY bad ORDER BY "   \
-	"created_at, id) rn, cert_short FROM live), u AS (UPDATE instances i SET "            \
+	"created_at, id) rn, cert_short, never_ready FROM live), u AS (UPDATE instances i "   \
+	"SET "                                                                                 \
 	"desired_state = 'deleted', state = 'deleting', updated_at = now() FROM r WHERE "     \
 	"i.id = r.id AND "                                                                     \
 	"(r.bad OR r.rn > $4::int) AND i.warm_template_id = $1 AND i.desired_state <> "        \
-	"'deleted' RETURNING i.id, i.node_id, i.tenant_id, r.bad, r.cert_short) SELECT u.id, "  \
-	"u.node_id, u.tenant_id, u.bad, coalesce(n.state, ''), u.cert_short FROM u LEFT JOIN " \
+	"'deleted' RETURNING i.id, i.node_id, i.tenant_id, r.bad, r.cert_short, "              \
+	"r.never_ready) SELECT u.id, u.node_id, u.tenant_id, u.bad, coalesce(n.state, ''), "   \
+	"u.cert_short, u.never_ready FROM u LEFT JOIN "                                        \
 	"nodes n ON n.id = u.node_id ORDER BY u.id"
 /* DRAIN_SQL's columns, in its order */
-enum { DRAIN_ID, DRAIN_NODE_ID, DRAIN_TENANT_ID, DRAIN_BAD, DRAIN_NODE_STATE, DRAIN_CERT_SHORT };
+enum {
+	DRAIN_ID, DRAIN_NODE_ID, DRAIN_TENANT_ID, DRAIN_BAD, DRAIN_NODE_STATE, DRAIN_CERT_SHORT,
+	DRAIN_NEVER_READY
+};
 
 static int drained_one(struct db *d, const struct pool *pl, const PGresult *r, int i)
 {
@@ -139,6 +158,8 @@ static int drained_one(struct db *d, const struct pool *pl, const PGresult *r, i
 
 	snprintf(subject, sizeof(subject), "instance/%s", db_val(r, i, DRAIN_ID));
 	why = pl->deleted ? "template-deleted"
+	      : PQnfields(r) > DRAIN_NEVER_READY && db_bool(r, i, DRAIN_NEVER_READY)
+		      ? "guest-never-ready"
 	      : PQnfields(r) > DRAIN_CERT_SHORT && db_bool(r, i, DRAIN_CERT_SHORT)
 		      ? "warm-host-certificate"
 	      : db_bool(r, i, DRAIN_BAD) ? "warm-stale" : "warm-beyond-max";
@@ -148,6 +169,10 @@ static int drained_one(struct db *d, const struct pool *pl, const PGresult *r, i
 		rc = event_publish(d, "instance.deleting", subject, db_val(r, i, DRAIN_TENANT_ID), data);
 	if (rc < 0)
 		return rc;
+	if (strcmp(why, "guest-never-ready") == 0)
+		log_warn("warm: template %s: warm instance %s drained: its guest did not report "
+			 "up within %" PRId64 " s of its creation (guest-never-ready)", pl->id,
+			 db_val(r, i, DRAIN_ID), pl->boot_timeout);
 	/* unplaced, or on a host that will never confirm (lost, retired):
 	 * finished at once, its booking and address released */
 	if (!db_val(r, i, DRAIN_NODE_ID) || strcmp(db_val(r, i, DRAIN_NODE_STATE), "lost") == 0 ||
@@ -209,6 +234,7 @@ static int drain_tx(struct db *d, void *arg, bc_error *err)
 	dbp_i64(&p, a->max);
 	dbp_bool(&p, a->pl->names_secrets);
 	dbp_i64(&p, a->pl->default_ttl);
+	dbp_i64(&p, a->pl->boot_timeout);
 	if ((rc = db_exec(d, &r, DRAIN_SQL, &p)) < 0)
 		return db_fail(err, rc);
 	a->drained = PQntuples(r);
@@ -406,6 +432,7 @@ void warm_pass(struct db *d, const struct ctl_app *app)
 		pool_from_row(r, i, &pl);
 		pl.broker = secrets_broker(app);
 		pl.app = app;
+		pl.boot_timeout = app->cfg.warm_boot_timeout_seconds;
 		pool_pass(d, &pl);
 	}
 	PQclear(r);
@@ -419,9 +446,11 @@ void warm_metrics_render(FILE *out, struct db *d)
 	PGresult *r = NULL;
 
 	metrics_head(out, "better_compute_sandbox_warm_instances", "gauge",
-		     "Warm instances per template and state (deleting: being drained).");
+		     "Warm instances per template and state (deleting: being drained; booting: "
+		     "running or paused, its guest not reported up yet).");
 	if (db_exec(d, &r, "SELECT warm_template_id, CASE WHEN desired_state = 'deleted' THEN "
-		    "'deleting' ELSE state END, count(*) FROM instances WHERE warm_template_id IS "
+		    "'deleting' WHEN state IN ('running', 'paused') AND guest_ready_at IS NULL THEN "
+		    "'booting' ELSE state END, count(*) FROM instances WHERE warm_template_id IS "
 		    "NOT NULL AND state <> 'deleted' GROUP BY 1, 2 ORDER BY 1, 2", NULL) < 0)
 		return;
 	for (int i = 0; i < PQntuples(r); i++) {

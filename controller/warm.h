@@ -36,7 +36,8 @@ struct warm_claim {
 /* The claim, as the CTEs a statement in the caller's READ COMMITTED
  * transaction starts with (Sandboxes.Create adds the sandbox's rows to
  * it: sandboxes.c). c takes the oldest claimable warm instance of the
- * template (paused or stopped, of its current instance_version, on a
+ * template (paused after its guest reported up: guest_ready_at set; of
+ * its current instance_version, on a
  * ready host carrying the capabilities the template needs, whose host
  * certificate, if any, covers the lifetime, not stale
  * (WARM_SECRETS_STALE); FOR UPDATE SKIP LOCKED, so
@@ -55,9 +56,9 @@ struct warm_claim {
  * ("\n"-separated), lifetime (s), sandbox, owner, agent (NULL: none). */
 #define WARM_CLAIM_CTE                                                                     \
 	"WITH c AS (SELECT i.id FROM instances i JOIN nodes n ON n.id = i.node_id WHERE "     \
-	"i.warm_template_id = $1 AND i.warm_instance_version = $2::int AND i.state IN "       \
-	"('paused', 'stopped') AND i.desired_state IN ('paused', 'stopped') AND n.state = "   \
-	"'ready' AND (i.warm_secret_versions IS NULL OR NOT " WARM_SECRETS_STALE("i") ") "   \
+	"i.warm_template_id = $1 AND i.warm_instance_version = $2::int AND i.state = "        \
+	"'paused' AND i.desired_state = 'paused' AND i.guest_ready_at IS NOT NULL AND "       \
+	"n.state = 'ready' AND (i.warm_secret_versions IS NULL OR NOT " WARM_SECRETS_STALE("i") ") "   \
 	"AND n.labels ?& string_to_array($3, E'\\n') AND (i.host_cert_valid_before "         \
 	"IS NULL OR i.host_cert_valid_before >= now() + make_interval(secs => $4::int)) "     \
 	"ORDER BY i.created_at, i.id LIMIT 1 FOR UPDATE OF i SKIP LOCKED), "                  \
