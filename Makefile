@@ -248,7 +248,7 @@ fuzz-smoke:
 # check, bench and demo install the dependencies first, then build in a
 # second make that can ask pkg-config for them.
 bench: deps
-	$(Q)$(MAKE) --no-print-directory bins bench-bins node-deps
+	$(Q)$(MAKE) --no-print-directory bins bench-bins node-deps guest
 	$(Q)bash bench/run.sh
 
 demo: deps

@@ -26,6 +26,9 @@
 #   sandbox reconciler pass   10,000 live sandboxes          vs one scan of them
 #   Instances.Create ->       a real domain (bench/libvirt.sh; vs virsh create of the
 #     running, libvirt        root, libvirtd)                   same domain XML
+#   warm claim -> port 22 /   real guests, median of 5       vs a cold create of the
+#     exec -- true            (bench/guest_ready.sh; root,       same guest (target
+#                             libvirtd, the guest image)        warm <= 1/20 of cold)
 #   Sandboxes.Exec, exec      p50/p99; bcctl sandbox exec    vs Health.Check; ssh to the
 #     start to exit, 256 MiB  -- true; MiB/s; RSS per tunnel    same sshd; sshd's memory
 #     throughput, 100 tunnels with 100 open (bench/exec.sh;      per connection
@@ -46,7 +49,8 @@
 # spec push rows and the Instances.Create rows between them),
 # BENCH_ONLY=attack (only the API under attack rows; their knobs in
 # bench/attack.sh), BENCH_ONLY=seal (only the sealed store's rows),
-# BENCH_ONLY=exec (only the exec rows),
+# BENCH_ONLY=exec (only the exec rows), BENCH_ONLY=guest (only the real-guest
+# warm/cold rows, bench/guest_ready.sh; BENCH_GUEST_N),
 # BC_BENCH (the C client; default $BC_SRC/build/bench/bc_bench), BC_BIN, BC_SRC.
 set -uo pipefail
 
@@ -181,6 +185,17 @@ if [ "${BENCH_ONLY:-}" = exec ]; then # just the exec rows
 	print_rows
 	exit 0
 fi
+guest_rows() {
+	log "real guests: warm claim vs cold create until port 22 / exec answers (bench/guest_ready.sh)"
+	while IFS=$'\t' read -r n m v pn pv; do
+		row "$n" "$m" "$v" "$pn" "$pv"
+	done < <(bash "$BC_SRC/bench/guest_ready.sh" 2>>"$STACK_DIR/bench-client.log")
+}
+if [ "${BENCH_ONLY:-}" = guest ]; then # just the real-guest warm/cold rows
+	guest_rows
+	print_rows
+	exit 0
+fi
 if [ "${BENCH_ONLY:-}" = seal ]; then # just the sealed store's rows
 	# shellcheck source=seal.sh
 	. "$here/seal.sh"
@@ -269,6 +284,7 @@ log "libvirt: Instances.Create -> running vs virsh create of the same XML (bench
 while IFS=$'\t' read -r n m v pn pv; do
 	row "$n" "$m" "$v" "$pn" "$pv"
 done < <(bash "$BC_SRC/bench/libvirt.sh" 2>>"$STACK_DIR/bench-client.log")
+guest_rows
 
 # shellcheck source=exec.sh
 . "$here/exec.sh"

@@ -178,6 +178,7 @@ out=$(bcctl --format json sandbox-template create --name demo --pool "$POOL_ID" 
 	--flavor "$FLAVOR_NAME" --image "$img" --user-data-file "$demo/sandbox-user-data" \
 	--env GREETING=secret://root/demo-greeting --max-ttl 24h) || give_up "template create failed: $out"
 tmpl=$(json_get "$out" id)
+cold_t0=$(date +%s%3N)
 out=$(bcctl --format json sandbox create --template "$tmpl" --ttl 2h --key demo-sbx-1) ||
 	give_up "sandbox create failed: $out"
 sbx=$(json_get "$out" id)
@@ -198,9 +199,31 @@ if [ "$runtime" = libvirt ]; then
 	# -- run code inside: a certificate from the sandbox SSH CA for the
 	# demo's key, a single-use ticket, stock ssh through the tunnel
 	# (controller -> bcd -> the guest's port 22)
+	shell_up() { bcctl sandbox exec "$1" --key "$demo/id_ed25519" -- true </dev/null >/dev/null 2>&1; }
+	eventually 600 shell_up "$sbx"
+	cold_ms=$(($(date +%s%3N) - cold_t0))
 	say "demo: bcctl sandbox exec $sbx -- uname -a"
 	bcctl sandbox exec "$sbx" --key "$demo/id_ed25519" -- uname -a ||
 		say "demo: sandbox exec failed (see $demo/ctl-1.log and $demo/bcd-1.log)"
+	# -- a warm pool holds booted guests, paused: a claim resumes one
+	out=$(bcctl --format json sandbox-template create --name demo-warm --pool "$POOL_ID" \
+		--flavor "$FLAVOR_NAME" --image "$img" --warm-min 1 --warm-max 1) ||
+		give_up "warm template create failed: $out"
+	wtmpl=$(json_get "$out" id)
+	say "demo: template $wtmpl keeps one warm guest; waiting for it to boot and be paused"
+	warm_booted() {
+		[ -n "$(psql -d bc -XAtq -c "SELECT id FROM instances WHERE warm_template_id = '$wtmpl' AND state = 'paused' AND guest_ready_at IS NOT NULL AND desired_state <> 'deleted' LIMIT 1")" ]
+	}
+	if eventually 600 warm_booted; then
+		warm_t0=$(date +%s%3N)
+		out=$(bcctl --format json sandbox create --template "$wtmpl" --ttl 2h --wait 20s)
+		wsbx=$(json_get "$out" id)
+		eventually 60 shell_up "$wsbx"
+		warm_ms=$(($(date +%s%3N) - warm_t0))
+		say "demo: from bcctl sandbox create to a shell in the sandbox: warm $wsbx ${warm_ms} ms, cold $sbx ${cold_ms} ms"
+	else
+		say "demo: the warm guest did not come up in 10 minutes (see $demo/bcd-1.log)"
+	fi
 	exec_hint="  bcctl sandbox exec $sbx --key $demo/id_ed25519          (a shell in the sandbox)
   bcctl sandbox cp --key $demo/id_ed25519 ./file $sbx:/tmp/"
 else
@@ -233,6 +256,7 @@ The demo is running (logs and state in $demo). To use it:
   bcctl instance delete $inst
   bcctl sandbox get $sbx; bcctl sandbox extend $sbx --by 30m; bcctl sandbox delete $sbx
   bcctl sandbox create --template $tmpl --wait 20s
+  bcctl sandbox create --template demo-warm --wait 20s   (a booted guest from the warm pool)
 $exec_hint
   printf 'new value' | bcctl secret put demo-greeting     (rotates it: the next sandbox gets it)
 EOT
