@@ -225,7 +225,8 @@ if [ "$runtime" = libvirt ]; then
 		say "demo: the warm guest did not come up in 10 minutes (see $demo/bcd-1.log)"
 	fi
 	exec_hint="  bcctl sandbox exec $sbx --key $demo/id_ed25519          (a shell in the sandbox)
-  bcctl sandbox cp --key $demo/id_ed25519 ./file $sbx:/tmp/"
+  bcctl sandbox cp --key $demo/id_ed25519 ./file $sbx:/tmp/
+  bcctl sandbox create --template $wtmpl --wait 20s        (a booted guest from the warm pool)"
 else
 	say "demo: no guest runs under the fake runtime, so sandbox exec has no sshd to reach"
 fi
@@ -256,7 +257,6 @@ The demo is running (logs and state in $demo). To use it:
   bcctl instance delete $inst
   bcctl sandbox get $sbx; bcctl sandbox extend $sbx --by 30m; bcctl sandbox delete $sbx
   bcctl sandbox create --template $tmpl --wait 20s
-  bcctl sandbox create --template demo-warm --wait 20s   (a booted guest from the warm pool)
 $exec_hint
   printf 'new value' | bcctl secret put demo-greeting     (rotates it: the next sandbox gets it)
 EOT

@@ -96,7 +96,7 @@ mark_ic=$(q "SELECT guest_ready_at FROM instances WHERE id = '$ic'")
 in_never=$(q "SELECT id FROM instances WHERE warm_template_id = '$tn' AND desired_state <> 'deleted' LIMIT 1")
 # the cold guest posts for the never-ready pool's guest (not up: it must stay so)
 gssh "$ipc" "curl -s -o /dev/null -w '%{http_code}' -X POST -d instance_id=$in_never \
-	http://$gw:${BC_GUEST_READY_PORT:-7446}/bc/ready/$in_never" >"$W/other.code" 2>>"$W/ssh.err"
+	http://$gw:9469/bc/ready/$in_never" >"$W/other.code" 2>>"$W/ssh.err"
 diag "the other guest's post answered $(cat "$W/other.code")"
 after_other=$(metric 'bcd_guest_ready_signals_total{result="other-instance"}')
 is "$((${after_other:-0} - ${before_other:-0}))" 1 "a guest's signal for another instance is counted other-instance"
