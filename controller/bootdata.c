@@ -6,6 +6,7 @@
  * carried as it is, typed by its first line as cloud-init types it. Every
  * cloud-config rendered here passes `cloud-init schema`
  * (tests/unit/test_ctl_bootdata.c runs the real command). */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <openssl/crypto.h>
 #include <openssl/core_names.h>
@@ -250,6 +251,8 @@ static int env_file(FILE *f, const struct bootdata_in *in)
 }
 
 /* The guest-up signal (bash only, no tool the smallest cloud image lacks):
+ * the pool's gateway as rendered (the guest may have no default route: a
+ * Debian guest without net-tools drops the network config's route), else
  * the IPv4 default gateway from /proc/net/route, then a POST over bash's
  * /dev/tcp, every 2 s for at most 2 min while bcd answers nothing final
  * (425: bcd has not seen the instance run yet; 503: busy; no answer). */
@@ -257,9 +260,13 @@ static const char READY_SCRIPT[] =
 	"#!/bin/bash\n"
 	"# bc: tell the host (bcd, on the default gateway) that this guest is up.\n"
 	"# Run once per boot by " BOOTDATA_READY_UNIT ", after cloud-init's final stage.\n"
-	"id=%s port=%d\n"
+	"id=%s port=%d pool_gateway=%s\n"
 	"gateway() {\n"
 	"\tlocal ifc dst gw flags rest\n"
+	"\tif [ -n \"$pool_gateway\" ]; then\n"
+	"\t\tprintf %%s \"$pool_gateway\"\n"
+	"\t\treturn 0\n"
+	"\tfi\n"
 	"\twhile read -r ifc dst gw flags rest; do\n"
 	"\t\tif [ \"$dst\" = 00000000 ] && [ $((0x$flags & 2)) -ne 0 ]; then\n"
 	"\t\t\tprintf '%%d.%%d.%%d.%%d' 0x${gw:6:2} 0x${gw:4:2} 0x${gw:2:2} 0x${gw:0:2}\n"
@@ -333,11 +340,20 @@ static bool script_id_ok(const char *id)
 	return *id != '\0';
 }
 
+/* A dotted-quad IPv4 address (or ""), safe to put into a script. */
+static bool ipv4_text_ok(const char *s)
+{
+	struct in_addr a;
+
+	return !*s || (strlen(s) <= 15 && inet_pton(AF_INET, s, &a) == 1);
+}
+
 /* The guest-up signal's and the clock's scripts and units (entries of
  * write_files:). */
 static int ready_files(FILE *f, const struct bootdata_in *in)
 {
 	_cleanup_free_ char *script = xasprintf(READY_SCRIPT, in->instance_id, BC_GUEST_READY_PORT,
+						in->ready_gateway ? in->ready_gateway : "",
 						BC_GUEST_READY_PATH);
 	int r;
 
@@ -400,6 +416,7 @@ int bootdata_cloud_config(const struct bootdata_in *in, char **ret)
 
 	if (!in->instance_id || !*in->instance_id || !utf8_valid(in->instance_id) ||
 	    (in->ready_signal && !script_id_ok(in->instance_id)) ||
+	    (in->ready_gateway && !ipv4_text_ok(in->ready_gateway)) ||
 	    (in->ssh_ca && (!sshcert_account_valid(in->ssh_ca->account) || !in->ssh_ca->ca_public_key ||
 			    !*in->ssh_ca->ca_public_key ||
 			    !in->ssh_ca->host_key != !in->ssh_ca->host_cert)))

@@ -66,6 +66,10 @@ struct bootdata_in {
 	 * 2 s or more, as after a resume. Needs an instance id of
 	 * [A-Za-z0-9_-] only (it goes into a script). */
 	bool ready_signal;
+	/* The pool's IPv4 gateway (dotted quad), where bcd listens: the
+	 * signal goes there. NULL or "": the guest's IPv4 default gateway
+	 * (from /proc/net/route), for a pool without IPAM. */
+	const char *ready_gateway;
 };
 
 #define BOOTDATA_READY_UNIT "bc-guest-ready.service"

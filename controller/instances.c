@@ -222,17 +222,17 @@ struct create {
 };
 
 /* Pool visible to the tenant, its IPAM if the policy needs it. */
-static int resolve_pool(struct db *d, const struct inst_new *n, char **ret_runtime,
-			bc_error *err)
+static int resolve_pool(struct db *d, struct inst_new *n, char **ret_runtime, bc_error *err)
 {
-	enum { POOL_RUNTIME, POOL_HAS_RANGE };
+	enum { POOL_RUNTIME, POOL_HAS_RANGE, POOL_GATEWAY };
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	int rc;
 
 	dbp_str(&p, n->pool_id);
 	dbp_str(&p, n->tenant);
-	rc = db_exec(d, &r, "SELECT runtime, ipam_subnet IS NOT NULL FROM pools WHERE id = $1 AND "
+	rc = db_exec(d, &r, "SELECT runtime, ipam_subnet IS NOT NULL, CASE WHEN family(ipam_gateway) "
+		     "= 4 THEN host(ipam_gateway) ELSE '' END FROM pools WHERE id = $1 AND "
 		     "deleted_at IS NULL AND (cardinality(tenant_ids) = 0 OR $2 = ANY (tenant_ids))",
 		     &p);
 	if (rc < 0)
@@ -248,6 +248,7 @@ static int resolve_pool(struct db *d, const struct inst_new *n, char **ret_runti
 		return bc_error_detail(err, "reason", "pool-without-ip-range");
 	}
 	*ret_runtime = xstrdup(db_val(r, 0, POOL_RUNTIME));
+	snprintf(n->pool_gateway, sizeof(n->pool_gateway), "%s", db_val(r, 0, POOL_GATEWAY));
 	PQclear(r);
 	return 0;
 }
@@ -264,7 +265,7 @@ static int seal_user_data(struct db *d, struct inst_new *n, char ref[SEALED_REF_
 	struct bootdata_in in = {.instance_id = n->id, .ssh_keys = n->ssh_keys,
 				 .n_ssh_keys = n->n_ssh_keys, .user_data = n->user_data,
 				 .ssh_ca = n->ssh_ca, .env = n->env, .n_env = n->n_env,
-				 .ready_signal = true};
+				 .ready_signal = true, .ready_gateway = n->pool_gateway};
 	char *key = NULL, *cert = NULL;
 	int rc;
 

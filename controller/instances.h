@@ -47,6 +47,7 @@ struct inst_new {
 	/* the action decided on the staged instance (compute:instances:create),
 	 * or NULL when the caller decided on its own resource (a sandbox) */
 	const char *decide_action;
+	char pool_gateway[16];           /* internal: the pool's IPv4 gateway, "" if none */
 	char id[64];                     /* out: the new instance */
 	char mac[18];
 	char *node;                      /* out: malloc'd node id, or NULL when unplaced */

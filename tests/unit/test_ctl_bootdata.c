@@ -538,7 +538,8 @@ static void test_types_and_refusals(void)
 static void test_ready_golden(void)
 {
 	const struct bootdata_ssh_ca plain = {.account = "sandbox", .ca_public_key = CA_LINE};
-	struct bootdata_in in = {.instance_id = ID, .ssh_ca = &plain, .ready_signal = true};
+	struct bootdata_in in = {.instance_id = ID, .ssh_ca = &plain, .ready_signal = true,
+				 .ready_gateway = "10.77.0.1"};
 	_cleanup_free_ char *a = NULL, *b = NULL, *mime = NULL;
 	const char *reload, *enable, *start;
 	size_t len;
@@ -552,7 +553,8 @@ static void test_ready_golden(void)
 	start = strstr(a, "[systemctl, start, --no-block, bc-guest-ready.service");
 	ok(reload && enable && start && reload < enable && enable < start,
 	   "runcmd: the sshd reload, then the units enabled, then started");
-	ok(strstr(a, "id=" ID " port=9469") != NULL, "the script names the instance and the port");
+	ok(strstr(a, "id=" ID " port=9469 pool_gateway=10.77.0.1") != NULL,
+	   "the script names the instance, the port and the pool's gateway");
 	in.ssh_ca = NULL;
 	ok(bootdata_cloud_config(&in, &b) == 0 && !strstr(b, "systemctl reload") &&
 	   strstr(b, "bc-guest-ready.service") && strstr(b, "write_files:\n"),
@@ -569,6 +571,12 @@ static void test_ready_golden(void)
 		   "an id with characters outside [A-Za-z0-9_-] is refused");
 		bad.ready_signal = false;
 		ok(bootdata_cloud_config(&bad, &x) == 0, "(without the signal it renders)");
+		free(x);
+		x = NULL;
+		bad = (struct bootdata_in){.instance_id = ID, .ready_signal = true,
+					   .ready_gateway = "10.0.0.1;reboot"};
+		ok(bootdata_cloud_config(&bad, &x) == -EINVAL,
+		   "a gateway that is not a dotted quad is refused");
 	}
 }
 
