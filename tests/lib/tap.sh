@@ -93,6 +93,22 @@ fail_fast() {
 
 # _tap_result PASS MSG [DETAIL]: print one test line, and on failure where
 # it failed and DETAIL as diag lines; honours fail_fast.
+# todo RC MSG WHY: a check known not to hold yet (TAP's TODO directive):
+# printed as ok or not ok with "# TODO WHY", never counted as a failure,
+# and shown by prove ("TODO passed" once it holds). For a defect that is
+# written down, never for a check that cannot fail.
+todo() {
+	local rc=$1 msg=$2 why=$3
+	TAP_N=$((TAP_N + 1))
+	msg=${msg//$'\n'/ }
+	msg=${msg//#/\\#}
+	if [ "$rc" = 0 ]; then
+		echo "ok $TAP_N - $msg # TODO $why"
+	else
+		echo "not ok $TAP_N - $msg # TODO $why"
+	fi
+}
+
 _tap_result() {
 	local pass=$1 msg=$2 detail=${3-}
 	TAP_N=$((TAP_N + 1))
