@@ -186,9 +186,12 @@ ok "$([ "$nwarm" -ge 2 ] && echo 0 || echo 1)" "at least the two claims above we
 
 # -- host certificates (the seam: nothing mints them yet, so the column is
 # written here as a certified instance would carry it): a claim takes only
-# an instance whose certificate covers the sandbox's lifetime
-q "UPDATE instances SET host_cert_valid_before = now() + interval '10 minutes' WHERE warm_template_id = '$tmpl'" >/dev/null
-out=$(bcctl --format json sandbox create --template "$tmpl" --ttl 1h)
+# an instance whose certificate covers the sandbox's lifetime. The
+# certificate still covers the template's default lifetime (1 h), else the
+# pool pass recycles the instance (warm-host-certificate) and may refill
+# with an uncertified one before the create below.
+q "UPDATE instances SET host_cert_valid_before = now() + interval '90 minutes' WHERE warm_template_id = '$tmpl'" >/dev/null
+out=$(bcctl --format json sandbox create --template "$tmpl" --ttl 2h)
 is "$(json_get "$out" warm)" '' 'a certificate ending before the lifetime: not claimed (cold)'
 out=$(bcctl --format json sandbox create --template "$tmpl" --ttl 5m)
 is "$(json_get "$out" warm)" true 'one that covers the lifetime: claimed'
