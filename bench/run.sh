@@ -185,11 +185,19 @@ if [ "${BENCH_ONLY:-}" = exec ]; then # just the exec rows
 	print_rows
 	exit 0
 fi
+# A run that adds no row says why (the script's own lines: skipped, or
+# where it stopped), here and not only in the stack's log.
 guest_rows() {
+	local before=${#rows[@]} glog=$STACK_DIR/bench-guest.log
 	log "real guests: warm claim vs cold create until port 22 / exec answers (bench/guest_ready.sh)"
 	while IFS=$'\t' read -r n m v pn pv; do
 		row "$n" "$m" "$v" "$pn" "$pv"
-	done < <(bash "$BC_SRC/bench/guest_ready.sh" 2>>"$STACK_DIR/bench-client.log")
+	done < <(bash "$BC_SRC/bench/guest_ready.sh" 2>"$glog")
+	cat "$glog" >>"$STACK_DIR/bench-client.log"
+	if [ "${#rows[@]}" = "$before" ]; then
+		log "real guests: no rows; bench/guest_ready.sh said:"
+		tail -n 15 "$glog" >&2
+	fi
 }
 if [ "${BENCH_ONLY:-}" = guest ]; then # just the real-guest warm/cold rows
 	guest_rows
