@@ -60,8 +60,12 @@ static int put_nic(FILE *f, size_t i, const Bc__Node__V1__NicSpec *n, const char
 		fprintf(f, "      - \"%s/%" PRIu32 "\"\n", n->ipv4, n->ipv4_prefix);
 	if (v6)
 		fprintf(f, "      - \"%s/%" PRIu32 "\"\n", n->ipv6, n->ipv6_prefix);
+	/* gateway4, not a 0.0.0.0/0 route: Debian's cloud-init renders routes
+	 * for ifupdown as `post-up route add ...`, which needs net-tools (the
+	 * guest then had no default route), and gateway4 as ifupdown's own
+	 * `gateway` line (iproute2); netplan and networkd take either. */
 	if (v4 && gw && *gw && !*routed) {
-		fprintf(f, "    routes:\n      - to: \"0.0.0.0/0\"\n        via: \"%s\"\n", gw);
+		fprintf(f, "    gateway4: \"%s\"\n", gw);
 		*routed = true;
 	}
 	return 0;
