@@ -101,6 +101,25 @@ SSL_CTX *tlsc_ctx_new(bool server, const char *cert_pem, const char *key_pem,
 	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, verify_cb);
 	if (server)
 		SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+	if (!server && !cert_pem) { /* no client certificate: a CA, or the system's roots */
+		BIO *a = ca_pem ? BIO_new_mem_buf(ca_pem, -1) : NULL;
+		X509 *x;
+		int n = 0;
+
+		while (a && (x = PEM_read_bio_X509(a, NULL, NULL, NULL))) {
+			n += X509_STORE_add_cert(SSL_CTX_get_cert_store(ctx), x) == 1;
+			X509_free(x);
+		}
+		BIO_free(a);
+		ERR_clear_error();
+		if (!ca_pem)
+			n = SSL_CTX_set_default_verify_paths(ctx) == 1;
+		if (n > 0)
+			return ctx;
+		snprintf(errbuf, errlen, "the CA cannot be loaded");
+		SSL_CTX_free(ctx);
+		return NULL;
+	}
 	if (!cert_pem || !key_pem || !ca_pem || ctx_load(ctx, cert_pem, key_pem, ca_pem) < 0) {
 		snprintf(errbuf, errlen, "the certificate, key or CA cannot be loaded");
 		SSL_CTX_free(ctx);
@@ -252,11 +271,17 @@ static int handshake(SSL_CTX *ctx, int fd, bool server, const char *server_name,
 	if (server) {
 		SSL_set_accept_state(ssl);
 	} else {
+		struct in6_addr ip;
+		bool is_ip = inet_pton(AF_INET, server_name, &ip) == 1 ||
+			     inet_pton(AF_INET6, server_name, &ip) == 1;
+
 		SSL_set_connect_state(ssl);
-		SSL_set_tlsext_host_name(ssl, server_name);
+		if (!is_ip)
+			SSL_set_tlsext_host_name(ssl, server_name);
 		SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS |
 				  X509_CHECK_FLAG_NEVER_CHECK_SUBJECT);
-		if (SSL_set1_host(ssl, server_name) != 1) {
+		if (is_ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), server_name) != 1 :
+		    SSL_set1_host(ssl, server_name) != 1) {
 			snprintf(errbuf, errlen, "bad server name");
 			SSL_free(ssl);
 			close(fd);

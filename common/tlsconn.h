@@ -21,7 +21,8 @@ typedef struct ssl_ctx_st SSL_CTX;
 struct tlsc;
 
 /* A context: the own certificate (chain) and key, and ca_pem, the only CA
- * the peer's certificate must chain to (required from the peer: the
+ * the peer's certificate must chain to (a client may have no certificate:
+ * cert_pem and key_pem NULL; then ca_pem NULL means the system's roots) (required from the peer: the
  * server asks for a client certificate but lets the caller decide when
  * there is none, tlsc_peer_cn). TLS 1.2 at least, no renegotiation. NULL
  * with errbuf filled. */
@@ -35,7 +36,7 @@ int tlsc_listen(const char *hostport, int *ret_port);
 
 /* Client: TCP to "host:port", then the handshake, verifying the server's
  * certificate against the context's CA with server_name as its DNS
- * subjectAltName, all within timeout_ms. 0 with *ret, or -errno with
+ * subjectAltName (an IP address: its IP subjectAltName), all within timeout_ms. 0 with *ret, or -errno with
  * errbuf filled (-ECONNREFUSED, -ETIMEDOUT, -EPROTO: the handshake). */
 int tlsc_connect(SSL_CTX *ctx, const char *hostport, const char *server_name, int timeout_ms,
 		 struct tlsc **ret, char *errbuf, size_t errlen);
