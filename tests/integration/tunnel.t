@@ -135,13 +135,14 @@ out=$(printf 'x' | node "$JS" "$TADDR" "$pki/node-ca.pem" "$pki/tunnel-client.pe
 ok "! printf '%s' \"\$out\" | grep -qx x" "bcd 1 does not pass for node 2 (server name checked: $out)"
 is "$(metric "$m1" bcd_tunnels_total)" 3 'bcd_tunnels_total counts the three relays'
 # an independent TLS client: the right certificate, a bad request line
-s_client() { # CERT KEY: the request from stdin, bcd's answer on stdout
-	openssl s_client -quiet -ign_eof -connect "$TADDR" -CAfile "$pki/node-ca.pem" \
-		-verify_hostname "$node1" -verify_return_error -cert "$1" -key "$2" 2>/dev/null | head -1
+s_client() { # CERT KEY REQUEST: bcd's answer (stdin ends a second later, then s_client)
+	(printf '%s\n' "$3"; sleep 1) | timeout 20 openssl s_client -quiet -no_ign_eof \
+		-connect "$TADDR" -CAfile "$pki/node-ca.pem" -verify_hostname "$node1" \
+		-verify_return_error -cert "$1" -key "$2" 2>/dev/null | head -1
 }
-out=$(printf 'GET / HTTP/1.1\n' | s_client "$pki/tunnel-client.pem" "$pki/tunnel-client.key")
+out=$(s_client "$pki/tunnel-client.pem" "$pki/tunnel-client.key" 'GET / HTTP/1.1')
 like "$out" '^ERR INVALID_INPUT bad-open ' "openssl s_client with a bad request line: refused ($out)"
-out=$(printf 'BCTUNNEL/1 %s 22 tun_s\nhi' "$inst" | s_client "$pki/tunnel-client.pem" "$pki/tunnel-client.key")
+out=$(s_client "$pki/tunnel-client.pem" "$pki/tunnel-client.key" "BCTUNNEL/1 $inst 22 tun_s")
 is "$out" OK '... and with a good one: OK'
 
 # -- refusals
