@@ -1,5 +1,9 @@
-/* tunnel.c: Agent.Tunnel, the controller's ssh tunnels into this node's
- * instances, on bcd's own mTLS port (tunnel_listen).
+/* tunnel.c: the controller's ssh tunnels into this node's instances, on
+ * bcd's own mTLS port (tunnel_listen): the raw protocol (tunnel_raw.h,
+ * tunnel_protocol = raw, the default; the same checks as below, the
+ * refusals as answer lines, the relay on plain TLS: "raw protocol"
+ * further down) or gRPC Agent.Tunnel (tunnel_protocol = grpc), described
+ * here.
  *
  * Who: the TLS handshake asks for a client certificate and verifies it
  * against ca.pem (the API CA alone: a node's certificate, from the node

@@ -176,29 +176,35 @@ like "$(q "SELECT close_reason FROM tunnels WHERE sandbox_id = '$s' ORDER BY clo
 	'^re-check refused: .*compute:sandboxes:exec' '... the re-check refused exec'
 bcctl policy attach "$pol" --identity "$alice" >/dev/null
 
-# -- memory: 32 MiB through a slow reader leave the controller's RSS flat
+# -- memory: 32 MiB through a slow reader leave the controller's RSS flat,
+# with bcctl over gRPC and over the WebSocket route
 ctl_pid=$(_stack_get_pid ctl-1)
 rss() { awk '/^VmRSS/ { print $2 }' "/proc/$1/status"; }
-abc "${EX[@]}" -- 'head -c 1048576 /dev/zero' </dev/null >/dev/null 2>&1 # warm
-r0=$(rss "$ctl_pid")
-abc "${EX[@]}" -- 'head -c 33554432 /dev/zero' </dev/null 2>/dev/null |
-	python3 -c 'import sys, time
+slow_read() { # BCCTL_WRAPPER: sets R0, R1 (the highest RSS while it ran)
+	"$1" "${EX[@]}" -- 'head -c 1048576 /dev/zero' </dev/null >/dev/null 2>&1 # warm
+	R0=$(rss "$ctl_pid")
+	"$1" "${EX[@]}" -- 'head -c 33554432 /dev/zero' </dev/null 2>/dev/null |
+		python3 -c 'import sys, time
 n = 0
 while True:
     b = sys.stdin.buffer.read(65536)
     if not b: break
     n += len(b); time.sleep(0.002)
 print(n)' >"$W/slow.n" &
-slow_pid=$!
-r1=$r0 # the highest while it runs
-while kill -0 "$slow_pid" 2>/dev/null; do
-	r=$(rss "$ctl_pid")
-	[ "$r" -gt "$r1" ] && r1=$r
-	sleep 0.2
+	local pid=$! r
+	R1=$R0
+	while kill -0 "$pid" 2>/dev/null; do
+		r=$(rss "$ctl_pid")
+		[ "$r" -gt "$R1" ] && R1=$r
+		sleep 0.2
+	done
+	wait "$pid"
+}
+for route in abc abc_ws; do
+	slow_read "$route"
+	is "$(cat "$W/slow.n")" 33554432 "32 MiB went through a slow reader ($route)"
+	ok "[ $((R1 - R0)) -lt 16384 ]" "the controller's RSS grew at most $((R1 - R0)) KiB while it ran (< 16 MiB: nothing queued per tunnel)"
 done
-wait "$slow_pid"
-is "$(cat "$W/slow.n")" 33554432 '32 MiB went through a slow reader'
-ok "[ $((r1 - r0)) -lt 16384 ]" "the controller's RSS grew at most $((r1 - r0)) KiB while it ran (< 16 MiB: nothing queued per tunnel)"
 
 # -- deleting the sandbox closes a session
 abc "${EX[@]}" -- sleep 300 </dev/null >/dev/null 2>&1 &
