@@ -62,6 +62,9 @@ static const struct conf_key keys[] = {
 	S(tunnel_advertise, "",
 	  "host:port the controller dials for tunnels (empty: address and tunnel_listen's port)"),
 	U32(tunnel_max, "256", 1, 65536, "tunnels open at once at most"),
+	S(tunnel_protocol, "raw",
+	  "tunnel_listen's protocol: raw (TLS byte stream, capability tunnel.raw) or grpc "
+	  "(Agent.Tunnel, for controllers that predate raw)"),
 	S(guest_ready, "auto",
 	  "the guest-up signal's listener on the pool gateway, tcp/9469: on, off, or auto "
 	  "(on with network = nftables, the bcd that owns the bridge)"),
@@ -311,6 +314,9 @@ int cfg_finish(struct agent_config *c, char *err, size_t errlen)
 				     atoi(strrchr(c->tunnel_advertise, ':') + 1) <= 0))
 		return fail(err, errlen, "tunnel_advertise '%.64s' must be host:port",
 			    c->tunnel_advertise);
+	if (strcmp(c->tunnel_protocol, "raw") != 0 && strcmp(c->tunnel_protocol, "grpc") != 0)
+		return fail(err, errlen, "tunnel_protocol '%.16s' must be raw or grpc",
+			    c->tunnel_protocol);
 	if (!c->hostname || !*c->hostname) {
 		if (gethostname(host, sizeof(host)) < 0)
 			snprintf(host, sizeof(host), "localhost");

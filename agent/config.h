@@ -52,6 +52,7 @@ struct agent_config {
 	char *tunnel_listen;            /* Agent.Tunnel's mTLS port; "" = off */
 	char *tunnel_advertise;         /* host:port the controller dials ("" = address:port) */
 	uint32_t tunnel_max;            /* tunnels open at once */
+	char *tunnel_protocol;          /* "raw" or "grpc" */
 	char *guest_ready;              /* auto | on | off: the guest-up listener */
 	/* derived by cfg_finish */
 	struct cfg_label label_list[CFG_MAX_LABELS];

@@ -321,7 +321,8 @@ static void start_tunnel(struct agent *a)
 	struct tunnel_opts o = {.listen = a->cfg.tunnel_listen, .cert_pem = a->creds.tunnel_cert_pem,
 				.key_pem = a->creds.key_pem, .ca_pem = a->creds.ca_pem,
 				.conv = a->conv, .state_dir = a->cfg.state_dir,
-				.fake = a->rt->ops == &rt_fake_ops, .max = a->cfg.tunnel_max};
+				.fake = a->rt->ops == &rt_fake_ops, .max = a->cfg.tunnel_max,
+				.raw = strcmp(a->cfg.tunnel_protocol, "raw") == 0};
 	bool fixed = *a->cfg.tunnel_advertise != '\0';
 	int port = 0;
 
@@ -339,8 +340,12 @@ static void start_tunnel(struct agent *a)
 	if (!fixed)
 		default_advertise(&a->cfg, port);
 	a->report.info.tunnel_address = a->cfg.tunnel_advertise;
-	log_info("tunnel: Agent.Tunnel on %s (port %d), advertised as %s", a->cfg.tunnel_listen,
-		 port, a->cfg.tunnel_advertise);
+	/* the controller dials a node with this capability raw (tunnel.h) */
+	if (o.raw && a->report.info.n_caps < REPORT_MAX_CAPS)
+		a->report.info.caps[a->report.info.n_caps++] = TUNNEL_RAW_CAP;
+	log_info("tunnel: %s on %s (port %d), advertised as %s",
+		 o.raw ? "the raw tunnel protocol" : "Agent.Tunnel", a->cfg.tunnel_listen, port,
+		 a->cfg.tunnel_advertise);
 }
 
 /* The renew thread's news: main restarts bcd on the new certificate. */

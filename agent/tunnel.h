@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "tunnel_raw.h"
+
 struct conv;
 
 /* The only client certificate CN served (the controller's tunnel client
@@ -30,7 +32,10 @@ struct tunnel_opts {
 	const char *state_dir;
 	bool fake;                /* the fake runtime: TUNNEL_FAKE_TARGETS */
 	uint32_t max;             /* tunnels at once */
+	bool raw;                 /* the raw protocol (below), else gRPC Agent.Tunnel */
 };
+
+/* The raw protocol (tunnel_protocol = raw, the default): tunnel_raw.h. */
 
 struct tunnel_srv;
 

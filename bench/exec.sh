@@ -9,10 +9,14 @@
 #   bcctl sandbox exec -- true   start to exit, median of 10           vs ssh straight to the
 #                                                                          sshd, same certificate
 #   256 MiB `cat > /dev/null`    through the tunnel, MiB/s               vs the same over direct ssh
+#                             (bcctl over the WebSocket route when the stack has http_listen,
+#                             BENCH_HTTP_PORT; a second row with bcctl over gRPC Tunnels.Connect)
 #   100 open tunnels          controller and bcd RSS growth per tunnel   vs sshd's own memory per
 #                             (bench/tunnels_hold.js)                       connection (its children)
 #
 # Needs root and openssh-server; says why and adds no row otherwise.
+# BENCH_EXEC_ROWS=throughput: only the 256 MiB rows, BENCH_EXEC_RUNS times
+# (default 1) each, for the figures in docs/benchmarks.md.
 
 if [ "$(id -u)" -ne 0 ] || [ ! -x /usr/sbin/sshd ]; then
 	log "exec rows skipped: need root and /usr/sbin/sshd"
@@ -35,6 +39,7 @@ fi
 ssh-keygen -q -t ed25519 -N '' -f "$xw/id"
 xpub=$(cat "$xw/id.pub")
 
+if [ "${BENCH_EXEC_ROWS:-}" != throughput ]; then
 log "Sandboxes.Exec vs Health.Check, 200 calls each (grpc-js)"
 xc=$(node "$BC_SRC/bench/exec_calls.js" "$BC_URL" "$BC_CA_FILE" "$BC_TOKEN" "$xs" "$xpub" 200 \
 	2>>"$STACK_DIR/bench-client.log")
@@ -42,6 +47,7 @@ for m in p50 p99; do
 	row "Sandboxes.Exec (grpc-js)" "${m}_us" "$(field "$xc" "exec_${m}_us")" \
 		"Health.Check same channel" "$(field "$xc" "health_${m}_us")"
 done
+fi
 
 # the direct peer: the same key with a certificate from a grant, the same
 # sshd, pinned the same way bcctl pins it
@@ -55,7 +61,13 @@ direct() {
 		-o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes \
 		-o UserKnownHostsFile="$xw/kh" -o HostKeyAlias="$xi" -o LogLevel=ERROR root@127.0.0.1 "$@"
 }
-viabc() { bcctl sandbox exec "$xs" --key "$xw/id" -- "$@"; }
+# the tunnel as bcctl takes it: the WebSocket route on the JSON/HTTP port
+# when the stack has one (bcctl's tunnel_url), else gRPC Tunnels.Connect
+viagrpc() { BC_TUNNEL_URL= bcctl sandbox exec "$xs" --key "$xw/id" -- "$@"; }
+viabc() {
+	BC_TUNNEL_URL=${BENCH_HTTP_PORT:+127.0.0.1:$BENCH_HTTP_PORT} \
+		bcctl sandbox exec "$xs" --key "$xw/id" -- "$@"
+}
 # median_ms CMD...: the median wall time of 10 runs of CMD, in ms
 median_ms() {
 	local i t0 v=()
@@ -66,9 +78,11 @@ median_ms() {
 	done
 	printf '%s\n' "${v[@]}" | sort -n | sed -n 5p
 }
+if [ "${BENCH_EXEC_ROWS:-}" != throughput ]; then
 log "bcctl sandbox exec -- true vs ssh to the same sshd, 10 each"
 row "bcctl sandbox exec -- true" p50_ms "$(median_ms viabc true)" \
 	"ssh straight to the sshd" "$(median_ms direct true)"
+fi
 
 # mib_s CMD...: MiB/s of 256 MiB piped into CMD
 mib_s() {
@@ -78,9 +92,26 @@ mib_s() {
 	t1=$(date +%s%N)
 	awk -v ns=$((t1 - t0)) 'BEGIN { printf "%.1f", 256 / (ns / 1e9) }'
 }
-log "256 MiB through the tunnel vs direct ssh"
-row "256 MiB cat > /dev/null, tunnel" MiB_per_s "$(mib_s viabc)" \
-	"direct ssh, same sshd" "$(mib_s direct)"
+# cpu_s PID: user + system CPU seconds of a process so far
+cpu_s() { awk -v t="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / t }' "/proc/$1/stat"; }
+# cpu_of NAME CMD...: run mib_s CMD, log the controller's and bcd's CPU for it
+cpu_of() {
+	local n=$1 c0 b0 v
+	shift
+	c0=$(cpu_s "$(_stack_get_pid ctl-1)") b0=$(cpu_s "$(_stack_get_pid bcd-1)")
+	v=$(mib_s "$@")
+	log "$n: $v MiB/s, CPU for 256 MiB: controller $(awk -v a="$c0" -v b="$(cpu_s "$(_stack_get_pid ctl-1)")" 'BEGIN { printf "%.2f", b - a }') s, bcd $(awk -v a="$b0" -v b="$(cpu_s "$(_stack_get_pid bcd-1)")" 'BEGIN { printf "%.2f", b - a }') s, load $(cut -d' ' -f1 /proc/loadavg)"
+	printf '%s' "$v"
+}
+log "256 MiB through the tunnel vs direct ssh${BENCH_HTTP_PORT:+ (bcctl over the WebSocket route)}"
+for xrun in $(seq "${BENCH_EXEC_RUNS:-1}"); do
+	row "256 MiB cat > /dev/null, tunnel" MiB_per_s "$(cpu_of tunnel viabc)" \
+		"direct ssh, same sshd" "$(cpu_of direct direct)"
+	[ -n "${BENCH_HTTP_PORT:-}" ] &&
+		row "256 MiB, tunnel, bcctl over gRPC" MiB_per_s "$(cpu_of "tunnel, gRPC" viagrpc)" \
+			"direct ssh, same sshd" "$(cpu_of direct direct)"
+done
+[ "${BENCH_EXEC_ROWS:-}" = throughput ] && return 0 2>/dev/null
 
 log "100 open tunnels: controller and bcd memory"
 rss_kib() { awk '/^VmRSS/ { print $2 }' "/proc/$1/status" 2>/dev/null; }

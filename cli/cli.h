@@ -126,6 +126,7 @@ struct cli_ctx {
 	const struct cli_verb *verb;      /* the running verb */
 	rpc_client *client;               /* lazily connected, owned */
 	char *ca_pem;                     /* owned, lives as long as client */
+	char *tunnel_url;                 /* owned: the JSON/HTTP port for exec's WebSocket, or NULL */
 	bool rpc_inited;
 	bc_error err;
 	/* a verb that ran another program (sandbox exec) exits with its

@@ -26,6 +26,7 @@ struct config {
 	char *url;
 	char *token;
 	char *ca_file;
+	char *tunnel_url;
 };
 
 /* The config keys, one typed table: every key is a string. */
@@ -33,6 +34,7 @@ static const struct conf_key config_keys[] = {
 	{"url", CONF_STR, offsetof(struct config, url)},
 	{"token", CONF_STR, offsetof(struct config, token)},
 	{"ca_file", CONF_STR, offsetof(struct config, ca_file)},
+	{"tunnel_url", CONF_STR, offsetof(struct config, tunnel_url)},
 };
 
 /* The file's syntax: '#' starts a comment only after a blank (a token or
@@ -60,6 +62,7 @@ static void config_free(struct config *cfg)
 	free(cfg->url);
 	free(cfg->token);
 	free(cfg->ca_file);
+	free(cfg->tunnel_url);
 }
 
 /* A key = value line: an unknown key is -ENOENT, named in *bad_key. */
@@ -87,7 +90,7 @@ static int config_parse(struct config *cfg, char *buf)
 	if (r == -EBADMSG)
 		return local_error("%s:%d: expected 'key = value'", cfg->path, lineno);
 	if (r < 0)
-		return local_error("%s:%d: unknown key '%s' (known: url, token, ca_file)",
+		return local_error("%s:%d: unknown key '%s' (known: url, token, ca_file, tunnel_url)",
 				   cfg->path, lineno, f.bad_key);
 	return 0;
 }
@@ -193,6 +196,8 @@ static int connect_with(struct cli_ctx *ctx, const struct config *cfg)
 			return local_error("CA file %s: %s", ca_file, strerror(-r));
 		tls.ca_pem = ctx->ca_pem;
 	}
+	if (pick(NULL, "BC_TUNNEL_URL", cfg->tunnel_url))
+		ctx->tunnel_url = xstrdup(pick(NULL, "BC_TUNNEL_URL", cfg->tunnel_url));
 	opts.target = target;
 	opts.tls = ctx->insecure ? NULL : &tls;
 	opts.bearer = pick(NULL, "BC_TOKEN", cfg->token);

@@ -340,5 +340,6 @@ int main(int argc, char **argv)
 	if (ctx.rpc_inited)
 		rpc_global_shutdown();
 	free(ctx.ca_pem);
+	free(ctx.tunnel_url);
 	return status;
 }

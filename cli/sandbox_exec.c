@@ -2,7 +2,8 @@
  * Sandboxes.Exec for the user's own public key, a listener on 127.0.0.1 for
  * exactly one connection, and stock OpenSSH (ssh, scp) run against it with
  * the argument vector of common/sshclient.h; the one connection is relayed
- * over Tunnels.Connect. The certificate and the known-hosts file live in a
+ * over Tunnels.Connect, or with a tunnel URL over the grant's WebSocket
+ * path on the controller's JSON/HTTP port. The certificate and the known-hosts file live in a
  * temporary directory removed afterwards; the verb exits with the
  * program's status. Also `sandbox tunnels` and `sandbox close-tunnels`. */
 #include <errno.h>
@@ -21,10 +22,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+
 #include "bc/compute/v1/sandboxes.pb-c.h"
 #include "bc/compute/v1/tunnels.pb-c.h"
 #include "cli.h"
 #include "sshclient.h"
+#include "tlsconn.h"
 #include "util.h"
 
 extern char **environ;
@@ -251,6 +257,301 @@ static int accept_one(struct cli_ctx *ctx, struct session *s, pid_t pid, int *re
 	return bc_error_set(&ctx->err, BC_DEADLINE_EXCEEDED, "%s did not connect within 60 s", "ssh");
 }
 
+/* ----------------------------------------------------- the WebSocket route */
+
+/* With a tunnel URL (BC_TUNNEL_URL or the config's tunnel_url: the
+ * controller's JSON/HTTP port, docs/http.md "WebSockets"), the connection
+ * is relayed over the grant's WebSocket path instead of Tunnels.Connect:
+ * TLS verified with the same CA, one binary frame per read from ssh
+ * (masked, as a client must), the server's frames written to ssh. ssh's
+ * end is a close frame (1000), after which the server's answer still
+ * flows until its own close. No gRPC core on this leg. */
+
+#define WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+#define WS_HEAD_MAX 8192
+#define WS_CONNECT_MS 10000
+
+struct wsrelay {
+	struct tlsc *c;
+	int fd;
+	pthread_mutex_t wmu;      /* one frame at a time on the connection */
+	atomic_bool done;
+	uint8_t *out;             /* 14 + RELAY_BUF: one frame */
+};
+
+/* One masked frame of opcode op with payload p. */
+static int ws_send(struct wsrelay *w, int op, const uint8_t *p, size_t n)
+{
+	uint8_t *f = w->out, key[4];
+	size_t h = 2;
+	int r;
+
+	if (RAND_bytes(key, 4) != 1)
+		return -EIO;
+	f[0] = (uint8_t)(0x80 | op);
+	if (n < 126) {
+		f[1] = (uint8_t)(0x80 | n);
+	} else if (n < 65536) {
+		f[1] = 0x80 | 126;
+		f[2] = (uint8_t)(n >> 8);
+		f[3] = (uint8_t)n;
+		h = 4;
+	} else {
+		f[1] = 0x80 | 127;
+		for (int i = 0; i < 8; i++)
+			f[2 + i] = (uint8_t)((uint64_t)n >> (56 - 8 * i));
+		h = 10;
+	}
+	memcpy(f + h, key, 4);
+	h += 4;
+	{
+		uint64_t k8;
+		size_t i = 0;
+		uint8_t k[8] = {key[0], key[1], key[2], key[3], key[0], key[1], key[2], key[3]};
+
+		memcpy(&k8, k, 8);
+		for (; i + 8 <= n; i += 8) {
+			uint64_t v;
+			memcpy(&v, p + i, 8);
+			v ^= k8;
+			memcpy(f + h + i, &v, 8);
+		}
+		for (; i < n; i++)
+			f[h + i] = p[i] ^ key[i & 3];
+	}
+	pthread_mutex_lock(&w->wmu);
+	r = tlsc_write_all(w->c, f, h + n);
+	pthread_mutex_unlock(&w->wmu);
+	return r;
+}
+
+static void *ws_up(void *arg)
+{
+	struct wsrelay *w = arg;
+	uint8_t *buf = xmalloc(RELAY_BUF), bye[2] = {0x03, 0xe8}; /* 1000 */
+	ssize_t n;
+
+	for (;;) {
+		n = read(w->fd, buf, RELAY_BUF);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0 || ws_send(w, 0x2, buf, (size_t)n) < 0)
+			break;
+	}
+	free(buf);
+	if (n == 0)
+		ws_send(w, 0x8, bye, 2);
+	return NULL;
+}
+
+/* Read exactly n bytes of the connection through the buffer. */
+struct wsin {
+	uint8_t *b;
+	size_t len, off, cap;
+};
+
+static int ws_fill(struct wsrelay *w, struct wsin *in, size_t need)
+{
+	while (in->len - in->off < need) {
+		ssize_t r;
+
+		if (in->off > 0) {
+			memmove(in->b, in->b + in->off, in->len - in->off);
+			in->len -= in->off;
+			in->off = 0;
+		}
+		r = tlsc_read(w->c, in->b + in->len, in->cap - in->len, -1);
+		if (r <= 0)
+			return r == 0 ? -EIO : (int)r;
+		in->len += (size_t)r;
+	}
+	return 0;
+}
+
+static void *ws_down(void *arg)
+{
+	struct wsrelay *w = arg;
+	struct wsin in = {.b = xmalloc(2 * RELAY_BUF), .cap = 2 * RELAY_BUF};
+	const char *why = NULL;
+
+	for (;;) {
+		uint8_t b0, b1;
+		uint64_t n;
+		size_t h = 2;
+		int op;
+
+		if (ws_fill(w, &in, 2) < 0) {
+			why = "the connection ended without a close frame";
+			break;
+		}
+		b0 = in.b[in.off];
+		b1 = in.b[in.off + 1];
+		op = b0 & 0x0f;
+		n = b1 & 0x7f;
+		if (n == 126)
+			h = 4;
+		else if (n == 127)
+			h = 10;
+		if (b1 & 0x80) {
+			why = "a masked frame from the server";
+			break;
+		}
+		if (ws_fill(w, &in, h) < 0) {
+			why = "the connection broke";
+			break;
+		}
+		if (h == 4)
+			n = (uint64_t)in.b[in.off + 2] << 8 | in.b[in.off + 3];
+		else if (h == 10)
+			for (int i = 0; i < 8; i++)
+				n = (i ? n << 8 : 0) | in.b[in.off + 2 + i];
+		in.off += h;
+		/* the payload in pieces as it comes (a data frame may be large) */
+		if (op == 0x0 || op == 0x2) {
+			while (n > 0) {
+				size_t take;
+				if (in.len == in.off && ws_fill(w, &in, 1) < 0)
+					goto broke;
+				take = in.len - in.off < n ? in.len - in.off : (size_t)n;
+				if (sock_send_all(w->fd, in.b + in.off, take) < 0)
+					goto broke;
+				in.off += take;
+				n -= take;
+			}
+			continue;
+		}
+		if (n > 125 || ws_fill(w, &in, (size_t)n) < 0) {
+			why = "a bad control frame";
+			break;
+		}
+		if (op == 0x9) {         /* ping: pong with the same payload */
+			ws_send(w, 0xA, in.b + in.off, (size_t)n);
+		} else if (op == 0x8) {  /* the server's close: the tunnel ended */
+			unsigned code = n >= 2 ? (unsigned)in.b[in.off] << 8 | in.b[in.off + 1] : 1005;
+			if (code != 1000 && !atomic_load(&w->done))
+				fprintf(stderr, "bcctl: tunnel: closed (%u): %.*s\n", code,
+					n > 2 ? (int)n - 2 : 0, (const char *)in.b + in.off + 2);
+			break;
+		}
+		in.off += (size_t)n;
+	}
+	if (0) {
+broke:
+		why = "the connection broke";
+	}
+	if (why && !atomic_load(&w->done))
+		fprintf(stderr, "bcctl: tunnel: %s\n", why);
+	free(in.b);
+	shutdown(w->fd, SHUT_WR);
+	return NULL;
+}
+
+/* TLS to the tunnel URL, the upgrade to the grant's path: 0 or -BC_EDOMAIN. */
+static int ws_open(struct cli_ctx *ctx, const grant_t *g, struct tlsc **ret)
+{
+	char host[300], ebuf[300], line[WS_HEAD_MAX], key[32], want[64];
+	const char *hp = ctx->tunnel_url, *colon;
+	uint8_t nonce[16], sha[SHA_DIGEST_LENGTH];
+	_cleanup_free_ char *req = NULL, *acc = NULL;
+	bool upgraded = false, accepted = false;
+	struct tlsc *c = NULL;
+	SSL_CTX *sc;
+	int r;
+
+	if (strncmp(hp, "https://", 8) == 0)
+		hp += 8;
+	snprintf(host, sizeof(host), "%s", hp);
+	if (strchr(host, '/'))
+		*strchr(host, '/') = '\0';
+	if (!(colon = strrchr(host, ':')) || !g->path || !*g->path)
+		return bc_error_set(&ctx->err, BC_INVALID_INPUT, "tunnel_url %s: use HOST:PORT "
+				    "(the controller's JSON/HTTP port)", ctx->tunnel_url);
+	sc = tlsc_ctx_new(false, NULL, NULL, ctx->ca_pem, ebuf, sizeof(ebuf));
+	if (!sc)
+		return bc_error_set(&ctx->err, BC_INVALID_INPUT, "tunnel_url: %s", ebuf);
+	{
+		char name[300];
+		size_t n = (size_t)(colon - host);
+		if (n >= 2 && host[0] == '[' && host[n - 1] == ']')
+			snprintf(name, sizeof(name), "%.*s", (int)n - 2, host + 1);
+		else
+			snprintf(name, sizeof(name), "%.*s", (int)n, host);
+		r = tlsc_connect(sc, host, name, WS_CONNECT_MS, &c, ebuf, sizeof(ebuf));
+	}
+	tlsc_ctx_free(sc);
+	if (r < 0)
+		return bc_error_set(&ctx->err, BC_UNAVAILABLE, "tunnel_url %s: %s", host, ebuf);
+	RAND_bytes(nonce, sizeof(nonce));
+	EVP_EncodeBlock((unsigned char *)key, nonce, sizeof(nonce));
+	acc = xasprintf("%s" WS_GUID, key);
+	SHA1((const unsigned char *)acc, strlen(acc), sha);
+	EVP_EncodeBlock((unsigned char *)want, sha, SHA_DIGEST_LENGTH);
+	req = xasprintf("GET /api/compute/%s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\n"
+			"Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\n"
+			"Sec-WebSocket-Version: 13\r\n\r\n", g->path, host, key);
+	r = tlsc_write_all(c, req, strlen(req));
+	for (int i = 0; r == 0; i++) {
+		int n = tlsc_read_line(c, line, sizeof(line), WS_CONNECT_MS);
+		if (n < 0) {
+			r = n;
+			break;
+		}
+		if (n > 0 && line[n - 1] == '\r')
+			line[--n] = '\0';
+		if (n == 0)
+			break;
+		if (i == 0)
+			upgraded = strncmp(line, "HTTP/1.1 101 ", 13) == 0;
+		else if (strncasecmp(line, "Sec-WebSocket-Accept:", 21) == 0)
+			accepted = strcmp(line + 21 + strspn(line + 21, " "), want) == 0;
+		if (i == 0 && !upgraded)
+			fprintf(stderr, "bcctl: tunnel: %s\n", line);
+	}
+	if (r < 0 || !upgraded || !accepted) {
+		tlsc_free(c);
+		return bc_error_set(&ctx->err, BC_UNAVAILABLE, "the tunnel's WebSocket at %s was "
+				    "not opened%s", host, r < 0 ? " (no answer)" : "");
+	}
+	*ret = c;
+	return 0;
+}
+
+/* relay_session over the WebSocket route */
+static int relay_ws(struct cli_ctx *ctx, const grant_t *g, int fd, pid_t pid, int *ret_status)
+{
+	struct wsrelay w = {.fd = fd};
+	pthread_t up, down;
+	bool up_on = false, down_on = false;
+	int r = ws_open(ctx, g, &w.c);
+
+	pthread_mutex_init(&w.wmu, NULL);
+	w.out = xmalloc(14 + RELAY_BUF);
+	if (r == 0) {
+		up_on = pthread_create(&up, NULL, ws_up, &w) == 0;
+		down_on = pthread_create(&down, NULL, ws_down, &w) == 0;
+	} else {
+		fprintf(stderr, "bcctl: %s\n", ctx->err.message);
+		bc_error_clear(&ctx->err);
+	}
+	if (!up_on || !down_on)
+		shutdown(fd, SHUT_RDWR);
+	while (waitpid(pid, ret_status, 0) < 0 && errno == EINTR)
+		;
+	atomic_store(&w.done, true);
+	shutdown(fd, SHUT_RDWR);
+	if (w.c)
+		tlsc_cancel(w.c);
+	if (up_on)
+		pthread_join(up, NULL);
+	if (down_on)
+		pthread_join(down, NULL);
+	tlsc_free(w.c);
+	free(w.out);
+	pthread_mutex_destroy(&w.wmu);
+	close(fd);
+	return 0;
+}
+
 /* Relay the connection over the tunnel until ssh exits. */
 static int relay_session(struct cli_ctx *ctx, const grant_t *g, int fd, pid_t pid,
 			 int *ret_status)
@@ -260,6 +561,8 @@ static int relay_session(struct cli_ctx *ctx, const grant_t *g, int fd, pid_t pi
 	pthread_t up, down;
 	bool up_on = false, down_on = false;
 
+	if (ctx->tunnel_url && !ctx->insecure)
+		return relay_ws(ctx, g, fd, pid, ret_status);
 	rl.st = cli_bidi_open(ctx, TUNSVC, "Connect");
 	first.ticket = g->ticket;
 	if (rl.st && rpc_stream_send(rl.st, &first.base) == 0) {

@@ -28,14 +28,19 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <openssl/ssl.h>
+
 #include "bc/node/v1/agent.pb-c.h"
 #include "log.h"
 #include "pki.h"
+#include "tunnel_raw.h"
 #include "util.h"
 
 #define CLIENT_DAYS 825
 #define PEM_MAX (1 << 20)
 #define CONNECT_WAIT_MS 5000
+/* bcd's answer comes after its connect to the guest (5 s at most) */
+#define RAW_ANSWER_MS 10000
 /* each tunnel's HTTP/2 receive window (rpc.h): bounded memory per tunnel,
  * room for two of bcd's TUNNEL_CHUNK_MAX (256 KiB) messages in flight */
 #define NODE_TUNNEL_WINDOW (512 * 1024)
@@ -133,6 +138,7 @@ static struct {
 	pthread_mutex_t mu;
 	bool loaded;
 	char *cert, *key;
+	SSL_CTX *raw_ctx;           /* the raw protocol's client context */
 	struct chan *chans, *retired;
 } T = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -199,15 +205,19 @@ static rpc_client *chan_get(const struct ctl_app *app, const char *node, const c
 	return c->client;
 }
 
-/* The node's tunnel address into buf: 0, or -BC_EDOMAIN. */
-static int lookup(struct db *d, const char *node, char *buf, size_t len, bc_error *err)
+/* The node's tunnel address into buf and whether its bcd speaks the raw
+ * protocol: 0, or -BC_EDOMAIN. */
+static int lookup(struct db *d, const char *node, char *buf, size_t len, bool *raw,
+		  bc_error *err)
 {
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	int rc;
 
 	dbp_str(&p, node);
-	rc = db_exec(d, &r, "SELECT tunnel_address, state FROM nodes WHERE id = $1", &p);
+	dbp_str(&p, TUNNEL_RAW_CAP);
+	rc = db_exec(d, &r, "SELECT tunnel_address, state, coalesce($2 = ANY(capabilities), false) "
+		     "FROM nodes WHERE id = $1", &p);
 	if (rc < 0)
 		return db_fail(err, rc);
 	if (PQntuples(r) == 0)
@@ -219,31 +229,106 @@ static int lookup(struct db *d, const char *node, char *buf, size_t len, bc_erro
 				  "no tunnel_advertise, or predates Agent.Tunnel)", node);
 	else
 		snprintf(buf, len, "%s", db_val(r, 0, 0));
+	if (rc == 0)
+		*raw = db_bool(r, 0, 2);
 	PQclear(r);
 	return rc;
 }
 
+/* The raw protocol's client context, made once. Under T.mu. */
+static SSL_CTX *raw_ctx(const struct ctl_app *app)
+{
+	char ebuf[256];
+
+	if (!T.raw_ctx && !(T.raw_ctx = tlsc_ctx_new(false, T.cert, T.key, app->node_ca_pem, ebuf,
+						      sizeof(ebuf))))
+		log_error("tunnels: the tunnel client certificate: %s", ebuf);
+	return T.raw_ctx;
+}
+
+/* bcd's answer line: 0 for "OK", else bcd's refusal in err. */
+static int raw_answer(const char *node_id, char *line, bc_error *err)
+{
+	char code[40], why[64];
+	int n = 0;
+
+	if (strcmp(line, "OK") == 0)
+		return 0;
+	if (sscanf(line, "ERR %39s %63s %n", code, why, &n) != 2 || n == 0)
+		return bc_error_set(err, BC_UNAVAILABLE, "node %s answered the tunnel request "
+				    "with %.80s", node_id, line);
+	bc_error_set(err, bc_code_from_name(code), "%s", line + n);
+	if (strcmp(why, "-") != 0)
+		bc_error_detail(err, "reason", "%s", why);
+	return -BC_EDOMAIN;
+}
+
+static int dial_raw(const struct ctl_app *app, const char *node_id, const char *target,
+		    const char *instance_id, const char *tunnel_id, struct tlsc **ret,
+		    bc_error *err)
+{
+	char ebuf[300], line[700];
+	struct tlsc *c = NULL;
+	SSL_CTX *ctx;
+	int r;
+
+	pthread_mutex_lock(&T.mu);
+	ctx = raw_ctx(app);
+	if (ctx)
+		SSL_CTX_up_ref(ctx);
+	pthread_mutex_unlock(&T.mu);
+	if (!ctx)
+		return bc_error_set(err, BC_UNAVAILABLE, "the tunnel client certificate cannot "
+				    "be loaded");
+	r = tlsc_connect(ctx, target, node_id, CONNECT_WAIT_MS, &c, ebuf, sizeof(ebuf));
+	tlsc_ctx_free(ctx);
+	if (r < 0) {
+		log_info("tunnels: node %s at %s: %s", node_id, target, ebuf);
+		return bc_error_set(err, BC_UNAVAILABLE, "node %s cannot be reached at %s (no "
+				    "answer, or not with its tunnel certificate): %.120s", node_id,
+				    target, ebuf);
+	}
+	snprintf(line, sizeof(line), TUNNEL_RAW_MAGIC " %s 22 %s\n", instance_id,
+		 tunnel_id && *tunnel_id ? tunnel_id : "-");
+	if (tlsc_write_all(c, line, strlen(line)) < 0 ||
+	    tlsc_read_line(c, line, sizeof(line), RAW_ANSWER_MS) < 0) {
+		tlsc_free(c);
+		return bc_error_set(err, BC_UNAVAILABLE, "node %s ended the tunnel at once "
+				    "(no answer to its request)", node_id);
+	}
+	if ((r = raw_answer(node_id, line, err)) < 0) {
+		tlsc_free(c);
+		return r;
+	}
+	*ret = c;
+	return 0;
+}
+
 int node_tunnel_dial(struct ctl_app *app, struct db *d, const char *node_id,
-		     const char *instance_id, const char *tunnel_id, rpc_stream **ret,
+		     const char *instance_id, const char *tunnel_id, struct node_tun *ret,
 		     bc_error *err)
 {
 	Bc__Node__V1__TunnelChunk chunk = BC__NODE__V1__TUNNEL_CHUNK__INIT;
 	Bc__Node__V1__TunnelTarget open = BC__NODE__V1__TUNNEL_TARGET__INIT;
 	char target[256], path[96];
-	rpc_client *cl;
+	rpc_client *cl = NULL;
 	rpc_stream *st;
+	bool raw = false;
 	int r;
 
-	*ret = NULL;
-	if ((r = lookup(d, node_id, target, sizeof(target), err)) < 0)
+	memset(ret, 0, sizeof(*ret));
+	if ((r = lookup(d, node_id, target, sizeof(target), &raw, err)) < 0)
 		return r;
 	pthread_mutex_lock(&T.mu);
-	cl = creds_loaded(app) ? chan_get(app, node_id, target) : NULL;
+	if (creds_loaded(app) && !raw)
+		cl = chan_get(app, node_id, target);
 	r = T.loaded;
 	pthread_mutex_unlock(&T.mu);
 	if (!r)
 		return bc_error_set(err, BC_UNAVAILABLE, "this controller has no tunnel client "
 				    "certificate: run `bc-controller pki add-tunnel-client`");
+	if (raw)
+		return dial_raw(app, node_id, target, instance_id, tunnel_id, &ret->raw, err);
 	if (!cl)
 		return bc_error_set(err, BC_UNAVAILABLE, "cannot make a channel to node %s at %s",
 				    node_id, target);
@@ -268,8 +353,16 @@ int node_tunnel_dial(struct ctl_app *app, struct db *d, const char *node_id,
 		rpc_stream_free(st);
 		return -BC_EDOMAIN;
 	}
-	*ret = st;
+	ret->st = st;
 	return 0;
+}
+
+void node_tun_free(struct node_tun *t)
+{
+	rpc_stream_free(t->st);
+	tlsc_free(t->raw);
+	t->st = NULL;
+	t->raw = NULL;
 }
 
 static void chans_free(struct chan *c)
@@ -289,6 +382,8 @@ void node_tunnel_shutdown(void)
 	chans_free(T.chans);
 	chans_free(T.retired);
 	T.chans = T.retired = NULL;
+	tlsc_ctx_free(T.raw_ctx);
+	T.raw_ctx = NULL;
 	free(T.cert);
 	pki_free_secret(T.key);
 	T.cert = T.key = NULL;

@@ -11,6 +11,7 @@
 #include "db.h"
 #include "err.h"
 #include "rpc.h"
+#include "tlsconn.h"
 
 /* The controller's tunnel client certificate in pki_dir: clientAuth only,
  * CN NODE_TUNNEL_CLIENT_CN, signed by the API CA. bcd accepts exactly that
@@ -40,21 +41,31 @@ int node_tunnel_pki_add(struct ctl_app *app);
  * certificate exists) and, if not, which command adds it. */
 void node_tunnel_check(struct ctl_app *app);
 
+/* An open tunnel to a guest's port 22: exactly one of the two is set. */
+struct node_tun {
+	rpc_stream *st;           /* gRPC Agent.Tunnel: TunnelChunk{data} both ways */
+	struct tlsc *raw;         /* the raw protocol (agent/tunnel.h): bytes both ways */
+};
+
 /* Open a tunnel to port 22 of instance_id through node_id's bcd: looks up
- * the node's tunnel endpoint (nodes.tunnel_address), dials it with the
- * tunnel client certificate (one cached channel per node, thread-safe),
- * verifying bcd's certificate against the node CA with the node id as the
- * server name, opens Agent.Tunnel and sends TunnelChunk{open}. 0 with
- * *ret an open bidi stream (then TunnelChunk{data} both ways; bcd's
- * refusal, e.g. PERMISSION_DENIED for an instance not running there,
- * arrives at the first rpc_stream_recv); -BC_EDOMAIN with err UNAVAILABLE
- * when the node has no tunnel endpoint, the controller no tunnel client
+ * the node's tunnel endpoint (nodes.tunnel_address) and whether its bcd
+ * reports the capability tunnel.raw. With it: a TLS connection (common/
+ * tlsconn.h) with the tunnel client certificate, verifying bcd's
+ * certificate against the node CA with the node id as the server name,
+ * the request line and bcd's answer: its refusal (e.g. NOT_FOUND for an
+ * instance not there) is this call's error. Without it: Agent.Tunnel over
+ * gRPC (one cached channel per node, thread-safe), the same checks, and
+ * TunnelChunk{open} sent; bcd's refusal then arrives at the first
+ * rpc_stream_recv. 0 with *ret; -BC_EDOMAIN with err UNAVAILABLE when the
+ * node has no tunnel endpoint, the controller no tunnel client
  * certificate, or the node cannot be reached; NOT_FOUND for an unknown
- * node. rpc_stream_send and rpc_stream_recv may then run on two threads
- * at once (rpc.h). */
+ * node. A raw connection's reads and writes, like a stream's sends and
+ * receives, may run on two threads at once. */
 int node_tunnel_dial(struct ctl_app *app, struct db *d, const char *node_id,
-		     const char *instance_id, const char *tunnel_id, rpc_stream **ret,
+		     const char *instance_id, const char *tunnel_id, struct node_tun *ret,
 		     bc_error *err);
+/* Close and free what a dial opened. */
+void node_tun_free(struct node_tun *t);
 
 /* Free every cached channel and the client pair (process exit; no stream
  * of a dial may be open). */

@@ -231,7 +231,7 @@ static const char *poll_closed(rpc_call *c, const struct tun *t, char *buf, size
 
 struct relay {
 	rpc_call *call;
-	rpc_stream *node;
+	struct node_tun node;     /* gRPC (node.st) or raw (node.raw) */
 	const struct tun *t;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -279,7 +279,7 @@ static int send_up(struct relay *rl, const ProtobufCBinaryData *d)
 		n = d->len - off < TUNNEL_CHUNK_MAX ? d->len - off : TUNNEL_CHUNK_MAX;
 		ch.data.data = d->data + off;
 		ch.data.len = n;
-		if (rpc_stream_send(rl->node, &ch.base) < 0)
+		if (rpc_stream_send(rl->node.st, &ch.base) < 0)
 			return -ECANCELED;
 		off += n;
 	}
@@ -299,7 +299,10 @@ static void *pump_up(void *arg)
 		if (r == -ETIMEDOUT)
 			continue;
 		if (r == 0) {
-			rpc_stream_close_send(rl->node);
+			if (rl->node.raw)
+				tlsc_close_write(rl->node.raw);
+			else
+				rpc_stream_close_send(rl->node.st);
 			break;
 		}
 		if (r < 0) {
@@ -307,7 +310,12 @@ static void *pump_up(void *arg)
 				  "caller went away");
 			break;
 		}
-		r = send_up(rl, &((Bc__Compute__V1__TunnelFrame *)m)->data);
+		if (rl->node.raw) {
+			const ProtobufCBinaryData *d = &((Bc__Compute__V1__TunnelFrame *)m)->data;
+			r = tlsc_write_all(rl->node.raw, d->data, d->len);
+		} else {
+			r = send_up(rl, &((Bc__Compute__V1__TunnelFrame *)m)->data);
+		}
 		protobuf_c_message_free_unpacked(m, NULL);
 		if (r < 0) {
 			relay_end(rl, "host closed");
@@ -316,6 +324,32 @@ static void *pump_up(void *arg)
 	}
 	pump_done(rl);
 	return NULL;
+}
+
+/* The host to the caller over the raw protocol: as much as has arrived,
+ * up to TUNNEL_CHUNK_MAX, per message. */
+static void pump_down_raw(struct relay *rl)
+{
+	Bc__Compute__V1__TunnelFrame f = BC__COMPUTE__V1__TUNNEL_FRAME__INIT;
+	uint8_t *buf = xmalloc(TUNNEL_CHUNK_MAX);
+
+	while (!relay_stopped(rl)) {
+		ssize_t n = tlsc_read(rl->node.raw, buf, TUNNEL_CHUNK_MAX, 1000);
+
+		if (n == -ETIMEDOUT)
+			continue;
+		if (n <= 0) {
+			relay_end(rl, n == 0 ? "host closed" : "host closed: the connection broke");
+			break;
+		}
+		f.data.data = buf;
+		f.data.len = (size_t)n;
+		if (rpc_call_send(rl->call, &f.base) < 0) {
+			relay_end(rl, "caller went away");
+			break;
+		}
+	}
+	free(buf);
 }
 
 /* The host to the caller; the host's end ends the tunnel. */
@@ -327,8 +361,13 @@ static void *pump_down(void *arg)
 	bc_error err = {0};
 	int r;
 
+	if (rl->node.raw) {
+		pump_down_raw(rl);
+		pump_done(rl);
+		return NULL;
+	}
 	while (!relay_stopped(rl)) {
-		r = rpc_stream_recv(rl->node, &bc__node__v1__tunnel_chunk__descriptor, &m, 1000,
+		r = rpc_stream_recv(rl->node.st, &bc__node__v1__tunnel_chunk__descriptor, &m, 1000,
 				    &err);
 		if (r == -ETIMEDOUT)
 			continue;
@@ -425,7 +464,10 @@ static int relay_run(struct relay *rl)
 	relay_watch(rl);
 	relay_end(rl, "closed");
 	/* a pump blocked in a send to a peer that does not read: cancel */
-	rpc_stream_cancel(rl->node);
+	if (rl->node.raw)
+		tlsc_cancel(rl->node.raw);
+	else
+		rpc_stream_cancel(rl->node.st);
 	rpc_call_cancel(rl->call);
 	pthread_join(up, NULL);
 	pthread_join(down, NULL);
@@ -440,7 +482,7 @@ out:
 
 /* Wait for the first message and spend its ticket; then re-check the
  * caller and dial the host. *ret_node on success. */
-static int tunnel_open(rpc_call *c, struct tun *t, rpc_stream **ret_node, bc_error *err)
+static int tunnel_open(rpc_call *c, struct tun *t, struct node_tun *ret_node, bc_error *err)
 {
 	struct ctl_app *app = ctl_app(c);
 	ProtobufCMessage *m = NULL;
@@ -502,7 +544,7 @@ static int tunnel_connect(rpc_call *c, bc_error *err)
 	log_info("tunnel %s: open: sandbox %s instance %s on node %s for %s", t.id, t.sandbox,
 		 t.instance, t.node, p->id);
 	r = relay_run(&rl);
-	rpc_stream_free(rl.node);
+	node_tun_free(&rl.node);
 	log_info("tunnel %s: closed: %s", t.id, rl.reason);
 	tunnel_close_row(c, &t, rl.reason);
 	if (r < 0)

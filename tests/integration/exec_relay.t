@@ -75,10 +75,27 @@ head -c 1048576 /dev/urandom >"$W/in"
 abc "${EX[@]}" -- cat <"$W/in" >"$W/out" 2>/dev/null
 cmp -s "$W/in" "$W/out"
 ok $? 'stdin is piped through: 1 MiB of random bytes back byte for byte'
+is "$(q "SELECT 'tunnel.raw' = ANY(capabilities) FROM nodes")" t \
+	"the node's bcd reports the capability tunnel.raw"
+like "$(grep -c 'for the controller (.*, raw)$' "$STACK_DIR/bcd-1.log")" '^[1-9]' \
+	'... and the controller reached it over the raw protocol (bcd logs each raw tunnel)'
 is "$(grep -c "Accepted publickey for root" "$W/sshd/sshd.log")" 3 'sshd accepted our certificate each time'
 like "$(grep -m1 'Accepted publickey' "$W/sshd/sshd.log")" "ID bc:$alice:$s:ssh_" 'with the grant key id'
 out=$(abc "${EX[@]}" -- -oProxyCommand=touch\ "$W/pwned" </dev/null 2>&1)
 ok "[ ! -e '$W/pwned' ]" 'a command word -oProxyCommand=... runs in the guest, never as an ssh option'
+
+# -- bcctl over the grant's WebSocket path (BC_TUNNEL_URL: the JSON/HTTP
+# port), no gRPC between bcctl and the controller
+abc_ws() { BC_TUNNEL_URL=127.0.0.1:$http_port abc "$@"; }
+abc_ws "${EX[@]}" -- cat <"$W/in" >"$W/out.ws" 2>"$W/ws.err"
+is $? 0 "bcctl with BC_TUNNEL_URL: exec through the WebSocket route ($(tail -n 2 "$W/ws.err"))"
+cmp -s "$W/in" "$W/out.ws"
+ok $? '... 1 MiB of random bytes back byte for byte'
+abc_ws "${EX[@]}" -- 'exit 3' </dev/null 2>/dev/null
+is $? 3 '... and the exit status'
+out=$(BC_TUNNEL_URL=127.0.0.1:$(free_tcp_port) abc "${EX[@]}" -- echo no </dev/null 2>&1)
+ok "[ \"\$(printf '%s' \"\$out\" | grep -c '^no\$')\" = 0 ]" \
+	"... which it really uses: a tunnel URL where nothing listens fails the exec ($(printf '%s' "$out" | head -n 1))"
 
 # -- cp
 head -c 10485760 /dev/urandom >"$W/big"
@@ -159,22 +176,35 @@ like "$(q "SELECT close_reason FROM tunnels WHERE sandbox_id = '$s' ORDER BY clo
 	'^re-check refused: .*compute:sandboxes:exec' '... the re-check refused exec'
 bcctl policy attach "$pol" --identity "$alice" >/dev/null
 
-# -- memory: 32 MiB through a slow reader leave the controller's RSS flat
+# -- memory: 32 MiB through a slow reader leave the controller's RSS flat,
+# with bcctl over gRPC and over the WebSocket route
 ctl_pid=$(_stack_get_pid ctl-1)
 rss() { awk '/^VmRSS/ { print $2 }' "/proc/$1/status"; }
-abc "${EX[@]}" -- 'head -c 1048576 /dev/zero' </dev/null >/dev/null 2>&1 # warm
-r0=$(rss "$ctl_pid")
-abc "${EX[@]}" -- 'head -c 33554432 /dev/zero' </dev/null 2>/dev/null |
-	python3 -c 'import sys, time
+slow_read() { # BCCTL_WRAPPER: sets R0, R1 (the highest RSS while it ran)
+	"$1" "${EX[@]}" -- 'head -c 1048576 /dev/zero' </dev/null >/dev/null 2>&1 # warm
+	R0=$(rss "$ctl_pid")
+	"$1" "${EX[@]}" -- 'head -c 33554432 /dev/zero' </dev/null 2>/dev/null |
+		python3 -c 'import sys, time
 n = 0
 while True:
     b = sys.stdin.buffer.read(65536)
     if not b: break
     n += len(b); time.sleep(0.002)
-print(n)' >"$W/slow.n"
-r1=$(rss "$ctl_pid")
-is "$(cat "$W/slow.n")" 33554432 '32 MiB went through a slow reader'
-ok "[ $((r1 - r0)) -lt 16384 ]" "the controller's RSS grew $((r1 - r0)) KiB (< 16 MiB: nothing queued per tunnel)"
+print(n)' >"$W/slow.n" &
+	local pid=$! r
+	R1=$R0
+	while kill -0 "$pid" 2>/dev/null; do
+		r=$(rss "$ctl_pid")
+		[ "$r" -gt "$R1" ] && R1=$r
+		sleep 0.2
+	done
+	wait "$pid"
+}
+for route in abc abc_ws; do
+	slow_read "$route"
+	is "$(cat "$W/slow.n")" 33554432 "32 MiB went through a slow reader ($route)"
+	ok "[ $((R1 - R0)) -lt 16384 ]" "the controller's RSS grew at most $((R1 - R0)) KiB while it ran (< 16 MiB: nothing queued per tunnel)"
+done
 
 # -- deleting the sandbox closes a session
 abc "${EX[@]}" -- sleep 300 </dev/null >/dev/null 2>&1 &

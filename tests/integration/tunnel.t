@@ -1,5 +1,7 @@
-# tunnel.t: bcd's Agent.Tunnel and the controller's dialer (issue 15 item
-# 5, node half). Fake runtime; the instances' "guest sshd" is a local TCP
+# tunnel.t: bcd's tunnel port and the controller's dialer (issue 15 item
+# 5, node half): the raw protocol (common/tunnel_raw.h, bcd's default),
+# then gRPC Agent.Tunnel (a bcd with tunnel_protocol = grpc, as one that
+# predates raw). Fake runtime; the instances' "guest sshd" is a local TCP
 # echo server, reached through the fake runtime's test-only
 # fake/tunnel_targets map (agent/tunnel.h).
 # - the certificates: each node's tunnel certificate (serverAuth only, SAN
@@ -7,15 +9,19 @@
 #   (clientAuth only, CN bc-controller-tunnel, API CA); the tunnel address
 #   is recorded at join;
 # - bytes round-trip through node_tunnel_dial (tests/integration/tunneldrv:
-#   stdin and stdout pumped on two threads) and through @grpc/grpc-js
-#   (tunnel_client.js) with the tunnel client certificate;
+#   stdin and stdout pumped on two threads) and through node:tls
+#   (tunnel_client.js) with the tunnel client certificate; the dialer
+#   picks raw for a node reporting the capability tunnel.raw;
+# - refused: a bad request line (openssl s_client), handshakes that fail;
 # - refused: no client certificate, node 2's certificate (by bcd and via
 #   the dialer), an unknown instance, another node's instance, a stopped
 #   instance, port 23; the dialer answers UNAVAILABLE for a node without
 #   a tunnel endpoint and for a controller without its client certificate;
 # - 16 MiB through a slow reader: every byte back, bcd's RSS flat;
 # - /metrics: bcd_tunnels_open while a tunnel is open, then 0; the
-#   refusals by reason.
+#   refusals by reason;
+# - a bcd with tunnel_protocol = grpc: no capability, the dialer uses gRPC
+#   Agent.Tunnel, @grpc/grpc-js round-trips, refusals keep their codes.
 . "$(dirname "$0")/../lib/stack.sh"
 
 # ASan keeps freed memory in quarantine (256 MiB by default): bounded
@@ -80,6 +86,9 @@ port1=$(sed -n 's/^tunnel_listen = 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$STACK_DIR/bc
 is "$(q "SELECT tunnel_address FROM nodes WHERE id = '$node1'")" "127.0.0.1:$port1" \
 	"node 1's tunnel address recorded (tunnel_listen's port)"
 TADDR=127.0.0.1:$port1
+is "$(q "SELECT 'tunnel.raw' = ANY(capabilities) FROM nodes WHERE id = '$node1'")" t \
+	"node 1's bcd reports the capability tunnel.raw (its default protocol)"
+export BC_TUNNEL_RAW=1    # tunnel_client.js speaks raw until the gRPC part
 out=$("$BC_BIN/bc-controller" pki add-tunnel-client --config "$CONF" 2>&1)
 is $? 1 'pki add-tunnel-client refuses to replace the existing certificate'
 
@@ -118,11 +127,23 @@ is "$?/$out" '0/hello through the tunnel' \
 	"node_tunnel_dial: bytes round-trip through bcd to the guest and back $(cat "$STACK_DIR/drv.err")"
 out=$(printf 'hello from grpc-js' | node "$JS" "$TADDR" "$pki/node-ca.pem" "$pki/tunnel-client.pem" \
 	"$pki/tunnel-client.key" "$node1" "$inst" 2>"$STACK_DIR/js.err")
-is "$?/$out" '0/hello from grpc-js' '@grpc/grpc-js with the tunnel client certificate: bytes round-trip'
+is "$?/$out" '0/hello from grpc-js' 'node:tls (raw) with the tunnel client certificate: bytes round-trip'
+is "$(printf x | TUNNELDRV_SAY_PROTOCOL=1 "$DRV" "$CONF" "$node1" "$inst" 2>&1 >/dev/null)" \
+	'protocol raw' 'the dialer used the raw protocol for node 1'
 out=$(printf 'x' | node "$JS" "$TADDR" "$pki/node-ca.pem" "$pki/tunnel-client.pem" \
 	"$pki/tunnel-client.key" "$node2" "$inst" 2>&1)
 ok "! printf '%s' \"\$out\" | grep -qx x" "bcd 1 does not pass for node 2 (server name checked: $out)"
-is "$(metric "$m1" bcd_tunnels_total)" 2 'bcd_tunnels_total counts the two relays'
+is "$(metric "$m1" bcd_tunnels_total)" 3 'bcd_tunnels_total counts the three relays'
+# an independent TLS client: the right certificate, a bad request line
+s_client() { # CERT KEY REQUEST: bcd's answer (stdin ends a second later, then s_client)
+	(printf '%s\n' "$3"; sleep 1) | timeout 20 openssl s_client -quiet -no_ign_eof \
+		-connect "$TADDR" -CAfile "$pki/node-ca.pem" -verify_hostname "$node1" \
+		-verify_return_error -cert "$1" -key "$2" 2>/dev/null | head -1
+}
+out=$(s_client "$pki/tunnel-client.pem" "$pki/tunnel-client.key" 'GET / HTTP/1.1')
+like "$out" '^ERR INVALID_INPUT bad-open ' "openssl s_client with a bad request line: refused ($out)"
+out=$(s_client "$pki/tunnel-client.pem" "$pki/tunnel-client.key" "BCTUNNEL/1 $inst 22 tun_s")
+is "$out" OK '... and with a good one: OK'
 
 # -- refusals
 js_code() { # CERT KEY INSTANCE [PORT]
@@ -158,7 +179,10 @@ cp "$d2/node.pem" "$STACK_DIR/pki-n2/tunnel-client.pem"
 cp "$d2/node.key" "$STACK_DIR/pki-n2/tunnel-client.key"
 out=$(printf x | "$DRV" "$STACK_DIR/ctl-n2.conf" "$node1" "$inst" 2>&1)
 like "$out" '^error (UNAVAILABLE|UNAUTHENTICATED|ACCESS_DENIED)' "the dialer with node 2's certificate: refused ($out)"
-is "$(metric "$m1" bcd_tunnels_total)" 2 '... no relay was opened for any refusal'
+is "$(metric "$m1" bcd_tunnels_total)" 4 '... no relay was opened for any refusal'
+is "$(metric "$m1" 'bcd_tunnels_refused_total{reason="handshake"}')" 3 \
+	"refusals counted by reason: handshake (bcd 1 asked for node 2, node 2's certificate twice)"
+is "$(metric "$m1" 'bcd_tunnels_refused_total{reason="bad-open"}')" 1 '... bad-open'
 is "$(metric "$m1" 'bcd_tunnels_refused_total{reason="port"}')" 1 'refusals counted by reason: port'
 is "$(metric "$m1" 'bcd_tunnels_refused_total{reason="unknown-instance"}')" 2 '... unknown-instance'
 is "$(metric "$m1" 'bcd_tunnels_refused_total{reason="not-running"}')" 1 '... not-running'
@@ -284,6 +308,31 @@ wait "$drv_pid" 2>/dev/null
 eventually 10 open_is 0
 ok $? 'the controller side went away: bcd closed the guest side and the tunnel'
 kill "$bh_pid" 2>/dev/null
+sed -i "s|^$guest .*|$guest 127.0.0.1:$eport|" "$d1/fake/tunnel_targets"
+
+# -- a bcd that speaks only gRPC Agent.Tunnel (tunnel_protocol = grpc, as
+# one that predates raw): no capability, the dialer falls back to gRPC
+unset BC_TUNNEL_RAW
+agent_kill 1 TERM
+STACK_AGENTS=1 BC_AGENT_EXTRA_CONF="metrics_listen = 127.0.0.1:$m1
+tunnel_protocol = grpc" agent_start 1
+no_cap() { [ "$(q "SELECT 'tunnel.raw' = ANY(capabilities) FROM nodes WHERE id = '$node1'")" = f ]; }
+eventually 60 no_cap
+ok $? 'a bcd with tunnel_protocol = grpc does not report tunnel.raw'
+TADDR=127.0.0.1:$(q "SELECT tunnel_address FROM nodes WHERE id = '$node1'" | sed 's/.*://')
+grpc_rt() { [ "$(printf 'via grpc' | "$DRV" "$CONF" "$node1" "$inst" 2>/dev/null)" = 'via grpc' ]; }
+eventually 30 grpc_rt
+ok $? 'the dialer round-trips through the gRPC-only bcd'
+is "$(printf x | TUNNELDRV_SAY_PROTOCOL=1 "$DRV" "$CONF" "$node1" "$inst" 2>&1 >/dev/null)" \
+	'protocol grpc' '... with gRPC Agent.Tunnel'
+out=$(printf 'hello from grpc-js' | node "$JS" "$TADDR" "$pki/node-ca.pem" "$pki/tunnel-client.pem" \
+	"$pki/tunnel-client.key" "$node1" "$inst" 2>"$STACK_DIR/js.err")
+is "$?/$out" '0/hello from grpc-js' "@grpc/grpc-js round-trips through it ($(cat "$STACK_DIR/js.err"))"
+is "$(js_code - - "$inst")" 16 '... no client certificate: UNAUTHENTICATED'
+is "$(js_code "$STACK_DIR/other.pem" "$STACK_DIR/other.key" "$inst")" 7 \
+	'... another CN: PERMISSION_DENIED'
+like "$(drv_err "$node1" "$stopped")" '^error INVALID_STATE: instance .* is not running' \
+	'... a stopped instance: INVALID_STATE'
 
 kill "$echo_pid" 2>/dev/null
 done_testing

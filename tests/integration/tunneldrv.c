@@ -28,6 +28,36 @@
 #include "rpc.h"
 #include "util.h"
 
+static void *pump_stdin_raw(void *arg)
+{
+	struct tlsc *c = arg;
+	static uint8_t buf[32 * 1024];
+	ssize_t n;
+
+	while ((n = read(0, buf, sizeof(buf))) > 0)
+		if (tlsc_write_all(c, buf, (size_t)n) < 0)
+			return NULL;
+	tlsc_close_write(c);
+	return NULL;
+}
+
+/* raw: the host's bytes to stdout; 0 at its close_notify */
+static int raw_out(struct tlsc *c, long slow)
+{
+	static uint8_t buf[256 * 1024];
+
+	for (;;) {
+		ssize_t n = tlsc_read(c, buf, sizeof(buf), -1);
+		if (n <= 0)
+			return n == 0 ? 0 : 5;
+		if (fwrite(buf, 1, (size_t)n, stdout) != (size_t)n)
+			return 4;
+		fflush(stdout);
+		if (slow)
+			usleep((useconds_t)(slow * (long)((n + 1023) / 1024)));
+	}
+}
+
 static void *pump_stdin(void *arg)
 {
 	rpc_stream *st = arg;
@@ -63,6 +93,7 @@ int main(int argc, char **argv)
 {
 	struct ctl_app app;
 	struct db *d = NULL;
+	struct node_tun nt = {0};
 	rpc_stream *st = NULL;
 	bc_error err = {0};
 	pthread_t th;
@@ -83,10 +114,22 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	rpc_global_init();
-	if (node_tunnel_dial(&app, d, argv[2], argv[3], "tun_test", &st, &err) < 0) {
+	if (node_tunnel_dial(&app, d, argv[2], argv[3], "tun_test", &nt, &err) < 0) {
 		rc = fail(&err);
 		goto out;
 	}
+	/* which protocol the dialer chose, for the tests */
+	if (getenv("TUNNELDRV_SAY_PROTOCOL"))
+		fprintf(stderr, "protocol %s\n", nt.raw ? "raw" : "grpc");
+	if (nt.raw) {
+		pthread_create(&th, NULL, pump_stdin_raw, nt.raw);
+		rc = raw_out(nt.raw, slow);
+		if (rc)
+			tlsc_cancel(nt.raw);
+		pthread_join(th, NULL);
+		goto out;
+	}
+	st = nt.st;
 	pthread_create(&th, NULL, pump_stdin, st);
 	for (;;) {
 		ProtobufCMessage *m = NULL;
@@ -110,7 +153,7 @@ int main(int argc, char **argv)
 		rc = r == -EIO ? 4 : fail(&err);
 	pthread_join(th, NULL);
 out:
-	rpc_stream_free(st);
+	node_tun_free(&nt);
 	node_tunnel_shutdown();
 	db_close(d);
 	app_free(&app);

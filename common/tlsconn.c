@@ -1,0 +1,532 @@
+/* tlsconn.c: see tlsconn.h. */
+#include "tlsconn.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include "util.h"
+
+/* a waiting thread re-checks cancellation this often */
+#define SLICE_MS 200
+
+struct tlsc {
+	SSL *ssl;
+	int fd;
+	pthread_mutex_t mu;
+	atomic_bool cancelled;
+	bool sent_close;
+	char peer[INET6_ADDRSTRLEN + 8];
+};
+
+static void ssl_err(char *buf, size_t len, const char *what)
+{
+	unsigned long e = ERR_get_error();
+	char s[200] = "";
+
+	if (e)
+		ERR_error_string_n(e, s, sizeof(s));
+	snprintf(buf, len, "%s%s%s", what, *s ? ": " : "", s);
+	ERR_clear_error();
+}
+
+/* ------------------------------------------------------------ context */
+
+static int ctx_load(SSL_CTX *ctx, const char *cert_pem, const char *key_pem, const char *ca_pem)
+{
+	BIO *b = BIO_new_mem_buf(cert_pem, -1), *k = BIO_new_mem_buf(key_pem, -1);
+	BIO *a = BIO_new_mem_buf(ca_pem, -1);
+	X509_STORE *st = SSL_CTX_get_cert_store(ctx);
+	X509 *x = b ? PEM_read_bio_X509_AUX(b, NULL, NULL, NULL) : NULL;
+	EVP_PKEY *pk = k ? PEM_read_bio_PrivateKey(k, NULL, NULL, NULL) : NULL;
+	int ok = x && pk && SSL_CTX_use_certificate(ctx, x) == 1 &&
+		 SSL_CTX_use_PrivateKey(ctx, pk) == 1, n = 0;
+
+	while (ok && (X509_free(x), x = PEM_read_bio_X509(b, NULL, NULL, NULL)))
+		if (SSL_CTX_add0_chain_cert(ctx, x) != 1)
+			ok = 0;
+		else
+			x = NULL;
+	ok = ok && SSL_CTX_check_private_key(ctx) == 1;
+	while (ok && a && (X509_free(x), x = PEM_read_bio_X509(a, NULL, NULL, NULL)))
+		if (X509_STORE_add_cert(st, x) == 1)
+			n++;
+	ok = ok && n > 0;
+	X509_free(x);
+	EVP_PKEY_free(pk);
+	BIO_free(a);
+	BIO_free(b);
+	BIO_free(k);
+	ERR_clear_error();
+	return ok ? 0 : -EINVAL;
+}
+
+/* accept a missing client certificate here: the server counts and
+ * refuses it itself (tlsc_peer_cn); a bad one fails the handshake */
+static int verify_cb(int ok, X509_STORE_CTX *x)
+{
+	(void)x;
+	return ok;
+}
+
+SSL_CTX *tlsc_ctx_new(bool server, const char *cert_pem, const char *key_pem,
+		      const char *ca_pem, char *errbuf, size_t errlen)
+{
+	SSL_CTX *ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
+
+	if (!ctx) {
+		ssl_err(errbuf, errlen, "SSL_CTX_new");
+		return NULL;
+	}
+	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+	SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
+	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
+			 SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, verify_cb);
+	if (server)
+		SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+	if (!server && !cert_pem) { /* no client certificate: a CA, or the system's roots */
+		BIO *a = ca_pem ? BIO_new_mem_buf(ca_pem, -1) : NULL;
+		X509 *x;
+		int n = 0;
+
+		while (a && (x = PEM_read_bio_X509(a, NULL, NULL, NULL))) {
+			n += X509_STORE_add_cert(SSL_CTX_get_cert_store(ctx), x) == 1;
+			X509_free(x);
+		}
+		BIO_free(a);
+		ERR_clear_error();
+		if (!ca_pem)
+			n = SSL_CTX_set_default_verify_paths(ctx) == 1;
+		if (n > 0)
+			return ctx;
+		snprintf(errbuf, errlen, "the CA cannot be loaded");
+		SSL_CTX_free(ctx);
+		return NULL;
+	}
+	if (!cert_pem || !key_pem || !ca_pem || ctx_load(ctx, cert_pem, key_pem, ca_pem) < 0) {
+		snprintf(errbuf, errlen, "the certificate, key or CA cannot be loaded");
+		SSL_CTX_free(ctx);
+		return NULL;
+	}
+	return ctx;
+}
+
+void tlsc_ctx_free(SSL_CTX *ctx)
+{
+	SSL_CTX_free(ctx);
+}
+
+/* ------------------------------------------------------------- sockets */
+
+/* "host:port" or "[v6]:port" into host and port. */
+static int split(const char *hp, char *host, size_t hl, char *port, size_t pl)
+{
+	const char *colon = strrchr(hp, ':');
+	size_t n;
+
+	if (!colon || !colon[1])
+		return -EINVAL;
+	n = (size_t)(colon - hp);
+	if (n >= 2 && hp[0] == '[' && hp[n - 1] == ']')
+		hp++, n -= 2;
+	if (n >= hl || strlen(colon + 1) >= pl)
+		return -EINVAL;
+	memcpy(host, hp, n);
+	host[n] = '\0';
+	snprintf(port, pl, "%s", colon + 1);
+	return 0;
+}
+
+static void tune(int fd)
+{
+	int one = 1;
+
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+int tlsc_listen(const char *hostport, int *ret_port)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char host[256], port[16];
+	int fd, one = 1, e;
+
+	if (split(hostport, host, sizeof(host), port, sizeof(port)) < 0)
+		return -EINVAL;
+	if (getaddrinfo(*host ? host : NULL, port, &hints, &ai) != 0 || !ai)
+		return -EADDRNOTAVAIL;
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		freeaddrinfo(ai);
+		return -errno;
+	}
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 128) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
+		e = -errno;
+		freeaddrinfo(ai);
+		close(fd);
+		return e;
+	}
+	freeaddrinfo(ai);
+	*ret_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port :
+			  ((struct sockaddr_in *)&ss)->sin_port);
+	return fd;
+}
+
+static int dial(const char *hostport, int timeout_ms)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL, *p;
+	char host[256], port[16];
+	int fd = -1, e = -EHOSTUNREACH;
+
+	if (split(hostport, host, sizeof(host), port, sizeof(port)) < 0)
+		return -EINVAL;
+	if (getaddrinfo(host, port, &hints, &ai) != 0 || !ai)
+		return -EHOSTUNREACH;
+	for (p = ai; p; p = p->ai_next) {
+		struct pollfd pfd;
+		socklen_t sl = sizeof(int);
+		int se = 0;
+
+		fd = socket(p->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		if (fd < 0) {
+			e = -errno;
+			continue;
+		}
+		if (connect(fd, p->ai_addr, p->ai_addrlen) == 0)
+			break;
+		if (errno == EINPROGRESS) {
+			pfd = (struct pollfd){.fd = fd, .events = POLLOUT};
+			if (poll(&pfd, 1, timeout_ms) <= 0)
+				se = ETIMEDOUT;
+			else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &se, &sl) < 0)
+				se = errno;
+			if (se == 0)
+				break;
+			e = -se;
+		} else {
+			e = -errno;
+		}
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(ai);
+	return fd >= 0 ? fd : e;
+}
+
+static void peer_name(int fd, char *buf, size_t len)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char a[INET6_ADDRSTRLEN] = "?";
+	int port = 0;
+
+	if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
+		if (ss.ss_family == AF_INET6) {
+			inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, a, sizeof(a));
+			port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+		} else if (ss.ss_family == AF_INET) {
+			inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, a, sizeof(a));
+			port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+		}
+	}
+	snprintf(buf, len, "%s:%d", a, port);
+}
+
+/* ------------------------------------------------------------ handshake */
+
+static int handshake(SSL_CTX *ctx, int fd, bool server, const char *server_name,
+		     int timeout_ms, struct tlsc **ret, char *errbuf, size_t errlen)
+{
+	int64_t deadline = mono_ms() + timeout_ms;
+	struct tlsc *c;
+	SSL *ssl;
+
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0 || !(ssl = SSL_new(ctx))) {
+		snprintf(errbuf, errlen, "cannot set the connection up");
+		close(fd);
+		return -ENOMEM;
+	}
+	tune(fd);
+	SSL_set_fd(ssl, fd);
+	if (server) {
+		SSL_set_accept_state(ssl);
+	} else {
+		struct in6_addr ip;
+		bool is_ip = inet_pton(AF_INET, server_name, &ip) == 1 ||
+			     inet_pton(AF_INET6, server_name, &ip) == 1;
+
+		SSL_set_connect_state(ssl);
+		if (!is_ip)
+			SSL_set_tlsext_host_name(ssl, server_name);
+		SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS |
+				  X509_CHECK_FLAG_NEVER_CHECK_SUBJECT);
+		if (is_ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), server_name) != 1 :
+		    SSL_set1_host(ssl, server_name) != 1) {
+			snprintf(errbuf, errlen, "bad server name");
+			SSL_free(ssl);
+			close(fd);
+			return -EINVAL;
+		}
+	}
+	for (;;) {
+		int r, e, left = (int)(deadline - mono_ms());
+		struct pollfd pfd = {.fd = fd};
+
+		ERR_clear_error();
+		r = SSL_do_handshake(ssl);
+		if (r == 1)
+			break;
+		e = SSL_get_error(ssl, r);
+		if ((e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) || left <= 0) {
+			long v = SSL_get_verify_result(ssl);
+			if (left <= 0)
+				snprintf(errbuf, errlen, "TLS handshake timed out");
+			else if (v != X509_V_OK)
+				snprintf(errbuf, errlen, "TLS handshake: certificate: %s",
+					 X509_verify_cert_error_string(v));
+			else
+				ssl_err(errbuf, errlen, "TLS handshake");
+			SSL_free(ssl);
+			close(fd);
+			return left <= 0 ? -ETIMEDOUT : -EPROTO;
+		}
+		pfd.events = e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
+		poll(&pfd, 1, left);
+	}
+	c = xcalloc(1, sizeof(*c));
+	c->ssl = ssl;
+	c->fd = fd;
+	pthread_mutex_init(&c->mu, NULL);
+	peer_name(fd, c->peer, sizeof(c->peer));
+	*ret = c;
+	return 0;
+}
+
+int tlsc_connect(SSL_CTX *ctx, const char *hostport, const char *server_name, int timeout_ms,
+		 struct tlsc **ret, char *errbuf, size_t errlen)
+{
+	int64_t t0 = mono_ms();
+	int fd = dial(hostport, timeout_ms), left;
+
+	*ret = NULL;
+	if (fd < 0) {
+		snprintf(errbuf, errlen, "cannot connect to %s: %s", hostport, strerror(-fd));
+		return fd;
+	}
+	left = timeout_ms - (int)(mono_ms() - t0);
+	return handshake(ctx, fd, false, server_name, left > 0 ? left : 1, ret, errbuf, errlen);
+}
+
+int tlsc_accept(SSL_CTX *ctx, int fd, int timeout_ms, struct tlsc **ret, char *errbuf,
+		size_t errlen)
+{
+	*ret = NULL;
+	return handshake(ctx, fd, true, NULL, timeout_ms, ret, errbuf, errlen);
+}
+
+const char *tlsc_peer_cn(struct tlsc *c, char *buf, size_t len)
+{
+	X509 *x = SSL_get1_peer_certificate(c->ssl);
+	int n;
+
+	if (!x)
+		return NULL;
+	n = X509_NAME_get_text_by_NID(X509_get_subject_name(x), NID_commonName, buf, (int)len);
+	X509_free(x);
+	if (n < 0)
+		buf[0] = '\0';
+	return buf;
+}
+
+const char *tlsc_peer(const struct tlsc *c)
+{
+	return c->peer;
+}
+
+/* ------------------------------------------------------------------ I/O */
+
+/* Wait for ev on the socket up to the deadline (-1: none) in slices, so a
+ * cancellation is seen. 0, -ETIMEDOUT or -ECANCELED. */
+static int wait_io(struct tlsc *c, short ev, int64_t deadline)
+{
+	for (;;) {
+		struct pollfd pfd = {.fd = c->fd, .events = ev};
+		int slice = SLICE_MS;
+
+		if (atomic_load(&c->cancelled))
+			return -ECANCELED;
+		if (deadline >= 0) {
+			int64_t left = deadline - mono_ms();
+			if (left <= 0)
+				return -ETIMEDOUT;
+			if (left < slice)
+				slice = (int)left;
+		}
+		if (poll(&pfd, 1, slice) != 0)
+			return atomic_load(&c->cancelled) ? -ECANCELED : 0;
+	}
+}
+
+ssize_t tlsc_read(struct tlsc *c, void *buf, size_t len, int timeout_ms)
+{
+	int64_t deadline = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
+	size_t got = 0;
+
+	for (;;) {
+		int n, e = SSL_ERROR_NONE, r;
+
+		if (atomic_load(&c->cancelled))
+			return -ECANCELED;
+		pthread_mutex_lock(&c->mu);
+		/* every record decrypted already, up to len: large chunks */
+		for (;;) {
+			size_t want = len - got;
+			ERR_clear_error();
+			n = SSL_read(c->ssl, (char *)buf + got, want > INT32_MAX ? INT32_MAX : (int)want);
+			if (n <= 0) {
+				e = SSL_get_error(c->ssl, n);
+				break;
+			}
+			got += (size_t)n;
+			if (got == len)
+				break;
+		}
+		pthread_mutex_unlock(&c->mu);
+		if (got > 0)
+			return (ssize_t)got;
+		if (e == SSL_ERROR_ZERO_RETURN)
+			return 0;
+		if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
+			return -EIO;
+		if ((r = wait_io(c, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) < 0)
+			return r;
+	}
+}
+
+int tlsc_read_line(struct tlsc *c, char *buf, size_t len, int timeout_ms)
+{
+	int64_t deadline = mono_ms() + timeout_ms;
+	size_t n = 0;
+
+	for (;;) {
+		int left = (int)(deadline - mono_ms());
+		ssize_t r;
+
+		if (left <= 0)
+			return -ETIMEDOUT;
+		r = tlsc_read(c, buf + n, 1, left);
+		if (r < 0)
+			return (int)r;
+		if (r == 0)
+			return -EIO;
+		if (buf[n] == '\n') {
+			buf[n] = '\0';
+			return (int)n;
+		}
+		if (++n >= len - 1)
+			return -EMSGSIZE;
+	}
+}
+
+int tlsc_write_all(struct tlsc *c, const void *buf, size_t len)
+{
+	size_t off = 0;
+
+	while (off < len) {
+		int n, e = SSL_ERROR_NONE, r;
+		size_t want = len - off;
+
+		if (atomic_load(&c->cancelled))
+			return -ECANCELED;
+		pthread_mutex_lock(&c->mu);
+		ERR_clear_error();
+		n = SSL_write(c->ssl, (const char *)buf + off, want > INT32_MAX ? INT32_MAX : (int)want);
+		e = n > 0 ? SSL_ERROR_NONE : SSL_get_error(c->ssl, n);
+		pthread_mutex_unlock(&c->mu);
+		if (n > 0) {
+			off += (size_t)n;
+			continue;
+		}
+		if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
+			return -EPIPE;
+		if ((r = wait_io(c, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, -1)) < 0)
+			return r;
+	}
+	return 0;
+}
+
+int tlsc_close_write(struct tlsc *c)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&c->mu);
+	if (!c->sent_close) {
+		c->sent_close = true;
+		/* the alert is one small record: a full socket buffer is the
+		 * only reason not to send it at once, and then it is retried */
+		for (int i = 0; i < 50; i++) {
+			int r, e;
+			ERR_clear_error();
+			r = SSL_shutdown(c->ssl);
+			if (r >= 0)
+				break;
+			e = SSL_get_error(c->ssl, r);
+			if (e != SSL_ERROR_WANT_WRITE || atomic_load(&c->cancelled)) {
+				rc = -EPIPE;
+				break;
+			}
+			pthread_mutex_unlock(&c->mu);
+			wait_io(c, POLLOUT, mono_ms() + 100);
+			pthread_mutex_lock(&c->mu);
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+	return rc;
+}
+
+int tlsc_wait_gone(struct tlsc *c, int timeout_ms)
+{
+	struct pollfd pfd = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
+
+	if (atomic_load(&c->cancelled))
+		return -ECANCELED;
+	if (poll(&pfd, 1, timeout_ms) == 0)
+		return 0;
+	return atomic_load(&c->cancelled) ? -ECANCELED : 1;
+}
+
+void tlsc_cancel(struct tlsc *c)
+{
+	atomic_store(&c->cancelled, true);
+	shutdown(c->fd, SHUT_RDWR);
+}
+
+void tlsc_free(struct tlsc *c)
+{
+	if (!c)
+		return;
+	SSL_free(c->ssl);
+	close(c->fd);
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+}
