@@ -693,7 +693,7 @@ int cmds_receive(struct cmds *c, const Bc__Node__V1__Command *cmd)
 	j->rec.retry_safe = cmd->retry_safe;
 	j->rec.deadline = cmd->deadline;
 	j->rec.args = xcalloc(1, cmd->args_json.len + 1);
-	if (cmd->args_json.len <= CMDS_BLOB_MAX)
+	if (cmd->args_json.data && cmd->args_json.len <= CMDS_BLOB_MAX)
 		memcpy(j->rec.args, cmd->args_json.data, cmd->args_json.len);
 	j->rec.args[strnlen(j->rec.args, cmd->args_json.len)] = '\0';
 	j->rec.received_ms = now_ms();
