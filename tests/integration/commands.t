@@ -40,6 +40,15 @@ is "$(cshow "$probe" | jq -r '.result.state + " " + .result.instance')" "running
 is "$(q "SELECT delivered_at IS NOT NULL AND settled_at >= delivered_at FROM commands WHERE id = '$probe'")" t \
 	'... delivered, then settled'
 
+# -- a settled command is announced: NOTIFY bc_command_settled '<id>'
+psql -d bc -Xq -c 'LISTEN bc_command_settled' -c 'SELECT pg_sleep(4)' >"$STACK_DIR/listen.out" 2>&1 &
+lpid=$!
+sleep 1
+p2=$(cmd_id "$(enqueue --node "$inode" --kind instance.probe --instance "$inst")")
+wait "$lpid"
+ok "grep -q 'bc_command_settled\" with payload \"$p2\"' '$STACK_DIR/listen.out'" \
+	"its settlement was announced on bc_command_settled"
+
 # -- an unknown kind: UNSUPPORTED
 unk=$(cmd_id "$(enqueue --node "$node1" --kind no.such-kind)")
 eventually 20 cstate_is "$unk" failed
