@@ -136,4 +136,12 @@ is "$(cshow "$cr" | jq -r .result.run)" 1 '... in its first run'
 is "$(runs "$cr")" 1 '... bcd ran it once'
 is "$(grep -c "command $cr (fake.sleep, lane control) received" "$log1")" 1 '... and took it once'
 
+# -- retention: a command settled longer ago than command_retention_seconds
+# (7 days) is purged by the reconciler's pass (every 30 s); others stay
+q "UPDATE commands SET settled_at = now() - interval '8 days' WHERE id = '$unk'" >/dev/null
+purged() { [ "$(q "SELECT count(*) FROM commands WHERE id = '$unk'")" = 0 ]; }
+eventually 40 purged
+ok $? 'a command settled 8 days ago is purged'
+is "$(q "SELECT count(*) FROM commands WHERE id IN ('$probe', '$w', '$cr')")" 3 '... the recent ones stay'
+
 done_testing
