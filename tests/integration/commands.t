@@ -66,6 +66,16 @@ order=$(grep -oE "command (cmd_[a-z0-9]+) \(fake.sleep, lane bulk\) received" "$
 is "$order" "$a $b $c " '... received by bcd in the order queued'
 order=$(grep -oE "command (cmd_[a-z0-9]+) \(fake.sleep, lane bulk\): run 1 started" "$log1" | awk '{print $2}' | tr '\n' ' ')
 is "$order" "$a $b $c " '... and run in that order'
+line_of() { grep -n "$1" "$log1" | head -n 1 | cut -d: -f1; }
+la=$(line_of "command $a (fake.sleep): succeeded")
+lb=$(line_of "command $b (fake.sleep, lane bulk): run 1 started")
+ok "[ -n '$la' ] && [ -n '$lb' ] && [ '$la' -lt '$lb' ]" '... one at a time: the second started after the first ended'
+# a long bulk command holds no control command back
+long=$(cmd_id "$(enqueue --node "$inode" --kind fake.sleep --lane bulk --args '{"ms":4000}')")
+p3=$(cmd_id "$(enqueue --node "$inode" --kind instance.probe --instance "$inst")")
+eventually 3 cstate_is "$p3" succeeded
+ok $? 'a probe queued behind a 4 s bulk command succeeds first'
+is "$(cstate "$long")" delivered '... while the bulk one still runs'
 is "$(q "SELECT count(*) FROM commands WHERE id IN ('$a', '$b', '$c') AND settled_at IS NOT NULL")" 3 \
 	'... all three settled'
 ok "[ ! -e '$STACK_DIR/agent-1/commands.d/$a' ]" "... the settled command's file is gone from bcd's state dir"
