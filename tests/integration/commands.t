@@ -56,11 +56,11 @@ ok $? 'an unknown kind fails'
 is "$(cshow "$unk" | jq -r .error)" 'UNSUPPORTED: no.such-kind' '... UNSUPPORTED: <kind>'
 
 # -- in order: three on the bulk lane (one worker) run in the order queued
-a=$(cmd_id "$(enqueue --node "$node1" --kind fake.sleep --lane bulk --args '{"ms":300}')")
-b=$(cmd_id "$(enqueue --node "$node1" --kind fake.sleep --lane bulk --args '{"ms":300}')")
-c=$(cmd_id "$(enqueue --node "$node1" --kind fake.sleep --lane bulk --args '{"ms":300}')")
+a=$(cmd_id "$(enqueue --node "$node1" --kind fake.sleep --lane bulk --args '{"ms":1500}')")
+b=$(cmd_id "$(enqueue --node "$node1" --kind fake.sleep --lane bulk --args '{"ms":1500}')")
+c=$(cmd_id "$(enqueue --node "$node1" --kind fake.sleep --lane bulk --args '{"ms":1500}')")
 all3() { cstate_is "$a" succeeded && cstate_is "$b" succeeded && cstate_is "$c" succeeded; }
-eventually 20 all3
+eventually 30 all3
 ok $? 'three fake.sleep on the bulk lane succeeded'
 order=$(grep -oE "command (cmd_[a-z0-9]+) \(fake.sleep, lane bulk\) received" "$log1" | awk '{print $2}' | tr '\n' ' ')
 is "$order" "$a $b $c " '... received by bcd in the order queued'
@@ -71,10 +71,10 @@ la=$(line_of "command $a (fake.sleep): succeeded")
 lb=$(line_of "command $b (fake.sleep, lane bulk): run 1 started")
 ok "[ -n '$la' ] && [ -n '$lb' ] && [ '$la' -lt '$lb' ]" '... one at a time: the second started after the first ended'
 # a long bulk command holds no control command back
-long=$(cmd_id "$(enqueue --node "$inode" --kind fake.sleep --lane bulk --args '{"ms":4000}')")
+long=$(cmd_id "$(enqueue --node "$inode" --kind fake.sleep --lane bulk --args '{"ms":10000}')")
 p3=$(cmd_id "$(enqueue --node "$inode" --kind instance.probe --instance "$inst")")
-eventually 3 cstate_is "$p3" succeeded
-ok $? 'a probe queued behind a 4 s bulk command succeeds first'
+eventually 5 cstate_is "$p3" succeeded
+ok $? 'a probe queued behind a 10 s bulk command succeeds first'
 is "$(cstate "$long")" delivered '... while the bulk one still runs'
 is "$(q "SELECT count(*) FROM commands WHERE id IN ('$a', '$b', '$c') AND settled_at IS NOT NULL")" 3 \
 	'... all three settled'
@@ -90,7 +90,7 @@ is "$(q "SELECT count(*) FROM commands WHERE key = 'test:k1'")" 1 '... one row'
 # -- a command for an instance the node's spec never names: never sent; a
 # report from another node cannot settle it; the sweeper fails it
 ghost=inst_00000000000000000000000000
-w=$(cmd_id "$(enqueue --node "$node1" --kind instance.probe --instance "$ghost" --timeout 6s)")
+w=$(cmd_id "$(enqueue --node "$node1" --kind instance.probe --instance "$ghost" --timeout 15s)")
 sleep 2
 is "$(cstate "$w")" queued 'a command whose instance no spec of the node names stays queued'
 ok "! grep -q '$w' '$log1'" '... bcd never received it'
@@ -101,7 +101,7 @@ out=$(node "$BC_SRC/tests/integration/grpc_call.js" "$BC_URL" "$ad/ca.pem" "$ad/
 is "$(printf '%s' "$out" | jq -r '.settled[0]')" "$w" "node 2's report of node 1's command: acked (ignored)"
 is "$(cstate "$w")" queued '... and the command is not settled by it'
 ok "grep -q 'node $node2: 1 command result(s) ignored' '$STACK_DIR/ctl-1.log'" '... the controller counted it ignored'
-eventually 15 cstate_is "$w" failed
+eventually 30 cstate_is "$w" failed
 ok $? 'past its deadline the sweeper fails it'
 is "$(cshow "$w" | jq -r .error)" timeout '... error "timeout"'
 
@@ -140,7 +140,7 @@ ctl_start 1 || bail_out 'controller did not start again'
 resent() { [ "$(grep -c "command $cr (fake.sleep) sent" "$STACK_DIR/ctl-1.log")" -ge 2 ]; }
 eventually 20 resent
 ok $? '... the new stream sent it again'
-eventually 30 cstate_is "$cr" succeeded
+eventually 60 cstate_is "$cr" succeeded
 ok $? '... it succeeded'
 is "$(cshow "$cr" | jq -r .result.run)" 1 '... in its first run'
 is "$(runs "$cr")" 1 '... bcd ran it once'
