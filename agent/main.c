@@ -36,6 +36,7 @@
 
 #include "agent/backoff.h"
 #include "agent/bootdata.h"
+#include "agent/commands.h"
 #include "agent/config.h"
 #include "agent/converge.h"
 #include "agent/guestready.h"
@@ -70,6 +71,7 @@ struct agent {
 	struct guestready *gr;          /* guests that reported up */
 	struct rt_traits traits;        /* advertised (runtime's, net's) */
 	struct state_cmds *cmds;
+	struct cmds *commands;          /* the command runner (commands.h) */
 	struct backoff_stop stop;
 	struct watch watch;
 	struct report report;
@@ -378,6 +380,14 @@ static int start_up(struct agent *a)
 		log_error("%s/%s unreadable: %s", a->cfg.state_dir, STATE_CMDS_FILE, strerror(-e));
 		return EXIT_CONFIG;
 	}
+	{
+		struct cmds_opts co = {.state_dir = a->cfg.state_dir, .seen = a->cmds, .rt = a->rt,
+				       .fake = a->rt->ops == &rt_fake_ops};
+		if ((e = cmds_open(&co, &a->commands)) < 0) {
+			log_error("%s/%s: %s", a->cfg.state_dir, CMDS_DIR, strerror(-e));
+			return EXIT_CONFIG;
+		}
+	}
 	a->conv = conv_new(a->rt);
 	if (net_open(a->cfg.network, &a->net) < 0) {
 		log_error("network %s: nftables or none", a->cfg.network);
@@ -395,9 +405,10 @@ static int start_up(struct agent *a)
 	backoff_stop_init(&a->stop);
 	a->watch = (struct watch){.client = a->client, .conv = a->conv,
 				  .state_dir = a->cfg.state_dir, .node_id = a->creds.node_id,
-				  .cmds = a->cmds, .stop = &a->stop};
+				  .cmds = a->cmds, .commands = a->commands, .stop = &a->stop};
 	atomic_store(&a->watch.applied, load_spec(a));
-	a->report = (struct report){.client = a->client, .conv = a->conv, .watch = &a->watch};
+	a->report = (struct report){.client = a->client, .conv = a->conv, .watch = &a->watch,
+				    .cmds = a->commands};
 	/* the fake runtime advertises the policy capabilities as the spec's
 	 * FakeDaemon does; a real runtime only when this bcd enforces them */
 	a->traits = a->rt->ops->traits;
@@ -459,6 +470,7 @@ static int run(struct agent *a)
 	for (size_t i = 0; i < ARRAY_SIZE(bodies); i++)
 		if (pthread_create(&th[i], NULL, bodies[i], a) != 0)
 			fatal("cannot start a thread");
+	cmds_start(a->commands);
 	if (net_guard_start(a->net, NET_GUARD_INTERVAL_MS) < 0)
 		fatal("cannot start the guard-check thread");
 	if (a->cfg.metrics_listen && *a->cfg.metrics_listen) {
@@ -490,6 +502,7 @@ static int run(struct agent *a)
 	conv_stop(a->conv);
 	for (size_t i = 0; i < ARRAY_SIZE(bodies); i++)
 		pthread_join(th[i], NULL);
+	cmds_stop(a->commands);
 	return sig;
 }
 
@@ -501,6 +514,7 @@ static void tear_down(struct agent *a)
 		report_fini(&a->report);
 		backoff_stop_destroy(&a->stop);
 	}
+	cmds_free(a->commands); /* its workers stopped in run(); probes use the runtime */
 	rt_close(a->rt);  /* first: its download workers may poke the conv */
 	conv_free(a->conv);
 	gr_close(a->gr);

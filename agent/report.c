@@ -94,6 +94,31 @@ static void build_results(struct report_msg *m, const struct conv_status *st)
 	m->msg.results = m->results_p;
 }
 
+void report_add_cmd_results(struct report_msg *m, const struct cmds_result *res, size_t n)
+{
+	size_t k = m->msg.n_results;
+
+	if (!n)
+		return;
+	m->results = xrealloc(m->results, (k + n) * sizeof(*m->results));
+	m->results_p = xrealloc(m->results_p, (k + n) * sizeof(*m->results_p));
+	for (size_t i = 0; i < n; i++) {
+		Bc__Node__V1__CommandResult *x = &m->results[k + i];
+		bc__node__v1__command_result__init(x);
+		x->id = (char *)res[i].id;
+		x->ok = res[i].ok;
+		x->error = (char *)res[i].error;
+		if (res[i].result) {
+			x->result_json.data = (uint8_t *)res[i].result;
+			x->result_json.len = strlen(res[i].result);
+		}
+	}
+	for (size_t i = 0; i < k + n; i++) /* the realloc may have moved them */
+		m->results_p[i] = &m->results[i];
+	m->msg.n_results = k + n;
+	m->msg.results = m->results_p;
+}
+
 bool report_cert_warning(int64_t now, int64_t not_after_ms, int64_t warn_ms, char *out,
 			 size_t len)
 {
@@ -388,15 +413,21 @@ static uint64_t send_once(struct report *r, struct send_state *s)
 	ProtobufCMessage *ackm = NULL;
 	struct report_msg m;
 	bool complete = report_track_complete(&s->track, mono_ms());
+	struct cmds_result *cr = NULL;
+	size_t n_cr = 0;
 	uint64_t seq;
 	int e;
 
+	/* command results ride in every report until the ack names them */
+	if (r->cmds)
+		cmds_results(r->cmds, &cr, &n_cr);
 	conv_snapshot(r->conv, &st);
 	if (!complete) {
 		report_delta(&s->track, &st, &delta);
 		sent = &delta;
 	}
 	report_build(&r->info, sent, now_ms(), &m);
+	report_add_cmd_results(&m, cr, n_cr);
 	e = deliver(r, s, &m, &ackm);
 	if (e == 0) {
 		ack = (const Bc__Node__V1__ReportAck *)ackm;
@@ -404,6 +435,8 @@ static uint64_t send_once(struct report *r, struct send_state *s)
 			  st.applied_generation, sent->n_items, complete ? "complete" : "delta");
 		__atomic_fetch_add(complete ? &r->n_complete : &r->n_delta, 1, __ATOMIC_RELAXED);
 		conv_report_sent(r->conv, st.seq);
+		if (r->cmds && ack->n_settled)
+			cmds_settled(r->cmds, ack->settled, ack->n_settled);
 		/* the controller holds the spec we converged: a fence may lift */
 		if (ack->spec_generation == st.applied_generation)
 			conv_confirm(r->conv);
@@ -415,6 +448,7 @@ static uint64_t send_once(struct report *r, struct send_state *s)
 		protobuf_c_message_free_unpacked(ackm, NULL);
 	seq = st.seq;
 	report_msg_clear(&m);
+	cmds_results_free(cr, n_cr);
 	conv_status_clear(&delta);
 	conv_status_clear(&st);
 	return seq;
@@ -425,17 +459,22 @@ static uint64_t send_once(struct report *r, struct send_state *s)
 void report_run(struct report *r)
 {
 	struct send_state s = {0};
-	uint64_t seen = 0;
+	uint64_t seen = 0, cmds_seen = 0;
 
 	report_track_init(&s.track);
 	s.track.complete_due = mono_ms() + r->interval_ms;
 	while (!conv_stopping(r->conv)) {
 		int64_t wait = s.track.complete_due - mono_ms();
+		/* a finished command does not move the converger's seq: its
+		 * runner's is looked at every REPORT_CMDS_POLL_MS */
+		if (r->cmds && wait > REPORT_CMDS_POLL_MS)
+			wait = REPORT_CMDS_POLL_MS;
 		if (wait > 0 && !conv_wait_change(r->conv, seen, (int)wait) &&
-		    mono_ms() < s.track.complete_due)
+		    mono_ms() < s.track.complete_due && cmds_seq(r->cmds) == cmds_seen)
 			continue;  /* stopping, or woken early without a change */
 		if (conv_stopping(r->conv))
 			break;
+		cmds_seen = cmds_seq(r->cmds);
 		seen = send_once(r, &s);
 	}
 	report_track_clear(&s.track);

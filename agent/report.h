@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "bc/node/v1/node.pb-c.h"
+#include "commands.h"
 #include "config.h"
 #include "converge.h"
 #include "rpc.h"
@@ -20,6 +21,7 @@
 
 #define REPORT_TIMEOUT_MS 10000
 #define REPORT_MAX_CAPS 8
+#define REPORT_CMDS_POLL_MS 200 /* how soon a finished command is reported */
 #define REPORT_KICK_AFTER 3   /* reports showing a newer controller generation */
 
 /* The host facts every report carries (all borrowed). */
@@ -64,6 +66,9 @@ void report_build(const struct report_info *info, const struct conv_status *st, 
 		  struct report_msg *ret);
 /* Free the arrays of a built report (not the borrowed strings). */
 void report_msg_clear(struct report_msg *m);
+/* Append the command runner's results (commands.h) to m's; they point
+ * into res, which must outlive m. */
+void report_add_cmd_results(struct report_msg *m, const struct cmds_result *res, size_t n);
 
 /* What the report thread knows the controller holds. A report that is not
  * complete carries only what changed since the last report the controller
@@ -109,6 +114,7 @@ struct report {
 	rpc_client *client;          /* borrowed; mTLS */
 	struct conv *conv;           /* borrowed; status and change signal */
 	struct watch *watch;         /* borrowed, may be NULL; kicked when stale */
+	struct cmds *cmds;           /* borrowed, may be NULL; command results */
 	struct report_info info;
 	int interval_ms;
 	uint64_t n_complete, n_delta; /* reports delivered (atomic; report_counts) */

@@ -14,9 +14,10 @@
  * one said is lost), and commands keep their place after the specs sent
  * before them. One fsync per burst instead of one per generation.
  *
- * Commands: every command id is recorded before anything else happens, so
- * none runs twice. No command kind is implemented yet: each new one is
- * answered ok=false "UNSUPPORTED: ..." in the next report. */
+ * Commands: each is persisted before anything else happens and run off
+ * this thread by its lane's workers (commands.c); one whose id came before
+ * is ignored, so none runs twice. A kind this bcd does not know is answered
+ * ok=false "UNSUPPORTED: <kind>" in the next report. */
 #include "watch.h"
 
 #include <errno.h>
@@ -31,23 +32,12 @@
 
 static void handle_command(struct watch *w, const Bc__Node__V1__Command *cmd)
 {
-	char msg[CONV_ERROR_MAX];
-	int e;
-
-	if (state_cmds_has(w->cmds, cmd->id)) {
-		log_debug("command %.128s: already started, ignored", cmd->id);
+	if (w->commands) {
+		cmds_receive(w->commands, cmd);
 		return;
 	}
-	e = state_cmds_add(w->cmds, cmd->id);
-	if (e < 0) {
-		log_error("command %.128s: cannot record it (%s): not started", cmd->id, strerror(-e));
-		return;
-	}
-	snprintf(msg, sizeof(msg), "UNSUPPORTED: command kind %.64s is not implemented by this bcd",
-		 cmd->kind);
-	log_warn("command %s (%.64s, instance %.64s): refused: unsupported kind", cmd->id,
-		 cmd->kind, cmd->instance_id);
-	conv_add_result(w->conv, cmd->id, false, msg);
+	if (!state_cmds_has(w->cmds, cmd->id) && state_cmds_add(w->cmds, cmd->id) == 0)
+		conv_add_result(w->conv, cmd->id, false, "UNSUPPORTED: no command runner");
 }
 
 static int handle_spec(struct watch *w, const Bc__Node__V1__NodeSpec *spec)

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "backoff.h"
+#include "commands.h"
 #include "bc/node/v1/node.pb-c.h"
 #include "converge.h"
 #include "rpc.h"
@@ -24,6 +25,7 @@ struct watch {
 	const char *state_dir;        /* borrowed */
 	const char *node_id;          /* borrowed; specs for another node are refused */
 	struct state_cmds *cmds;      /* borrowed */
+	struct cmds *commands;        /* borrowed; runs the commands (commands.h) */
 	struct backoff_stop *stop;    /* borrowed */
 	_Atomic uint64_t applied;     /* newest persisted generation */
 	atomic_bool kick;             /* reopen the stream */
@@ -35,8 +37,8 @@ struct watch {
 void watch_run(struct watch *w);
 
 /* Handle one NodeUpdate (watch thread): a spec goes through the acceptance
- * rule, is persisted, then submitted to converge; a command is recorded and
- * answered. 0; -ESTALE/-EINVAL for a refused spec (logged; the stream goes
+ * rule, is persisted, then submitted to converge; a command is persisted
+ * and queued (cmds_receive). 0; -ESTALE/-EINVAL for a refused spec (logged; the stream goes
  * on); another -errno when persisting failed (the caller reconnects so the
  * controller sends it again). */
 int watch_handle(struct watch *w, const Bc__Node__V1__NodeUpdate *u);

@@ -75,6 +75,7 @@ static const struct conf_key keys[] = {
 	I(default_quota_sandboxes, "500", 0, 10000000),
 	I(idempotency_retention_seconds, "604800", 0, 1 << 30),
 	I(events_retention_seconds, "2592000", 0, 1 << 30),
+	I(command_retention_seconds, "604800", 0, 1 << 30),
 	I(policy_attach_max, "256", 1, 100000),
 	/* the secret broker (docs/secrets.md): 0 = none configured */
 	I(secret_broker, "1", 0, 1),

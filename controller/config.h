@@ -53,6 +53,7 @@ struct ctl_config {
 	int default_quota_instances, default_quota_unplaced_instances,
 	    default_quota_sandboxes;                    /* a tenant without its own quota */
 	int idempotency_retention_seconds, events_retention_seconds;
+	int command_retention_seconds; /* settled commands (node_commands.c) */
 	int policy_attach_max;                          /* policies applying to one identity */
 	int secret_broker;           /* 1: a secret broker is configured (secrets.c) */
 };

@@ -27,6 +27,7 @@
 #include "quota.h"
 #include "ratelimit.h"
 #include "rpc.h"
+#include "node_commands.h"
 #include "node_tunnel.h"
 #include "sandbox_ca.h"
 #include "sealed.h"
@@ -49,6 +50,8 @@ static void usage(void)
 		"  secrets VERB              init-kek, rotate-kek, migrate, status (bc-controller\n"
 		"                            secrets --help)\n"
 		"  pki VERB                  add-sandbox-ca (bc-controller pki --help)\n"
+		"  command VERB              enqueue, show: host commands (bc-controller command\n"
+		"                            --help)\n"
 		"  version                   print the version\n");
 }
 
@@ -172,8 +175,8 @@ int main(int argc, char **argv)
 	const char *cmd, *config = NULL;
 	bool new_token = false;
 	enum log_level lvl = LOG_LVL_INFO;
-	char **rest, *verb = NULL;
-	int nrest = 0, first = 2, r;
+	char **rest, **cargs, *verb = NULL;
+	int nrest = 0, ncargs = 0, first = 2, r;
 
 	if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
 		usage();
@@ -184,12 +187,19 @@ int main(int argc, char **argv)
 		printf("bc-controller %s (schema %d)\n", BC_VERSION, CTL_SCHEMA_VERSION);
 		return 0;
 	}
-	if ((strcmp(cmd, "secrets") == 0 || strcmp(cmd, "pki") == 0) && argc > 2 &&
+	if ((strcmp(cmd, "secrets") == 0 || strcmp(cmd, "pki") == 0 ||
+	     strcmp(cmd, "command") == 0) && argc > 2 &&
 	    (argv[2][0] != '-' || strcmp(argv[2], "--help") == 0))
 		verb = argv[first++];
 	rest = xcalloc((size_t)argc, sizeof(char *));
+	cargs = xcalloc((size_t)argc, sizeof(char *));
 	for (int i = first; i < argc; i++) {
-		if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+		bool val = false;
+		if (strcmp(cmd, "command") == 0 && cmd_admin_flag(argv[i], &val)) {
+			cargs[ncargs++] = argv[i];
+			if (val && i + 1 < argc)
+				cargs[ncargs++] = argv[++i];
+		} else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
 			config = argv[++i];
 		else if (strcmp(argv[i], "--new-admin-token") == 0)
 			new_token = true;
@@ -200,11 +210,13 @@ int main(int argc, char **argv)
 	r = config_load(&app.cfg, config, nrest, rest, 0);
 	free(rest);
 	if (r < 0) {
+		free(cargs);
 		config_free(&app.cfg);
 		return 1;
 	}
 	if (!app.cfg.database && strcmp(cmd, "pki") != 0) {
 		fprintf(stderr, "bc-controller: the database key is required\n");
+		free(cargs);
 		config_free(&app.cfg);
 		return 1;
 	}
@@ -226,10 +238,13 @@ int main(int argc, char **argv)
 		r = kek_command(&app, verb ? 1 : 0, &verb) == 0 ? 0 : -EINVAL;
 	else if (strcmp(cmd, "pki") == 0)
 		r = sandbox_ca_command(&app, verb ? 1 : 0, &verb) == 0 ? 0 : -EINVAL;
+	else if (strcmp(cmd, "command") == 0)
+		r = cmd_admin(&app, verb, ncargs, cargs) == 0 ? 0 : -EINVAL;
 	else {
 		usage();
 		r = -EINVAL;
 	}
+	free(cargs);
 	free(app.api_ca_pem);
 	free(app.node_ca_pem);
 	pki_free_secret(app.node_ca_key_pem);

@@ -17,6 +17,7 @@
 #include "event_data.h"
 #include "log.h"
 #include "node.h"
+#include "node_commands.h"
 #include "node_tunnel.h"
 #include "outbox.h"
 #include "util.h"
@@ -25,6 +26,7 @@
 
 #define REPORT_INSTANCES_MAX 10000
 #define REPORT_WARNINGS_MAX 8
+#define REPORT_RESULTS_MAX 1000
 
 /* ---------------------------------------------------------------- report */
 
@@ -81,6 +83,7 @@ struct report {
 	struct lines guest;    /* per id: guest_ready_at, unix ms (0: not up) */
 	struct lines warnings; /* "code: message" */
 	struct lines changed; /* instances whose state this report changed */
+	int cmds_settled, cmds_ignored; /* its command results (node_commands.c) */
 };
 
 /* Columns of report_node's RETURNING. */
@@ -317,7 +320,24 @@ static int report_tx(struct db *d, void *arg, bc_error *err)
 	if ((rc = report_fence(d, a, err)) < 0 || (rc = report_instances(d, a, err)) < 0 ||
 	    (rc = report_deletions(d, a, err)) < 0)
 		return rc;
+	if ((rc = cmd_settle(d, a->node, a->q, &a->cmds_settled, &a->cmds_ignored)) < 0)
+		return db_fail(err, rc);
 	return report_node(d, a, err);
+}
+
+/* Every result of a report taken is settled or ignored (node_commands.c):
+ * the ack names them all, and bcd stops carrying them. */
+static void ack_results(rpc_call *c, const Bc__Node__V1__StatusReport *q,
+			Bc__Node__V1__ReportAck *ack)
+{
+	if (!q->n_results)
+		return;
+	ack->settled = rpc_alloc(c, q->n_results * sizeof(*ack->settled));
+	for (size_t i = 0; i < q->n_results; i++) {
+		size_t n = strlen(q->results[i]->id) + 1;
+		ack->settled[i] = memcpy(rpc_alloc(c, n), q->results[i]->id, n);
+	}
+	ack->n_settled = q->n_results;
 }
 
 static bool warning_code_ok(const char *s)
@@ -353,6 +373,8 @@ static int prepare_report(struct report *a, bc_error *err)
 
 	if (q->n_instances > REPORT_INSTANCES_MAX)
 		return invalid(err, "instances", "at most %d instances", REPORT_INSTANCES_MAX);
+	if (q->n_results > REPORT_RESULTS_MAX)
+		return invalid(err, "results", "at most %d results", REPORT_RESULTS_MAX);
 	if (!node_tunnel_address_ok(q->tunnel_address))
 		return invalid(err, "tunnelAddress", "tunnelAddress must be host:port or empty");
 	for (size_t i = 0; i < q->n_instances; i++) {
@@ -422,8 +444,9 @@ static int node_report(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage 
 	if (r == 0)
 		r = db_tx(ctl_db(c), "READ COMMITTED", report_tx, &a, err);
 	if (r == 0) {
-		log_debug("node %s: report of generation %llu taken, %zu instance(s) changed",
-			  a.node, (unsigned long long)a.q->applied_generation, a.changed.n);
+		log_debug("node %s: report of generation %llu taken, %zu instance(s) changed, %d "
+			  "command(s) settled", a.node, (unsigned long long)a.q->applied_generation,
+			  a.changed.n, a.cmds_settled);
 		wake_waiters(ctl_app(c), &a.changed);
 	}
 	report_free(&a);
@@ -431,6 +454,7 @@ static int node_report(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage 
 		return r;
 	ack = rpc_new(c, &bc__node__v1__report_ack__descriptor);
 	ack->spec_generation = a.spec_generation;
+	ack_results(c, a.q, ack);
 	*ret = &ack->base;
 	return 0;
 }

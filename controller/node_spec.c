@@ -31,6 +31,7 @@
 #include "ipam.h"
 #include "log.h"
 #include "node.h"
+#include "node_commands.h"
 #include "sealed.h"
 #include "streams.h"
 #include "util.h"
@@ -422,6 +423,7 @@ static int node_watch(rpc_call *c, const ProtobufCMessage *m, bc_error *err)
 	struct watch_entry *e = watch_add(app->watches, node);
 	uint64_t sent = q->applied_generation, seen = 0, seq = 1;
 	struct spec_state ss = {.all = true};
+	bool resend = true; /* commands delivered to an earlier stream, not settled */
 	int64_t resync = 0;
 	int r = 0;
 
@@ -442,6 +444,9 @@ static int node_watch(rpc_call *c, const ProtobufCMessage *m, bc_error *err)
 			r = spec_update(c, node, &sent, &ss, err);
 			stream_db_give(c);
 			if (r < 0)
+				break;
+			/* after the spec they need (node_commands.c) */
+			if ((r = cmd_stream_send(c, node, &ss.cache, sent, &resend, err)) < 0)
 				break;
 		}
 		seq = watch_wait(app->watches, e, seen, 500);

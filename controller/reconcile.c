@@ -14,6 +14,7 @@
 #include "db.h"
 #include "iam_react.h"
 #include "log.h"
+#include "node_commands.h"
 #include "meter.h"
 #include "node.h"
 #include "outbox.h"
@@ -135,6 +136,7 @@ void *reconcile_thread(void *arg)
 		teardown_tick(d);
 		iam_react_tick(d);
 		events_retention_tick(d, &app->cfg);
+		cmd_tick(d, &app->cfg); /* host commands: timeouts, retention */
 	}
 	db_close(d);
 	return NULL;

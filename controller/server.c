@@ -31,6 +31,7 @@
 #include "instance_actions.h"
 #include "instances.h"
 #include "log.h"
+#include "node_commands.h"
 #include "meter.h"
 #include "metrics.h"
 #include "node.h"
@@ -112,6 +113,7 @@ static void metrics_render(FILE *out, void *arg)
 		d = db_open(app->cfg.database);
 	if (d && db_ensure(d) == 0)
 		sbx_metrics_render(out, d);
+	cmd_metrics_render(out);
 }
 
 static int metrics_start(struct ctl_app *app)
