@@ -1316,6 +1316,18 @@ void rt_libvirt_call_end(struct rt *rt, const char *id)
 	call_end(lv_of(rt), id);
 }
 
+size_t rt_libvirt_connections(struct rt *rt)
+{
+	struct rt_libvirt *lv = lv_of(rt);
+	size_t n = 0;
+
+	pthread_mutex_lock(&lv->mu);
+	for (size_t i = 0; i < lv->n_conns; i++)
+		n += lv->conns[i].conn != NULL;
+	pthread_mutex_unlock(&lv->mu);
+	return n;
+}
+
 /* The runtime's entry points for one instance: each marks a call under
  * way for its id (lv_list). */
 static int lv_create(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, char *reason)

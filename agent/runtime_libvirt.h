@@ -19,4 +19,8 @@ enum rt_state rt_libvirt_state(int state, int reason);
 void rt_libvirt_call_begin(struct rt *rt, const char *id);
 void rt_libvirt_call_end(struct rt *rt, const char *id);
 
+/* How many libvirt connections the runtime holds open: one per thread that
+ * called it (runtime_libvirt.c, conn_of). For the unit tests. */
+size_t rt_libvirt_connections(struct rt *rt);
+
 #endif

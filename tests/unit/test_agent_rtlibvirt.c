@@ -5,6 +5,7 @@
  * while one is, never asking about the domain a call works on. The runtime
  * against a real libvirtd is tests/e2e/runtime.t. */
 #include <errno.h>
+#include <pthread.h>
 #include <libvirt/libvirt.h>
 #include <libvirt/virterror.h>
 #include <stdio.h>
@@ -34,6 +35,22 @@ static virDomainPtr define(virConnectPtr c, const char *name, const char *node)
 		 "</metadata><os><type>hvm</type></os></domain>",
 		 name, DOMXML_NS, node);
 	return virDomainDefineXML(c, xml);
+}
+
+struct lister {
+	struct rt *rt;
+	int e;
+	size_t n;
+};
+
+static void *list_in_thread(void *arg)
+{
+	struct lister *l = arg;
+	struct rt_instance *v = NULL;
+
+	l->e = l->rt->ops->list(l->rt, &v, &l->n);
+	free(v);
+	return NULL;
 }
 
 /* "id state" of each listed instance, sorted, space-separated. */
@@ -113,6 +130,20 @@ static void test_list(void)
 	rt_libvirt_call_end(rt, "inst_3");
 	is_str(listed(rt, &e), "inst_1 running, inst_3 running", "... and asked again after");
 
+	/* a connection per calling thread: a call on one waits for the calls
+	 * before it on that one (a domain start, seconds) */
+	{
+		size_t before = rt_libvirt_connections(rt);
+		struct lister l = {.rt = rt};
+		pthread_t t;
+		listed(rt, &e);
+		is_int(rt_libvirt_connections(rt), before, "this thread's calls reuse its connection");
+		ok(pthread_create(&t, NULL, list_in_thread, &l) == 0 && pthread_join(t, NULL) == 0,
+		   "another thread calls");
+		is_int(l.e, 0, "... and lists");
+		is_int(l.n, 2, "... this node's two domains");
+		is_int(rt_libvirt_connections(rt), before + 1, "... on a connection of its own");
+	}
 	is_int(rt->ops->pause(rt, "inst_x"), -ENOENT, "another node's domain is never touched");
 	is_str(virDomainGetName(other), "inst_x", "(it is still there)");
 	virDomainFree(d1);
