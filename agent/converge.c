@@ -1350,6 +1350,7 @@ int conv_pass(struct conv *c)
 	bool has_stg = false;
 	size_t n_actual = 0;
 	bool *matched, fenced;
+	int64_t t[4];
 	int e;
 
 	/* the fence first: a confirmation it sees came after its spec was
@@ -1360,7 +1361,9 @@ int conv_pass(struct conv *c)
 		return fence_pass(c);
 	/* before listing: a job ending after this is still busy for this pass */
 	jobs_take(c, &p, true);
+	t[0] = mono_ms();
 	e = list_actual(c, &actual, &n_actual);
+	t[1] = mono_ms();
 	if (e < 0) {
 		publish(c, &p, false, NULL);
 		pass_clear(&p);
@@ -1373,10 +1376,15 @@ int conv_pass(struct conv *c)
 	/* bridge, ruleset and taps before any instance is created or started */
 	if (c->spec && c->net)
 		net_converge(c->net, c->spec, on_net_fail, &p);
+	t[2] = mono_ms();
 	if (c->spec && c->rt->ops->node)
 		c->rt->ops->node(c->rt, c->spec);
+	t[3] = mono_ms();
 	if (c->spec)
 		converge_desired(c, &p, actual, n_actual);
+	log_debug("pass: %" PRId64 " ms (list %" PRId64 " ms, network %" PRId64 " ms, node %" PRId64
+		  " ms, instances %" PRId64 " ms)", mono_ms() - t[0], t[1] - t[0], t[2] - t[1],
+		  t[3] - t[2], mono_ms() - t[3]);
 	if (c->rt->ops->storage && c->rt->ops->storage(c->rt, c->spec, &stg) == 0)
 		has_stg = true;
 	idset_sort(&p.owned);

@@ -18,7 +18,8 @@
  * (stopped). start/pause/resume are the libvirt calls; stop is an ACPI
  * shutdown with a bounded wait, then destroy; destroy removes the domain
  * (with its NVRAM) and the instance directory, and is 0 when all is gone.
- * adopt never touches a running domain. Only the converge thread calls in. */
+ * adopt never touches a running domain. The converge thread and its
+ * runtime workers call in, each on its own libvirt connection (conn_of). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -58,9 +59,22 @@ struct shutdown {
 	int64_t deadline;        /* mono ms */
 };
 
+/* An instance with runtime calls under way (several: never, but counted). */
+struct lv_call {
+	char id[RT_ID_MAX + 1];
+	unsigned n;
+};
+
+/* A calling thread's own libvirt connection. */
+struct lv_conn {
+	pthread_t thread;
+	virConnectPtr conn;
+};
+
 struct rt_libvirt {
 	struct rt base;
-	virConnectPtr conn;
+	struct lv_conn *conns;        /* one per calling thread, under mu */
+	size_t n_conns, cap_conns;
 	char *uri;
 	char *node_id;
 	char *data_dir, *images_dir, *instances_dir, *volumes_dir;
@@ -74,15 +88,22 @@ struct rt_libvirt {
 	void *boot_data_ctx;
 	struct imgfetch *fetch;       /* image downloads (worker threads) */
 	/* Several converge workers call at once (runtime.h), never two for
-	 * one instance: mu guards the connection's replacement, shut and
+	 * one instance: mu guards the connections' table, shut and
 	 * gateway4; admit_mu the admission and its bookings; fetch_mu
 	 * imgfetch_get (one caller at a time). */
 	pthread_mutex_t mu, admit_mu, fetch_mu;
-	virConnectPtr dead[8];        /* connections replaced: closed by close() */
-	size_t n_dead;
 	struct admit_res booked;      /* admitted creates not defined yet */
 	struct shutdown shut[SHUT_MAX]; /* ACPI shutdowns under way */
 	char gateway4[64];            /* NodeSpec.ipam_gateway, from node() */
+	/* Under mu: the calls under way per instance (call_begin/call_end),
+	 * bumped epoch at each; this node's domains as last seen (known,
+	 * valid once one whole list was taken). See lv_list. */
+	struct lv_call *calls;
+	size_t n_calls, cap_calls;
+	uint64_t epoch;
+	struct rt_instance *known;
+	size_t n_known, cap_known;
+	bool known_valid;
 	char hugepages_dir[256];      /* /sys/kernel/mm/hugepages (tests: BC_HUGEPAGES_DIR) */
 };
 
@@ -153,27 +174,47 @@ enum rt_state rt_libvirt_state(int state, int reason)
 
 /* ----------------------------------------------------- the connection */
 
-/* The connection, reopened if libvirtd went away (restarted). A replaced
- * connection stays open until close() (another worker may be using it),
- * up to ARRAY_SIZE(dead) of them. */
+/* The calling thread's own connection, opened at its first call and
+ * reopened if libvirtd went away (restarted). One connection per thread
+ * (the converge thread, each runtime worker): a call on a connection waits
+ * for the calls before it on that connection to end, so a domain start
+ * (seconds) on a shared one held the converge pass's list, pauses and
+ * resumes behind it (measured: a list of all domains on the starting
+ * call's connection took the whole start, 8-9.5 s; on another, 0.4-1 s).
+ * Only its own thread uses a connection, so a lost one is closed at once
+ * (libvirt keeps it for the domains still referring to it). */
 static virConnectPtr conn_of(struct rt_libvirt *lv)
 {
+	pthread_t self = pthread_self();
+	struct lv_conn *lc = NULL;
 	virConnectPtr c;
 
 	pthread_mutex_lock(&lv->mu);
-	if (lv->conn && virConnectIsAlive(lv->conn) != 1) {
-		log_warn("libvirt %s: connection lost, reconnecting", lv->uri);
-		if (lv->n_dead == ARRAY_SIZE(lv->dead)) {
-			virConnectClose(lv->dead[0]);
-			memmove(lv->dead, lv->dead + 1, (lv->n_dead - 1) * sizeof(*lv->dead));
-			lv->n_dead--;
+	for (size_t i = 0; i < lv->n_conns && !lc; i++)
+		if (pthread_equal(lv->conns[i].thread, self))
+			lc = &lv->conns[i];
+	if (!lc) {
+		if (lv->n_conns == lv->cap_conns) {
+			lv->cap_conns = lv->cap_conns ? lv->cap_conns * 2 : 8;
+			lv->conns = xrealloc(lv->conns, lv->cap_conns * sizeof(*lv->conns));
 		}
-		lv->dead[lv->n_dead++] = lv->conn;
-		lv->conn = NULL;
+		lc = &lv->conns[lv->n_conns++];
+		*lc = (struct lv_conn){.thread = self};
 	}
-	if (!lv->conn)
-		lv->conn = virConnectOpen(lv->uri);
-	c = lv->conn;
+	c = lc->conn;
+	pthread_mutex_unlock(&lv->mu);
+	/* lc->conn is this thread's alone: read and replaced without mu */
+	if (c && virConnectIsAlive(c) != 1) {
+		log_warn("libvirt %s: connection lost, reconnecting", lv->uri);
+		virConnectClose(c);
+		c = NULL;
+	}
+	if (!c)
+		c = virConnectOpen(lv->uri);
+	pthread_mutex_lock(&lv->mu);
+	for (size_t i = 0; i < lv->n_conns; i++)  /* the table may have moved */
+		if (pthread_equal(lv->conns[i].thread, self))
+			lv->conns[i].conn = c;
 	pthread_mutex_unlock(&lv->mu);
 	return c;
 }
@@ -309,10 +350,10 @@ static void lv_close(struct rt *rt)
 	if (!lv)
 		return;
 	imgfetch_free(lv->fetch);
-	if (lv->conn)
-		virConnectClose(lv->conn);
-	for (size_t i = 0; i < lv->n_dead; i++)
-		virConnectClose(lv->dead[i]);
+	for (size_t i = 0; i < lv->n_conns; i++)
+		if (lv->conns[i].conn)
+			virConnectClose(lv->conns[i].conn);
+	free(lv->conns);
 	pthread_mutex_destroy(&lv->mu);
 	pthread_mutex_destroy(&lv->admit_mu);
 	pthread_mutex_destroy(&lv->fetch_mu);
@@ -323,6 +364,8 @@ static void lv_close(struct rt *rt)
 	free(lv->instances_dir);
 	free(lv->volumes_dir);
 	free(lv->ca_file);
+	free(lv->calls);
+	free(lv->known);
 	free(lv);
 }
 
@@ -456,9 +499,101 @@ static void doms_free(virDomainPtr *v, size_t n)
 	free(v);
 }
 
-static int lv_list(struct rt *rt, struct rt_instance **ret, size_t *ret_n)
+/* ------------------------------------------- calls under way, known */
+
+static void *grow_arr(void *p, size_t *cap, size_t n, size_t size)
 {
-	struct rt_libvirt *lv = lv_of(rt);
+	if (n < *cap)
+		return p;
+	*cap = *cap ? *cap * 2 : 8;
+	return xrealloc(p, *cap * size);
+}
+
+/* Under mu. */
+static struct lv_call *call_find(struct rt_libvirt *lv, const char *id)
+{
+	for (size_t i = 0; i < lv->n_calls; i++)
+		if (strcmp(lv->calls[i].id, id) == 0)
+			return &lv->calls[i];
+	return NULL;
+}
+
+/* A call for id begins (any thread): lv_list asks libvirt nothing about id
+ * until call_end. */
+static void call_begin(struct rt_libvirt *lv, const char *id)
+{
+	struct lv_call *c;
+
+	pthread_mutex_lock(&lv->mu);
+	lv->epoch++;
+	if (!(c = call_find(lv, id))) {
+		lv->calls = grow_arr(lv->calls, &lv->cap_calls, lv->n_calls, sizeof(*lv->calls));
+		c = &lv->calls[lv->n_calls++];
+		snprintf(c->id, sizeof(c->id), "%s", id);
+		c->n = 0;
+	}
+	c->n++;
+	pthread_mutex_unlock(&lv->mu);
+}
+
+static void call_end(struct rt_libvirt *lv, const char *id)
+{
+	struct lv_call *c;
+
+	pthread_mutex_lock(&lv->mu);
+	if ((c = call_find(lv, id)) && --c->n == 0)
+		*c = lv->calls[--lv->n_calls];
+	pthread_mutex_unlock(&lv->mu);
+}
+
+/* Under mu. */
+static struct rt_instance *known_find(struct rt_libvirt *lv, const char *id)
+{
+	for (size_t i = 0; i < lv->n_known; i++)
+		if (strcmp(lv->known[i].id, id) == 0)
+			return &lv->known[i];
+	return NULL;
+}
+
+/* Under mu: id is one of this node's domains, in state st (add: also if
+ * it was not known; else only a known one's state is updated). */
+static void known_set_locked(struct rt_libvirt *lv, const char *id, enum rt_state st, bool add)
+{
+	struct rt_instance *k = known_find(lv, id);
+
+	if (!k && !add)
+		return;
+	if (!k) {
+		lv->known = grow_arr(lv->known, &lv->cap_known, lv->n_known, sizeof(*lv->known));
+		k = &lv->known[lv->n_known++];
+		snprintf(k->id, sizeof(k->id), "%s", id);
+	}
+	k->state = st;
+}
+
+static void known_set(struct rt_libvirt *lv, const char *id, enum rt_state st, bool add)
+{
+	pthread_mutex_lock(&lv->mu);
+	known_set_locked(lv, id, st, add);
+	pthread_mutex_unlock(&lv->mu);
+}
+
+/* id is no domain (any more). */
+static void known_drop(struct rt_libvirt *lv, const char *id)
+{
+	struct rt_instance *k;
+
+	pthread_mutex_lock(&lv->mu);
+	if ((k = known_find(lv, id)))
+		*k = lv->known[--lv->n_known];
+	pthread_mutex_unlock(&lv->mu);
+}
+
+/* ------------------------------------------------------------- list */
+
+/* Every domain of this node, from libvirt's whole list. */
+static int list_all(struct rt_libvirt *lv, struct rt_instance **ret, size_t *ret_n)
+{
 	virDomainPtr *doms = NULL;
 	struct rt_instance *out;
 	size_t n = 0;
@@ -474,6 +609,94 @@ static int lv_list(struct rt *rt, struct rt_instance **ret, size_t *ret_n)
 	doms_free(doms, n);
 	*ret = out;
 	*ret_n = n;
+	return 0;
+}
+
+/* The known domains, each asked for alone (virDomainLookupByName locks
+ * only that domain in libvirtd); one with a call under way is not asked
+ * at all and keeps its last state (the converge pass does not act on it
+ * while its job runs). A domain gone meanwhile is dropped. */
+static int list_known(struct rt_libvirt *lv, struct rt_instance **ret, size_t *ret_n)
+{
+	struct rt_instance *v;
+	bool *busy;
+	size_t n, k = 0;
+	int e = 0;
+
+	pthread_mutex_lock(&lv->mu);
+	n = lv->n_known;
+	v = xcalloc(n ? n : 1, sizeof(*v));
+	busy = xcalloc(n ? n : 1, sizeof(*busy));
+	for (size_t i = 0; i < n; i++) {
+		v[i] = lv->known[i];
+		busy[i] = call_find(lv, v[i].id) != NULL;
+	}
+	pthread_mutex_unlock(&lv->mu);
+	for (size_t i = 0; i < n && e == 0; i++) {
+		virDomainPtr dom = NULL;
+		if (busy[i]) {
+			v[k++] = v[i];
+			continue;
+		}
+		e = dom_get(lv, v[i].id, &dom);
+		if (e == -ENOENT) {
+			known_drop(lv, v[i].id);
+			e = 0;
+			continue;
+		}
+		if (e < 0)
+			break;
+		v[i].state = dom_state(dom);
+		virDomainFree(dom);
+		known_set(lv, v[i].id, v[i].state, false);
+		v[k++] = v[i];
+	}
+	free(busy);
+	if (e < 0) {
+		free(v);
+		return e;
+	}
+	*ret = v;
+	*ret_n = k;
+	return 0;
+}
+
+/* This node's instances. libvirtd locks every domain to list them all
+ * (virConnectListAllDomains, and each GetMetadata/GetState), and a domain
+ * starting (qemuProcessStart) or being destroyed holds its lock for
+ * seconds: a pass listing them all then waits, and with it every pause and
+ * resume it carries. So the whole list is taken only while no runtime call
+ * is under way (at start-up, and on any later pass between jobs: orphans
+ * are found then); meanwhile the pass lists the domains this runtime knows
+ * (the last whole list, plus what it defined since, minus what it
+ * destroyed), one by one, never asking about one a call works on. */
+static int lv_list(struct rt *rt, struct rt_instance **ret, size_t *ret_n)
+{
+	struct rt_libvirt *lv = lv_of(rt);
+	int64_t t0 = mono_ms();
+	bool whole;
+	uint64_t epoch;
+	int e;
+
+	pthread_mutex_lock(&lv->mu);
+	whole = !lv->known_valid || lv->n_calls == 0;
+	epoch = lv->epoch;
+	pthread_mutex_unlock(&lv->mu);
+	e = whole ? list_all(lv, ret, ret_n) : list_known(lv, ret, ret_n);
+	if (e < 0)
+		return e;
+	if (whole) {
+		pthread_mutex_lock(&lv->mu);
+		if (lv->epoch == epoch) {  /* no call began meanwhile: the truth */
+			lv->n_known = 0;
+			lv->known_valid = true;
+		}
+		for (size_t i = 0; i < *ret_n; i++)  /* else: what it found is added */
+			known_set_locked(lv, (*ret)[i].id, (*ret)[i].state, true);
+		pthread_mutex_unlock(&lv->mu);
+	}
+	log_debug("libvirt: list: %zu domains, %" PRId64 " ms (%s)", *ret_n, mono_ms() - t0,
+		  whole ? "all domains" : "known domains one by one, calls under way");
 	return 0;
 }
 
@@ -801,12 +1024,12 @@ static int build_files(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *
 	return e;
 }
 
-static int lv_create(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, char *reason)
+static int create_call(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s, char *reason)
 {
-	struct rt_libvirt *lv = lv_of(rt);
 	struct inst_files f = {0};
 	virDomainPtr dom = NULL;
 	virConnectPtr c;
+	int64_t t0, t1, t2;
 	int e;
 
 	if (!rt_id_valid(s->id)) {
@@ -818,16 +1041,24 @@ static int lv_create(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, char *r
 		return -EIO;
 	}
 	if ((dom = virDomainLookupByName(c, s->id))) {
+		if (dom_ours(lv, dom))  /* defined by another hand: listed from now on */
+			known_set(lv, s->id, dom_state(dom), true);
 		virDomainFree(dom);
 		return -EEXIST;
 	}
+	t0 = mono_ms();
 	if ((e = admit(lv, s, reason)) < 0)
 		return e;
+	t1 = mono_ms();
 	files_of(lv, s->id, &f);
 	e = build_files(lv, s, &f, reason);
-	if (e == 0)
-		e = define(lv, s, &f, reason);
+	t2 = mono_ms();
+	if (e == 0 && (e = define(lv, s, &f, reason)) == 0)
+		known_set(lv, s->id, RT_STATE_STOPPED, true);
 	unbook(lv, s);
+	log_debug("libvirt: create %s: %" PRId64 " ms (admission %" PRId64 " ms, files %" PRId64
+		  " ms, define %" PRId64 " ms): %s", s->id, mono_ms() - t0, t1 - t0, t2 - t1,
+		  mono_ms() - t2, e < 0 ? strerror(-e) : "ok");
 	if (e < 0)
 		inst_dir_remove(lv, s->id);
 	files_free(&f);
@@ -836,10 +1067,10 @@ static int lv_create(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, char *r
 
 /* ---------------------------------------------------- state changes */
 
-static int lv_adopt(struct rt *rt, const Bc__Node__V1__InstanceSpec *s)
+static int adopt_call(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s)
 {
 	virDomainPtr dom = NULL;
-	int e = dom_get(lv_of(rt), s->id, &dom);
+	int e = dom_get(lv, s->id, &dom);
 
 	/* nothing to reattach: libvirtd holds the monitor; never restarted */
 	if (dom)
@@ -943,28 +1174,34 @@ static int simple_op(struct rt *rt, const char *id, const char *name, enum rt_st
 		     int (*op)(virDomainPtr dom))
 {
 	virDomainPtr dom = NULL;
+	int64_t t0 = mono_ms(), t1, t2 = 0;
 	int e = dom_get(lv_of(rt), id, &dom);
 
+	t1 = mono_ms();
 	if (e < 0)
 		return e;
-	if (dom_state(dom) != done)
+	if (dom_state(dom) != done) {
+		t2 = mono_ms();
 		e = dom_op(lv_of(rt), dom, id, name, done, op);
+	}
 	virDomainFree(dom);
+	log_debug("libvirt: %s %s: %" PRId64 " ms (lookup %" PRId64 " ms, call %" PRId64 " ms)",
+		  name, id, mono_ms() - t0, t1 - t0, t2 ? mono_ms() - t2 : 0);
 	return e;
 }
 
-static int lv_start(struct rt *rt, const char *id)
+static int start_call(struct rt *rt, const char *id)
 {
 	shut_clear(lv_of(rt), id);
 	return simple_op(rt, id, "start", RT_STATE_RUNNING, virDomainCreate);
 }
 
-static int lv_pause(struct rt *rt, const char *id)
+static int pause_call(struct rt *rt, const char *id)
 {
 	return simple_op(rt, id, "pause", RT_STATE_PAUSED, virDomainSuspend);
 }
 
-static int lv_resume(struct rt *rt, const char *id)
+static int resume_call(struct rt *rt, const char *id)
 {
 	shut_clear(lv_of(rt), id);
 	return simple_op(rt, id, "resume", RT_STATE_RUNNING, virDomainResume);
@@ -1012,7 +1249,7 @@ static int stop_progress(struct rt_libvirt *lv, virDomainPtr dom, const char *id
  * stop_timeout; a paused or failed one is forced off at once. The wait
  * never holds the converge thread more than STOP_SYNC_MS: a guest still
  * shutting down answers -EINPROGRESS and the next pass asks again. */
-static int lv_stop(struct rt *rt, const char *id)
+static int stop_call(struct rt *rt, const char *id)
 {
 	struct rt_libvirt *lv = lv_of(rt);
 	virDomainPtr dom = NULL;
@@ -1039,7 +1276,7 @@ static int lv_stop(struct rt *rt, const char *id)
 	return e;
 }
 
-static int lv_destroy(struct rt *rt, const char *id)
+static int destroy_call(struct rt *rt, const char *id)
 {
 	struct rt_libvirt *lv = lv_of(rt);
 	unsigned flags = VIR_DOMAIN_UNDEFINE_NVRAM | VIR_DOMAIN_UNDEFINE_MANAGED_SAVE |
@@ -1049,8 +1286,10 @@ static int lv_destroy(struct rt *rt, const char *id)
 	int e = dom_get(lv, id, &dom);
 
 	shut_clear(lv, id);
-	if (e == -ENOENT)
+	if (e == -ENOENT) {
+		known_drop(lv, id);
 		return inst_dir_remove(lv, id);  /* files of a half-made create */
+	}
 	if (e < 0)
 		return e;
 	if (virDomainIsActive(dom) == 1)
@@ -1063,7 +1302,95 @@ static int lv_destroy(struct rt *rt, const char *id)
 	virDomainFree(dom);
 	if (e < 0)
 		return e;
+	known_drop(lv, id);
 	return inst_dir_remove(lv, id);
+}
+
+void rt_libvirt_call_begin(struct rt *rt, const char *id)
+{
+	call_begin(lv_of(rt), id);
+}
+
+void rt_libvirt_call_end(struct rt *rt, const char *id)
+{
+	call_end(lv_of(rt), id);
+}
+
+size_t rt_libvirt_connections(struct rt *rt)
+{
+	struct rt_libvirt *lv = lv_of(rt);
+	size_t n = 0;
+
+	pthread_mutex_lock(&lv->mu);
+	for (size_t i = 0; i < lv->n_conns; i++)
+		n += lv->conns[i].conn != NULL;
+	pthread_mutex_unlock(&lv->mu);
+	return n;
+}
+
+/* The runtime's entry points for one instance: each marks a call under
+ * way for its id (lv_list). */
+static int lv_create(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, char *reason)
+{
+	int e;
+
+	if (!rt_id_valid(s->id)) {
+		snprintf(reason, RT_REASON_MAX, "InvalidSpec: unusable instance id");
+		return -EINVAL;
+	}
+	call_begin(lv_of(rt), s->id);
+	e = create_call(lv_of(rt), s, reason);
+	call_end(lv_of(rt), s->id);
+	return e;
+}
+
+static int lv_adopt(struct rt *rt, const Bc__Node__V1__InstanceSpec *s)
+{
+	int e;
+
+	if (!rt_id_valid(s->id))
+		return -EINVAL;
+	call_begin(lv_of(rt), s->id);
+	e = adopt_call(lv_of(rt), s);
+	call_end(lv_of(rt), s->id);
+	return e;
+}
+
+static int id_call(struct rt *rt, const char *id, int (*fn)(struct rt *rt, const char *id))
+{
+	int e;
+
+	if (!rt_id_valid(id))
+		return -EINVAL;
+	call_begin(lv_of(rt), id);
+	e = fn(rt, id);
+	call_end(lv_of(rt), id);
+	return e;
+}
+
+static int lv_start(struct rt *rt, const char *id)
+{
+	return id_call(rt, id, start_call);
+}
+
+static int lv_pause(struct rt *rt, const char *id)
+{
+	return id_call(rt, id, pause_call);
+}
+
+static int lv_resume(struct rt *rt, const char *id)
+{
+	return id_call(rt, id, resume_call);
+}
+
+static int lv_stop(struct rt *rt, const char *id)
+{
+	return id_call(rt, id, stop_call);
+}
+
+static int lv_destroy(struct rt *rt, const char *id)
+{
+	return id_call(rt, id, destroy_call);
 }
 
 /* ------------------------------------------------------- image GC */
