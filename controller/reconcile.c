@@ -19,6 +19,7 @@
 #include "outbox.h"
 #include "reconcile.h"
 #include "teardown.h"
+#include "volumes.h"
 #include "util.h"
 
 #define LEADER_LOCK "7164930317812342"
@@ -133,6 +134,7 @@ void *reconcile_thread(void *arg)
 		place_unplaced(d);
 		meter_tick(d, app->cfg.metering_interval_seconds);
 		teardown_tick(d);
+		vol_reconcile_tick(d);
 		iam_react_tick(d);
 		events_retention_tick(d, &app->cfg);
 	}
