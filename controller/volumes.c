@@ -423,6 +423,8 @@ static int vcreate_tx(struct db *d, void *arg, bc_error *err)
 		return db_fail(err, rc);
 	if ((rc = authz_commit(d, VOL_TYPE, a->id, err)) < 0)
 		return rc;
+	if ((rc = spec_bump(d, a->node)) < 0) /* its host's spec lists it */
+		return db_fail(err, rc);
 	rc = publish(d, "sandbox.volume.created", a->id, a->tenant, &(struct evd_volume){
 		     .pool_id = q->pool_id, .node_id = a->node, .name = q->name,
 		     .size_gib = q->size_gib});
@@ -660,6 +662,8 @@ static int rapply_tx(struct db *d, void *arg, bc_error *err)
 		     "WHERE id = $1) UPDATE authz_resources SET attrs = attrs || "
 		     "jsonb_build_object('sizeGiB', $2::text), pending = NULL, pending_hold = NULL, "
 		     "pending_at = NULL WHERE type = '" VOL_TYPE "' AND id = $1", &p);
+	if (rc == 0)
+		rc = spec_bump(d, node); /* its host's spec carries the new size */
 	if (rc < 0)
 		return db_fail(err, rc);
 	a->old_gib = old;
@@ -758,13 +762,13 @@ static int vdelete_tx(struct db *d, void *arg, bc_error *err)
 		PQclear(r);
 		return rc;
 	}
-	/* the host's next generation no longer lists it: the booking stays
-	 * until the host applied that one (vol_finish_deletions) */
+	/* the host's spec no longer lists it from the generation that takes
+	 * this change (spec_take_changes records it as deleting_generation);
+	 * the booking stays until the host applied that one */
 	p.n = 0;
 	dbp_str(&p, a->id);
-	rc = db_exec(d, NULL, "UPDATE volumes v SET state = 'deleting', deleting_at = now(), "
-		     "updated_at = now(), deleting_generation = n.spec_generation + 1 FROM nodes n "
-		     "WHERE v.id = $1 AND n.id = v.node_id", &p);
+	rc = db_exec(d, NULL, "UPDATE volumes SET state = 'deleting', deleting_at = now(), "
+		     "updated_at = now() WHERE id = $1", &p);
 	if (rc == 0)
 		rc = spec_bump(d, db_val(r, 0, DL_NODE));
 	if (rc == 0)

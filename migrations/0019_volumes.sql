@@ -20,7 +20,8 @@ CREATE TABLE volumes (
   created_at  timestamptz NOT NULL DEFAULT now(),
   updated_at  timestamptz NOT NULL DEFAULT now(),
   deleting_at timestamptz,
-  -- the host's spec generation that no longer lists the volume: its
+  -- the host's spec generation that no longer lists the volume, set by
+  -- the spec stream's take of the deletion's change (node_spec.c): its
   -- booking is released once the host applied it (or is gone)
   deleting_generation bigint,
   deleted_at  timestamptz

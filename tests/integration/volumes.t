@@ -17,7 +17,8 @@
 . "$(dirname "$0")/../lib/compute_http.sh"
 
 HTTP_PORT=$(free_tcp_port) || bail_out "no free port"
-export BC_CTL_EXTRA_CONF="http_listen = 127.0.0.1:$HTTP_PORT"
+export BC_CTL_EXTRA_CONF="http_listen = 127.0.0.1:$HTTP_PORT
+metering_interval_seconds = 1"
 stack_up --controllers 1 --agents 1 --agent-capacity 16,32768,100 || bail_out "stack_up failed"
 
 q() { psql -d bc -XAtq -c "$1"; }
@@ -83,6 +84,9 @@ is "$(event_keys sandbox.volume.created "volume/$v1")" name,nodeId,poolId,sizeGi
 	'sandbox.volume.created keys'
 api_refused "$T" sandboxvolumes/create "$(vc q 1)" 429 QUOTA_EXCEEDED resource=diskGiB \
 	'the booking counts toward the quota (10 of 10)'
+committed() { [ "$(q "SELECT committed_bytes / $GIB FROM host_volume_storage")" = "$1" ]; }
+eventually 20 committed 10
+ok $? "the host's spec lists the volume: its store reports 10 GiB committed"
 bcctl tenant quota root --disk-gib 1000 >/dev/null || bail_out "quota"
 
 # -- idempotency
@@ -194,6 +198,13 @@ is "$(json_get "$out" size_gib)" 25 'a hold older than 60 s is taken over'
 api_refused "$T" sandboxvolumes/resize "{\"volumeId\":\"$v1\",\"sizeGib\":16385}" 400 INVALID_INPUT \
 	field=sizeGib 'a size above 16384'
 
+# -- metering: the booking, each size for its own time
+metered() { [ "$(q "SELECT count(*) FROM usage WHERE resource_id = '$v1' AND meter = 'vps.volume.gib.hours' AND quantity > 0")" -ge 1 ]; }
+eventually 20 metered
+ok $? 'the metering pass writes vps.volume.gib.hours for the volume'
+is "$(q "SELECT DISTINCT identity_id FROM usage WHERE resource_id = '$v1'")" \
+	"$(q "SELECT created_by FROM volumes WHERE id = '$v1'")" '... charged to its creator'
+
 # -- delete
 img=$(stack_image_create vimg) || bail_out "no image"
 tmpl=$(jid "$(bcctl --format json sandbox-template create --name t --pool "$POOL_ID" --flavor "$FLAVOR_NAME" --image "$img")")
@@ -210,17 +221,19 @@ bcctl instance delete "$inst" >/dev/null
 gone() { [ "$(q "SELECT state FROM instances WHERE id = '$inst'")" = deleted ]; }
 eventually 20 gone
 ok $? 'the instance is deleted'
+eventually 20 committed 32
+ok $? "before the delete, the host's store holds the ready volumes (25 + 1 + 1 + 5 GiB)"
 gen=$(q "SELECT spec_generation FROM nodes WHERE id = '$node'")
 out=$(bcctl --format json sandbox-volume delete "$v2") || fail 'delete'
 is "$(json_get "$out" state)" deleting 'delete: deleting'
-is "$(q "SELECT deleting_generation > $gen FROM volumes WHERE id = '$v2'")" t \
-	'... until the host applied a later generation'
 is "$(event_keys sandbox.volume.deleting "volume/$v2")" name,nodeId,poolId,sizeGiB 'sandbox.volume.deleting keys'
+eventually 20 committed 31
+ok $? "its host's spec no longer lists it: the store holds 31 GiB"
 dead() { [ "$(q "SELECT state FROM volumes WHERE id = '$v2'")" = deleted ]; }
 eventually 20 dead
 ok $? 'deleted once the host reported that generation'
-is "$(q "SELECT (SELECT applied_generation FROM nodes WHERE id = '$node') >= deleting_generation FROM volumes WHERE id = '$v2'")" \
-	t '... which it applied'
+is "$(q "SELECT deleting_generation > $gen AND (SELECT applied_generation FROM nodes WHERE id = '$node') >= deleting_generation FROM volumes WHERE id = '$v2'")" \
+	t '... a generation after the delete, which the host applied'
 is "$(q "SELECT count(*) FROM allocations WHERE owner_id = '$v2' AND released_at IS NULL")" 0 \
 	'... its booking released'
 is "$(event_keys sandbox.volume.deleted "volume/$v2")" name,nodeId,poolId,sizeGiB 'sandbox.volume.deleted keys'
