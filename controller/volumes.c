@@ -23,7 +23,8 @@
  * no longer lists it from the next generation on, and its booking is
  * released (sandbox.volume.deleted) once the host applied that generation
  * or is gone (vol_finish_deletions: the host's report, in its transaction,
- * and the reconciler's periodic pass). */
+ * and the reconciler's periodic pass). Tenant teardown deletes a tenant's
+ * volumes after its instances (vol_tenant_teardown). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -638,8 +639,8 @@ static int rapply_tx(struct db *d, void *arg, bc_error *err)
 		return bc_error_detail(err, "retryAfterSeconds", "1");
 	}
 	grow = a->q->size_gib - old;
-	if (grow <= 0)
-		return 0; /* grown to this size meanwhile */
+	if (grow <= 0) /* grown to this size meanwhile: our pending value goes */
+		return authz_pending_clear(d, VOL_TYPE, a->q->volume_id, a->hold, err);
 	if ((rc = lock_headroom(d, node, &h)) < 0)
 		return db_fail(err, rc);
 	if (rc == 0)
@@ -833,6 +834,37 @@ int vol_finish_deletions(struct db *d, const char *node_id)
 	}
 	PQclear(r);
 	return rc < 0 ? rc : n;
+}
+
+int vol_tenant_teardown(struct db *d, const char *tenant, int *ret_left)
+{
+	enum { TD_ID, TD_POOL, TD_NODE, TD_NAME, TD_SIZE };
+	_cleanup_free_ char *left = NULL;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, tenant);
+	rc = db_exec(d, &r, "UPDATE volumes SET state = 'deleting', deleting_at = now(), updated_at "
+		     "= now() WHERE tenant_id = $1 AND state = 'ready' RETURNING id, pool_id, "
+		     "node_id, name, size_gib", &p);
+	if (rc < 0)
+		return rc;
+	for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
+		rc = publish(d, "sandbox.volume.deleting", db_val(r, i, TD_ID), tenant,
+			     &(struct evd_volume){.pool_id = db_val(r, i, TD_POOL),
+			     .node_id = db_val(r, i, TD_NODE), .name = db_val(r, i, TD_NAME),
+			     .size_gib = db_i64(r, i, TD_SIZE)});
+		if (rc == 0)
+			rc = spec_bump(d, db_val(r, i, TD_NODE));
+	}
+	PQclear(r);
+	if (rc == 0)
+		rc = db_scalar(d, "SELECT count(*) FROM volumes WHERE tenant_id = $1 AND state <> "
+			       "'deleted'", &p, &left);
+	if (rc == 0)
+		*ret_left = atoi(left);
+	return rc;
 }
 
 static int finish_tx(struct db *d, void *arg, bc_error *err)

@@ -26,6 +26,11 @@ void vol_serial(const char *id, char out[24]);
  * (or is lost or retired) become deleted, their booking released, with
  * sandbox.volume.deleted. How many, or -errno. */
 int vol_finish_deletions(struct db *d, const char *node_id);
+/* Tenant teardown, once the tenant has no instance left: its ready volumes
+ * become deleting (sandbox.volume.deleting, their hosts' specs bumped), and
+ * *ret_left is how many are not deleted yet (the teardown is done at 0).
+ * 0 or -errno, in the caller's transaction. */
+int vol_tenant_teardown(struct db *d, const char *tenant, int *ret_left);
 /* The reconciler's periodic pass over vol_finish_deletions (leader). */
 void vol_reconcile_tick(struct db *d);
 

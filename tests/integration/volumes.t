@@ -11,8 +11,10 @@
 # host's headroom, the quota, the pending value cleared on refusal);
 # delete refused while a live template names the volume or a live instance
 # attaches it, deleting then deleted once the host applied a later
-# generation (booking released); a host that never reported its store takes
-# no volume; 50 concurrent creates on one host never book past its headroom.
+# generation (booking released); tenant teardown deletes the tenant's volumes
+# before the tenant is deleted; the booking is metered; a host that never
+# reported its store takes no volume; 50 concurrent creates on one host never
+# book past its headroom (volumes_race.t: through two replicas).
 . "$(dirname "$0")/../lib/stack.sh"
 . "$(dirname "$0")/../lib/compute_http.sh"
 
@@ -245,6 +247,21 @@ out=$(bcctl --format json sandbox-volume create --pool "$POOL_ID" --name mem2 --
 	'the name is free again once deleted'
 is "$(ids "$(bcctl --format json sandbox-volume list --deleted --limit 200)" | grep -c "$v2")" 1 \
 	'list --deleted shows it'
+
+# -- tenant teardown deletes the tenant's volumes after its instances
+bcctl tenant create acme >/dev/null || bail_out "tenant"
+out=$(bcctl --format json sandbox-volume create --tenant acme --pool "$POOL_ID" --name gone --size 1) ||
+	fail 'a volume of tenant acme'
+vt=$(jid "$out")
+bcctl tenant set-state acme deleting >/dev/null || bail_out "set-state"
+torn() { [ "$(q "SELECT state FROM tenants WHERE id = 'acme'")" = deleted ]; }
+eventually 30 torn
+ok $? 'the tenant is torn down'
+is "$(q "SELECT state FROM volumes WHERE id = '$vt'")" deleted '... its volume deleted'
+is "$(q "SELECT count(*) FROM allocations WHERE owner_id = '$vt' AND released_at IS NULL")" 0 \
+	'... its booking released'
+is "$(q "SELECT (SELECT min(id) FROM events WHERE type = 'sandbox.volume.deleted' AND subject = 'volume/$vt') < (SELECT max(id) FROM events WHERE type = 'tenant.state-changed' AND subject = 'tenant/acme')")" \
+	t '... before the tenant became deleted'
 
 # -- a host that never reported its store takes no volume
 agent_kill 1
