@@ -33,6 +33,7 @@ enum {
 	K_CHECK = 1 << 15,   /* budgetCheck */
 	K_CERT = 1 << 16,    /* instanceId, keyId, serial, principal, validBefore */
 	K_REPLICA = 1 << 17, /* replica */
+	K_PREVIOUS = 1 << 18, /* previousSizeGiB */
 };
 
 struct evd_type {
@@ -87,6 +88,13 @@ static const struct evd_type tunnel_types[] = {
 	{"tunnel.opened", K_REPLICA},
 	{"tunnel.closed", K_REASON},
 	{"sandbox.exec.issued", K_CERT},
+};
+
+static const struct evd_type volume_types[] = {
+	{"sandbox.volume.created", 0},
+	{"sandbox.volume.resized", K_PREVIOUS},
+	{"sandbox.volume.deleting", 0},
+	{"sandbox.volume.deleted", 0},
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -242,5 +250,22 @@ int evd_tunnel(const char *type, const struct evd_tunnel *in, char **ret_json)
 		jsonw_str(&w, "replica", in->replica);
 	if (k & K_REASON)
 		jsonw_str(&w, "reason", in->reason ? in->reason : "");
+	return jsonw_end(&w, ret_json);
+}
+
+int evd_volume(const char *type, const struct evd_volume *in, char **ret_json)
+{
+	int k = keys_of(volume_types, NELEM(volume_types), type);
+	struct jsonw w;
+
+	if (k < 0)
+		return k;
+	jsonw_begin(&w);
+	jsonw_str(&w, "poolId", in->pool_id);
+	jsonw_str(&w, "nodeId", in->node_id);
+	jsonw_str(&w, "name", in->name);
+	jsonw_i64(&w, "sizeGiB", in->size_gib);
+	if (k & K_PREVIOUS)
+		jsonw_i64(&w, "previousSizeGiB", in->previous_size_gib);
 	return jsonw_end(&w, ret_json);
 }

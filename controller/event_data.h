@@ -128,4 +128,15 @@ struct evd_tunnel {
  * -EINVAL for another type, or the writer's -errno. */
 int evd_tunnel(const char *type, const struct evd_tunnel *in, char **ret_json);
 
+/* A volume row's fields a sandbox.volume.* event carries: poolId, nodeId,
+ * name and sizeGiB always; previousSizeGiB for sandbox.volume.resized. */
+struct evd_volume {
+	const char *pool_id, *node_id, *name;
+	int64_t size_gib, previous_size_gib;
+};
+
+/* The data of sandbox.volume.created, .resized, .deleting, .deleted. 0
+ * and *ret_json (caller frees), -EINVAL for another type, or -errno. */
+int evd_volume(const char *type, const struct evd_volume *in, char **ret_json);
+
 #endif

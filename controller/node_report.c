@@ -7,6 +7,7 @@
  * lock, and updates the node's row last, so a spec push never waits for a
  * report's instance updates. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@
 #include "outbox.h"
 #include "util.h"
 #include "validate.h"
+#include "volumes.h"
 #include "watch.h"
 
 #define REPORT_INSTANCES_MAX 10000
@@ -312,17 +314,50 @@ static int report_fence(struct db *d, struct report *a, bc_error *err)
 	return spec_read_generation(d, a->node, true, &a->spec_generation, err);
 }
 
+/* The host's volume store (StatusReport.volume_storage) into
+ * host_volume_storage, written only when a value moved by at least 1 GiB,
+ * the committed or outstanding bytes changed, or the stored row is 5
+ * minutes old (bookings read it: volumes.c). */
+static int report_storage(struct db *d, const struct report *a, bc_error *err)
+{
+	const Bc__Node__V1__VolumeStorage *v = a->q->volume_storage;
+	struct dbp p = {0};
+	int rc;
+
+	if (!v)
+		return 0;
+	dbp_str(&p, a->node);
+	dbp_u64(&p, v->available_bytes > INT64_MAX ? INT64_MAX : v->available_bytes);
+	dbp_u64(&p, v->reserved_bytes > INT64_MAX ? INT64_MAX : v->reserved_bytes);
+	dbp_u64(&p, v->outstanding_bytes > INT64_MAX ? INT64_MAX : v->outstanding_bytes);
+	dbp_u64(&p, v->committed_bytes > INT64_MAX ? INT64_MAX : v->committed_bytes);
+	rc = db_exec(d, NULL, "INSERT INTO host_volume_storage AS h (node_id, available_bytes, "
+		     "reserved_bytes, outstanding_bytes, committed_bytes) VALUES ($1, $2, $3, $4, "
+		     "$5) ON CONFLICT (node_id) DO UPDATE SET available_bytes = $2, reserved_bytes = "
+		     "$3, outstanding_bytes = $4, committed_bytes = $5, reported_at = now() WHERE "
+		     "abs(h.available_bytes - $2::bigint) >= 1073741824 OR abs(h.reserved_bytes - "
+		     "$3::bigint) >= 1073741824 OR h.outstanding_bytes <> $4::bigint OR "
+		     "h.committed_bytes <> $5::bigint OR h.reported_at < now() - interval '5 minutes'",
+		     &p);
+	return rc < 0 ? db_fail(err, rc) : 0;
+}
+
 static int report_tx(struct db *d, void *arg, bc_error *err)
 {
 	struct report *a = arg;
 	int rc;
 
 	if ((rc = report_fence(d, a, err)) < 0 || (rc = report_instances(d, a, err)) < 0 ||
-	    (rc = report_deletions(d, a, err)) < 0)
+	    (rc = report_deletions(d, a, err)) < 0 || (rc = report_storage(d, a, err)) < 0 ||
+	    (rc = report_node(d, a, err)) < 0)
 		return rc;
 	if ((rc = cmd_settle(d, a->node, a->q, &a->cmds_settled, &a->cmds_ignored)) < 0)
 		return db_fail(err, rc);
-	return report_node(d, a, err);
+	/* a report that carries the store finishes the volume deletions its
+	 * applied generation passed, in this transaction */
+	if (a->q->volume_storage && (rc = vol_finish_deletions(d, a->node)) < 0)
+		return db_fail(err, rc);
+	return 0;
 }
 
 /* Every result of a report taken is settled or ignored (node_commands.c):

@@ -171,6 +171,20 @@ static int build_tx(struct db *d, void *arg, bc_error *err)
 	s->ipam_subnet6 = dup_col(r, 0, SN_SUBNET6);
 	PQclear(r);
 	b->spec = s;
+	/* the node's ready volumes, read with the header on every build */
+	if ((rc = db_exec(d, &r, "SELECT id, serial, size_gib FROM volumes WHERE node_id = $1 AND "
+			  "state = 'ready' ORDER BY id", &p)) < 0)
+		return db_fail(err, rc);
+	s->volumes = xcalloc((size_t)PQntuples(r) + 1, sizeof(*s->volumes));
+	for (int i = 0; i < PQntuples(r); i++) {
+		Bc__Node__V1__VolumeSpec *v = xmalloc(sizeof(*v));
+		bc__node__v1__volume_spec__init(v);
+		v->id = dup_col(r, i, 0);
+		v->serial = dup_col(r, i, 1);
+		v->size_bytes = (uint64_t)db_i64(r, i, 2) << 30;
+		s->volumes[s->n_volumes++] = v;
+	}
+	PQclear(r);
 	if (b->dirty) {
 		dbp_str(&p, b->dirty);
 		rc = db_exec(d, &r, "SELECT " SPEC_INST_COLS " FROM instances i JOIN pools p ON p.id "
@@ -299,7 +313,9 @@ int spec_bump(struct db *d, const char *node_id)
 }
 
 /* The node's spec stream: take every change row this statement sees and,
- * if there was any, bump the generation once. A spec built afterwards
+ * if there was any, bump the generation once; a volume this statement sees
+ * deleting gets that generation, the first without it (volumes.c releases
+ * its booking once the host applied it). A spec built afterwards
  * (nodespec_build, a later snapshot) carries every change taken here; a
  * change committed later keeps its row for the next take. Returns 1 if the
  * generation moved, 0 if not, <0 on failure. The instances the taken rows
@@ -318,7 +334,9 @@ int spec_take_changes(struct db *d, const char *node_id, bool *all, char **dirty
 	dbp_str(&p, node_id);
 	rc = db_exec(d, &r, "WITH c AS (DELETE FROM node_spec_changes WHERE node_id = $1 RETURNING "
 		     "instance_id), u AS (UPDATE nodes SET spec_generation = spec_generation + 1 "
-		     "WHERE id = $1 AND EXISTS (SELECT 1 FROM c) RETURNING spec_generation) SELECT "
+		     "WHERE id = $1 AND EXISTS (SELECT 1 FROM c) RETURNING spec_generation), v AS "
+		     "(UPDATE volumes SET deleting_generation = u.spec_generation FROM u WHERE "
+		     "node_id = $1 AND state = 'deleting' AND deleting_generation IS NULL) SELECT "
 		     "(SELECT count(*) FROM u), coalesce(bool_or(instance_id IS NULL), false), "
 		     "coalesce(string_agg(DISTINCT instance_id, E'\\n'), '') FROM c", &p);
 	if (rc < 0)

@@ -70,14 +70,14 @@ static int quota_count(struct db *d, const char *resource, const char *count_sql
  * of each, in the same order (the usage of limit c is column QC_USED + c). */
 enum { QC_VCPUS, QC_MEMORY_MIB, QC_DISK_GIB, QC_GPUS, QC_INSTANCES, QC_USED };
 
-int quota_check(struct db *d, const char *tenant, int vcpus, int64_t memory_mib,
-		int64_t disk_gib, int gpus, bc_error *err)
+static int quota_check_n(struct db *d, const char *tenant, int vcpus, int64_t memory_mib,
+			 int64_t disk_gib, int gpus, int instances, bc_error *err)
 {
 	const struct charge ch[] = {
 		/* memory is limited in GiB but told in MiB, so half a GiB is not 0 */
 		{"vcpus", QC_VCPUS, vcpus, 1}, {"memoryMib", QC_MEMORY_MIB, memory_mib, 1},
 		{"diskGiB", QC_DISK_GIB, disk_gib, 1}, {"gpus", QC_GPUS, gpus, 1},
-		{"instances", QC_INSTANCES, 1, 1},
+		{"instances", QC_INSTANCES, instances, 1},
 	};
 	struct dbp p = {0};
 	PGresult *r = NULL;
@@ -93,6 +93,8 @@ int quota_check(struct db *d, const char *tenant, int vcpus, int64_t memory_mib,
 	rc = PQntuples(r);
 	PQclear(r);
 	r = NULL;
+	if (rc == 0 && instances == 0)
+		return 0; /* no quota row: no limit but the instance count's */
 	if (rc == 0)
 		return quota_count(d, "instances", "SELECT count(*) FROM instances WHERE tenant_id = $1 "
 				   "AND state <> 'deleted'", tenant, def_instances, 0, err);
@@ -119,6 +121,17 @@ int quota_check(struct db *d, const char *tenant, int vcpus, int64_t memory_mib,
 	}
 	PQclear(r);
 	return 0;
+}
+
+int quota_check(struct db *d, const char *tenant, int vcpus, int64_t memory_mib,
+		int64_t disk_gib, int gpus, bc_error *err)
+{
+	return quota_check_n(d, tenant, vcpus, memory_mib, disk_gib, gpus, 1, err);
+}
+
+int quota_check_disk(struct db *d, const char *tenant, int64_t disk_gib, bc_error *err)
+{
+	return quota_check_n(d, tenant, 0, 0, disk_gib, 0, 0, err);
 }
 
 /* QUOTA_EXCEEDED for resource when count_sql ($1 tenant) counts more than

@@ -18,6 +18,9 @@ void quota_configure(const struct ctl_config *c);
  * QUOTA_EXCEEDED with details resource, requested, remaining, limit. */
 int quota_check(struct db *d, const char *tenant, int vcpus, int64_t memory_mib,
 		int64_t disk_gib, int gpus, bc_error *err);
+/* The same for a volume's booking of disk_gib (already inserted): only
+ * diskGiB is charged, the instance count is not. */
+int quota_check_disk(struct db *d, const char *tenant, int64_t disk_gib, bc_error *err);
 /* The defaults for a tenant whose quota does not set a limit (config keys
  * default_quota_*, 0: none). The instance count's default applies when
  * the tenant has no quota row or its row leaves instances unset; the

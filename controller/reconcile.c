@@ -20,6 +20,7 @@
 #include "outbox.h"
 #include "reconcile.h"
 #include "teardown.h"
+#include "volumes.h"
 #include "util.h"
 
 #define LEADER_LOCK "7164930317812342"
@@ -134,6 +135,7 @@ void *reconcile_thread(void *arg)
 		place_unplaced(d);
 		meter_tick(d, app->cfg.metering_interval_seconds);
 		teardown_tick(d);
+		vol_reconcile_tick(d);
 		iam_react_tick(d);
 		events_retention_tick(d, &app->cfg);
 		cmd_tick(d, &app->cfg); /* host commands: timeouts, retention */

@@ -22,6 +22,7 @@
 #include "bc/compute/v1/secrets.pb-c.h"
 #include "bc/compute/v1/tunnels.pb-c.h"
 #include "bc/compute/v1/usage.pb-c.h"
+#include "bc/compute/v1/volumes.pb-c.h"
 #include "bc/node/v1/node.pb-c.h"
 #include "db.h"
 #include "events_api.h"
@@ -45,6 +46,7 @@
 #include "templates.h"
 #include "tunnels.h"
 #include "util.h"
+#include "volumes.h"
 #include "waiter.h"
 #include "watch.h"
 
@@ -73,6 +75,7 @@ static const struct service_part {
 	{&bc__compute__v1__instances__descriptor, inst_actions},
 	{&bc__compute__v1__sandbox_templates__descriptor, tmpl_handlers},
 	{&bc__compute__v1__sandboxes__descriptor, sbx_handlers},
+	{&bc__compute__v1__sandbox_volumes__descriptor, vol_handlers},
 	{&bc__compute__v1__events__descriptor, events_handlers},
 	{&bc__compute__v1__usage__descriptor, usage_handlers},
 	{&bc__compute__v1__secrets__descriptor, secrets_handlers},

@@ -13,7 +13,10 @@
  *     included) are set to desired deleted, each publishing
  *     instance.deleting with reason "tenant deleted"; their hosts hear
  *     of it by the spec bump; unplaced ones finish at once;
- *   - once no instance of the tenant is left undeleted ("DONE"): its
+ *   - once no instance of the tenant is left undeleted, its ready volumes
+ *     become deleting (sandbox.volume.deleting; volumes.c finishes each
+ *     once its host applied a spec without it);
+ *   - once no instance and no volume is left undeleted ("DONE"): its
  *     identities become deleted (identity.state-changed), its policies
  *     are deleted (policy.deleted; attachments removed), its quota row
  *     goes, and the tenant becomes deleted (tenant.state-changed with
@@ -24,8 +27,7 @@
  * Each step only touches rows not yet in their end state and the tenant
  * row is locked (SKIP LOCKED) for the transaction, so passes repeat
  * safely and two replicas never tear one tenant down at once. Snapshots
- * and volumes join the steps with their issues (volumes after instances,
- * as the spec says). */
+ * join the steps with their issue. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +40,7 @@
 #include "secrets.h"
 #include "teardown.h"
 #include "util.h"
+#include "volumes.h"
 
 #define TEARDOWN_BATCH 100
 #define TEARDOWN_TENANTS 10
@@ -168,7 +171,7 @@ static int teardown_tx(struct db *d, void *arg, bc_error *err)
 	_cleanup_free_ char *left = NULL;
 	struct dbp p = {0};
 	PGresult *r = NULL;
-	int rc;
+	int rc, vols = 0;
 
 	a->locked = a->done = false;
 	a->instances = 0;
@@ -190,6 +193,9 @@ static int teardown_tx(struct db *d, void *arg, bc_error *err)
 		rc = db_scalar(d, "SELECT count(*) FROM instances WHERE tenant_id = $1 AND state <> "
 			       "'deleted'", &p, &left);
 	a->done = rc == 0 && strcmp(left, "0") == 0;
+	/* volumes after instances: deleting until their hosts applied it */
+	if (rc == 0 && a->done && (rc = vol_tenant_teardown(d, a->tenant, &vols)) == 0)
+		a->done = vols == 0;
 	if (rc == 0 && a->done)
 		rc = secrets_tenant_deleted(d, a->tenant);
 	for (size_t i = 0; rc == 0 && a->done && i < ARRAY_SIZE(final_steps); i++)

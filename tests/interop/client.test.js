@@ -49,7 +49,7 @@ let instance; // the instance created by the Create test
 function loadPackage() {
   const def = protoLoader.loadSync(
     ['bc/compute/v1/instances.proto', 'bc/compute/v1/sandboxes.proto', 'bc/admin/v1/admin.proto',
-      'bc/compute/v1/secrets.proto', 'grpc/health/v1/health.proto'],
+      'bc/compute/v1/secrets.proto', 'bc/compute/v1/volumes.proto', 'grpc/health/v1/health.proto'],
     {
       keepCase: true, longs: String, enums: String, defaults: true, oneofs: true,
       includeDirs: [PROTO_DIR],
@@ -74,6 +74,7 @@ function clients(pkg, withToken) {
     templates: new pkg.bc.compute.v1.SandboxTemplates(cfg.url, creds),
     sandboxes: new pkg.bc.compute.v1.Sandboxes(cfg.url, creds),
     secrets: new pkg.bc.compute.v1.Secrets(cfg.url, creds),
+    volumes: new pkg.bc.compute.v1.SandboxVolumes(cfg.url, creds),
   };
 }
 
@@ -429,4 +430,35 @@ test('Secrets: Put takes bytes and answers no value, List matches bcctl, a templ
   assert.equal(d.id, p.id);
   const gone = await rpc(authed.secrets, 'List', { tenant_id: cfg.tenant });
   assert.ok(!gone.items.some((x) => x.name === name), 'deleted');
+});
+
+test('SandboxVolumes: create with a key, retry, resize, refusal details, list as bcctl, delete', async () => {
+  const key = `interop-${process.pid}`;
+  const req = { tenant_id: cfg.tenant, pool_id: cfg.pool, name: key, size_gib: 2, idempotency_key: key };
+  let v;
+  // the host reports its volume store every few seconds after it joins
+  for (let i = 0; ; i++) {
+    try { v = await rpc(authed.volumes, 'Create', req); break; } catch (err) {
+      if (i >= 20) throw err;
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  }
+  assert.match(v.id, /^vol_[0-9a-z]{26}$/);
+  assert.equal(v.serial, `bcv-${v.id.slice(-16)}`, "serial: bcv- and the id's last 16 characters");
+  assert.equal(v.state, 'ready');
+  assert.equal(v.size_gib, '2');
+  const again = await rpc(authed.volumes, 'Create', req);
+  assert.equal(again.id, v.id, 'the same key and request: the same volume');
+  const r = await rpc(authed.volumes, 'Resize', { tenant_id: cfg.tenant, volume_id: v.id, size_gib: 3 });
+  assert.equal(r.size_gib, '3');
+  const err = await rpcError(rpc(authed.volumes, 'Resize', { tenant_id: cfg.tenant, volume_id: v.id, size_gib: 1 }));
+  assertInvalidInput(err, 'Resize to a smaller size');
+  assert.equal(decodeStatusDetails(err).infos[0].info.metadata.reason, 'shrink');
+  const l = await rpc(authed.volumes, 'List', { tenant_id: cfg.tenant, scope: 'all' });
+  assert.ok(l.items.some((x) => x.id === v.id && x.size_gib === '3'), 'List shows it grown');
+  const cli = bcctl('sandbox-volume', 'list', '--all', ...tenantArgs());
+  assert.equal(cli.status, 0, `bcctl sandbox-volume list: ${cli.stderr}`);
+  assert.deepEqual(canon(listItems(cli.json)), canon(l.items), 'bcctl lists the same volumes');
+  const d = await rpc(authed.volumes, 'Delete', { tenant_id: cfg.tenant, volume_id: v.id });
+  assert.ok(['deleting', 'deleted'].includes(d.state), `state after Delete: ${d.state}`);
 });

@@ -3,7 +3,8 @@
  * names it, whatever the type; nodeId is null for an unplaced instance;
  * a node event names its pool; an IAM event carries its type's keys, and
  * reason only when there is one (the teardown's); an unknown type is
- * refused; values are escaped. */
+ * refused; values are escaped; a volume event carries its size, and its
+ * previous size when resized. */
 #include <errno.h>
 #include <stdlib.h>
 
@@ -136,11 +137,32 @@ static void test_iam(void)
 	is_int(evd_iam("secret.put", &all, &s), -EINVAL, "a type of another subject is refused");
 }
 
+static void test_volume(void)
+{
+	const struct evd_volume row = {.pool_id = "pool_1", .node_id = "node_1", .name = "mem",
+				       .size_gib = 20, .previous_size_gib = 10};
+	char *s = NULL;
+	int rc;
+
+	rc = evd_volume("sandbox.volume.created", &row, &s);
+	is_data(rc, s, "{\"poolId\": \"pool_1\", \"nodeId\": \"node_1\", \"name\": \"mem\", "
+		"\"sizeGiB\": 20}", "sandbox.volume.created: no previous size");
+	rc = evd_volume("sandbox.volume.resized", &row, &s);
+	is_data(rc, s, "{\"poolId\": \"pool_1\", \"nodeId\": \"node_1\", \"name\": \"mem\", "
+		"\"sizeGiB\": 20, \"previousSizeGiB\": 10}", "sandbox.volume.resized");
+	rc = evd_volume("sandbox.volume.deleted", &row, &s);
+	is_data(rc, s, "{\"poolId\": \"pool_1\", \"nodeId\": \"node_1\", \"name\": \"mem\", "
+		"\"sizeGiB\": 20}", "sandbox.volume.deleted");
+	is_int(evd_volume("sandbox.created", &row, &s), -EINVAL,
+	       "a sandbox type is not a volume's");
+}
+
 int main(void)
 {
 	test_instance();
 	test_sandbox();
 	test_node();
 	test_iam();
+	test_volume();
 	done_testing();
 }

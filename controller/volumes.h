@@ -1,0 +1,37 @@
+/* volumes.h: the SandboxVolumes API and volume deletions (volumes.c). */
+#ifndef BC_CTL_VOLUMES_H
+#define BC_CTL_VOLUMES_H
+
+#include <stddef.h>
+
+#include "db.h"
+#include "rpc.h"
+
+#define VOL_SIZE_MAX_GIB 16384
+/* a resize's pending size older than this is taken over */
+#define VOL_HOLD_TAKEOVER_SECONDS 60
+/* the reconciler's fallback pass over deleting volumes */
+#define VOL_FINISH_PASS_MS 30000
+
+/* The handlers of bc.compute.v1.SandboxVolumes (server.c's table). */
+const struct rpc_handler *vol_handlers(size_t *ret_n);
+
+/* vol_ + 26 characters derived from tenant, caller and idempotency key. */
+void vol_derive_id(const char *tenant, const char *caller, const char *key, char out[32]);
+/* bcv- and the id's last 16 characters. */
+void vol_serial(const char *id, char out[24]);
+
+/* In the caller's transaction: the deleting volumes of node_id (NULL: of
+ * every host) whose host applied the generation that no longer lists them
+ * (or is lost or retired) become deleted, their booking released, with
+ * sandbox.volume.deleted. How many, or -errno. */
+int vol_finish_deletions(struct db *d, const char *node_id);
+/* Tenant teardown, once the tenant has no instance left: its ready volumes
+ * become deleting (sandbox.volume.deleting, their hosts' specs bumped), and
+ * *ret_left is how many are not deleted yet (the teardown is done at 0).
+ * 0 or -errno, in the caller's transaction. */
+int vol_tenant_teardown(struct db *d, const char *tenant, int *ret_left);
+/* The reconciler's periodic pass over vol_finish_deletions (leader). */
+void vol_reconcile_tick(struct db *d);
+
+#endif
