@@ -109,7 +109,7 @@ while True:
 ' "$eport" >"$STACK_DIR/echo.log" 2>&1 &
 echo_pid=$!
 echo_up() { (exec 3<>"/dev/tcp/127.0.0.1/$eport") 2>/dev/null; }
-eventually 10 echo_up
+eventually 60 echo_up
 ok $? 'the echo server listens'
 guest=$(sed -n 's/^nic=[^|]*|[^|]*|\([0-9.]*\)\/.*/\1/p' "$d1/fake/$inst.inst")
 like "$guest" '^10\.77\.0\.[0-9]+$' "the instance's guest address is its IPAM address ($guest)"
