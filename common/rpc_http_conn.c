@@ -66,6 +66,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "tlsconn.h"
 #include "util.h"
 
 #define HTTP_BACKLOG 1024
@@ -147,29 +148,6 @@ static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outle
 	return SSL_TLSEXT_ERR_OK;
 }
 
-/* The certificate chain (first the leaf) and key from PEM strings. */
-static int ctx_load(SSL_CTX *ctx, const char *cert_pem, const char *key_pem)
-{
-	BIO *b = BIO_new_mem_buf(cert_pem, -1), *k = BIO_new_mem_buf(key_pem, -1);
-	X509 *x = b ? PEM_read_bio_X509_AUX(b, NULL, NULL, NULL) : NULL;
-	EVP_PKEY *pk = k ? PEM_read_bio_PrivateKey(k, NULL, NULL, NULL) : NULL;
-	int ok = x && pk && SSL_CTX_use_certificate(ctx, x) == 1 &&
-		 SSL_CTX_use_PrivateKey(ctx, pk) == 1;
-
-	while (ok && (X509_free(x), x = PEM_read_bio_X509(b, NULL, NULL, NULL)))
-		if (SSL_CTX_add0_chain_cert(ctx, x) != 1)
-			ok = 0;
-		else
-			x = NULL;
-	ok = ok && SSL_CTX_check_private_key(ctx) == 1;
-	X509_free(x);
-	EVP_PKEY_free(pk);
-	BIO_free(b);
-	BIO_free(k);
-	ERR_clear_error();
-	return ok ? 0 : -EIO;
-}
-
 static int tls_setup(struct rpc_http *h)
 {
 	const rpc_server *s = h->srv;
@@ -183,7 +161,7 @@ static int tls_setup(struct rpc_http *h)
 	SSL_CTX_set_options(h->ctx, SSL_OP_NO_RENEGOTIATION);
 	SSL_CTX_set_mode(h->ctx, SSL_MODE_RELEASE_BUFFERS); /* idle connections */
 	SSL_CTX_set_alpn_select_cb(h->ctx, alpn_select, NULL);
-	return ctx_load(h->ctx, s->cert_pem, s->key_pem);
+	return tlsc_ctx_use_chain(h->ctx, s->cert_pem, s->key_pem) < 0 ? -EIO : 0;
 }
 
 static int opt_or(int v, int def)

@@ -48,15 +48,13 @@ static void ssl_err(char *buf, size_t len, const char *what)
 
 /* ------------------------------------------------------------ context */
 
-static int ctx_load(SSL_CTX *ctx, const char *cert_pem, const char *key_pem, const char *ca_pem)
+int tlsc_ctx_use_chain(SSL_CTX *ctx, const char *cert_pem, const char *key_pem)
 {
 	BIO *b = BIO_new_mem_buf(cert_pem, -1), *k = BIO_new_mem_buf(key_pem, -1);
-	BIO *a = BIO_new_mem_buf(ca_pem, -1);
-	X509_STORE *st = SSL_CTX_get_cert_store(ctx);
 	X509 *x = b ? PEM_read_bio_X509_AUX(b, NULL, NULL, NULL) : NULL;
 	EVP_PKEY *pk = k ? PEM_read_bio_PrivateKey(k, NULL, NULL, NULL) : NULL;
 	int ok = x && pk && SSL_CTX_use_certificate(ctx, x) == 1 &&
-		 SSL_CTX_use_PrivateKey(ctx, pk) == 1, n = 0;
+		 SSL_CTX_use_PrivateKey(ctx, pk) == 1;
 
 	while (ok && (X509_free(x), x = PEM_read_bio_X509(b, NULL, NULL, NULL)))
 		if (SSL_CTX_add0_chain_cert(ctx, x) != 1)
@@ -64,15 +62,27 @@ static int ctx_load(SSL_CTX *ctx, const char *cert_pem, const char *key_pem, con
 		else
 			x = NULL;
 	ok = ok && SSL_CTX_check_private_key(ctx) == 1;
+	X509_free(x);
+	EVP_PKEY_free(pk);
+	BIO_free(b);
+	BIO_free(k);
+	ERR_clear_error();
+	return ok ? 0 : -EINVAL;
+}
+
+static int ctx_load(SSL_CTX *ctx, const char *cert_pem, const char *key_pem, const char *ca_pem)
+{
+	BIO *a = BIO_new_mem_buf(ca_pem, -1);
+	X509_STORE *st = SSL_CTX_get_cert_store(ctx);
+	X509 *x = NULL;
+	int n = 0, ok = tlsc_ctx_use_chain(ctx, cert_pem, key_pem) == 0;
+
 	while (ok && a && (X509_free(x), x = PEM_read_bio_X509(a, NULL, NULL, NULL)))
 		if (X509_STORE_add_cert(st, x) == 1)
 			n++;
 	ok = ok && n > 0;
 	X509_free(x);
-	EVP_PKEY_free(pk);
 	BIO_free(a);
-	BIO_free(b);
-	BIO_free(k);
 	ERR_clear_error();
 	return ok ? 0 : -EINVAL;
 }

@@ -29,6 +29,9 @@ struct tlsc;
 SSL_CTX *tlsc_ctx_new(bool server, const char *cert_pem, const char *key_pem,
 		      const char *ca_pem, char *errbuf, size_t errlen);
 void tlsc_ctx_free(SSL_CTX *ctx);
+/* The certificate chain (PEM, the leaf first) and its key into ctx: 0, or
+ * -EINVAL when either does not parse or they do not match. */
+int tlsc_ctx_use_chain(SSL_CTX *ctx, const char *cert_pem, const char *key_pem);
 
 /* A TCP listener on "host:port" ("[::]:7444", "127.0.0.1:0"): the
  * descriptor (blocking, CLOEXEC) and *ret_port, or -errno. */
