@@ -73,6 +73,10 @@ ok $? 'and sandbox B'
 out=$(abc sandbox "${EX[@]}" "$sa" -- uname -a </dev/null)
 like "$out" '^Linux ' "uname -a prints the guest's kernel ($out)"
 is "$(abc sandbox "${EX[@]}" "$sa" -- id -un </dev/null)" sandbox 'as the sandbox account'
+# the seed's gateway4 becomes ifupdown's own gateway line in the guest (a
+# 0.0.0.0/0 route needed net-tools, which the image lacks: no default route)
+like "$(abc sandbox "${EX[@]}" "$sa" -- ip -4 route show default </dev/null)" \
+	"^default via $BC_POOL_GATEWAY " "the guest's default route is the pool's gateway"
 is "$(abc sandbox "${EX[@]}" "$sa" -- hostname </dev/null)" "$(abc sandbox "${EX[@]}" "$sa" -- hostname </dev/null)" \
 	'twice the same guest'
 is "$(printf 'hello\nfrom stdin\n' | abc sandbox "${EX[@]}" "$sa" -- tr a-z A-Z)" "$(printf 'HELLO\nFROM STDIN')" \
