@@ -12,9 +12,6 @@
 #   peer: the same for a template without a warm pool (a cold create: the
 #     guest boots)
 #
-# With BENCH_GUEST_PAUSE_S=600, two rows more: the guest's clock after a
-# warm guest paused that long is claimed (see claim_skews).
-#
 # The target is warm <= 1/20 of cold. Each figure is the median of
 # BENCH_GUEST_N (default 5) sandboxes, one at a time; between warm claims
 # the pool boots its next guest, which is not timed.
@@ -109,50 +106,6 @@ for ((i = 0; i < BENCH_GUEST_N; i++)); do
 	echo "$r" >>"$STACK_DIR/warm.times"
 	bcctl sandbox delete "$sbx" >/dev/null
 done
-# The guest's clock after a claim: ms the guest's clock is ahead of the
-# host's (`date +%s%3N` through exec, against the midpoint of the call;
-# half the call's duration is the error bound), at the claim and 5 s later
-# (bc-rtc-clock.service steps it to the RTC within 2 s), for a warm guest
-# paused BENCH_GUEST_PAUSE_S (default 0: no row; 600 for issue 20's
-# "10 min pause") beside one claimed as soon as it was booted.
-skew() {
-	local a b g
-	a=$(ms)
-	g=$(bcctl sandbox exec "$1" --key "$STACK_DIR/bench-key" -- date +%s%3N </dev/null 2>/dev/null)
-	b=$(ms)
-	[ -n "$g" ] || return 1
-	echo "$((g - (a + b) / 2)) $(((b - a) / 2))"
-}
-claim_skews() { # PAUSE_S: "skew-at-claim bound skew-5s-later bound"
-	local s sbx r1 r2
-	s=$(ms)
-	until booted; do
-		[ $(($(ms) - s)) -lt $((BENCH_GUEST_TIMEOUT * 1000)) ] || return 1
-		sleep 1
-	done
-	sleep "$1"
-	sbx=$(json_get "$(bcctl --format json sandbox create --template "$tw" --ttl 1h --wait 20s)" id)
-	r1=$(skew "$sbx") || return 1
-	sleep 5
-	r2=$(skew "$sbx") || return 1
-	bcctl sandbox delete "$sbx" >/dev/null
-	echo "$r1 $r2"
-}
-if [ "${BENCH_GUEST_PAUSE_S:-0}" -gt 0 ]; then
-	if k0=$(claim_skews 0) && kp=$(claim_skews "$BENCH_GUEST_PAUSE_S"); then
-		say "clock skew ms (at claim, bound, 5 s later, bound): paused 0 s: $k0; paused ${BENCH_GUEST_PAUSE_S} s: $kp"
-		read -r a0 _ c0 _ <<<"$k0"
-		read -r ap _ cp _ <<<"$kp"
-		printf 'guest clock ahead after %s s paused: at claim	ms	%s	claimed at once	%s
-' \
-			"$BENCH_GUEST_PAUSE_S" "$ap" "$a0"
-		printf 'guest clock ahead after %s s paused: 5 s later	ms	%s	claimed at once	%s
-' \
-			"$BENCH_GUEST_PAUSE_S" "$cp" "$c0"
-	else
-		say "clock skew rows: no booted warm guest or exec failed"
-	fi
-fi
 bcctl sandbox-template update "$tw" --warm-min 0 --warm-max 0 >/dev/null 2>&1
 for ((i = 0; i < BENCH_GUEST_N; i++)); do
 	t0=$(ms)
