@@ -92,7 +92,16 @@ wait "$holder"
 first_id() { json_items "$(bcctl --format json events list --tenant evt --type test. "$@")" | head -1 | jq -r .id; }
 last=$(first_id)
 like "$last" '^[0-9]+$' "the raw event listed (id $last)"
-psql -d bc -XAtq -c "BEGIN; INSERT INTO events (type, subject, tenant_id) VALUES ('test.late', 'x/2', 'evt'); SELECT pg_sleep(8); COMMIT;" >/dev/null &
+# the late transaction commits only when the test lets it: it waits for an
+# advisory lock a session of the test's holds (a fixed sleep ran out on a
+# loaded machine before the listing below)
+mkfifo "$STACK_DIR/late.fifo"
+psql -d bc -XAtq <"$STACK_DIR/late.fifo" >/dev/null 2>&1 &
+exec 7>"$STACK_DIR/late.fifo"
+echo "SELECT pg_advisory_lock(4242003);" >&7
+late_gate() { [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242003 AND granted")" = 1 ]; }
+eventually 30 late_gate || diag "the gate's lock was not taken"
+psql -d bc -XAtq -c "BEGIN; INSERT INTO events (type, subject, tenant_id) VALUES ('test.late', 'x/2', 'evt'); SELECT pg_advisory_xact_lock(4242003); COMMIT;" >/dev/null &
 slow=$!
 in_flight() { [ "$(q "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%test.late%' AND state = 'active' AND pid <> pg_backend_pid()")" = 1 ]; }
 eventually 30 in_flight
@@ -102,6 +111,8 @@ out=$(bcctl events list --tenant evt --type test. --after "$last")
 like "$out" 'test.early' 'the later-drawn event, committed first, is listed'
 unlike "$out" 'test.late' '... the uncommitted one is not'
 early=$(first_id --after "$last")
+echo "SELECT pg_advisory_unlock(4242003);" >&7
+exec 7>&-
 wait "$slow"
 ok "[ '$(q "SELECT id FROM events WHERE type = 'test.late'")' -lt '$(q "SELECT id FROM events WHERE type = 'test.early'")' ]" \
 	'test.late drew the smaller insert id'
