@@ -60,6 +60,10 @@ enum {
 	"coalesce(host(p.ipam_gateway), ''), coalesce(p.ipam_subnet6::text, '')"
 enum { SN_GENERATION, SN_POOL, SN_BRIDGE, SN_SUBNET, SN_GATEWAY, SN_SUBNET6 };
 
+/* The node's volumes in its spec, and their columns in this order. */
+#define SPEC_VOL_COLS "id, serial, size_gib"
+enum { SV_ID, SV_SERIAL, SV_SIZE_GIB };
+
 struct build {
 	const char *node_id;
 	const char *dirty;   /* only these instances (newline-separated); NULL: all */
@@ -172,16 +176,16 @@ static int build_tx(struct db *d, void *arg, bc_error *err)
 	PQclear(r);
 	b->spec = s;
 	/* the node's ready volumes, read with the header on every build */
-	if ((rc = db_exec(d, &r, "SELECT id, serial, size_gib FROM volumes WHERE node_id = $1 AND "
+	if ((rc = db_exec(d, &r, "SELECT " SPEC_VOL_COLS " FROM volumes WHERE node_id = $1 AND "
 			  "state = 'ready' ORDER BY id", &p)) < 0)
 		return db_fail(err, rc);
 	s->volumes = xcalloc((size_t)PQntuples(r) + 1, sizeof(*s->volumes));
 	for (int i = 0; i < PQntuples(r); i++) {
 		Bc__Node__V1__VolumeSpec *v = xmalloc(sizeof(*v));
 		bc__node__v1__volume_spec__init(v);
-		v->id = dup_col(r, i, 0);
-		v->serial = dup_col(r, i, 1);
-		v->size_bytes = (uint64_t)db_i64(r, i, 2) << 30;
+		v->id = dup_col(r, i, SV_ID);
+		v->serial = dup_col(r, i, SV_SERIAL);
+		v->size_bytes = (uint64_t)db_i64(r, i, SV_SIZE_GIB) << 30;
 		s->volumes[s->n_volumes++] = v;
 	}
 	PQclear(r);

@@ -216,21 +216,23 @@ static int lookup(struct db *d, const char *node, char *buf, size_t len, bool *r
 
 	dbp_str(&p, node);
 	dbp_str(&p, TUNNEL_RAW_CAP);
+	enum { NT_ADDRESS, NT_STATE, NT_RAW }; /* the statement's columns */
+
 	rc = db_exec(d, &r, "SELECT tunnel_address, state, coalesce($2 = ANY(capabilities), false) "
 		     "FROM nodes WHERE id = $1", &p);
 	if (rc < 0)
 		return db_fail(err, rc);
 	if (PQntuples(r) == 0)
 		rc = bc_error_set(err, BC_NOT_FOUND, "node %s not found", node);
-	else if (strcmp(db_val(r, 0, 1), "retired") == 0)
+	else if (strcmp(db_val(r, 0, NT_STATE), "retired") == 0)
 		rc = bc_error_set(err, BC_UNAVAILABLE, "node %s is retired", node);
-	else if (!*db_val(r, 0, 0))
+	else if (!*db_val(r, 0, NT_ADDRESS))
 		rc = bc_error_set(err, BC_UNAVAILABLE, "node %s has no tunnel endpoint (its bcd has "
 				  "no tunnel_advertise, or predates Agent.Tunnel)", node);
 	else
-		snprintf(buf, len, "%s", db_val(r, 0, 0));
+		snprintf(buf, len, "%s", db_val(r, 0, NT_ADDRESS));
 	if (rc == 0)
-		*raw = db_bool(r, 0, 2);
+		*raw = db_bool(r, 0, NT_RAW);
 	PQclear(r);
 	return rc;
 }
