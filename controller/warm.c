@@ -68,6 +68,11 @@ static struct {
 	int64_t at_ms;
 } budget_cache[64];
 
+static const char *const budget_state_names[] = {
+	[QUOTA_BUDGET_OK] = "ok", [QUOTA_BUDGET_SPENT] = "spent",
+	[QUOTA_BUDGET_STOP_NEW] = "stop-new", [QUOTA_BUDGET_DRAIN] = "drain",
+};
+
 static int budget_state(struct db *d, const char *tenant, enum quota_budget_state *ret)
 {
 	size_t i, slot = 0;
@@ -87,6 +92,8 @@ static int budget_state(struct db *d, const char *tenant, enum quota_budget_stat
 	snprintf(budget_cache[slot].tenant, sizeof(budget_cache[slot].tenant), "%s", tenant);
 	budget_cache[slot].state = *ret;
 	budget_cache[slot].at_ms = mono_ms();
+	log_debug("warm: tenant %s: budget %s, kept %d s", tenant, budget_state_names[*ret],
+		  WARM_BUDGET_CACHE_MS / 1000);
 	return 0;
 }
 
