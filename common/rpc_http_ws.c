@@ -47,6 +47,10 @@
 
 #define WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 #define WS_READ_CHUNK 16384
+/* OpenSSL's record buffer once upgraded (released while empty: the
+ * context's SSL_MODE_RELEASE_BUFFERS), so one read(2) takes several
+ * records of a large frame */
+#define WS_READ_AHEAD (64 * 1024)
 #define WS_CLOSE_WAIT_MS 2000        /* for the client's close after ours */
 #define WS_FINAL_WRITE_MS 5000       /* our close frame */
 
@@ -201,11 +205,12 @@ static void ws_poll(struct http_ws *w, short ev, int ms)
 }
 
 /* One non-blocking read into buf: >0 bytes, 0 would block (*ret_ev: what
- * to wait for), <0 EOF or error. */
+ * to wait for), <0 EOF or error. Over TLS, every record read ahead
+ * already, up to n (one SSL_read returns one record). */
 static ssize_t ws_read1(struct http_ws *w, void *buf, size_t n, short *ret_ev)
 {
 	struct http_conn *c = w->c;
-	ssize_t got;
+	ssize_t got = 0;
 
 	*ret_ev = POLLIN;
 	pthread_mutex_lock(&w->io);
@@ -214,9 +219,13 @@ static ssize_t ws_read1(struct http_ws *w, void *buf, size_t n, short *ret_ev)
 		int r;
 
 		ERR_clear_error();
-		r = SSL_read_ex(c->ssl, buf, n, &k);
-		if (r == 1) {
-			got = (ssize_t)k;
+		while ((r = SSL_read_ex(c->ssl, (char *)buf + got, n - (size_t)got, &k)) == 1) {
+			got += (ssize_t)k;
+			if ((size_t)got == n || !SSL_has_pending(c->ssl))
+				break;
+		}
+		if (got > 0) {
+			ERR_clear_error();
 		} else {
 			switch (SSL_get_error(c->ssl, r)) {
 			case SSL_ERROR_WANT_READ:
@@ -580,8 +589,7 @@ static int ws_parse(struct http_ws *w)
 		}
 		w->frame_len = 0;
 		p += f.head_len;
-		for (uint64_t i = 0; i < f.len; i++)
-			p[i] ^= f.mask[i % 4];
+		xor_mask4(p, p, (size_t)f.len, f.mask);
 		w->roff += f.head_len + f.len;
 		r = ws_take(w, &f, p);
 		if (r)
@@ -862,6 +870,10 @@ int http_ws_serve(struct http_conn *c, const struct rpc_http_request *req)
 	rc = http_conn_write(c, head, strlen(head), mono_ms() + HTTP_IO_TIMEOUT_MS);
 	free(head);
 	if (rc == 0) {
+		if (c->ssl) { /* a tunnel's bytes: read ahead, WS_READ_AHEAD per read(2) */
+			SSL_set_read_ahead(c->ssl, 1);
+			SSL_set_default_read_buffer_len(c->ssl, WS_READ_AHEAD);
+		}
 		pthread_mutex_init(&w.io, NULL);
 		pthread_mutex_init(&w.wmu, NULL);
 		pthread_mutex_init(&w.pmu, NULL);

@@ -149,6 +149,24 @@ int sock_send_all(int fd, const void *p, size_t n)
 	return 0;
 }
 
+void xor_mask4(void *dst, const void *src, size_t n, const uint8_t key[4])
+{
+	const uint8_t k[8] = {key[0], key[1], key[2], key[3], key[0], key[1], key[2], key[3]};
+	const uint8_t *s = src;
+	uint8_t *d = dst;
+	uint64_t k8, v;
+	size_t i = 0;
+
+	memcpy(&k8, k, 8);
+	for (; i + 8 <= n; i += 8) {
+		memcpy(&v, s + i, 8);
+		v ^= k8;
+		memcpy(d + i, &v, 8);
+	}
+	for (; i < n; i++)
+		d[i] = s[i] ^ key[i & 3];
+}
+
 int hex_decode(const char *hex, size_t n, void *out)
 {
 	unsigned char *p = out;

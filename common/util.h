@@ -56,6 +56,10 @@ int hex_decode(const char *hex, size_t n, void *out);
  * error, never SIGPIPE), across short sends and EINTR. 0 or -1 (errno). */
 int sock_send_all(int fd, const void *p, size_t n);
 
+/* dst = src XOR key repeated (RFC 6455 masking: key[i % 4] on byte i), 8
+ * bytes at a time, any alignment; dst may be src. */
+void xor_mask4(void *dst, const void *src, size_t n, const uint8_t key[4]);
+
 /* SHA-256 of data as 64 hex chars + NUL. */
 void sha256_hex(const void *data, size_t n, char out[65]);
 

@@ -545,6 +545,15 @@ static void test_frames(void)
 	wc_frame(c, true, 0x2, big, 60000, true);
 	n = wc_next(c, &op, p, sizeof(p), 5000);
 	ok(n == 60000 && memcmp(p, big, 60000) == 0, "60000-byte frame (16-bit length) echoed");
+	/* unmasked 8 bytes at a time: a length that is no multiple of 8,
+	 * right behind a 3-byte frame (the payload at an odd address) */
+	wc_frame(c, true, 0x2, "odd", 3, true);
+	wc_frame(c, true, 0x2, big + 1, 60005, true);
+	n = wc_next(c, &op, p, sizeof(p), 5000);
+	ok(n == 3 && memcmp(p, "odd", 3) == 0, "3-byte frame echoed");
+	n = wc_next(c, &op, p, sizeof(p), 5000);
+	ok(n == 60005 && memcmp(p, big + 1, 60005) == 0,
+	   "60005-byte frame behind it echoed (its mask's phase kept to the last byte)");
 
 	wc_frame(c, false, 0x2, "frag", 4, true);
 	wc_frame(c, true, 0x9, "ping!", 5, true); /* a control frame between fragments */
