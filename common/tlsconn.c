@@ -7,6 +7,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stddef.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -25,14 +26,24 @@
 
 /* a waiting thread re-checks cancellation this often */
 #define SLICE_MS 200
+/* Reads: OpenSSL reads ahead up to this much per read(2) (its record
+ * buffer), not a 5-byte header and then the record. */
+#define TLSC_READ_AHEAD (64 * 1024)
+/* Writes: the records of up to this much plaintext are gathered in the
+ * connection's own buffer and go out with one send(2); the buffer holds
+ * them and the handshake's flights (any more waits for a flush). */
+#define TLSC_WRITE_CHUNK (64 * 1024)
+#define TLSC_WBUF (TLSC_WRITE_CHUNK + 8 * 1024)
 
 struct tlsc {
 	SSL *ssl;
 	int fd;
-	pthread_mutex_t mu;
+	pthread_mutex_t mu;       /* every SSL_* call and wbuf */
 	atomic_bool cancelled;
 	bool sent_close;
 	char peer[INET6_ADDRSTRLEN + 8];
+	size_t woff, wlen;        /* wbuf[woff, wlen): records not yet sent */
+	uint8_t wbuf[TLSC_WBUF];
 };
 
 static void ssl_err(char *buf, size_t len, const char *what)
@@ -262,6 +273,90 @@ static void peer_name(int fd, char *buf, size_t len)
 	snprintf(buf, len, "%s:%d", a, port);
 }
 
+/* ------------------------------------------------- the write buffer */
+
+/* OpenSSL's write side is a sink into c->wbuf (a BIO of our own): every
+ * record it makes lands there, and flush_out() sends what it holds with
+ * one send(2). A full buffer is a retry (SSL_ERROR_WANT_WRITE) until a
+ * flush made room: memory per connection stays TLSC_WBUF. Reads use
+ * OpenSSL's socket BIO with read-ahead. */
+
+static int sink_write(BIO *b, const char *data, int len)
+{
+	struct tlsc *c = BIO_get_data(b);
+	size_t n = (size_t)len;
+
+	BIO_clear_retry_flags(b);
+	if (c->woff && TLSC_WBUF - c->wlen < n) {
+		memmove(c->wbuf, c->wbuf + c->woff, c->wlen - c->woff);
+		c->wlen -= c->woff;
+		c->woff = 0;
+	}
+	if (n > TLSC_WBUF - c->wlen)
+		n = TLSC_WBUF - c->wlen;
+	if (!n) {
+		BIO_set_retry_write(b);
+		return -1;
+	}
+	memcpy(c->wbuf + c->wlen, data, n);
+	c->wlen += n;
+	return (int)n;
+}
+
+static long sink_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+	struct tlsc *c = BIO_get_data(b);
+
+	(void)num;
+	(void)ptr;
+	switch (cmd) {
+	case BIO_CTRL_FLUSH: /* flush_out() after each call sends it */
+		return 1;
+	case BIO_CTRL_WPENDING:
+		return c ? (long)(c->wlen - c->woff) : 0;
+	default:
+		return 0;
+	}
+}
+
+static int sink_create(BIO *b)
+{
+	BIO_set_init(b, 1);
+	return 1;
+}
+
+static BIO_METHOD *sink_method;
+static pthread_once_t sink_once = PTHREAD_ONCE_INIT;
+
+static void sink_init(void)
+{
+	BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "tlsc sink");
+
+	if (!m || BIO_meth_set_write(m, sink_write) != 1 || BIO_meth_set_ctrl(m, sink_ctrl) != 1 ||
+	    BIO_meth_set_create(m, sink_create) != 1)
+		abort();
+	sink_method = m;
+}
+
+/* Send what wbuf holds (mu held, non-blocking): 0 when it is all gone,
+ * 1 when the socket is full, -EPIPE. */
+static int flush_out(struct tlsc *c)
+{
+	while (c->woff < c->wlen) {
+		ssize_t n = send(c->fd, c->wbuf + c->woff, c->wlen - c->woff,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0) {
+			c->woff += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 1 : -EPIPE;
+	}
+	c->woff = c->wlen = 0;
+	return 0;
+}
+
 /* ------------------------------------------------------------ handshake */
 
 static int handshake(SSL_CTX *ctx, int fd, bool server, const char *server_name,
@@ -269,15 +364,27 @@ static int handshake(SSL_CTX *ctx, int fd, bool server, const char *server_name,
 {
 	int64_t deadline = mono_ms() + timeout_ms;
 	struct tlsc *c;
-	SSL *ssl;
+	BIO *rb = NULL, *wb = NULL;
+	SSL *ssl = NULL;
 
-	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0 || !(ssl = SSL_new(ctx))) {
+	pthread_once(&sink_once, sink_init);
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0 || !(ssl = SSL_new(ctx)) ||
+	    !(rb = BIO_new_socket(fd, BIO_NOCLOSE)) || !(wb = BIO_new(sink_method))) {
 		snprintf(errbuf, errlen, "cannot set the connection up");
+		BIO_free(rb);
+		SSL_free(ssl);
 		close(fd);
 		return -ENOMEM;
 	}
+	c = xmalloc(sizeof(*c));
+	memset(c, 0, offsetof(struct tlsc, wbuf));
+	c->ssl = ssl;
+	c->fd = fd;
+	BIO_set_data(wb, c);
 	tune(fd);
-	SSL_set_fd(ssl, fd);
+	SSL_set_bio(ssl, rb, wb);
+	SSL_set_read_ahead(ssl, 1);
+	SSL_set_default_read_buffer_len(ssl, TLSC_READ_AHEAD);
 	if (server) {
 		SSL_set_accept_state(ssl);
 	} else {
@@ -295,37 +402,43 @@ static int handshake(SSL_CTX *ctx, int fd, bool server, const char *server_name,
 			snprintf(errbuf, errlen, "bad server name");
 			SSL_free(ssl);
 			close(fd);
+			free(c);
 			return -EINVAL;
 		}
 	}
 	for (;;) {
-		int r, e, left = (int)(deadline - mono_ms());
+		int r, e, fl, left = (int)(deadline - mono_ms());
 		struct pollfd pfd = {.fd = fd};
 
 		ERR_clear_error();
 		r = SSL_do_handshake(ssl);
-		if (r == 1)
+		e = r == 1 ? SSL_ERROR_NONE : SSL_get_error(ssl, r);
+		fl = flush_out(c); /* our flight, or the alert of a failure */
+		if (r == 1 && fl == 0)
 			break;
-		e = SSL_get_error(ssl, r);
-		if ((e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) || left <= 0) {
+		if ((r != 1 && e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) ||
+		    fl < 0 || left <= 0) {
 			long v = SSL_get_verify_result(ssl);
 			if (left <= 0)
 				snprintf(errbuf, errlen, "TLS handshake timed out");
 			else if (v != X509_V_OK)
 				snprintf(errbuf, errlen, "TLS handshake: certificate: %s",
 					 X509_verify_cert_error_string(v));
+			else if (fl < 0)
+				snprintf(errbuf, errlen, "TLS handshake: the connection broke");
 			else
 				ssl_err(errbuf, errlen, "TLS handshake");
 			SSL_free(ssl);
 			close(fd);
+			free(c);
 			return left <= 0 ? -ETIMEDOUT : -EPROTO;
 		}
-		pfd.events = e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
+		if (fl > 0 || e == SSL_ERROR_WANT_WRITE)
+			pfd.events |= POLLOUT;
+		if (r != 1 && e == SSL_ERROR_WANT_READ)
+			pfd.events |= POLLIN;
 		poll(&pfd, 1, left);
 	}
-	c = xcalloc(1, sizeof(*c));
-	c->ssl = ssl;
-	c->fd = fd;
 	pthread_mutex_init(&c->mu, NULL);
 	peer_name(fd, c->peer, sizeof(c->peer));
 	*ret = c;
@@ -403,12 +516,13 @@ ssize_t tlsc_read(struct tlsc *c, void *buf, size_t len, int timeout_ms)
 	size_t got = 0;
 
 	for (;;) {
-		int n, e = SSL_ERROR_NONE, r;
+		int n, e = SSL_ERROR_NONE, r, fl;
 
 		if (atomic_load(&c->cancelled))
 			return -ECANCELED;
 		pthread_mutex_lock(&c->mu);
-		/* every record decrypted already, up to len: large chunks */
+		/* every record read ahead already, up to len: large chunks,
+		 * and no read(2) that would only say EAGAIN */
 		for (;;) {
 			size_t want = len - got;
 			ERR_clear_error();
@@ -418,15 +532,16 @@ ssize_t tlsc_read(struct tlsc *c, void *buf, size_t len, int timeout_ms)
 				break;
 			}
 			got += (size_t)n;
-			if (got == len)
+			if (got == len || !SSL_has_pending(c->ssl))
 				break;
 		}
+		fl = flush_out(c); /* what reading made OpenSSL answer, if anything */
 		pthread_mutex_unlock(&c->mu);
 		if (got > 0)
 			return (ssize_t)got;
 		if (e == SSL_ERROR_ZERO_RETURN)
 			return 0;
-		if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
+		if ((e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) || fl < 0)
 			return -EIO;
 		if ((r = wait_io(c, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) < 0)
 			return r;
@@ -458,50 +573,82 @@ int tlsc_read_line(struct tlsc *c, char *buf, size_t len, int timeout_ms)
 	}
 }
 
+/* Encrypt up to TLSC_WRITE_CHUNK of buf (one record per SSL_write: partial
+ * writes) into wbuf, then send it all with one send(2); wait while the
+ * socket is full. wbuf is empty again before this returns. */
 int tlsc_write_all(struct tlsc *c, const void *buf, size_t len)
 {
 	size_t off = 0;
 
-	while (off < len) {
-		int n, e = SSL_ERROR_NONE, r;
-		size_t want = len - off;
+	for (;;) {
+		int n, e = SSL_ERROR_NONE, fl, r;
+		size_t filled = 0;
 
 		if (atomic_load(&c->cancelled))
 			return -ECANCELED;
 		pthread_mutex_lock(&c->mu);
-		ERR_clear_error();
-		n = SSL_write(c->ssl, (const char *)buf + off, want > INT32_MAX ? INT32_MAX : (int)want);
-		e = n > 0 ? SSL_ERROR_NONE : SSL_get_error(c->ssl, n);
-		pthread_mutex_unlock(&c->mu);
-		if (n > 0) {
+		/* what is left of the last chunk first: then a whole chunk */
+		fl = flush_out(c); /* no system call when wbuf is empty */
+		while (fl == 0 && off < len && filled < TLSC_WRITE_CHUNK) {
+			size_t want = len - off;
+			ERR_clear_error();
+			n = SSL_write(c->ssl, (const char *)buf + off,
+				      want > INT32_MAX ? INT32_MAX : (int)want);
+			if (n <= 0) {
+				e = SSL_get_error(c->ssl, n);
+				break;
+			}
 			off += (size_t)n;
-			continue;
+			filled += (size_t)n;
 		}
-		if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
+		if (fl == 0)
+			fl = flush_out(c);
+		pthread_mutex_unlock(&c->mu);
+		if (fl < 0 || (e != SSL_ERROR_NONE && e != SSL_ERROR_WANT_READ &&
+			       e != SSL_ERROR_WANT_WRITE))
 			return -EPIPE;
-		if ((r = wait_io(c, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, -1)) < 0)
+		if (off == len && fl == 0)
+			return 0;
+		if (fl == 0 && e == SSL_ERROR_NONE)
+			continue; /* the next chunk */
+		if ((r = wait_io(c, fl > 0 || e == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN, -1)) < 0)
 			return r;
 	}
-	return 0;
 }
 
+/* close_notify into wbuf (once) and out to the socket: a full socket
+ * buffer is the only reason not to send it at once, and then it is
+ * retried for up to 5 s. */
 int tlsc_close_write(struct tlsc *c)
 {
 	int rc = 0;
 
 	pthread_mutex_lock(&c->mu);
 	if (!c->sent_close) {
+		bool queued = false;
+
 		c->sent_close = true;
-		/* the alert is one small record: a full socket buffer is the
-		 * only reason not to send it at once, and then it is retried */
 		for (int i = 0; i < 50; i++) {
-			int r, e;
-			ERR_clear_error();
-			r = SSL_shutdown(c->ssl);
-			if (r >= 0)
+			int r, e, fl;
+
+			if (!queued) {
+				ERR_clear_error();
+				r = SSL_shutdown(c->ssl);
+				e = r >= 0 ? SSL_ERROR_NONE : SSL_get_error(c->ssl, r);
+				queued = r >= 0;
+				if (!queued && e != SSL_ERROR_WANT_WRITE) {
+					rc = -EPIPE;
+					break;
+				}
+			}
+			fl = flush_out(c);
+			if (fl < 0) {
+				rc = -EPIPE;
 				break;
-			e = SSL_get_error(c->ssl, r);
-			if (e != SSL_ERROR_WANT_WRITE || atomic_load(&c->cancelled)) {
+			}
+			if (queued && fl == 0)
+				break;
+			if (atomic_load(&c->cancelled) || i == 49) {
 				rc = -EPIPE;
 				break;
 			}
@@ -517,9 +664,15 @@ int tlsc_close_write(struct tlsc *c)
 int tlsc_wait_gone(struct tlsc *c, int timeout_ms)
 {
 	struct pollfd pfd = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
+	bool more;
 
 	if (atomic_load(&c->cancelled))
 		return -ECANCELED;
+	pthread_mutex_lock(&c->mu);
+	more = SSL_has_pending(c->ssl); /* read ahead already */
+	pthread_mutex_unlock(&c->mu);
+	if (more)
+		return 1;
 	if (poll(&pfd, 1, timeout_ms) == 0)
 		return 0;
 	return atomic_load(&c->cancelled) ? -ECANCELED : 1;

@@ -5,11 +5,15 @@
  * A connection may be used by two threads at once, one reading and one
  * writing: every OpenSSL call on it is made under its own mutex, on a
  * non-blocking socket, and a thread that must wait polls the socket
- * without the mutex. Reads return as much as is decrypted already (up to
- * the caller's buffer, e.g. 256 KiB), writes take large buffers (partial
- * records allowed). Half-close is TLS close_notify: tlsc_close_write()
- * sends it, the peer's tlsc_read() then returns 0 and the peer may still
- * write back. */
+ * without the mutex. Bulk bytes cost few system calls: OpenSSL reads
+ * ahead up to 64 KiB per read(2), and a read returns every record read
+ * ahead already (up to the caller's buffer, e.g. 256 KiB); a write
+ * encrypts up to 64 KiB at a time into the connection's own buffer and
+ * sends those records with one send(2). Memory per connection is constant
+ * (those two buffers): a peer that does not read blocks the writer.
+ * Half-close is TLS close_notify: tlsc_close_write() sends it (flushed to
+ * the socket before it returns), the peer's tlsc_read() then returns 0
+ * and the peer may still write back. */
 #ifndef BC_TLSCONN_H
 #define BC_TLSCONN_H
 
