@@ -271,76 +271,99 @@ static int accept_one(struct cli_ctx *ctx, struct session *s, pid_t pid, int *re
 #define WS_HEAD_MAX 8192
 #define WS_CONNECT_MS 10000
 
+/* room for a client frame's header (at most 2 + 8 length + 4 mask), so
+ * the payload behind it stays 16-byte aligned */
+#define WS_HEAD 16
+
 struct wsrelay {
 	struct tlsc *c;
 	int fd;
 	pthread_mutex_t wmu;      /* one frame at a time on the connection */
 	atomic_bool done;
-	uint8_t *out;             /* 14 + RELAY_BUF: one frame */
 };
 
-/* One masked frame of opcode op with payload p. */
-static int ws_send(struct wsrelay *w, int op, const uint8_t *p, size_t n)
+/* Mask the n payload bytes at f + WS_HEAD in place and put the header of
+ * one frame of opcode op right in front of them: the frame's start (its
+ * length in *ret_len), or NULL. */
+static uint8_t *ws_frame(uint8_t *f, int op, size_t n, size_t *ret_len)
 {
-	uint8_t *f = w->out, key[4];
-	size_t h = 2;
-	int r;
+	uint8_t h[WS_HEAD], key[4];
+	size_t hl = 2;
 
 	if (RAND_bytes(key, 4) != 1)
-		return -EIO;
-	f[0] = (uint8_t)(0x80 | op);
+		return NULL;
+	h[0] = (uint8_t)(0x80 | op);
 	if (n < 126) {
-		f[1] = (uint8_t)(0x80 | n);
+		h[1] = (uint8_t)(0x80 | n);
 	} else if (n < 65536) {
-		f[1] = 0x80 | 126;
-		f[2] = (uint8_t)(n >> 8);
-		f[3] = (uint8_t)n;
-		h = 4;
+		h[1] = 0x80 | 126;
+		h[2] = (uint8_t)(n >> 8);
+		h[3] = (uint8_t)n;
+		hl = 4;
 	} else {
-		f[1] = 0x80 | 127;
+		h[1] = 0x80 | 127;
 		for (int i = 0; i < 8; i++)
-			f[2 + i] = (uint8_t)((uint64_t)n >> (56 - 8 * i));
-		h = 10;
+			h[2 + i] = (uint8_t)((uint64_t)n >> (56 - 8 * i));
+		hl = 10;
 	}
-	memcpy(f + h, key, 4);
-	h += 4;
-	{
-		uint64_t k8;
-		size_t i = 0;
-		uint8_t k[8] = {key[0], key[1], key[2], key[3], key[0], key[1], key[2], key[3]};
+	memcpy(h + hl, key, 4);
+	hl += 4;
+	xor_mask4(f + WS_HEAD, f + WS_HEAD, n, key);
+	memcpy(f + WS_HEAD - hl, h, hl);
+	*ret_len = hl + n;
+	return f + WS_HEAD - hl;
+}
 
-		memcpy(&k8, k, 8);
-		for (; i + 8 <= n; i += 8) {
-			uint64_t v;
-			memcpy(&v, p + i, 8);
-			v ^= k8;
-			memcpy(f + h + i, &v, 8);
-		}
-		for (; i < n; i++)
-			f[h + i] = p[i] ^ key[i & 3];
-	}
+/* Send the frame at f (ws_frame) whole: wmu keeps frames apart. */
+static int ws_write(struct wsrelay *w, const uint8_t *f, size_t len)
+{
+	int r;
+
+	if (!f)
+		return -EIO;
 	pthread_mutex_lock(&w->wmu);
-	r = tlsc_write_all(w->c, f, h + n);
+	r = tlsc_write_all(w->c, f, len);
 	pthread_mutex_unlock(&w->wmu);
 	return r;
 }
 
+/* A control frame (ping's pong, our close), from either thread: framed in
+ * its own buffer, never in ws_up's. */
+static int ws_control(struct wsrelay *w, int op, const uint8_t *p, size_t n)
+{
+	uint8_t f[WS_HEAD + 125];
+	size_t len;
+
+	if (n > 125)
+		return -EINVAL;
+	memcpy(f + WS_HEAD, p, n);
+	p = ws_frame(f, op, n, &len);
+	return ws_write(w, p, len);
+}
+
+/* ssh -> the connection: each read lands in the frame buffer behind the
+ * header's room and is masked and framed in place (no copy). */
 static void *ws_up(void *arg)
 {
 	struct wsrelay *w = arg;
-	uint8_t *buf = xmalloc(RELAY_BUF), bye[2] = {0x03, 0xe8}; /* 1000 */
+	uint8_t *f = xmalloc(WS_HEAD + RELAY_BUF), bye[2] = {0x03, 0xe8}; /* 1000 */
+	const uint8_t *frame;
 	ssize_t n;
+	size_t len = 0;
 
 	for (;;) {
-		n = read(w->fd, buf, RELAY_BUF);
+		n = read(w->fd, f + WS_HEAD, RELAY_BUF);
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n <= 0 || ws_send(w, 0x2, buf, (size_t)n) < 0)
+		if (n <= 0)
+			break;
+		frame = ws_frame(f, 0x2, (size_t)n, &len);
+		if (ws_write(w, frame, len) < 0)
 			break;
 	}
-	free(buf);
+	free(f);
 	if (n == 0)
-		ws_send(w, 0x8, bye, 2);
+		ws_control(w, 0x8, bye, 2);
 	return NULL;
 }
 
@@ -425,7 +448,7 @@ static void *ws_down(void *arg)
 			break;
 		}
 		if (op == 0x9) {         /* ping: pong with the same payload */
-			ws_send(w, 0xA, in.b + in.off, (size_t)n);
+			ws_control(w, 0xA, in.b + in.off, (size_t)n);
 		} else if (op == 0x8) {  /* the server's close: the tunnel ended */
 			unsigned code = n >= 2 ? (unsigned)in.b[in.off] << 8 | in.b[in.off + 1] : 1005;
 			if (code != 1000 && !atomic_load(&w->done))
@@ -525,7 +548,6 @@ static int relay_ws(struct cli_ctx *ctx, const grant_t *g, int fd, pid_t pid, in
 	int r = ws_open(ctx, g, &w.c);
 
 	pthread_mutex_init(&w.wmu, NULL);
-	w.out = xmalloc(14 + RELAY_BUF);
 	if (r == 0) {
 		up_on = pthread_create(&up, NULL, ws_up, &w) == 0;
 		down_on = pthread_create(&down, NULL, ws_down, &w) == 0;
@@ -546,7 +568,6 @@ static int relay_ws(struct cli_ctx *ctx, const grant_t *g, int fd, pid_t pid, in
 	if (down_on)
 		pthread_join(down, NULL);
 	tlsc_free(w.c);
-	free(w.out);
 	pthread_mutex_destroy(&w.wmu);
 	close(fd);
 	return 0;
