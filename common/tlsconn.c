@@ -120,8 +120,12 @@ SSL_CTX *tlsc_ctx_new(bool server, const char *cert_pem, const char *key_pem,
 	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
 			 SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
 	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, verify_cb);
-	if (server)
+	if (server) {
 		SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+		/* no resumption: no TLS 1.3 tickets either, which a client
+		 * that only writes would leave unread (tlsc_free) */
+		SSL_CTX_set_num_tickets(ctx, 0);
+	}
 	if (!server && !cert_pem) { /* no client certificate: a CA, or the system's roots */
 		BIO *a = ca_pem ? BIO_new_mem_buf(ca_pem, -1) : NULL;
 		X509 *x;
@@ -686,8 +690,16 @@ void tlsc_cancel(struct tlsc *c)
 
 void tlsc_free(struct tlsc *c)
 {
+	char sink[4096];
+	int i = 0;
+
 	if (!c)
 		return;
+	/* what the peer sent and we never read, taken before close(2): with
+	 * unread bytes the kernel answers the close with a reset, and the
+	 * peer may lose what we sent it last (our close_notify too) */
+	while (i++ < 64 && recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT) > 0)
+		;
 	SSL_free(c->ssl);
 	close(c->fd);
 	pthread_mutex_destroy(&c->mu);

@@ -215,6 +215,32 @@ static size_t read_all(struct tlsc *c, const size_t *sizes, size_t nsizes, bool 
 	return got;
 }
 
+/* One transfer: a thread writes len bytes of pat on from, then its
+ * close_notify (then frees from, if told); after delay_us, to reads it
+ * all (read_all). */
+struct xfer {
+	int wrc;                 /* the writer's */
+	size_t got;
+	bool same;
+	ssize_t end;
+};
+
+static struct xfer transfer(struct tlsc *from, struct tlsc *to, size_t len, bool free_after,
+			    int delay_us, const size_t *sizes, size_t nsizes)
+{
+	struct writer wr = {.c = from, .len = len, .close_after = true, .free_after = free_after};
+	struct xfer x;
+	pthread_t th;
+
+	pthread_create(&th, NULL, write_thread, &wr);
+	if (delay_us)
+		usleep((useconds_t)delay_us);
+	x.got = read_all(to, sizes, nsizes, &x.same, &x.end);
+	pthread_join(th, NULL);
+	x.wrc = wr.rc;
+	return x;
+}
+
 static long rss_kib(void)
 {
 	char line[256];
@@ -236,35 +262,25 @@ static void test_split_reads(void)
 	static const size_t sizes[] = {1, 5, 100, 16384, 70000, 3};
 	struct tlsc *c, *s;
 	struct wire *w;
-	struct writer wr;
-	pthread_t th;
-	bool same;
-	ssize_t end;
-	size_t got;
+	struct xfer x;
 
 	if (pair(W_SPLIT, &w, &c, &s) < 0) {
 		ok(0, "a pair over a wire that splits records");
 		return;
 	}
 	/* 1 MiB + 3 in one write: chunks of 64 KiB, the last one short */
-	wr = (struct writer){.c = c, .len = 1024 * 1024 + 3, .close_after = true};
-	pthread_create(&th, NULL, write_thread, &wr);
-	got = read_all(s, sizes, 6, &same, &end);
-	pthread_join(th, NULL);
-	is_int(wr.rc, 0, "the client wrote 1 MiB + 3 and its close_notify");
-	is_int((long)got, 1024 * 1024 + 3, "the server read all of it, records split across reads "
-	       "and its reads short (1, 5, 100, 16384, 70000, 3 bytes)");
-	ok(same, "byte for byte");
-	is_int((long)end, 0, "then the close_notify: 0");
+	x = transfer(c, s, 1024 * 1024 + 3, false, 0, sizes, 6);
+	is_int(x.wrc, 0, "the client wrote 1 MiB + 3 and its close_notify");
+	is_int((long)x.got, 1024 * 1024 + 3, "the server read all of it, records split across "
+	       "reads and its reads short (1, 5, 100, 16384, 70000, 3 bytes)");
+	ok(x.same, "byte for byte");
+	is_int((long)x.end, 0, "then the close_notify: 0");
 
 	/* the other way, after the client's half-close */
-	wr = (struct writer){.c = s, .len = 300 * 1024 + 1, .close_after = true};
-	pthread_create(&th, NULL, write_thread, &wr);
-	got = read_all(c, sizes + 3, 2, &same, &end);
-	pthread_join(th, NULL);
-	ok(wr.rc == 0 && got == 300 * 1024 + 1 && same && end == 0,
+	x = transfer(s, c, 300 * 1024 + 1, false, 0, sizes + 3, 2);
+	ok(x.wrc == 0 && x.got == 300 * 1024 + 1 && x.same && x.end == 0,
 	   "300 KiB + 1 back to the half-closed client, byte for byte, then 0 (got %zu, end %zd)",
-	   got, end);
+	   x.got, x.end);
 	tlsc_free(c);
 	tlsc_free(s);
 	wire_free(w);
@@ -299,11 +315,7 @@ static void test_close_flushed(void)
 	static const size_t sizes[] = {65536};
 	struct tlsc *c, *s;
 	struct wire *w;
-	struct writer wr;
-	pthread_t th;
-	bool same;
-	ssize_t end;
-	size_t got;
+	struct xfer x;
 
 	if (pair(W_ASIS, &w, &c, &s) < 0) {
 		ok(0, "a pair");
@@ -311,14 +323,10 @@ static void test_close_flushed(void)
 	}
 	/* the client writes, half-closes and closes at once; the server
 	 * only starts reading 300 ms later */
-	wr = (struct writer){.c = c, .len = 200 * 1024, .close_after = true, .free_after = true};
-	pthread_create(&th, NULL, write_thread, &wr);
-	usleep(300 * 1000);
-	got = read_all(s, sizes, 1, &same, &end);
-	pthread_join(th, NULL);
-	is_int(wr.rc, 0, "write_all, close_write, free right away");
-	ok(got == 200 * 1024 && same, "all 200 KiB arrived after the writer closed (%zu)", got);
-	is_int((long)end, 0, "and its close_notify: 0, not a broken connection");
+	x = transfer(c, s, 200 * 1024, true, 300 * 1000, sizes, 1);
+	is_int(x.wrc, 0, "write_all, close_write, free right away");
+	ok(x.got == 200 * 1024 && x.same, "all 200 KiB arrived after the writer closed (%zu)", x.got);
+	is_int((long)x.end, 0, "and its close_notify: 0, not a broken connection");
 	tlsc_free(s);
 	wire_free(w);
 }
@@ -328,11 +336,8 @@ static void test_one_send_per_chunk(void)
 	static const size_t sizes[] = {70000};
 	struct tlsc *c, *s;
 	struct wire *w;
-	struct writer wr;
-	pthread_t th;
-	bool same;
-	ssize_t end;
-	size_t got, big = 0, bytes = 0;
+	struct xfer x;
+	size_t big = 0, bytes = 0;
 	int before;
 
 	if (pair(W_SEQ, &w, &c, &s) < 0) {
@@ -341,11 +346,8 @@ static void test_one_send_per_chunk(void)
 	}
 	usleep(100 * 1000); /* the handshake's last packets are through */
 	before = atomic_load(&w->seq_n);
-	wr = (struct writer){.c = s, .len = 256 * 1024, .close_after = true};
-	pthread_create(&th, NULL, write_thread, &wr);
-	got = read_all(c, sizes, 1, &same, &end);
-	pthread_join(th, NULL);
-	ok(wr.rc == 0 && got == 256 * 1024 && same && end == 0, "256 KiB through, then 0");
+	x = transfer(s, c, 256 * 1024, false, 0, sizes, 1);
+	ok(x.wrc == 0 && x.got == 256 * 1024 && x.same && x.end == 0, "256 KiB through, then 0");
 	for (int i = before; i < atomic_load(&w->seq_n) && i < SEQ_LOG; i++)
 		if (w->seq_len[i] > 1024) {
 			big++;
