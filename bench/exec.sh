@@ -16,7 +16,11 @@
 #
 # Needs root and openssh-server; says why and adds no row otherwise.
 # BENCH_EXEC_ROWS=throughput: only the 256 MiB rows, BENCH_EXEC_RUNS times
-# (default 1) each, for the figures in docs/benchmarks.md.
+# (default 1) each, for the figures in docs/benchmarks.md; each run logs
+# its ratio and the CPU the controller, bcd and the client (bcctl and its
+# ssh, or the direct ssh) spent on it. BENCH_EXEC_TRACE=DIR: the 256 MiB
+# runs also record `perf record -g` of the controller, bcd and the client
+# into DIR (NAME-RUN.{ctl,bcd,client}.data; perf must be installed).
 
 if [ "$(id -u)" -ne 0 ] || [ ! -x /usr/sbin/sshd ]; then
 	log "exec rows skipped: need root and /usr/sbin/sshd"
@@ -56,16 +60,29 @@ xgrant=$(BC_TOKEN=$BC_TOKEN node "$BC_SRC/tests/integration/grpc_call.js" "$BC_U
 	"{\"sandbox_id\": \"$xs\", \"public_key\": \"$xpub\", \"minutes\": 15}")
 printf '%s' "$xgrant" | jq -r .certificate >"$xw/id-cert.pub"
 printf '@cert-authority %s %s\n' "$xi" "$(cut -d' ' -f1-2 "$STACK_DIR/pki/sandbox-ssh-ca.pub")" >"$xw/kh"
+# (xpre: perf record in front of the client when tracing; xtracebin: a
+# bcctl that runs under it)
+xpre=() xtracebin=
+if [ -n "${BENCH_EXEC_TRACE:-}" ]; then
+	mkdir -p "$BENCH_EXEC_TRACE" "$xw/tracebin"
+	printf '#!/bin/sh\nexec perf record -q -g -o "$XTRACE_OUT.client.data" -- %q "$@"\n' \
+		"$BC_BIN/bcctl" >"$xw/tracebin/bcctl"
+	chmod +x "$xw/tracebin/bcctl"
+	xtracebin=$xw/tracebin
+fi
 direct() {
-	ssh -F none -p "$GUEST_SSHD_PORT" -i "$xw/id" -o CertificateFile="$xw/id-cert.pub" \
+	"${xpre[@]}" ssh -F none -p "$GUEST_SSHD_PORT" -i "$xw/id" -o CertificateFile="$xw/id-cert.pub" \
 		-o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes \
 		-o UserKnownHostsFile="$xw/kh" -o HostKeyAlias="$xi" -o LogLevel=ERROR root@127.0.0.1 "$@"
 }
 # the tunnel as bcctl takes it: the WebSocket route on the JSON/HTTP port
 # when the stack has one (bcctl's tunnel_url), else gRPC Tunnels.Connect
-viagrpc() { BC_TUNNEL_URL= bcctl sandbox exec "$xs" --key "$xw/id" -- "$@"; }
+xbin() { if [ -n "${xpre[0]:-}" ]; then echo "$xtracebin"; else echo "$BC_BIN"; fi; }
+viagrpc() {
+	BC_BIN=$(xbin) BC_TUNNEL_URL= bcctl sandbox exec "$xs" --key "$xw/id" -- "$@"
+}
 viabc() {
-	BC_TUNNEL_URL=${BENCH_HTTP_PORT:+127.0.0.1:$BENCH_HTTP_PORT} \
+	BC_BIN=$(xbin) BC_TUNNEL_URL=${BENCH_HTTP_PORT:+127.0.0.1:$BENCH_HTTP_PORT} \
 		bcctl sandbox exec "$xs" --key "$xw/id" -- "$@"
 }
 # median_ms CMD...: the median wall time of 10 runs of CMD, in ms
@@ -84,32 +101,78 @@ row "bcctl sandbox exec -- true" p50_ms "$(median_ms viabc true)" \
 	"ssh straight to the sshd" "$(median_ms direct true)"
 fi
 
-# mib_s CMD...: MiB/s of 256 MiB piped into CMD
+# mib_s CMD...: MiB/s of 256 MiB piped into CMD; CMD's own CPU (with its
+# children's) goes to $xw/client-cpu
 mib_s() {
 	local t0 t1
 	t0=$(date +%s%N)
-	head -c 268435456 /dev/zero | "$@" 'cat > /dev/null' 2>>"$STACK_DIR/bench-client.log" || return 1
+	head -c 268435456 /dev/zero | client_timed "$@" 'cat > /dev/null' 2>>"$STACK_DIR/bench-client.log" || return 1
 	t1=$(date +%s%N)
 	awk -v ns=$((t1 - t0)) 'BEGIN { printf "%.1f", 256 / (ns / 1e9) }'
 }
+# client_timed CMD...: run CMD; the user + system CPU of it and what it
+# waited for (perf too, when tracing) into $xw/client-cpu
+client_timed() {
+	local rc
+	"$@"
+	rc=$?
+	times >"$xw/client-times" # not in a pipeline: its own children
+	awk 'NR == 2 {
+		n = split($1 " " $2, t, " "); s = 0
+		for (i = 1; i <= n; i++) { split(t[i], a, "m"); s += a[1] * 60 + a[2] }
+		printf "%.2f", s }' "$xw/client-times" >"$xw/client-cpu"
+	return $rc
+}
 # cpu_s PID: user + system CPU seconds of a process so far
 cpu_s() { awk -v t="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / t }' "/proc/$1/stat"; }
-# cpu_of NAME CMD...: run mib_s CMD, log the controller's and bcd's CPU for it
+# trace_start / trace_stop: perf record of the controller and bcd around a run
+xtrace_pids=()
+trace_start() {
+	[ -n "${BENCH_EXEC_TRACE:-}" ] || return 0
+	perf record -q -g -o "$xtrace_out.ctl.data" -p "$(_stack_get_pid ctl-1)" 2>/dev/null &
+	xtrace_pids=($!)
+	perf record -q -g -o "$xtrace_out.bcd.data" -p "$(_stack_get_pid bcd-1)" 2>/dev/null &
+	xtrace_pids+=($!)
+	# perf writes its file's header once it has attached
+	eventually 10 test -s "$xtrace_out.ctl.data" && eventually 10 test -s "$xtrace_out.bcd.data"
+}
+trace_stop() {
+	local p
+	for p in "${xtrace_pids[@]}"; do
+		kill -INT "$p" 2>/dev/null
+		wait "$p" 2>/dev/null
+	done
+	xtrace_pids=()
+}
+# cpu_of NAME CMD...: run mib_s CMD, log the controller's, bcd's and the
+# client's CPU for it
 cpu_of() {
 	local n=$1 c0 b0 v
 	shift
+	xtrace_out=${BENCH_EXEC_TRACE:+$BENCH_EXEC_TRACE/${n//[^a-zA-Z]/_}-$xrun}
+	[ -n "$xtrace_out" ] && xpre=(perf record -q -g -o "$xtrace_out.client.data" --)
+	export XTRACE_OUT=$xtrace_out
+	trace_start
 	c0=$(cpu_s "$(_stack_get_pid ctl-1)") b0=$(cpu_s "$(_stack_get_pid bcd-1)")
 	v=$(mib_s "$@")
-	log "$n: $v MiB/s, CPU for 256 MiB: controller $(awk -v a="$c0" -v b="$(cpu_s "$(_stack_get_pid ctl-1)")" 'BEGIN { printf "%.2f", b - a }') s, bcd $(awk -v a="$b0" -v b="$(cpu_s "$(_stack_get_pid bcd-1)")" 'BEGIN { printf "%.2f", b - a }') s, load $(cut -d' ' -f1 /proc/loadavg)"
+	log "$n: $v MiB/s, CPU for 256 MiB: controller $(awk -v a="$c0" -v b="$(cpu_s "$(_stack_get_pid ctl-1)")" 'BEGIN { printf "%.2f", b - a }') s, bcd $(awk -v a="$b0" -v b="$(cpu_s "$(_stack_get_pid bcd-1)")" 'BEGIN { printf "%.2f", b - a }') s, client $(cat "$xw/client-cpu" 2>/dev/null) s, load $(cut -d' ' -f1 /proc/loadavg)"
+	trace_stop
 	printf '%s' "$v"
+}
+# pair ROW NAME VIA: one tunnel run and the direct run after it, as a
+# row; the ratio logged too
+pair() {
+	local t d
+	t=$(cpu_of "$2" "$3")
+	d=$(cpu_of direct direct)
+	log "$2, run $xrun: $t / $d MiB/s = $(ratio "$t" "$d")"
+	row "$1" MiB_per_s "$t" "direct ssh, same sshd" "$d"
 }
 log "256 MiB through the tunnel vs direct ssh${BENCH_HTTP_PORT:+ (bcctl over the WebSocket route)}"
 for xrun in $(seq "${BENCH_EXEC_RUNS:-1}"); do
-	row "256 MiB cat > /dev/null, tunnel" MiB_per_s "$(cpu_of tunnel viabc)" \
-		"direct ssh, same sshd" "$(cpu_of direct direct)"
+	pair "256 MiB cat > /dev/null, tunnel" tunnel viabc
 	[ -n "${BENCH_HTTP_PORT:-}" ] &&
-		row "256 MiB, tunnel, bcctl over gRPC" MiB_per_s "$(cpu_of "tunnel, gRPC" viagrpc)" \
-			"direct ssh, same sshd" "$(cpu_of direct direct)"
+		pair "256 MiB, tunnel, bcctl over gRPC" "tunnel, gRPC" viagrpc
 done
 [ "${BENCH_EXEC_ROWS:-}" = throughput ] && return 0 2>/dev/null
 
