@@ -2,12 +2,13 @@
  *
  * A create that needs an image not yet in data_dir/images starts its
  * download on a worker thread and is answered "in progress" at once, so a
- * slow or large download never holds up the converge pass (deletes, starts,
- * other creates). The next create of an instance naming that image finds
+ * slow or large download never holds up the create's converge worker (and
+ * through it the other instances' creates). The next create of an instance naming that image finds
  * the file, or the download's failure, answered from memory for a minute
  * before the image is fetched again (a wrong digest must not cost a full
  * download every pass). At most IMGFETCH_MAX downloads run at once.
- * Only the converge thread calls imgfetch_get; the workers only download. */
+ * imgfetch_get is called by one thread at a time (the libvirt runtime's
+ * converge workers take its fetch_mu); the download workers only download. */
 #ifndef BC_AGENT_IMGFETCH_H
 #define BC_AGENT_IMGFETCH_H
 

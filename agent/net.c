@@ -295,10 +295,12 @@ static void taps(struct net *n, const Bc__Node__V1__NodeSpec *spec, struct faile
 	/* the entries just added are the live ones: older duplicates and
 	 * taps no longer named go */
 	for (size_t i = 0; i < n->n_made; i++) {
-		bool named = false;
+		bool later = false, named = false;
 
-		for (size_t j = i + 1; j < n->n_made && !named; j++)
-			named = strcmp(n->made[i], n->made[j]) == 0;
+		for (size_t j = i + 1; j < n->n_made && !later; j++)
+			later = strcmp(n->made[i], n->made[j]) == 0;
+		if (later)
+			continue; /* an older duplicate: the later entry stands for it */
 		for (size_t j = 0; j < spec->n_instances && !named; j++)
 			for (size_t k = 0; k < spec->instances[j]->n_nics && !named; k++)
 				named = strcmp(spec->instances[j]->nics[k]->tap, n->made[i]) == 0;
@@ -470,6 +472,11 @@ bool net_trusted(struct net *n)
 	t = n->trusted;
 	pthread_mutex_unlock(&n->lock);
 	return t;
+}
+
+size_t net_taps_held(const struct net *n)
+{
+	return n->n_made;
 }
 
 uint64_t net_reloads(struct net *n)

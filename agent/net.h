@@ -69,6 +69,10 @@ bool net_trusted(struct net *n);
 /* How many times the guard check reloaded a tampered ruleset (a metric). */
 uint64_t net_reloads(struct net *n);
 
+/* How many taps the converge steps hold as made (each once): for tests,
+ * from the converge thread. */
+size_t net_taps_held(const struct net *n);
+
 /* Tests: the next load that sends a batch sends it broken (nft_batch_break),
  * so the kernel really refuses it. */
 void net_test_break_next_load(struct net *n);

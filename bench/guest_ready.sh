@@ -12,6 +12,9 @@
 #   peer: the same for a template without a warm pool (a cold create: the
 #     guest boots)
 #
+#   clock: a warm guest's clock skew at its first exec after a 10-minute
+#     pause (BENCH_GUEST_CLOCK_PAUSE), beside the pause itself
+#
 # The target is warm <= 1/20 of cold. Each figure is the median of
 # BENCH_GUEST_N (default 5) sandboxes, one at a time; between warm claims
 # the pool boots its next guest, which is not timed.
@@ -22,6 +25,9 @@ set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
 unset BC_STACK_DIR BC_STACK_PERSIST STACK_SH_LOADED TAP_SH_LOADED HTTPS_SH_LOADED
+# run.sh's stack holds the ports its extra config names (metrics_listen,
+# http_listen): this stack is another, with its own
+unset BC_CTL_EXTRA_CONF BC_AGENT_EXTRA_CONF
 . "$here/../tests/lib/stack.sh"
 . "$here/../tests/lib/https.sh"
 . "$here/../tests/lib/libvirt.sh"
@@ -106,6 +112,36 @@ for ((i = 0; i < BENCH_GUEST_N; i++)); do
 	echo "$r" >>"$STACK_DIR/warm.times"
 	bcctl sandbox delete "$sbx" >/dev/null
 done
+# the clock row: one more warm guest, left paused BENCH_GUEST_CLOCK_PAUSE
+# seconds (default 600; 0: no row), claimed, and its clock read through
+# exec as soon as exec answers, against the host's clock before and after
+# that exec (the skew is how far outside that window the guest's reading
+# lies). An uncorrected clock would lag by the whole pause: that is the peer.
+: "${BENCH_GUEST_CLOCK_PAUSE:=600}"
+clock_row=
+if [ "$BENCH_GUEST_CLOCK_PAUSE" -gt 0 ]; then
+	s=$(ms)
+	until booted; do
+		[ $(($(ms) - s)) -lt $((BENCH_GUEST_TIMEOUT * 1000)) ] || { say "no booted warm guest"; exit 0; }
+		sleep 1
+	done
+	say "clock row: the warm guest stays paused ${BENCH_GUEST_CLOCK_PAUSE} s"
+	sleep "$BENCH_GUEST_CLOCK_PAUSE"
+	sbx=$(json_get "$(bcctl --format json sandbox create --template "$tw" --ttl 1h --wait 20s)" id)
+	reach "$sbx" "$(ms)" >/dev/null || { say "clock sandbox $sbx never reachable"; exit 0; }
+	hb=$(ms)
+	g=$(bcctl sandbox exec "$sbx" --key "$STACK_DIR/bench-key" -- date +%s%3N </dev/null 2>/dev/null)
+	ha=$(ms)
+	if [ -n "$g" ]; then
+		skew=$((g < hb ? hb - g : g > ha ? g - ha : 0))
+		say "clock row: guest $g ms, host window [$hb, $ha] ms, skew $skew ms"
+		clock_row=$(printf 'warm guest clock after a %s s pause (first exec)\tskew_us\t%s\tno correction: the pause\t%s' \
+			"$BENCH_GUEST_CLOCK_PAUSE" "$((skew * 1000))" "$((BENCH_GUEST_CLOCK_PAUSE * 1000000))")
+	else
+		say "clock row: the guest's clock could not be read"
+	fi
+	bcctl sandbox delete "$sbx" >/dev/null
+fi
 bcctl sandbox-template update "$tw" --warm-min 0 --warm-max 0 >/dev/null 2>&1
 for ((i = 0; i < BENCH_GUEST_N; i++)); do
 	t0=$(ms)
@@ -125,4 +161,5 @@ for col in 1 2; do
 	printf 'warm sandbox create -> %s\tp50_us\t%s\tcold create, same guest\t%s\n' \
 		"$name" "$((w * 1000))" "$((c * 1000))"
 done
+[ -z "$clock_row" ] || echo "$clock_row"
 exit 0

@@ -19,6 +19,9 @@ set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
 unset BC_STACK_DIR BC_STACK_PERSIST STACK_SH_LOADED TAP_SH_LOADED HTTPS_SH_LOADED
+# run.sh's stack holds the ports its extra config names (metrics_listen,
+# http_listen): this stack is another, with its own
+unset BC_CTL_EXTRA_CONF BC_AGENT_EXTRA_CONF
 . "$here/../tests/lib/stack.sh"
 . "$here/../tests/lib/https.sh"
 . "$here/../tests/lib/libvirt.sh"

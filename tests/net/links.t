@@ -45,6 +45,16 @@ grep -q 'tap bce0 removed' "$NET_TMP/log"
 ok $? 'the removal is logged'
 in_h ip link show bce0 >/dev/null 2>&1
 ok $((! $?)) "inst_e's tap is gone"
+
+# passes over the same spec hold each tap once (the list of made taps
+# once grew by every tap at every pass), and a tap that leaves the spec is
+# removed and dropped at once
+out=$(in_h "$NETDRV" converge "$NET_TMP/spec.json" "$NET_TMP/spec.json" "$NET_TMP/spec.json" \
+	"$NET_TMP/spec.json" "$NET_TMP/less.json" 2>"$NET_TMP/log")
+held=$(grep '^taps held' <<<"$out" | awk '{print $3}' | tr '\n' ' ')
+ntaps=$(grep -o '"tap":"[^"]*"' "$NET_TMP/spec.json" | sort -u | wc -l)
+is "$held" "$ntaps $ntaps $ntaps $ntaps $((ntaps - 1)) " 'each tap is held once, pass after pass'
+is "$(grep -c 'tap bce0 removed' "$NET_TMP/log")" 1 'the removal is logged once'
 in_h ip link show bca0 >/dev/null 2>&1
 ok $? 'the other taps stay'
 

@@ -172,6 +172,7 @@ static int converge(int argc, char **argv)
 		spec = load(argv[i]);
 		e = net_converge(n, spec, print_fail, NULL);
 		printf("converge %s: load %s\n", argv[i], e < 0 ? "refused" : "ok");
+		printf("taps held %zu\n", net_taps_held(n));
 		protobuf_c_message_free_unpacked(&spec->base, NULL);
 	}
 	if (cut) {
