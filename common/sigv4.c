@@ -84,22 +84,25 @@ static bool req_ok(const struct sigv4_req *q, const struct sigv4_cred *c)
 	size_t klen = (q->prefix ? strlen(q->prefix) : 0) + (q->key ? strlen(q->key) : 0);
 
 	return method_ok(q->method) && host_ok(q->host) && field_ok(q->region, 64) &&
-	       field_ok(q->bucket, 63) && klen <= SIGV4_KEY_MAX && q->now > 0 &&
+	       field_ok(q->bucket, 63) && (q->path_style || !strchr(q->bucket, '.')) &&
+	       klen <= SIGV4_KEY_MAX && q->now > 0 &&
 	       field_ok(c->access_key_id, 128) && c->secret && *c->secret &&
 	       strlen(c->secret) <= 256 && (!q->query || str_is_printable(q->query, 4096));
 }
 
-/* The host a request names: the bucket first when virtual-hosted, the
- * scheme's default port dropped (botocore signs it so). */
-static char *req_host(const struct sigv4_req *q)
+/* The host a request goes to (url_host: the bucket first when
+ * virtual-hosted) and the one it signs (the scheme's default port dropped,
+ * as botocore signs it; the URL keeps it). */
+static void req_hosts(const struct sigv4_req *q, char **ret_url_host, char **ret_sign_host)
 {
 	const char *port = strrchr(q->host, ':');
 	size_t n = strlen(q->host);
+	const char *b = q->path_style ? "" : q->bucket, *dot = q->path_style ? "" : ".";
 
 	if (port && strcmp(port + 1, q->https ? "443" : "80") == 0)
 		n = (size_t)(port - q->host);
-	return q->path_style ? xasprintf("%.*s", (int)n, q->host) :
-			       xasprintf("%s.%.*s", q->bucket, (int)n, q->host);
+	*ret_url_host = xasprintf("%s%s%s", b, dot, q->host);
+	*ret_sign_host = xasprintf("%s%s%.*s", b, dot, (int)n, q->host);
 }
 
 /* The request's path, already encoded: /bucket/key or /key. */
@@ -146,12 +149,13 @@ static void signature(const struct sigv4_cred *c, const char *date, const char *
 
 struct parts {
 	char amz_date[17], date[9];
-	char *host, *path, *scope, *creq, *sts;
+	char *url_host, *host, *path, *scope, *creq, *sts;
 	char sig[65];
 };
 
 static void parts_free(struct parts *p)
 {
+	free(p->url_host);
 	free(p->host);
 	free(p->path);
 	free(p->scope);
@@ -170,7 +174,7 @@ static int parts_begin(const struct sigv4_req *q, struct parts *p)
 		return -EINVAL;
 	strftime(p->amz_date, sizeof(p->amz_date), "%Y%m%dT%H%M%SZ", &tm);
 	strftime(p->date, sizeof(p->date), "%Y%m%d", &tm);
-	p->host = req_host(q);
+	req_hosts(q, &p->url_host, &p->host);
 	p->scope = xasprintf("%s/%s/" SERVICE "/aws4_request", p->date, q->region);
 	if ((r = req_path(q, &p->path)) < 0)
 		return r;
@@ -220,7 +224,7 @@ int sigv4_presign(const struct sigv4_req *q, const struct sigv4_cred *c, int exp
 	headers = xasprintf("host:%s\n", p.host);
 	parts_sign(q, c, &p, query, headers, "host", "UNSIGNED-PAYLOAD");
 	*ret_url = xasprintf("%s://%s%s?%s&X-Amz-Signature=%s", q->https ? "https" : "http",
-			     p.host, p.path, query, p.sig);
+			     p.url_host, p.path, query, p.sig);
 	trace_take(trace, &p);
 out:
 	parts_free(&p);
@@ -244,7 +248,7 @@ int sigv4_sign(const struct sigv4_req *q, const struct sigv4_cred *c, struct sig
 	parts_sign(q, c, &p, query, headers, "host;x-amz-content-sha256;x-amz-date",
 		   SIGV4_EMPTY_SHA256);
 	memset(ret, 0, sizeof(*ret));
-	ret->url = xasprintf("%s://%s%s%s%s", q->https ? "https" : "http", p.host, p.path,
+	ret->url = xasprintf("%s://%s%s%s%s", q->https ? "https" : "http", p.url_host, p.path,
 			     *query ? "?" : "", query);
 	ret->authorization = xasprintf(ALGORITHM " Credential=%s/%s, SignedHeaders=host;"
 				       "x-amz-content-sha256;x-amz-date, Signature=%s",

@@ -8,7 +8,9 @@
  *   - a signed request (Authorization, x-amz-date and x-amz-content-sha256
  *     headers over an empty body) for the controller's own DELETE or HEAD.
  * Path-style (https://host/bucket/key) or virtual-hosted-style
- * (https://bucket.host/key). The object key is URI-encoded as S3 wants it:
+ * (https://bucket.host/key; not for a bucket with a dot, which no
+ * wildcard certificate covers: botocore goes path-style then, we refuse).
+ * The object key is URI-encoded as S3 wants it:
  * every byte but A-Z a-z 0-9 - . _ ~ as %XX (uppercase), '/' kept. The
  * layout is botocore's byte for byte (tests/integration/sigv4_boto3.t). */
 #ifndef BC_SIGV4_H
@@ -33,7 +35,7 @@ struct sigv4_cred {
 struct sigv4_req {
 	const char *method;   /* "PUT", "GET", "DELETE", "HEAD" */
 	bool https;           /* the URL's scheme */
-	const char *host;     /* the endpoint's host[:port] (a default port is dropped) */
+	const char *host;     /* the endpoint's host[:port], lowercase (not signing a default port) */
 	const char *region;   /* "us-east-1" */
 	const char *bucket;
 	bool path_style;
@@ -61,8 +63,8 @@ struct sigv4_signed {
 
 /* The presigned URL for q valid expires seconds from q->now: *ret_url
  * malloc'd. trace may be NULL. 0, or -EINVAL (a field missing or
- * malformed, expires outside 1..SIGV4_EXPIRES_MAX, key longer than
- * SIGV4_KEY_MAX), -ENOMEM. */
+ * malformed, a virtual-hosted bucket with a dot, expires outside
+ * 1..SIGV4_EXPIRES_MAX, key longer than SIGV4_KEY_MAX), -ENOMEM. */
 int sigv4_presign(const struct sigv4_req *q, const struct sigv4_cred *c, int expires,
 		  char **ret_url, struct sigv4_trace *trace);
 

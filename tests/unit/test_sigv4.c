@@ -110,9 +110,15 @@ static void test_styles(void)
 	q.host = "s3.amazonaws.com:443";
 	q.prefix = "bc/snapshots/";
 	is_int(sigv4_presign(&q, &aws, 60, &url, NULL), 0, "prefix + key presigns");
-	ok(url && strncmp(url, "https://examplebucket.s3.amazonaws.com/bc/snapshots/x?",
-			  strlen("https://examplebucket.s3.amazonaws.com/bc/snapshots/x?")) == 0,
-	   "the default port is dropped and the prefix leads the key: %s", url);
+	ok(url && strncmp(url, "https://examplebucket.s3.amazonaws.com:443/bc/snapshots/x?",
+			  strlen("https://examplebucket.s3.amazonaws.com:443/bc/snapshots/x?")) == 0,
+	   "the URL keeps the port and the prefix leads the key: %s", url);
+	free(url);
+	q.bucket = "dotted.bucket";
+	is_int(sigv4_presign(&q, &aws, 60, &url, NULL), -EINVAL,
+	       "a bucket with a dot is refused virtual-hosted");
+	q.path_style = true;
+	is_int(sigv4_presign(&q, &aws, 60, &url, NULL), 0, "and taken path-style");
 	free(url);
 }
 
