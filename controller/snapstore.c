@@ -55,13 +55,16 @@ static int bad(bc_error *err, const char *reason, const char *field, const char 
 	return bc_error_detail(err, "reason", "%s", reason);
 }
 
+/* localhost, [::1] or an IPv4 address 127.x.y.z (digits: a name such as
+ * 127.example.com is not one) */
 static bool loopback(const char *host)
 {
 	size_t n = strcspn(host, ":");
 
 	if (host[0] == '[')
 		return strncmp(host, "[::1]", 5) == 0 && (host[5] == '\0' || host[5] == ':');
-	return (n == 9 && strncmp(host, "localhost", 9) == 0) || strncmp(host, "127.", 4) == 0;
+	return (n == 9 && strncmp(host, "localhost", 9) == 0) ||
+	       (n > 4 && strncmp(host, "127.", 4) == 0 && strspn(host, "0123456789.") == n);
 }
 
 /* host[:port] or [v6][:port], lowercase, a port 1..65535 */
