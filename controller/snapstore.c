@@ -9,7 +9,6 @@
  * or an error message. */
 #include <ctype.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,10 +22,12 @@
 #include "sigv4.h"
 #include "snapstore.h"
 #include "util.h"
+#include "validate.h"
 
 #define BODY_MAX (64 * 1024)          /* bytes of an answer kept */
 #define ENDPOINT_MAX 300
 #define PREFIX_MAX 512
+#define INVALID "snapshot-store-invalid"  /* details.reason of a malformed key */
 
 struct snapstore {
 	bool https, path_style, allow_http;
@@ -37,23 +38,6 @@ struct snapstore {
 };
 
 /* ------------------------------------------------------------- the config */
-
-/* INVALID_CONFIG with the message fmt and details field and reason. */
-static int bad(bc_error *err, const char *reason, const char *field, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int bad(bc_error *err, const char *reason, const char *field, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	bc_error_set(err, BC_INVALID_CONFIG, "%s", msg);
-	bc_error_detail(err, "field", "%s", field);
-	return bc_error_detail(err, "reason", "%s", reason);
-}
 
 /* localhost, [::1] or an IPv4 address 127.x.y.z (digits: a name such as
  * 127.example.com is not one) */
@@ -94,32 +78,34 @@ static int parse_endpoint(const struct ctl_config *c, struct snapstore *s, bc_er
 	const char *e = c->snapshot_store_endpoint, *h;
 	size_t n;
 
-	if (!e || !*e) {
-		return bad(err, "no-snapshot-store", "snapshot_store_endpoint", "no snapshot store "
-			   "is configured (config key snapshot_store_endpoint, docs/snapshots.md)");
-	}
+	if (!e || !*e)
+		return invalid_config(err, "snapshot_store_endpoint", "no-snapshot-store",
+				      "no snapshot store is configured (config key "
+				      "snapshot_store_endpoint, docs/snapshots.md)");
 	s->https = strncmp(e, "https://", 8) == 0;
 	if (!s->https && strncmp(e, "http://", 7) != 0)
-		return bad(err, "snapshot-store-invalid", "snapshot_store_endpoint",
-			   "snapshot_store_endpoint must be https://HOST[:PORT], got '%s'", e);
+		return invalid_config(err, "snapshot_store_endpoint", INVALID,
+				      "snapshot_store_endpoint must be https://HOST[:PORT], "
+				      "got '%s'", e);
 	h = e + (s->https ? 8 : 7);
 	n = strlen(h);
 	if (n && h[n - 1] == '/')
 		n--;
 	if (n == 0 || n >= sizeof(s->host))
-		return bad(err, "snapshot-store-invalid", "snapshot_store_endpoint",
-			   "snapshot_store_endpoint must be https://HOST[:PORT], got '%s'", e);
+		return invalid_config(err, "snapshot_store_endpoint", INVALID,
+				      "snapshot_store_endpoint must be https://HOST[:PORT], "
+				      "got '%s'", e);
 	for (size_t i = 0; i < n; i++)
 		s->host[i] = (char)tolower((unsigned char)h[i]);
 	s->host[n] = '\0';
 	if (!host_ok(s->host))
-		return bad(err, "snapshot-store-invalid", "snapshot_store_endpoint",
-			   "snapshot_store_endpoint must be https://HOST[:PORT] (no path), got '%s'",
-			   e);
+		return invalid_config(err, "snapshot_store_endpoint", INVALID,
+				      "snapshot_store_endpoint must be https://HOST[:PORT] "
+				      "(no path), got '%s'", e);
 	if (!s->https && !(c->snapshot_store_allow_http_loopback_for_tests && loopback(s->host)))
-		return bad(err, "snapshot-store-insecure", "snapshot_store_endpoint",
-			   "snapshot_store_endpoint must be https (URLs for hosts carry "
-			   "credentials), got '%s'", e);
+		return invalid_config(err, "snapshot_store_endpoint", "snapshot-store-insecure",
+				      "snapshot_store_endpoint must be https (URLs for hosts carry "
+				      "credentials), got '%s'", e);
 	return 0;
 }
 
@@ -145,37 +131,42 @@ static bool segments_ok(const char *k)
 	return true;
 }
 
+static bool region_ok(const char *r)
+{
+	return r && *r && strlen(r) <= 64 &&
+	       strspn(r, "abcdefghijklmnopqrstuvwxyz0123456789-") == strlen(r);
+}
+
+
 static int parse_rest(const struct ctl_config *c, struct snapstore *s, bc_error *err)
 {
 	const char *r = c->snapshot_store_region, *b = c->snapshot_store_bucket;
 	const char *p = c->snapshot_store_prefix, *k = c->snapshot_store_access_key_id;
 	const char *ca = c->snapshot_store_ca_file;
 
-	if (!r || !*r || strlen(r) > 64 || strspn(r, "abcdefghijklmnopqrstuvwxyz0123456789-") !=
-						    strlen(r))
-		return bad(err, "snapshot-store-invalid", "snapshot_store_region",
-			   "snapshot_store_region must be a region name (us-east-1), got '%s'",
-			   r ? r : "");
+	if (!region_ok(r))
+		return invalid_config(err, "snapshot_store_region", INVALID, "snapshot_store_region "
+				      "must be a region name (us-east-1), got '%s'", r ? r : "");
 	if (!b || !bucket_ok(b))
-		return bad(err, "snapshot-store-invalid", "snapshot_store_bucket",
-			   "snapshot_store_bucket must be a bucket name (3 to 63 of a-z 0-9 . -), "
-			   "got '%s'", b ? b : "");
+		return invalid_config(err, "snapshot_store_bucket", INVALID, "snapshot_store_bucket "
+				      "must be a bucket name (3 to 63 of a-z 0-9 . -), got '%s'",
+				      b ? b : "");
 	if (strchr(b, '.') && !c->snapshot_store_path_style)
-		return bad(err, "snapshot-store-invalid", "snapshot_store_path_style",
-			   "bucket '%s' has a dot, which no wildcard certificate covers: set "
-			   "snapshot_store_path_style = 1", b);
+		return invalid_config(err, "snapshot_store_path_style", INVALID, "bucket '%s' has "
+				      "a dot, which no wildcard certificate covers: set "
+				      "snapshot_store_path_style = 1", b);
 	if (!p || strlen(p) > PREFIX_MAX || !str_is_printable(p, PREFIX_MAX + 1) ||
 	    !segments_ok(p))
-		return bad(err, "snapshot-store-invalid", "snapshot_store_prefix",
-			   "snapshot_store_prefix must be printable, at most 512 bytes, without a "
-			   "leading '/' or a '.' or '..' segment, got '%s'", p ? p : "");
+		return invalid_config(err, "snapshot_store_prefix", INVALID, "snapshot_store_prefix "
+				      "must be printable, at most 512 bytes, without a leading '/' "
+				      "or a '.' or '..' segment, got '%s'", p ? p : "");
 	if (!k || !*k || strlen(k) > 128 || strpbrk(k, " /?#@\\") || !str_is_printable(k, 129))
-		return bad(err, "snapshot-store-invalid", "snapshot_store_access_key_id",
-			   "snapshot_store_access_key_id must be set (the secret goes through "
-			   "bc-controller snapshot-store set-secret)");
+		return invalid_config(err, "snapshot_store_access_key_id", INVALID,
+				      "snapshot_store_access_key_id must be set (the secret goes "
+				      "through bc-controller snapshot-store set-secret)");
 	if (ca && *ca && access(ca, R_OK) < 0)
-		return bad(err, "snapshot-store-invalid", "snapshot_store_ca_file",
-			   "snapshot_store_ca_file %s cannot be read", ca);
+		return invalid_config(err, "snapshot_store_ca_file", INVALID,
+				      "snapshot_store_ca_file %s cannot be read", ca);
 	return 0;
 }
 
