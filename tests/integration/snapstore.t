@@ -17,6 +17,8 @@
 # - an http endpoint is INVALID_CONFIG (snapshot-store-insecure) without
 #   the test-only switch, and with it on a host that is not loopback; serve
 #   refuses to start with it; no endpoint: no-snapshot-store;
+# - over https (s3rver with a test CA): check passes with
+#   snapshot_store_ca_file and no test switch, and fails without the CA;
 # - the secret is in no log, no config file, no command output, and not in
 #   sealed_blobs in the clear (the access key id, grepped the same way, is
 #   found: the grep can fail).
@@ -178,6 +180,33 @@ out=$("$BC_BIN/bc-controller" snapshot-store check --config "$conf" \
 	--snapshot-store-bucket 'b.dotted' --snapshot-store-path-style 0 2>&1)
 like "$out" 'has a dot' 'a dotted bucket needs path-style'
 
+# ------------------------------------------------------------- https
+# the same over https, as deployed: no test switch, the server's CA given
+# by snapshot_store_ca_file, and refused without it
+s3_down
+http_secret_file=$S3_SECRET_FILE http_data=$S3_DIR/data
+s3_up "$STACK_DIR/s3tls" snaps --tls || bail_out "s3rver over https did not start"
+secret2=$(cat "$S3_SECRET_FILE")
+tls=$STACK_DIR/tls.conf
+grep -v '^snapshot_store_' "$conf" >"$tls"
+{
+	echo "snapshot_store_endpoint = $S3_ENDPOINT"
+	echo "snapshot_store_bucket = $S3_BUCKET"
+	echo "snapshot_store_path_style = 1"
+	echo "snapshot_store_access_key_id = $S3_ACCESS_KEY_ID"
+	echo "snapshot_store_ca_file = $S3_CA_FILE"
+} >>"$tls"
+out=$("$BC_BIN/bc-controller" snapshot-store set-secret --config "$tls" <"$S3_SECRET_FILE" 2>&1)
+ok $? 'the https store'"'"'s secret is set'
+out=$("$BC_BIN/bc-controller" snapshot-store check --config "$tls" 2>&1)
+is $? 0 'check passes against s3rver over https with its CA file, no test switch' || diag "$out"
+out=$("$BC_BIN/bc-controller" snapshot-store presign put "tls/obj" --config "$tls" 2>&1)
+is "$(code --cacert "$S3_CA_FILE" -X PUT -T "$STACK_DIR/obj" "$out")" 200 'an https presigned PUT uploads'
+grep -v '^snapshot_store_ca_file' "$tls" >"$STACK_DIR/tls-noca.conf"
+out=$("$BC_BIN/bc-controller" snapshot-store check --config "$STACK_DIR/tls-noca.conf" 2>&1)
+isnt $? 0 'without the CA file the store'"'"'s certificate is not trusted: check fails'
+like "$out" 'head +FAILED: the store did not answer' '... saying the store did not answer'
+
 # ------------------------------------------------------------ no leaks
 # every file of the stack and of PostgreSQL (heap and WAL, written out),
 # but the server's own copy of the secret and its stored objects
@@ -185,14 +214,16 @@ pgdir=$(cat "$STACK_DIR/pgdir" 2>/dev/null || echo "$STACK_DIR/pg")
 q 'CHECKPOINT' >/dev/null && q 'SELECT pg_switch_wal()' >/dev/null && q 'CHECKPOINT' >/dev/null
 holders() {
 	grep -rlaF -- "$1" "$STACK_DIR" "$pgdir" 2>/dev/null |
-		grep -v -e "^$S3_SECRET_FILE\$" -e "^$S3_DIR/data/" | sort -u
+		grep -v -e "^$http_secret_file\$" -e "^$http_data/" -e "^$S3_SECRET_FILE\$" \
+			-e "^$S3_DIR/data/" | sort -u
 }
-holders "$secret" >"$STACK_DIR/leaks"
+{ holders "$secret"; holders "$secret2"; } >"$STACK_DIR/leaks"
 is "$(wc -l <"$STACK_DIR/leaks")" 0 \
 	'the secret is in no log, config, output or PostgreSQL file (heap, WAL)' ||
 	diag_file "$STACK_DIR/leaks" 10
-holders "$S3_ACCESS_KEY_ID" | grep -q 'store.conf$'
+holders "$S3_ACCESS_KEY_ID" | grep -q 'tls.conf$'
 ok $? '... where the access key id is found the same way (control)'
-is "$(q "SELECT count(*) FROM sealed_blobs WHERE position(convert_to('$secret', 'UTF8') in data) > 0")" 0 \
-	'sealed_blobs does not hold the secret in the clear'
+is "$(q "SELECT count(*) FROM sealed_blobs WHERE position(convert_to('$secret', 'UTF8') in data) > 0
+	OR position(convert_to('$secret2', 'UTF8') in data) > 0")" 0 \
+	'sealed_blobs does not hold the secrets in the clear'
 done_testing
