@@ -286,7 +286,8 @@ static int cmd_presign(struct ctl_app *app, const struct cmd_args *a)
 	}
 	if (!(s = open_store(app, "snapshot-store presign")))
 		return 1;
-	r = snapstore_presign_at(s, method, a->argv[1], a->ttl, now_ms() / 1000, &url);
+	r = strcmp(method, "PUT") == 0 ? snapstore_presign_put(s, a->argv[1], a->ttl, &url) :
+					 snapstore_presign_get(s, a->argv[1], a->ttl, &url);
 	snapstore_free(s);
 	if (r < 0) {
 		fprintf(stderr, "snapshot-store presign: a key of 1 to 1024 printable bytes "
