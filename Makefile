@@ -75,12 +75,13 @@ BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 NETDRV   := $(BUILD)/tests/net/netdrv
 RTDRV    := $(BUILD)/tests/e2e/rtdrv
 TUNDRV   := $(BUILD)/tests/integration/tunneldrv
+SIGDRV   := $(BUILD)/tests/integration/sigv4drv
 
 .PHONY: all gen bins unit-bins bench-bins node-deps check check-unit check-integration check-net check-e2e \
 	check-interop fuzz fuzz-smoke asan bench update-golden demo stop install clean deps guest
 .SECONDARY:
 
-all: bins unit-bins bench-bins $(NETDRV) $(RTDRV) $(TUNDRV)
+all: bins unit-bins bench-bins $(NETDRV) $(RTDRV) $(TUNDRV) $(SIGDRV)
 
 bins: $(BINS)
 unit-bins: $(UNIT_BIN)
@@ -162,6 +163,13 @@ $(RTDRV): $(BUILD)/obj/tests/e2e/rtdrv.o $(LIBAGENT) $(LIBBC)
 # The integration tests' driver of the controller's tunnel dialer.
 $(call obj,tests/integration/tunneldrv.c): | $(GEN_H)
 $(TUNDRV): $(BUILD)/obj/tests/integration/tunneldrv.o $(LIBCTL) $(LIBBC)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The boto3 comparison's driver of the SigV4 signer (sigv4_boto3.py).
+$(call obj,tests/integration/sigv4drv.c): | $(GEN_H)
+$(SIGDRV): $(BUILD)/obj/tests/integration/sigv4drv.o $(LIBBC)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -23,6 +23,8 @@ PKGS=(
   cloud-init python3-yaml
   # tests/integration/attack_unary.t speaks raw HTTP/2
   python3-h2
+  # tests/integration/sigv4_boto3.t compares our S3 signatures with boto3's
+  python3-boto3
 )
 
 missing=()

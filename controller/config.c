@@ -79,6 +79,18 @@ static const struct conf_key keys[] = {
 	I(policy_attach_max, "256", 1, 100000),
 	/* the secret broker (docs/secrets.md): 0 = none configured */
 	I(secret_broker, "1", 0, 1),
+	/* the snapshot store (snapstore.c, docs/snapshots.md): an S3-compatible
+	 * server; its secret access key is sealed (snapshot-store set-secret) */
+	S(snapshot_store_endpoint, ""),
+	S(snapshot_store_region, "us-east-1"),
+	S(snapshot_store_bucket, ""),
+	S(snapshot_store_prefix, ""),
+	S(snapshot_store_access_key_id, ""),
+	S(snapshot_store_ca_file, ""),
+	I(snapshot_store_path_style, "0", 0, 1),
+	I(snapshot_store_timeout_seconds, "30", 1, 3600),
+	/* tests only: an http:// endpoint on a loopback address */
+	I(snapshot_store_allow_http_loopback_for_tests, "0", 0, 1),
 };
 
 static int key_set(struct ctl_config *c, const char *name, const char *value)

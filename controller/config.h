@@ -56,6 +56,12 @@ struct ctl_config {
 	int command_retention_seconds; /* settled commands (node_commands.c) */
 	int policy_attach_max;                          /* policies applying to one identity */
 	int secret_broker;           /* 1: a secret broker is configured (secrets.c) */
+	/* the snapshot store (snapstore.c, docs/snapshots.md); "" endpoint: none */
+	char *snapshot_store_endpoint, *snapshot_store_region, *snapshot_store_bucket;
+	char *snapshot_store_prefix, *snapshot_store_access_key_id, *snapshot_store_ca_file;
+	int snapshot_store_path_style;
+	int snapshot_store_timeout_seconds;
+	int snapshot_store_allow_http_loopback_for_tests;
 };
 
 /* Load defaults, then the file at path (if not NULL), then argv flags

@@ -130,18 +130,17 @@ int kek_add(const char *path, char ret_id[ENVELOPE_KID_MAX])
 	return r;
 }
 
-/* The database at the schema this binary knows, and the keys loaded. */
-static struct db *open_db(struct ctl_app *app, const char *verb)
+struct db *kek_open_db(struct ctl_app *app, const char *verb)
 {
 	struct db *d = db_open(app->cfg.database);
 	int v = 0;
 
 	if (!d) {
-		log_error("secrets %s: cannot connect to the database", verb);
+		log_error("%s: cannot connect to the database", verb);
 		return NULL;
 	}
 	if (migrate_current(d, &v) < 0 || v != CTL_SCHEMA_VERSION) {
-		log_error("secrets %s: database schema version %d, this binary serves %d: run "
+		log_error("%s: database schema version %d, this binary serves %d: run "
 			  "bc-controller migrate first", verb, v, CTL_SCHEMA_VERSION);
 		db_close(d);
 		return NULL;
@@ -201,7 +200,7 @@ static int cmd_rotate(struct ctl_app *app)
 	}
 	printf("new current key-encryption key: %s\n", id);
 	fflush(stdout);
-	if (!(d = open_db(app, "rotate-kek")))
+	if (!(d = kek_open_db(app, "secrets rotate-kek")))
 		return 1;
 	r = rewrap_all(d, &n, &left);
 	db_close(d);
@@ -217,7 +216,7 @@ static int cmd_rotate(struct ctl_app *app)
 
 static int cmd_migrate(struct ctl_app *app)
 {
-	struct db *d = open_db(app, "migrate");
+	struct db *d = kek_open_db(app, "secrets migrate");
 	int64_t n = 0;
 	int r;
 
@@ -237,7 +236,7 @@ static int cmd_migrate(struct ctl_app *app)
 
 static int cmd_status(struct ctl_app *app)
 {
-	struct db *d = open_db(app, "status");
+	struct db *d = kek_open_db(app, "secrets status");
 	struct envelope_ring *ring = NULL;
 	PGresult *r = NULL;
 	int rc;

@@ -17,6 +17,11 @@ int kek_create(const char *path);
  * stay, so what they wrap still opens); its id into ret_id. 0 or -errno. */
 int kek_add(const char *path, char ret_id[ENVELOPE_KID_MAX]);
 
+/* The database at the schema this binary knows, with the key file loaded
+ * (sealed_keys_load), for an operator command named verb ("secrets
+ * migrate"): NULL, logged, otherwise. */
+struct db *kek_open_db(struct ctl_app *app, const char *verb);
+
 /* `bc-controller secrets VERB [ARGS]`: argv[0] is VERB. Returns the
  * process exit status (0 ok, 1 failed, 2 usage). */
 int kek_command(struct ctl_app *app, int argc, char **argv);

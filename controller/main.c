@@ -1,5 +1,6 @@
 /* main.c: bc-controller. Subcommands init, migrate, serve, meter, secrets
- * (kek.c), pki (sandbox_ca.c), version.
+ * (kek.c), pki (sandbox_ca.c), command (node_commands.c), snapshot-store
+ * (snapstore_cmd.c), version.
  *
  * serve's threads: the gRPC workers and one thread per open stream (each
  * with its own PostgreSQL connection, see server.c), the LISTEN thread
@@ -32,6 +33,7 @@
 #include "sandbox_ca.h"
 #include "sealed.h"
 #include "server.h"
+#include "snapstore.h"
 #include "util.h"
 
 #ifndef BC_VERSION
@@ -52,6 +54,8 @@ static void usage(void)
 		"  pki VERB                  add-sandbox-ca (bc-controller pki --help)\n"
 		"  command VERB              enqueue, show: host commands (bc-controller command\n"
 		"                            --help)\n"
+		"  snapshot-store VERB       set-secret, check, presign, delete (bc-controller\n"
+		"                            snapshot-store --help)\n"
 		"  version                   print the version\n");
 }
 
@@ -101,6 +105,18 @@ static int check_sealed(const struct ctl_app *app)
 	return r;
 }
 
+/* A configured snapshot store must be a valid one (snapstore.c). */
+static int check_snapstore(const struct ctl_app *app)
+{
+	bc_error err;
+
+	bc_error_clear(&err);
+	if (!*app->cfg.snapshot_store_endpoint || snapstore_require(&app->cfg, &err) == 0)
+		return 0;
+	log_error("serve: %s", err.message);
+	return -EINVAL;
+}
+
 static int cmd_serve(struct ctl_app *app)
 {
 	sigset_t set;
@@ -111,7 +127,8 @@ static int cmd_serve(struct ctl_app *app)
 	sigaddset(&set, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	if ((r = check_schema(app)) < 0 || (r = check_sealed(app)) < 0 || (r = pki_load(app)) < 0 ||
+	if ((r = check_schema(app)) < 0 || (r = check_sealed(app)) < 0 ||
+	    (r = check_snapstore(app)) < 0 || (r = pki_load(app)) < 0 ||
 	    (r = init_renew_server_cert(app)) < 0 || (r = sandbox_ca_serve(app)) < 0)
 		return r;
 	node_tunnel_check(app);
@@ -188,14 +205,18 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if ((strcmp(cmd, "secrets") == 0 || strcmp(cmd, "pki") == 0 ||
-	     strcmp(cmd, "command") == 0) && argc > 2 &&
+	     strcmp(cmd, "command") == 0 || strcmp(cmd, "snapshot-store") == 0) && argc > 2 &&
 	    (argv[2][0] != '-' || strcmp(argv[2], "--help") == 0))
 		verb = argv[first++];
 	rest = xcalloc((size_t)argc, sizeof(char *));
 	cargs = xcalloc((size_t)argc, sizeof(char *));
+	/* snapshot-store's own arguments come first: presign put KEY */
+	while (strcmp(cmd, "snapshot-store") == 0 && first < argc && argv[first][0] != '-')
+		cargs[ncargs++] = argv[first++];
 	for (int i = first; i < argc; i++) {
 		bool val = false;
-		if (strcmp(cmd, "command") == 0 && cmd_admin_flag(argv[i], &val)) {
+		if ((strcmp(cmd, "command") == 0 && cmd_admin_flag(argv[i], &val)) ||
+		    (strcmp(cmd, "snapshot-store") == 0 && snapstore_command_flag(argv[i], &val))) {
 			cargs[ncargs++] = argv[i];
 			if (val && i + 1 < argc)
 				cargs[ncargs++] = argv[++i];
@@ -240,6 +261,8 @@ int main(int argc, char **argv)
 		r = sandbox_ca_command(&app, verb ? 1 : 0, &verb) == 0 ? 0 : -EINVAL;
 	else if (strcmp(cmd, "command") == 0)
 		r = cmd_admin(&app, verb, ncargs, cargs) == 0 ? 0 : -EINVAL;
+	else if (strcmp(cmd, "snapshot-store") == 0)
+		r = snapstore_command(&app, verb, ncargs, cargs) == 0 ? 0 : -EINVAL;
 	else {
 		usage();
 		r = -EINVAL;

@@ -6,16 +6,36 @@
 #include "util.h"
 #include "validate.h"
 
-int invalid(bc_error *err, const char *field, const char *fmt, ...)
+static int vrefuse(bc_error *err, enum bc_code code, const char *field, const char *fmt,
+		   va_list ap)
 {
 	char msg[400];
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	bc_error_set(err, code, "%s", msg);
+	return bc_error_detail(err, "field", "%s", field);
+}
+
+int invalid(bc_error *err, const char *field, const char *fmt, ...)
+{
+	va_list ap;
+	int r;
+
+	va_start(ap, fmt);
+	r = vrefuse(err, BC_INVALID_INPUT, field, fmt, ap);
+	va_end(ap);
+	return r;
+}
+
+int invalid_config(bc_error *err, const char *field, const char *reason, const char *fmt,
+		   ...)
+{
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	vrefuse(err, BC_INVALID_CONFIG, field, fmt, ap);
 	va_end(ap);
-	bc_error_set(err, BC_INVALID_INPUT, "%s", msg);
-	return bc_error_detail(err, "field", "%s", field);
+	return bc_error_detail(err, "reason", "%s", reason);
 }
 
 int check_id(bc_error *err, const char *field, const char *prefix, const char *value)
