@@ -28,6 +28,7 @@ struct vol {
 	struct rt_storage last;
 	bool has_last;
 	char logged[RT_WARNING_MAX + 64]; /* the last room/shrink message logged */
+	char failed[RT_WARNING_MAX];    /* the last failed action logged */
 };
 
 /* ---------------------------------------------------------- the plan */
@@ -398,13 +399,14 @@ static void spec_volumes(const Bc__Node__V1__NodeSpec *spec, struct vol_want **r
 static void tell_grown(const Bc__Node__V1__NodeSpec *spec, struct rt *rt, vol_live_fn live,
 		       void *ctx, const struct vol_action *a)
 {
+	if (!rt || !rt->ops->block_resize || !live)
+		return;
 	for (size_t i = 0; i < spec->n_instances; i++) {
 		const Bc__Node__V1__InstanceSpec *s = spec->instances[i];
 		for (size_t j = 0; j < s->n_volumes; j++) {
 			const Bc__Node__V1__VolumeAttachment *at = s->volumes[j];
 			int e;
-			if (strcmp(at->volume_id, a->id) != 0 || !rt->ops->block_resize ||
-			    !live || !live(ctx, s->id))
+			if (strcmp(at->volume_id, a->id) != 0 || !live(ctx, s->id))
 				continue;
 			e = rt->ops->block_resize(rt, s->id, at->serial, a->size);
 			if (e < 0)
@@ -424,18 +426,36 @@ static const char *act_name(enum vol_act_kind k)
 	return names[k];
 }
 
+/* A failed action: logged once while it keeps failing the same way, and
+ * the host's warning when no room warning is up (a file system refusing
+ * the size, EFBIG; an unwritable directory). */
+static void action_failed(struct vol *v, struct vol_plan *p, const struct vol_action *a, int e)
+{
+	char msg[RT_WARNING_MAX];
+
+	snprintf(msg, sizeof(msg), "volume %s: %s failed: %s", a->id, act_name(a->kind),
+		 strerror(-e));
+	if (strcmp(msg, v->failed) != 0)
+		log_error("%s", msg);
+	snprintf(v->failed, sizeof(v->failed), "%s", msg);
+	if (!p->storage.warning[0])
+		snprintf(p->storage.warning, sizeof(p->storage.warning), "%s", msg);
+}
+
 /* Apply the plan; a failed create or grow is not counted as made. */
 static void apply_plan(struct vol *v, const Bc__Node__V1__NodeSpec *spec, struct rt *rt,
 		       vol_live_fn live, void *ctx, struct vol_plan *p)
 {
+	bool failed = false;
+
 	for (size_t i = 0; i < p->n_acts; i++) {
 		const struct vol_action *a = &p->acts[i];
 		int e = vol_apply(v->dir, a);
 		uint64_t grow = a->size > a->from ? a->size - a->from : 0;
 
 		if (e < 0) {
-			log_error("volume %s: %s failed: %s", a->id, act_name(a->kind),
-				  strerror(-e));
+			action_failed(v, p, a, e);
+			failed = true;
 			if (a->kind == VOL_CREATE || a->kind == VOL_GROW) {
 				p->storage.committed -= grow;
 				p->storage.outstanding -= grow;
@@ -450,6 +470,8 @@ static void apply_plan(struct vol *v, const Bc__Node__V1__NodeSpec *spec, struct
 		if (a->kind == VOL_GROW && spec)
 			tell_grown(spec, rt, live, ctx, a);
 	}
+	if (!failed)
+		v->failed[0] = '\0';
 }
 
 /* Say once what changed in the room and shrink refusals. */

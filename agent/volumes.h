@@ -123,7 +123,9 @@ void vol_free(struct vol *v);
 
 /* One pass over spec (NULL: no spec yet, nothing changes): plan, apply,
  * then tell each live instance that attaches a grown volume its new size
- * (rt's block_resize; live decides which). Fills *ret with the report's
+ * (rt's block_resize; live decides which; rt or live NULL: nobody told).
+ * A failed action is logged once and, without a room warning, becomes the
+ * warning. Fills *ret with the report's
  * numbers. 0, or -errno when the directory or filesystem cannot be read
  * (nothing reported then). Converge thread only. */
 int vol_pass(struct vol *v, const Bc__Node__V1__NodeSpec *spec, struct rt *rt, vol_live_fn live,

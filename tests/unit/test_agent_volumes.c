@@ -396,6 +396,37 @@ static void test_pass(void)
 	rt_close(rt);
 }
 
+/* A create the filesystem refuses (here: a directory in the way of
+ * <id>.raw.tmp) is not counted and becomes the host's warning. */
+static void test_failure(void)
+{
+	_cleanup_free_ char *vdir = xasprintf("%s/fail", tmpdir);
+	_cleanup_free_ char *blocker = xasprintf("%s/vol_c" VOL_TMP_SUFFIX, vdir);
+	const struct vol_config vc = {.dir = vdir, .reserve_percent = 5, .reserve_min = 2 * GIB,
+				      .fs_size = 100 * GIB};
+	Bc__Node__V1__NodeSpec spec = BC__NODE__V1__NODE_SPEC__INIT;
+	Bc__Node__V1__VolumeSpec v = BC__NODE__V1__VOLUME_SPEC__INIT, *vp = &v;
+	struct rt_storage stg;
+	struct vol *vol = NULL;
+
+	is_int(vol_open(&vc, &vol), 0, "failure: volumes dir");
+	mkdir(blocker, 0700);
+	v.id = "vol_c";
+	v.serial = "bcv-c";
+	v.size_bytes = GIB;
+	spec.n_volumes = 1;
+	spec.volumes = &vp;
+	is_int(vol_pass(vol, &spec, NULL, NULL, NULL, &stg), 0, "failure: a pass");
+	is_str(stg.warning, "volume vol_c: create failed: Is a directory",
+	       "failure: the host's warning says which volume and why");
+	is_int(stg.committed, 0, "failure: not counted as made");
+	rmdir(blocker);
+	is_int(vol_pass(vol, &spec, NULL, NULL, NULL, &stg), 0, "failure: the next pass");
+	is_int(stg.committed, GIB, "failure: repaired: made");
+	is_str(stg.warning, "", "failure: the warning ends");
+	vol_free(vol);
+}
+
 int main(void)
 {
 	log_init("test", LOG_LVL_ERROR);
@@ -413,6 +444,7 @@ int main(void)
 	test_huge();
 	test_apply();
 	test_pass();
+	test_failure();
 	{
 		_cleanup_free_ char *cmd = xasprintf("rm -rf '%s'", tmpdir);
 		if (system(cmd) != 0)
