@@ -71,20 +71,28 @@ static const struct vol_file *find_made(const struct vol_file *sorted, size_t n,
 	return n ? bsearch(&key, sorted, n, sizeof(*sorted), cmp_file) : NULL;
 }
 
-static bool named(const struct vol_want *want, size_t n, const char *id)
+static int cmp_str(const void *a, const void *b)
 {
-	for (size_t i = 0; i < n; i++)
-		if (strcmp(want[i].id, id) == 0)
-			return true;
-	return false;
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static bool listed(const char *const *ids, size_t n, const char *id)
+/* The ids a file may not be wiped for (wanted or attached), sorted. */
+static const char **keep_ids(const struct vol_want *want, size_t n_want,
+			     const char *const *in_use, size_t n_in_use)
 {
-	for (size_t i = 0; i < n; i++)
-		if (strcmp(ids[i], id) == 0)
-			return true;
-	return false;
+	const char **v = xcalloc(n_want + n_in_use + 1, sizeof(*v));
+
+	for (size_t i = 0; i < n_want; i++)
+		v[i] = want[i].id;
+	for (size_t i = 0; i < n_in_use; i++)
+		v[n_want + i] = in_use[i];
+	qsort(v, n_want + n_in_use, sizeof(*v), cmp_str);
+	return v;
+}
+
+static bool listed(const char *const *sorted, size_t n, const char *id)
+{
+	return n && bsearch(&id, sorted, n, sizeof(*sorted), cmp_str) != NULL;
 }
 
 static void add_act(struct vol_plan *p, enum vol_act_kind kind, const char *id, uint64_t size,
@@ -118,13 +126,14 @@ static void plan_files(const struct vol_file *f, size_t n, const struct vol_want
 		       size_t n_want, const char *const *in_use, size_t n_in_use, bool keep_all,
 		       struct vol_plan *p)
 {
+	const char **keep = keep_ids(want, n_want, in_use, n_in_use);
+
 	for (size_t i = 0; i < n; i++) {
 		if (f[i].tmp) {
 			add_act(p, VOL_DROP_TMP, f[i].id, 0, 0);
 			continue;
 		}
-		if (!keep_all && !named(want, n_want, f[i].id) &&
-		    !listed(in_use, n_in_use, f[i].id)) {
+		if (!keep_all && !listed(keep, n_want + n_in_use, f[i].id)) {
 			add_act(p, VOL_WIPE, f[i].id, 0, f[i].size);
 			continue;
 		}
@@ -134,6 +143,7 @@ static void plan_files(const struct vol_file *f, size_t n, const struct vol_want
 			p->storage.outstanding = sat_add(p->storage.outstanding,
 							 f[i].size - f[i].allocated);
 	}
+	free(keep);
 }
 
 void vol_plan(const struct vol_want *want, size_t n_want, const struct vol_file *files,
