@@ -47,6 +47,10 @@ static const struct conf_key keys[] = {
 	S(log_level, "info", "debug, info, warn, error"),
 	S(libvirt_uri, "qemu:///system", "libvirt runtime: the libvirtd to use"),
 	S(data_dir, "", "libvirt runtime: images and instance disks (empty: state_dir/data)"),
+	S(volumes_dir, "", "sandbox volumes' sparse raw files (empty: data_dir/volumes)"),
+	U32(volume_reserve_percent, "5", 0, 100,
+	    "volumes: percent of their filesystem kept free (for overlays and bcd's files)"),
+	U64(volume_reserve_min_gib, "2", 0, 1ull << 30, "volumes: the reserve in GiB at least"),
 	S(image_ca_file, "", "CA file trusted for image URLs (empty: the system's CAs)"),
 	S(domain_type, "auto", "auto (kvm with hardware virtualisation, else qemu), kvm or qemu"),
 	U32(stop_timeout_seconds, "30", 1, 3600, "ACPI shutdown time before a stop forces the guest off"),
@@ -308,6 +312,14 @@ int cfg_finish(struct agent_config *c, char *err, size_t errlen)
 		return fail(err, errlen, "guest_ready '%.32s': auto, on or off", c->guest_ready);
 	if (*c->data_dir && *c->data_dir != '/')
 		return fail(err, errlen, "data_dir '%.64s' must be an absolute path", c->data_dir);
+	if (*c->volumes_dir && *c->volumes_dir != '/')
+		return fail(err, errlen, "volumes_dir '%.64s' must be an absolute path",
+			    c->volumes_dir);
+	if (!*c->volumes_dir) {
+		free(c->volumes_dir);
+		c->volumes_dir = *c->data_dir ? xasprintf("%s/volumes", c->data_dir)
+					      : xasprintf("%s/data/volumes", c->state_dir);
+	}
 	if (*c->tunnel_advertise && (strlen(c->tunnel_advertise) > 255 ||
 				     !strrchr(c->tunnel_advertise, ':') ||
 				     strchr(c->tunnel_advertise, ' ') ||

@@ -41,6 +41,9 @@ struct agent_config {
 	char *libvirt_uri;
 	char *data_dir;                 /* "" = state_dir/data */
 	char *image_ca_file;            /* "" = the system's CAs */
+	char *volumes_dir;              /* "" = data_dir/volumes (set by cfg_finish) */
+	uint32_t volume_reserve_percent; /* of the volumes' filesystem, kept free */
+	uint64_t volume_reserve_min_gib; /* the reserve at least */
 	char *domain_type;              /* auto | kvm | qemu */
 	uint32_t stop_timeout_seconds;
 	uint32_t cert_renew_percent;    /* Node.RenewCertificate after this much of its life */

@@ -51,6 +51,7 @@
 #include "net.h"
 #include "netlink.h"
 #include "util.h"
+#include "volumes.h"
 
 /* An entry reported until a report that carried it was delivered. */
 struct once_item {
@@ -73,6 +74,7 @@ struct conv {
 	struct rt *rt;
 	struct net *net;           /* instance networking; NULL: none */
 	struct guestready *gr;     /* guests that reported up; NULL: none */
+	struct vol *vol;           /* the host's volumes; NULL: none reported */
 	/* converge thread only; replaced under lock (conv_tunnel_target) */
 	Bc__Node__V1__NodeSpec *spec;
 	struct idset adopted;      /* sorted: instances this process owns */
@@ -301,6 +303,11 @@ void conv_set_guestready(struct conv *c, struct guestready *gr)
 void conv_set_net(struct conv *c, struct net *net)
 {
 	c->net = net;
+}
+
+void conv_set_volumes(struct conv *c, struct vol *vol)
+{
+	c->vol = vol;
 }
 
 static void jobs_stop(struct conv *c);
@@ -837,7 +844,7 @@ static int fence_pass(struct conv *c)
 			free(v);
 		}
 	}
-	has_stg = c->rt->ops->storage && c->rt->ops->storage(c->rt, c->spec, &stg) == 0;
+	has_stg = c->vol && vol_last(c->vol, &stg) == 0;  /* volumes untouched */
 	publish(c, &p, e == 0, has_stg ? &stg : NULL);
 	pthread_mutex_lock(&c->lock);
 	c->fence_seq = c->status.seq;
@@ -1342,6 +1349,23 @@ static int list_actual(struct conv *c, struct rt_instance **ret, size_t *ret_n)
 	return 0;
 }
 
+/* vol_pass's question: is the instance running or paused as this pass
+ * listed it, with no job of its own under way (one call at a time)? */
+struct live_ctx {
+	const struct pass *p;
+	const struct rt_instance *actual;
+	size_t n;
+};
+
+static bool live_idle(void *ctx, const char *id)
+{
+	const struct live_ctx *l = ctx;
+	const struct rt_instance *a = find_actual(l->actual, l->n, id);
+
+	return a && (a->state == RT_STATE_RUNNING || a->state == RT_STATE_PAUSED) &&
+	       !busy_of(l->p, id);
+}
+
 int conv_pass(struct conv *c)
 {
 	struct rt_instance *actual = NULL;
@@ -1380,13 +1404,15 @@ int conv_pass(struct conv *c)
 	if (c->spec && c->rt->ops->node)
 		c->rt->ops->node(c->rt, c->spec);
 	t[3] = mono_ms();
+	/* volumes made before the instances that attach them are created */
+	if (c->vol)
+		has_stg = vol_pass(c->vol, c->spec, c->rt, live_idle,
+				   &(struct live_ctx){&p, actual, n_actual}, &stg) == 0;
 	if (c->spec)
 		converge_desired(c, &p, actual, n_actual);
 	log_debug("pass: %" PRId64 " ms (list %" PRId64 " ms, network %" PRId64 " ms, node %" PRId64
 		  " ms, instances %" PRId64 " ms)", mono_ms() - t[0], t[1] - t[0], t[2] - t[1],
 		  t[3] - t[2], mono_ms() - t[3]);
-	if (c->rt->ops->storage && c->rt->ops->storage(c->rt, c->spec, &stg) == 0)
-		has_stg = true;
 	idset_sort(&p.owned);
 	idset_clear(&c->adopted);
 	c->adopted = p.owned;

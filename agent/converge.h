@@ -72,6 +72,12 @@ void conv_set_net(struct conv *c, struct net *net);
 struct guestready;
 void conv_set_guestready(struct conv *c, struct guestready *gr);
 
+/* The host's volumes (volumes.h): each pass makes, grows and wipes them
+ * before creating instances, and reports their store. Before the converge
+ * thread starts; NULL (the default): no volumes, no store reported. */
+struct vol;
+void conv_set_volumes(struct conv *c, struct vol *vol);
+
 void conv_free(struct conv *c);
 
 /* Run slow runtime calls (a create with its first start, a start or stop of

@@ -16,6 +16,7 @@
  *    a runtime tells its own domains from another bcd's on one libvirtd. */
 #include "domxml.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -422,4 +423,44 @@ int domxml_metadata_node(const char *xml, char *out, size_t outlen)
 	memcpy(out, p, n);
 	out[n] = '\0';
 	return str_is_printable(out, outlen) ? 0 : -EINVAL;
+}
+
+/* ------------------------------------------------------ disk by serial */
+
+/* The value of attribute name (name=' or name=") inside [p, end), into out. */
+static int attr_in(const char *p, const char *end, const char *name, char *out, size_t outlen)
+{
+	const char *a = strstr(p, name), *v, *q;
+	size_t n = strlen(name);
+
+	if (!a || a >= end || (a[n] != '\'' && a[n] != '"'))
+		return -EINVAL;
+	v = a + n + 1;
+	q = strchr(v, a[n]);
+	if (!q || q >= end || q == v || (size_t)(q - v) >= outlen)
+		return -EINVAL;
+	memcpy(out, v, (size_t)(q - v));
+	out[q - v] = '\0';
+	for (const char *c = out; *c; c++)
+		if (!islower((unsigned char)*c) && !isdigit((unsigned char)*c))
+			return -EINVAL;
+	return 0;
+}
+
+int domxml_disk_by_serial(const char *xml, const char *serial, char *out, size_t outlen)
+{
+	size_t n = serial ? strlen(serial) : 0;
+
+	if (!xml || !n)
+		return -EINVAL;
+	for (const char *p = strstr(xml, "<disk "); p; p = strstr(p, "<disk ")) {
+		const char *end = strstr(p, "</disk>"), *s;
+		if (!end)
+			return -EINVAL;
+		s = strstr(p, "<serial>");
+		if (s && s < end && strncmp(s + 8, serial, n) == 0 && s[8 + n] == '<')
+			return attr_in(p, end, "<target dev=", out, outlen);
+		p = end;
+	}
+	return -ENOENT;
 }

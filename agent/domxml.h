@@ -71,4 +71,10 @@ bool domxml_escape(const char *s, char *out, size_t outlen);
  * the element holds no node id, -EINVAL when it is malformed. */
 int domxml_metadata_node(const char *metadata_xml, char *out, size_t outlen);
 
+#define DOMXML_DEV_MAX 16
+/* The target dev ("vdc") of the <disk> whose <serial> is serial in a
+ * domain's XML (libvirt's virDomainGetXMLDesc) into out. 0, -ENOENT when no
+ * disk has that serial, -EINVAL for XML it cannot read. Pure. */
+int domxml_disk_by_serial(const char *xml, const char *serial, char *out, size_t outlen);
+
 #endif

@@ -55,6 +55,7 @@
 #include "metrics.h"
 #include "rpc.h"
 #include "util.h"
+#include "volumes.h"
 
 #define EXIT_CONFIG 1
 #define EXIT_JOIN_REFUSED 2
@@ -68,6 +69,7 @@ struct agent {
 	struct rt *rt;
 	struct conv *conv;
 	struct net *net;
+	struct vol *vol;                /* the host's volumes (volumes.h) */
 	struct guestready *gr;          /* guests that reported up */
 	struct rt_traits traits;        /* advertised (runtime's, net's) */
 	struct state_cmds *cmds;
@@ -235,6 +237,7 @@ static int open_runtime(struct agent *a)
 			       .node_id = a->creds.node_id,
 			       .libvirt_uri = a->cfg.libvirt_uri,
 			       .data_dir = a->cfg.data_dir,
+			       .volumes_dir = a->cfg.volumes_dir,
 			       .image_ca_file = a->cfg.image_ca_file,
 			       .image_max_bytes = a->cfg.image_max_gib << 30,
 			       .domain_type = a->cfg.domain_type,
@@ -250,6 +253,26 @@ static int open_runtime(struct agent *a)
 		log_error("runtime %s: not built into this bcd", a->cfg.runtime);
 	else if (e < 0)
 		log_error("runtime %s: cannot open: %s", a->cfg.runtime, strerror(-e));
+	return e;
+}
+
+/* The volumes of the spec, made by each converge pass. The fake runtime
+ * runs no guests but makes real (sparse) files: its volume store stands
+ * in for a filesystem of capacity_disk_gib, so the numbers it reports
+ * follow its configured capacity, not the test machine's disk. */
+static int open_volumes(struct agent *a)
+{
+	struct vol_config vc = {.dir = a->cfg.volumes_dir,
+				.reserve_percent = a->cfg.volume_reserve_percent,
+				.reserve_min = a->cfg.volume_reserve_min_gib << 30,
+				.fs_size = a->rt->ops == &rt_fake_ops ? a->cfg.capacity_disk_gib << 30
+								       : 0};
+	int e = vol_open(&vc, &a->vol);
+
+	if (e < 0)
+		log_error("volumes_dir %s: %s", a->cfg.volumes_dir, strerror(-e));
+	else
+		conv_set_volumes(a->conv, a->vol);
 	return e;
 }
 
@@ -389,6 +412,8 @@ static int start_up(struct agent *a)
 		}
 	}
 	a->conv = conv_new(a->rt);
+	if (open_volumes(a) < 0)
+		return EXIT_CONFIG;
 	if (net_open(a->cfg.network, &a->net) < 0) {
 		log_error("network %s: nftables or none", a->cfg.network);
 		return EXIT_CONFIG;
@@ -517,6 +542,7 @@ static void tear_down(struct agent *a)
 	cmds_free(a->commands); /* its workers stopped in run(); probes use the runtime */
 	rt_close(a->rt);  /* first: its download workers may poke the conv */
 	conv_free(a->conv);
+	vol_free(a->vol);
 	gr_close(a->gr);
 	net_close(a->net);
 	state_cmds_free(a->cmds);

@@ -136,17 +136,28 @@ bool report_cert_warning(int64_t now, int64_t not_after_ms, int64_t warn_ms, cha
 	return true;
 }
 
-static void build_warnings(struct report_msg *m, const struct report_info *info, int64_t now)
+static void add_warning(struct report_msg *m, const char *code, const char *text)
 {
-	if (!report_cert_warning(now, info->cert_not_after_ms, info->cert_warn_ms,
-				 m->warning_text, sizeof(m->warning_text)))
-		return;
-	bc__node__v1__host_warning__init(&m->warning);
-	m->warning.code = (char *)"cert-expiring";
-	m->warning.message = m->warning_text;
-	m->warning_p = &m->warning;
-	m->msg.n_warnings = 1;
-	m->msg.warnings = &m->warning_p;
+	size_t n = m->msg.n_warnings;
+
+	bc__node__v1__host_warning__init(&m->warning[n]);
+	m->warning[n].code = (char *)code;
+	m->warning[n].message = (char *)text;
+	m->warning_p[n] = &m->warning[n];
+	m->msg.n_warnings = n + 1;
+	m->msg.warnings = m->warning_p;
+}
+
+/* cert-expiring, then volume-storage (a volume not made for room:
+ * volumes.c). */
+static void build_warnings(struct report_msg *m, const struct report_info *info,
+			   const struct conv_status *st, int64_t now)
+{
+	if (report_cert_warning(now, info->cert_not_after_ms, info->cert_warn_ms,
+				m->warning_text, sizeof(m->warning_text)))
+		add_warning(m, "cert-expiring", m->warning_text);
+	if (st->has_storage && st->storage.warning[0])
+		add_warning(m, "volume-storage", st->storage.warning);
 }
 
 void report_build(const struct report_info *info, const struct conv_status *st, int64_t now,
@@ -172,12 +183,13 @@ void report_build(const struct report_info *info, const struct conv_status *st, 
 		m->storage.reserved_bytes = st->storage.reserved;
 		m->storage.outstanding_bytes = st->storage.outstanding;
 		m->storage.committed_bytes = st->storage.committed;
+		m->storage.allocated_bytes = st->storage.allocated;
 		m->msg.volume_storage = &m->storage;
 	}
 	build_instances(m, st);
 	build_labels(m, info);
 	build_results(m, st);
-	build_warnings(m, info, now);
+	build_warnings(m, info, st, now);
 }
 
 void report_msg_clear(struct report_msg *m)

@@ -50,7 +50,7 @@ struct report_msg {
 	Bc__Node__V1__InstanceStatus *inst, **inst_p;
 	Bc__Node__V1__StatusReport__LabelsEntry *labels, **labels_p;
 	Bc__Node__V1__CommandResult *results, **results_p;
-	Bc__Node__V1__HostWarning warning, *warning_p;
+	Bc__Node__V1__HostWarning warning[2], *warning_p[2]; /* cert, volume store */
 	char warning_text[128];
 };
 

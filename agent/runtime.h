@@ -64,6 +64,7 @@ struct rt_config {
 	const char *node_id;            /* marks this node's domains */
 	const char *libvirt_uri;        /* default qemu:///system */
 	const char *data_dir;           /* images, instances; default state_dir/data */
+	const char *volumes_dir;        /* volumes (volumes.h); default data_dir/volumes */
 	const char *image_ca_file;      /* NULL/"": system CAs */
 	uint64_t image_max_bytes;       /* 0: 64 GiB */
 	const char *domain_type;        /* auto | kvm | qemu */
@@ -79,12 +80,18 @@ struct rt_config {
 	struct guestready *guest_ready;
 };
 
-/* The volume store numbers of StatusReport.volume_storage, in bytes. */
+#define RT_WARNING_MAX 256  /* HostWarning.message */
+
+/* The volume store numbers of StatusReport.volume_storage, in bytes, and
+ * the host warning "volume-storage" ("": none). Compared whole (memcmp):
+ * zero it before filling. */
 struct rt_storage {
 	uint64_t available;
 	uint64_t reserved;
 	uint64_t outstanding;
 	uint64_t committed;
+	uint64_t allocated;
+	char warning[RT_WARNING_MAX];
 };
 
 struct rt;
@@ -123,8 +130,10 @@ struct runtime_ops {
 	/* The node-wide part of the spec a pass converges (pool gateway...),
 	 * before any create of that pass. May be NULL. */
 	void (*node)(struct rt *rt, const Bc__Node__V1__NodeSpec *spec);
-	/* Volume store numbers for spec (may be NULL: nothing reported). */
-	int (*storage)(struct rt *rt, const Bc__Node__V1__NodeSpec *spec, struct rt_storage *ret);
+	/* Tell a running or paused instance that its disk with this serial
+	 * (an attached volume) is now bytes long, so the guest sees it at
+	 * once. -ENOENT: no such instance or disk. May be NULL. */
+	int (*block_resize)(struct rt *rt, const char *id, const char *serial, uint64_t bytes);
 	/* Release the handle; instances keep running. NULL-safe. */
 	void (*close)(struct rt *rt);
 };

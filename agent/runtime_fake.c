@@ -26,6 +26,8 @@
  * Every operation that changes a record appends one line to
  * state_dir/fake/ledger.log after the record is on disk:
  *   ts=<epoch ms> op=<create|adopt|update|start|pause|resume|stop|destroy> id=<id> ...
+ * (a running guest told a volume grew: op=block_resize id=<id> serial=<s>
+ * bytes=<n>, no record changed)
  * so tests can count creates per id (`grep -c 'op=create id=<id> '`).
  *
  * Host admission: the vCPUs and memory of every instance the fake holds
@@ -275,17 +277,23 @@ static int rec_save_state(const struct rt_fake *f, const struct fake_rec *r,
 
 /* Append one ledger line (one write). Failures are ignored: the ledger is
  * an observation aid, the record is the truth. */
-static void ledger(const struct rt_fake *f, const char *op, const struct fake_rec *r)
+static void ledger_text(const struct rt_fake *f, const char *line)
 {
-	_cleanup_free_ char *line = xasprintf(
-		"ts=%" PRId64 " op=%s id=%s state=%s vcpus=%" PRIu32 " memory_mib=%" PRIu64 "\n",
-		now_ms(), op, r->id, rt_state_name(r->state), r->vcpus, r->memory_mib);
 	_cleanup_close_ int fd = open(f->ledger, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
 
 	if (fd < 0)
 		return;
 	if (write(fd, line, strlen(line)) != (ssize_t)strlen(line))
 		return;
+}
+
+static void ledger(const struct rt_fake *f, const char *op, const struct fake_rec *r)
+{
+	_cleanup_free_ char *line = xasprintf(
+		"ts=%" PRId64 " op=%s id=%s state=%s vcpus=%" PRIu32 " memory_mib=%" PRIu64 "\n",
+		now_ms(), op, r->id, rt_state_name(r->state), r->vcpus, r->memory_mib);
+
+	ledger_text(f, line);
 }
 
 /* True if the test hook file of id names op. */
@@ -309,12 +317,8 @@ static void slow_ledger(const struct rt_fake *f, const char *id, const char *op,
 {
 	_cleanup_free_ char *line = xasprintf("ts=%" PRId64 " op=slow id=%s wait=%s:%ld\n",
 					      now_ms(), id, op, ms);
-	_cleanup_close_ int fd = open(f->ledger, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
 
-	if (fd < 0)
-		return;
-	if (write(fd, line, strlen(line)) != (ssize_t)strlen(line))
-		return;
+	ledger_text(f, line);
 }
 
 /* The test hook file of id: sleep as long as it says for op (0 if not). */
@@ -937,23 +941,33 @@ static int fake_destroy(struct rt *rt, const char *id)
 	return e;
 }
 
-/* The fake writes nothing: its store holds the configured disk capacity,
- * volumes are sparse and unwritten (outstanding = committed = their sizes),
- * reserve 5 % of the store, at least 2 GiB (capped at the store). */
-static int fake_storage(struct rt *rt, const Bc__Node__V1__NodeSpec *spec, struct rt_storage *ret)
+/* A running or paused instance is told a disk grew (the ledger line
+ * above). -ENOENT for an instance the fake does not hold, -EINVAL for one
+ * not running or paused; "block_resize" in its .fail file: -EIO. */
+static int fake_block_resize(struct rt *rt, const char *id, const char *serial, uint64_t bytes)
 {
 	struct rt_fake *f = fake_of(rt);
-	struct rt_storage s = {0};
+	struct fake_rec *cur;
+	int e = 0;
 
-	s.available = f->cap.capacity_disk_gib * GIB;
-	s.reserved = s.available / 20 > 2 * GIB ? s.available / 20 : 2 * GIB;
-	if (s.reserved > s.available)
-		s.reserved = s.available;
-	for (size_t i = 0; spec && i < spec->n_volumes; i++)
-		s.committed += spec->volumes[i]->size_bytes;
-	s.outstanding = s.committed;
-	*ret = s;
-	return 0;
+	if (!rt_id_valid(id) || !str_is_printable(serial, 64))
+		return -EINVAL;
+	pthread_mutex_lock(&f->lock);
+	cur = held(f, id);
+	if (!cur)
+		e = -ENOENT;
+	else if (cur->state != RT_STATE_RUNNING && cur->state != RT_STATE_PAUSED)
+		e = -EINVAL;
+	else if (fail_injected(f, id, "block_resize"))
+		e = -EIO;
+	pthread_mutex_unlock(&f->lock);
+	if (e == 0) {
+		_cleanup_free_ char *line = xasprintf("ts=%" PRId64 " op=block_resize id=%s serial=%s "
+						      "bytes=%" PRIu64 "\n", now_ms(), id, serial,
+						      bytes);
+		ledger_text(f, line);
+	}
+	return e;
 }
 
 const struct runtime_ops rt_fake_ops = {
@@ -969,6 +983,6 @@ const struct runtime_ops rt_fake_ops = {
 	.resume = fake_resume,
 	.stop = fake_stop,
 	.destroy = fake_destroy,
-	.storage = fake_storage,
+	.block_resize = fake_block_resize,
 	.close = fake_close,
 };

@@ -12,7 +12,8 @@
  *   instances/<id>/seed.iso         the NoCloud cidata seed (read-only disk)
  *   instances/<id>/nvram.fd         UEFI variables (libvirt copies the template)
  *   instances/<id>/console.log      serial console, appended by virtlogd
- *   volumes/<volume id>.img         attached volumes (raw; made elsewhere)
+ *   volumes/<volume id>.raw         attached volumes (raw; made by volumes.c,
+ *                                   in volumes_dir when configured)
  *
  * create = host admission, image fetched and checked, overlay, seed, define
  * (stopped). start/pause/resume are the libvirt calls; stop is an ACPI
@@ -42,6 +43,7 @@
 #include "runtime_libvirt.h"
 #include "seed.h"
 #include "util.h"
+#include "volumes.h"
 
 #define GIB (1024ull * 1024 * 1024)
 #define DEFAULT_URI "qemu:///system"
@@ -413,7 +415,9 @@ static void lv_paths(struct rt_libvirt *lv, const struct rt_config *cfg)
 						       : xasprintf("%s/data", cfg->state_dir);
 	lv->images_dir = xasprintf("%s/images", lv->data_dir);
 	lv->instances_dir = xasprintf("%s/instances", lv->data_dir);
-	lv->volumes_dir = xasprintf("%s/volumes", lv->data_dir);
+	lv->volumes_dir = cfg->volumes_dir && *cfg->volumes_dir
+				  ? xstrdup(cfg->volumes_dir)
+				  : xasprintf("%s/volumes", lv->data_dir);
 	lv->ca_file = cfg->image_ca_file ? xstrdup(cfg->image_ca_file) : NULL;
 	snprintf(lv->hugepages_dir, sizeof(lv->hugepages_dir), "%s",
 		 hp && *hp ? hp : "/sys/kernel/mm/hugepages");
@@ -923,7 +927,8 @@ static int prepare_seed(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec 
 	return e;
 }
 
-/* Attached volumes: data_dir/volumes/<id>.img must exist. */
+/* Attached volumes: volumes_dir/<id>.raw must exist (volumes.c makes it
+ * in the pass before any create). */
 static int volumes_of(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s,
 		      struct domxml_volume *v, char **paths, char *reason)
 {
@@ -933,7 +938,7 @@ static int volumes_of(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s
 			snprintf(reason, RT_REASON_MAX, "InvalidSpec: unusable volume id");
 			return -EINVAL;
 		}
-		paths[i] = xasprintf("%s/%s.img", lv->volumes_dir, a->volume_id);
+		paths[i] = vol_path(lv->volumes_dir, a->volume_id);
 		if (!file_exists(paths[i])) {
 			snprintf(reason, RT_REASON_MAX, "VolumeUnavailable: %.64s", a->volume_id);
 			return -EAGAIN;
@@ -1393,6 +1398,44 @@ static int lv_destroy(struct rt *rt, const char *id)
 	return id_call(rt, id, destroy_call);
 }
 
+/* The disk of id whose serial is serial is bytes long now: the guest sees
+ * it at once (virDomainBlockResize on the target dev the live XML gives
+ * that serial). */
+static int resize_call(struct rt *rt, const char *id, const char *serial, uint64_t bytes)
+{
+	virDomainPtr dom = NULL;
+	char *xml = NULL;
+	char dev[DOMXML_DEV_MAX];
+	int e = dom_get(lv_of(rt), id, &dom);
+
+	if (e < 0)
+		return e;
+	xml = virDomainGetXMLDesc(dom, 0);
+	if (!xml) {
+		snprintf(last_msg, sizeof(last_msg), "%.190s", lv_err());
+		e = -EIO;
+	} else if ((e = domxml_disk_by_serial(xml, serial, dev, sizeof(dev))) == 0 &&
+		   virDomainBlockResize(dom, dev, bytes, VIR_DOMAIN_BLOCK_RESIZE_BYTES) < 0) {
+		snprintf(last_msg, sizeof(last_msg), "block resize %s: %.160s", dev, lv_err());
+		e = -EIO;
+	}
+	free(xml);
+	virDomainFree(dom);
+	return e;
+}
+
+static int lv_block_resize(struct rt *rt, const char *id, const char *serial, uint64_t bytes)
+{
+	int e;
+
+	if (!rt_id_valid(id))
+		return -EINVAL;
+	call_begin(lv_of(rt), id);
+	e = resize_call(rt, id, serial, bytes);
+	call_end(lv_of(rt), id);
+	return e;
+}
+
 /* ------------------------------------------------------- image GC */
 
 static bool named_by_spec(const Bc__Node__V1__NodeSpec *spec, const char *sha)
@@ -1480,9 +1523,9 @@ static void lv_node(struct rt *rt, const Bc__Node__V1__NodeSpec *spec)
 const struct runtime_ops rt_libvirt_ops = {
 	.name = "libvirt",
 	/* policies are enforced by net.c (main.c advertises them only with
-	 * network = nftables); volumes on disk are not made by bcd yet */
+	 * network = nftables); volumes are made by volumes.c */
 	.traits = {.snapshot = false, .network_policy = true, .ssh_host_only = true,
-		   .volumes = false},
+		   .volumes = true},
 	.open = lv_open,
 	.list = lv_list,
 	.create = lv_create,
@@ -1493,8 +1536,8 @@ const struct runtime_ops rt_libvirt_ops = {
 	.resume = lv_resume,
 	.stop = lv_stop,
 	.destroy = lv_destroy,
+	.block_resize = lv_block_resize,
 	.node = lv_node,
 	.last_error = lv_last_error,
-	.storage = NULL,
 	.close = lv_close,
 };

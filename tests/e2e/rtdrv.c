@@ -11,7 +11,12 @@
  *   rtdrv STATE_DIR list                  "<id> <state>" lines
  *   rtdrv STATE_DIR pass NODESPEC.json    converge passes (agent/converge.c)
  *                                         until no image download is pending;
- *                                         "<id> <state> <reason>" lines
+ *                                         "<id> <state> <reason>" lines; with
+ *                                         the spec's volumes made, grown and
+ *                                         wiped in DATA_DIR/volumes
+ *                                         (agent/volumes.c, reserve 5 %, at
+ *                                         least 2 GiB), then a line
+ *                                         "volumes committed=N warning=TEXT"
  *
  * Every operation prints "ok" or "error <errno name> <reason>" (exit 1).
  * A stop (or pass) under way (a guest shutting down) is asked again until
@@ -22,6 +27,7 @@
  * served as every instance's boot data), RTDRV_ONCE (create: one call,
  * never asked again). */
 #include <errno.h>
+#include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +35,7 @@
 
 #include "agent/converge.h"
 #include "agent/runtime.h"
+#include "agent/volumes.h"
 #include "log.h"
 #include "pbjson.h"
 #include "util.h"
@@ -138,12 +145,23 @@ static bool fetching(const struct conv_status *st)
 /* Converge passes until no instance waits for a download or a shutdown
  * (bcd's converge thread is poked / passes every 10 s; this polls), at most
  * WAIT_MS. */
-static int do_pass(struct rt *rt, const char *path)
+static int do_pass(struct rt *rt, const char *state_dir, const char *path)
 {
+	const char *data = env("RTDRV_DATA_DIR", NULL);
+	_cleanup_free_ char *vdir = data ? xasprintf("%s/volumes", data)
+					 : xasprintf("%s/data/volumes", state_dir);
+	const struct vol_config vc = {.dir = vdir, .reserve_percent = 5, .reserve_min = 2ull << 30};
 	struct conv *c = conv_new(rt);
 	struct conv_status st = {0};
 	int64_t until = mono_ms() + WAIT_MS;
+	struct vol *vol = NULL;
 
+	if (vol_open(&vc, &vol) < 0) {
+		printf("error volumes %s\n", vdir);
+		conv_free(c);
+		return 1;
+	}
+	conv_set_volumes(c, vol);
 	conv_submit(c, (Bc__Node__V1__NodeSpec *)load(&bc__node__v1__node_spec__descriptor, path));
 	do {
 		conv_status_clear(&st);
@@ -152,8 +170,12 @@ static int do_pass(struct rt *rt, const char *path)
 	} while (fetching(&st) && mono_ms() < until && usleep(50000) == 0);
 	for (size_t i = 0; i < st.n_items; i++)
 		printf("%s %s %s\n", st.items[i].id, st.items[i].state, st.items[i].reason);
+	if (st.has_storage && st.storage.committed)
+		printf("volumes committed=%" PRIu64 " warning=%s\n", st.storage.committed,
+		       st.storage.warning);
 	conv_status_clear(&st);
 	conv_free(c);
+	vol_free(vol);
 	return 0;
 }
 
@@ -222,7 +244,7 @@ int main(int argc, char **argv)
 	else if (argc < 4)
 		rc = 2;
 	else if (strcmp(argv[2], "pass") == 0)
-		rc = do_pass(rt, argv[3]);
+		rc = do_pass(rt, argv[1], argv[3]);
 	else if (strcmp(argv[2], "create") == 0 || strcmp(argv[2], "adopt") == 0)
 		for (int i = 3; i < argc; i++)  /* several: one runtime, in turn */
 			rc = do_spec_op(rt, argv[2], argv[i]) || rc;

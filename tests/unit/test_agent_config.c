@@ -129,6 +129,20 @@ static void test_refusals(void)
 	is_str(c.domain_type, "auto", "default domain_type");
 	is_str(c.data_dir, "", "default data_dir: state_dir/data");
 	is_int(c.stop_timeout_seconds, 30, "default stop_timeout_seconds");
+	is_int(c.volume_reserve_percent, 5, "default volume_reserve_percent");
+	is_int(c.volume_reserve_min_gib, 2, "default volume_reserve_min_gib");
+	is_int(cfg_finish(&c, err, sizeof(err)), 0, "finished");
+	is_str(c.volumes_dir, "/var/lib/bcd/data/volumes", "default volumes_dir: state_dir/data/volumes");
+	cfg_free(&c);
+	from_args(&c, &cli, err, 5, "--controller", "x:1", "--data-dir", "/d");
+	is_int(cfg_finish(&c, err, sizeof(err)), 0, "data_dir /d");
+	is_str(c.volumes_dir, "/d/volumes", "volumes_dir follows data_dir");
+	cfg_free(&c);
+	from_args(&c, &cli, err, 5, "--controller", "x:1", "--volumes-dir", "vols");
+	is_int(cfg_finish(&c, err, sizeof(err)), -EINVAL, "relative volumes_dir refused");
+	cfg_free(&c);
+	is_int(from_args(&c, &cli, err, 5, "--controller", "x:1", "--volume-reserve-percent", "101"),
+	       -EINVAL, "volume_reserve_percent above 100 refused");
 	cfg_free(&c);
 	from_args(&c, &cli, err, 3, "--controller", "x:1");
 	is_str(c.guest_host_ports, "udp/67 udp/547 udp/53 tcp/53", "default guest_host_ports");
@@ -201,7 +215,7 @@ static void test_report_build(void)
 	struct conv_status st = {.applied_generation = 7, .complete = true, .items = items,
 				 .n_items = 2, .has_storage = true,
 				 .storage = {.available = 100, .reserved = 5, .outstanding = 3,
-					     .committed = 3},
+					     .committed = 3, .allocated = 2},
 				 .results = results, .n_results = 1};
 	struct report_msg m;
 	uint8_t *buf;
@@ -226,6 +240,8 @@ static void test_report_build(void)
 		is_str(label(back, "cpu.model"), "Fancy CPU", "cpu.model label");
 		ok(back->capacity && back->capacity->memory_mib == 16384, "capacity");
 		ok(back->volume_storage && back->volume_storage->reserved_bytes == 5, "storage");
+		ok(back->volume_storage && back->volume_storage->allocated_bytes == 2,
+		   "storage: allocated bytes");
 		is_int(back->n_results, 1, "command result");
 		is_str(back->hostname, "h1", "hostname");
 		is_str(back->agent_version, "9.9", "agent version");
@@ -259,6 +275,23 @@ static void test_report_build(void)
 	info.cert_warn_ms = 0;
 	report_build(&info, &st, 99LL * 86400000, &m);
 	is_int(m.msg.n_warnings, 0, "cert_warn_seconds 0: never");
+	report_msg_clear(&m);
+
+	/* a volume not made for room: volume-storage, after cert-expiring */
+	st.has_storage = true;
+	snprintf(st.storage.warning, sizeof(st.storage.warning), "volume vol_a needs 5 bytes");
+	info.cert_warn_ms = 30LL * 86400000;
+	report_build(&info, &st, 71LL * 86400000, &m);
+	is_int(m.msg.n_warnings, 2, "certificate and volume store: two warnings");
+	if (m.msg.n_warnings == 2) {
+		is_str(m.msg.warnings[1]->code, "volume-storage", "the volume store's code");
+		is_str(m.msg.warnings[1]->message, "volume vol_a needs 5 bytes", "its text");
+	}
+	report_msg_clear(&m);
+	info.cert_warn_ms = 0;
+	report_build(&info, &st, 71LL * 86400000, &m);
+	ok(m.msg.n_warnings == 1 && strcmp(m.msg.warnings[0]->code, "volume-storage") == 0,
+	   "the volume store's warning alone");
 	report_msg_clear(&m);
 }
 

@@ -14,6 +14,7 @@
 #include "agent/guestready.h"
 #include "agent/runtime.h"
 #include "agent/state.h"
+#include "agent/volumes.h"
 #include "log.h"
 #include "tap.h"
 #include "util.h"
@@ -173,6 +174,20 @@ static char *subdir(const char *name)
 	return d;
 }
 
+/* The host's volumes in dir/volumes, on a stand-in filesystem of 100 GiB
+ * with bcd's default reserve (5 %, at least 2 GiB), as bcd runs the fake. */
+static struct vol *with_volumes(struct conv *c, const char *dir)
+{
+	_cleanup_free_ char *vdir = xasprintf("%s/volumes", dir);
+	const struct vol_config vc = {.dir = vdir, .reserve_percent = 5, .reserve_min = 2ull << 30,
+				      .fs_size = 100ull << 30};
+	struct vol *vol = NULL;
+
+	is_int(vol_open(&vc, &vol), 0, "volumes dir opened");
+	conv_set_volumes(c, vol);
+	return vol;
+}
+
 /* ---------------------------------------------------------------- tests */
 
 static void test_lifecycle(void)
@@ -181,6 +196,7 @@ static void test_lifecycle(void)
 	struct rt *rt = open_rt(dir, 64, 65536);
 	struct conv *c = conv_new(rt);
 	struct conv_status st = {0};
+	struct vol *vol = with_volumes(c, dir);
 	const struct want g1[] = {{"ins_a", RUNNING}, {"ins_b", PAUSED}, {"ins_c", STOPPED}, {0}};
 	const struct want g2[] = {{"ins_a", STOPPED}, {"ins_b", RUNNING}, {"ins_c", DELETED}, {0}};
 	uint64_t seq;
@@ -202,7 +218,7 @@ static void test_lifecycle(void)
 	is_str(item_state(&st, "ins_c"), "stopped", "ins_c reported stopped");
 	ok(st.has_storage, "volume storage reported");
 	is_int(st.storage.committed, 5ull << 30, "committed = the spec's volume sizes");
-	is_int(st.storage.available, 100ull << 30, "available = disk capacity");
+	is_int(st.storage.available, 100ull << 30, "available = the fake's store (sparse: none used)");
 	is_int(st.storage.reserved, 5ull << 30, "reserved = 5%% of the store");
 	seq = st.seq;
 	conv_status_clear(&st);
@@ -235,6 +251,7 @@ static void test_lifecycle(void)
 	is_str(item_state(&st, "ins_c"), "deleted", "still reported deleted while the spec names it");
 	conv_status_clear(&st);
 	conv_free(c);
+	vol_free(vol);
 	rt_close(rt);
 }
 
@@ -569,6 +586,7 @@ static void test_fence(void)
 	struct rt *rt = open_rt(dir, 64, 65536);
 	struct conv *c = conv_new(rt);
 	struct conv_status st = {0};
+	struct vol *vol = with_volumes(c, dir);
 	const struct want g1[] = {{"ins_a", RUNNING}, {"ins_b", PAUSED}, {"ins_c", RUNNING}, {0}};
 	const struct want g2[] = {{"ins_a", RUNNING}, {"ins_b", PAUSED}, {"ins_d", RUNNING}, {0}};
 	enum conv_fence f;
@@ -619,6 +637,7 @@ static void test_fence(void)
 	is_str(actual_state(rt, "ins_a"), "stopped", "fence = stop: a running instance is stopped");
 	is_str(actual_state(rt, "ins_b"), "stopped", "... and a paused one too");
 	conv_free(c);
+	vol_free(vol);
 	rt_close(rt);
 }
 

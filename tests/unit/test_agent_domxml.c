@@ -163,6 +163,40 @@ static void test_metadata(void)
 	is_int(domxml_metadata_node(NULL, node, sizeof(node)), -ENOENT, "no metadata");
 }
 
+/* The target dev of a disk found by serial, in the live XML libvirt gives
+ * (attributes in its order, double quotes). */
+static void test_disk_by_serial(void)
+{
+	const char *xml =
+		"<domain type='kvm'><devices>\n"
+		"    <disk type=\"file\" device=\"disk\">\n"
+		"      <source file=\"/d/disk.qcow2\" index=\"3\"/>\n"
+		"      <target dev=\"vda\" bus=\"virtio\"/>\n"
+		"    </disk>\n"
+		"    <disk type=\"file\" device=\"disk\">\n"
+		"      <source file=\"/v/vol_a.raw\"/>\n"
+		"      <target dev=\"vdc\" bus=\"virtio\"/>\n"
+		"      <serial>bcv-aaaa</serial>\n"
+		"    </disk>\n"
+		"    <disk type='file' device='disk'>\n"
+		"      <serial>bcv-bbbb</serial><target dev='vdd' bus='virtio'/>\n"
+		"    </disk>\n"
+		"</devices></domain>";
+	char dev[DOMXML_DEV_MAX];
+
+	is_int(domxml_disk_by_serial(xml, "bcv-aaaa", dev, sizeof(dev)), 0, "disk by serial");
+	is_str(dev, "vdc", "its target dev (serial after target)");
+	is_int(domxml_disk_by_serial(xml, "bcv-bbbb", dev, sizeof(dev)), 0, "single quotes");
+	is_str(dev, "vdd", "its target dev (serial before target)");
+	is_int(domxml_disk_by_serial(xml, "bcv-aaa", dev, sizeof(dev)), -ENOENT,
+	       "a serial's prefix is not a match");
+	is_int(domxml_disk_by_serial(xml, "bcv-cccc", dev, sizeof(dev)), -ENOENT, "no such serial");
+	is_int(domxml_disk_by_serial("<disk ><serial>s</serial><target dev='../x'/></disk>", "s",
+				     dev, sizeof(dev)), -EINVAL, "a dev that is not [a-z0-9]");
+	is_int(domxml_disk_by_serial("<disk ><serial>s</serial>", "s", dev, sizeof(dev)), -EINVAL,
+	       "an unclosed disk");
+}
+
 static void test_escape(void)
 {
 	char out[8];
@@ -173,6 +207,7 @@ static void test_escape(void)
 
 int main(void)
 {
+	test_disk_by_serial();
 	test_minimal();
 	test_full();
 	test_refusals();
