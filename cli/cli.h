@@ -282,6 +282,9 @@ int cli_events_list(struct cli_ctx *ctx, int argc, char **argv);
 int cli_usage_list(struct cli_ctx *ctx, int argc, char **argv);
 int cli_events_watch(struct cli_ctx *ctx, int argc, char **argv);
 
+/* mcp.c */
+int cli_mcp(struct cli_ctx *ctx, int argc, char **argv);
+
 int cli_token_create(struct cli_ctx *ctx, int argc, char **argv);
 
 int cli_policy_create(struct cli_ctx *ctx, int argc, char **argv);

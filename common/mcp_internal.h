@@ -1,0 +1,63 @@
+/* mcp_internal.h: what common/mcp.c (JSON-RPC framing and methods) and
+ * common/mcp_tools.c (the tool table) share: a span-based JSON scanner over
+ * the message text, a growing text buffer, and the tool calls. */
+#ifndef BC_MCP_INTERNAL_H
+#define BC_MCP_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "mcp.h"
+
+#define MCP_JSON_DEPTH 32
+
+/* A piece of the message text: one JSON value, unparsed. */
+struct mcp_span {
+	const char *p;
+	size_t n;
+};
+
+/* Advance *i past the well-formed JSON value at s[*i] (leading whitespace
+ * skipped); -EINVAL for malformed text or nesting deeper than
+ * MCP_JSON_DEPTH. */
+int mcp_json_skip(const char *s, size_t n, size_t *i, int depth);
+
+/* The next member of the validated object o from *i (start at 0): 1 with
+ * *ret_key (malloc'd, decoded) and *ret_val, 0 at the end, -EINVAL or
+ * -ENOMEM. */
+int mcp_json_next(struct mcp_span o, size_t *i, char **ret_key, struct mcp_span *ret_val);
+
+/* The first member key of the validated object o: true with *ret_val. */
+bool mcp_json_get(struct mcp_span o, const char *key, struct mcp_span *ret_val);
+
+/* The JSON string at v decoded (malloc'd, no NUL inside), or NULL when v is
+ * not a string or holds a NUL. */
+char *mcp_json_str(struct mcp_span v);
+
+/* A growing text buffer with a sticky -ENOMEM. */
+struct mcp_buf {
+	char *p;
+	size_t len, cap;
+	int err;
+};
+
+void mcp_buf_put(struct mcp_buf *b, const char *s, size_t n);
+void mcp_buf_puts(struct mcp_buf *b, const char *s);
+/* s as a JSON string, quoted and escaped. */
+void mcp_buf_str(struct mcp_buf *b, const char *s);
+/* 0 and *ret (b's text, owned) or b's error, b emptied either way. */
+int mcp_buf_take(struct mcp_buf *b, char **ret);
+
+/* mcp_tools.c */
+
+/* Append the tools/list array to b: every tool, or with gate the ones the
+ * API's answers show the caller. */
+void mcp_tools_put(struct mcp_server *s, bool gate, struct mcp_buf *b);
+
+/* Run tool name with the arguments object args (n == 0: none). 0 with
+ * *ret_result (a CallToolResult, malloc'd); -ENOENT for an unknown tool;
+ * -ENOMEM. A refused call or bad arguments are results with isError. */
+int mcp_tool_call(struct mcp_server *s, const char *name, struct mcp_span args,
+		  char **ret_result);
+
+#endif
