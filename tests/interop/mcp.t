@@ -1,0 +1,55 @@
+# mcp.t: the official TypeScript MCP SDK (mcp.test.mjs) as the client of
+# `bcctl mcp` over stdio, on a fake-runtime stack: alice (compute:sandboxes:*
+# in tenant acme) owns a template; carol has no policy. Each node subtest
+# becomes one TAP line here; node's output is shown as diag lines when
+# something failed. The HTTP transport (/mcp) is not built yet: docs/mcp.md.
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib/stack.sh"
+
+command -v node >/dev/null || skip_all "node is not installed (contrib/install-deps.sh)"
+if [ ! -d "$here/node_modules/@modelcontextprotocol/sdk" ]; then
+	(cd "$here" && npm ci --no-audit --no-fund --silent) >&2 || bail_out "npm ci in tests/interop failed"
+fi
+
+stack_up --controllers 1 --agents 1 --agent-capacity 16,32768,100 || bail_out "stack_up failed"
+img=$(stack_image_create mcp-img) || bail_out "no image"
+jid() { json_get "$1" id; }
+
+bcctl tenant create acme >/dev/null || bail_out "tenant"
+alice=$(jid "$(bcctl --format json identity create --tenant acme --kind user --name alice)")
+A=$(json_get "$(bcctl --format json token create --identity "$alice")" token)
+carol=$(jid "$(bcctl --format json identity create --tenant acme --kind user --name carol)")
+C=$(json_get "$(bcctl --format json token create --identity "$carol")" token)
+printf '%s' '{"effect":"allow","actions":["compute:sandboxes:*"],"resources":["*"]}' >"$STACK_DIR/p.json"
+p=$(jid "$(bcctl --format json policy create --tenant acme --name all --file "$STACK_DIR/p.json")")
+bcctl policy attach "$p" --identity "$alice" >/dev/null || bail_out "policy attach"
+tmpl=$(jid "$(BC_TOKEN=$A bcctl --format json sandbox-template create --name m --pool "$POOL_ID" \
+	--flavor "$FLAVOR_NAME" --image "$img" --max-ttl 4h)")
+[ -n "$tmpl" ] || bail_out "template"
+
+out=$STACK_DIR/mcp-node.out
+(cd "$here" && BC_BIN=$BC_BIN BC_URL=$BC_URL BC_CA_FILE=$BC_CA_FILE MCP_HOME=$STACK_DIR/home \
+	ALICE_TOKEN=$A CAROL_TOKEN=$C TEMPLATE_ID=$tmpl POOL_ID=$POOL_ID \
+	timeout 300 node --test --test-reporter=tap mcp.test.mjs) >"$out" 2>&1
+node_rc=$?
+
+# the subtests are the "ok N - name" lines at the top level
+n=0
+re='^(not )?ok [0-9]+ - (.*)$'
+while IFS= read -r line; do
+	[[ $line =~ $re ]] || continue
+	n=$((n + 1))
+	if [ -z "${BASH_REMATCH[1]}" ]; then
+		pass "${BASH_REMATCH[2]}"
+	else
+		fail "${BASH_REMATCH[2]}"
+	fi
+done <"$out"
+ok "$([ "$n" -ge 7 ]; echo $?)" "node ran the MCP subtests ($n)"
+is "$node_rc" 0 'node --test exits 0'
+if tap_failed; then
+	diag "---- node --test output ----"
+	diag "$(cat "$out")"
+fi
+
+done_testing
