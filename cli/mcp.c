@@ -4,8 +4,12 @@
  * stderr. The protocol and the tools are common/mcp.c's; each tool's API
  * call is cli_call() with the CLI's own connection settings and token
  * (flags, BC_* environment, config file), so the server acts exactly as
- * the CLI would. Ends at end of input. */
+ * the CLI would. run_command, write_file and read_file run their command
+ * through cli_sandbox_run(): `sandbox exec`'s grant, tunnel and stock ssh
+ * with --key, --ssh and --accept-host-key as there. Ends at end of
+ * input. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +22,7 @@ static int api_call(void *arg, const ProtobufCServiceDescriptor *svc, const char
 		    const ProtobufCMessage *req, int64_t extra_ms, ProtobufCMessage **ret,
 		    bc_error *err)
 {
-	struct cli_ctx *ctx = arg;
+	struct cli_ctx *ctx = *(struct cli_ctx **)arg;
 	int r;
 
 	bc_error_clear(&ctx->err);
@@ -27,6 +31,26 @@ static int api_call(void *arg, const ProtobufCServiceDescriptor *svc, const char
 		*err = ctx->err;
 	else if (r < 0) /* a local configuration error, printed on stderr */
 		bc_error_set(err, BC_INVALID_CONFIG, "bcctl cannot reach the API: see its stderr");
+	return r < 0 ? -BC_EDOMAIN : 0;
+}
+
+struct mcp_cli {
+	struct cli_ctx *ctx;
+	struct cli_exec_opts exec;
+};
+
+static int api_exec(void *arg, const struct mcp_exec_req *q, struct mcp_exec_out *ret,
+		    bc_error *err)
+{
+	struct mcp_cli *m = arg;
+	int r;
+
+	bc_error_clear(&m->ctx->err);
+	r = cli_sandbox_run(m->ctx, &m->exec, q, ret);
+	if (r < 0)
+		*err = m->ctx->err;
+	if (r < 0 && err->code == BC_OK)
+		bc_error_set(err, BC_INTERNAL, "the command could not run: see bcctl's stderr");
 	return r < 0 ? -BC_EDOMAIN : 0;
 }
 
@@ -77,16 +101,27 @@ static ssize_t read_line(char **buf, size_t *cap)
 
 int cli_mcp(struct cli_ctx *ctx, int argc, char **argv)
 {
-	struct mcp_api api = {.ctx = ctx, .call = api_call, .server_name = "bc",
+	struct mcp_cli m = {.ctx = ctx};
+	struct mcp_api api = {.ctx = &m, .call = api_call, .exec = api_exec, .server_name = "bc",
 			      .server_version = BC_VERSION};
 	struct mcp_server s = {.api = &api};
+	const struct cli_flag flags[] = {
+		{.name = "key", .type = CLI_STR, .dst = &m.exec.key, .meta = "FILE",
+		 .help = "private key for run_command and the file tools; its FILE.pub is "
+			 "certified (default ~/.ssh/id_ed25519)"},
+		{.name = "ssh", .type = CLI_STR, .dst = &m.exec.prog, .meta = "PROG",
+		 .help = "the OpenSSH client to run (default ssh)"},
+		{.name = "accept-host-key", .type = CLI_BOOL, .dst = &m.exec.accept_host_key,
+		 .help = "trust a guest without a host certificate on first use"},
+	};
 	_cleanup_free_ char *line = NULL;
 	size_t cap = 0;
 	ssize_t n;
-	int r = cli_args_parse(ctx, NULL, 0, argc, argv);
+	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
 
 	if (r != 0)
 		return r;
+	signal(SIGPIPE, SIG_IGN); /* a closed pipe is an error to return, not a death */
 	while ((n = read_line(&line, &cap)) != -1) {
 		/* a line too long to read is answered as the parse error it
 		 * would be cut short */

@@ -3,7 +3,9 @@
  * methods (initialize, notifications/initialized, ping, tools/list,
  * tools/call) and the tool table, each tool a public API method with a JSON
  * Schema for its arguments and one, made from the reply's protobuf-c
- * descriptor, for its structured result.
+ * descriptor, for its structured result; and three tools that run code and
+ * move files in a sandbox, offered when the transport can run a command
+ * there (mcp_exec.c).
  *
  * The transport (bcctl mcp over stdio, cli/mcp.c) reads a message, hands it
  * to mcp_handle() and writes the answer; the API calls themselves go
@@ -30,6 +32,28 @@
 #define MCP_INVALID_PARAMS -32602
 #define MCP_INTERNAL_ERROR -32603
 
+/* A command for the stdio-only tools (run_command, write_file, read_file):
+ * the remote shell's command line (argv words already quoted), stdin, a
+ * deadline, and how much of stdout and of stderr to keep. */
+struct mcp_exec_req {
+	const char *sandbox_id;
+	const char *command;
+	const uint8_t *in;
+	size_t in_len;
+	int64_t timeout_ms;
+	size_t cap;
+};
+
+/* Its outcome: the first cap bytes of each stream (malloc'd, may be NULL
+ * when empty), whether more came, whether the deadline ended it, and the
+ * exit status (-1 when it did not exit). */
+struct mcp_exec_out {
+	uint8_t *out, *err;
+	size_t out_len, err_len;
+	bool out_trunc, err_trunc, timed_out;
+	int exit_code;
+};
+
 /* What the transport offers the core. call: svc.method with req, the
  * caller's credential; 0 and *ret (the core frees it with
  * protobuf_c_message_free_unpacked), or < 0 with err filled. extra_ms is
@@ -38,6 +62,11 @@ struct mcp_api {
 	void *ctx;
 	int (*call)(void *ctx, const ProtobufCServiceDescriptor *svc, const char *method,
 		    const ProtobufCMessage *req, int64_t extra_ms, ProtobufCMessage **ret,
+		    bc_error *err);
+	/* run a command in a sandbox (the stdio transport, over the exec
+	 * grant and stock OpenSSH); NULL: the three tools that need it are
+	 * not offered. 0 with *ret filled, or < 0 with err. */
+	int (*exec)(void *ctx, const struct mcp_exec_req *q, struct mcp_exec_out *ret,
 		    bc_error *err);
 	const char *server_name;      /* serverInfo.name */
 	const char *server_version;   /* serverInfo.version */

@@ -60,4 +60,20 @@ void mcp_tools_put(struct mcp_server *s, bool gate, struct mcp_buf *b);
 int mcp_tool_call(struct mcp_server *s, const char *name, struct mcp_span args,
 		  char **ret_result);
 
+/* A CallToolResult holding text; with structured, text (a JSON object)
+ * as structuredContent too. 0 and *ret, or -ENOMEM. */
+int mcp_tool_result(const char *text, bool structured, bool is_error, char **ret);
+
+/* A refused call as a result with isError: the API's error body
+ * ({"error":{code, message, details}}), with key (if not NULL) as
+ * idempotencyKey beside it. */
+int mcp_tool_error(const bc_error *e, const char *key, char **ret);
+
+/* mcp_exec.c: the tools that run a command (run_command, write_file,
+ * read_file), offered only when s->api->exec is set. */
+void mcp_exec_tools_put(struct mcp_server *s, struct mcp_buf *b);
+/* As mcp_tool_call, for those tools. */
+int mcp_exec_call(struct mcp_server *s, const char *name, struct mcp_span args,
+		  char **ret_result);
+
 #endif

@@ -311,6 +311,11 @@ void mcp_tools_put(struct mcp_server *s, bool gate, struct mcp_buf *b)
 		first = false;
 		tool_put(b, t);
 	}
+	if (s->api->exec) {
+		if (!first)
+			mcp_buf_puts(b, ",");
+		mcp_exec_tools_put(s, b);
+	}
 	mcp_buf_puts(b, "]");
 }
 
@@ -318,7 +323,7 @@ void mcp_tools_put(struct mcp_server *s, bool gate, struct mcp_buf *b)
 
 /* A CallToolResult: the text, and when structured is set, that JSON as
  * structuredContent too. */
-static int tool_result(const char *text, bool structured, bool is_error, char **ret)
+int mcp_tool_result(const char *text, bool structured, bool is_error, char **ret)
 {
 	struct mcp_buf b = {0};
 
@@ -336,7 +341,7 @@ static int tool_result(const char *text, bool structured, bool is_error, char **
 /* A refusal: the API's error body ({"error":{code, message, details}}, as
  * the JSON/HTTP transport writes it), with the idempotency key of a create
  * so the model can retry with it. */
-static int tool_error(const bc_error *e, const char *key, char **ret)
+int mcp_tool_error(const bc_error *e, const char *key, char **ret)
 {
 	_cleanup_free_ char *body = rpc_http_error_json(e);
 	struct mcp_buf b = {0};
@@ -353,7 +358,7 @@ static int tool_error(const bc_error *e, const char *key, char **ret)
 	mcp_buf_puts(&b, "}");
 	if ((r = mcp_buf_take(&b, &text)) < 0)
 		return r;
-	r = tool_result(text, false, true, ret);
+	r = mcp_tool_result(text, false, true, ret);
 	free(text);
 	return r;
 }
@@ -471,12 +476,12 @@ static int call_tool(struct mcp_server *s, const struct mcp_tool *t, struct mcp_
 
 	if ((r = request_json(t, args, &b, &wait_ms, &err)) < 0) {
 		free(b.p);
-		return r == -BC_EDOMAIN ? tool_error(&err, NULL, ret) : r;
+		return r == -BC_EDOMAIN ? mcp_tool_error(&err, NULL, ret) : r;
 	}
 	if ((r = mcp_buf_take(&b, &json)) < 0)
 		return r;
 	if ((r = pbjson_read(m->input, json, strlen(json), MCP_MESSAGE_MAX, &req, &err)) < 0)
-		return r == -BC_EDOMAIN ? tool_error(&err, NULL, ret) : r;
+		return r == -BC_EDOMAIN ? mcp_tool_error(&err, NULL, ret) : r;
 	if (t->wrap) {
 		const ProtobufCFieldDescriptor *f =
 			protobuf_c_message_descriptor_get_field_by_name(m->input, "idempotency_key");
@@ -486,14 +491,14 @@ static int call_tool(struct mcp_server *s, const struct mcp_tool *t, struct mcp_
 	r = s->api->call(s->api->ctx, t->svc, t->method, req, wait_ms, &resp, &err);
 	protobuf_c_message_free_unpacked(req, NULL);
 	if (r < 0)
-		return tool_error(&err, key, ret);
+		return mcp_tool_error(&err, key, ret);
 	r = pbjson_write(resp, 0, &out);
 	protobuf_c_message_free_unpacked(resp, NULL);
 	if (r < 0)
 		return r;
 	if (t->wrap && (r = wrapped(t, key, out, &text)) < 0)
 		return r;
-	return tool_result(text ? text : out, true, false, ret);
+	return mcp_tool_result(text ? text : out, true, false, ret);
 }
 
 int mcp_tool_call(struct mcp_server *s, const char *name, struct mcp_span args,
@@ -502,5 +507,5 @@ int mcp_tool_call(struct mcp_server *s, const char *name, struct mcp_span args,
 	for (size_t i = 0; i < ARRAY_SIZE(tools); i++)
 		if (strcmp(tools[i].name, name) == 0)
 			return call_tool(s, &tools[i], args, ret_result);
-	return -ENOENT;
+	return s->api->exec ? mcp_exec_call(s, name, args, ret_result) : -ENOENT;
 }

@@ -268,6 +268,7 @@ static void test_gate(void)
 	struct json *j;
 	const struct json *tools;
 
+	free(F.last_req);
 	F = (struct fake){0};
 	j = list(true);
 	tools = json_get(j, "tools");
@@ -313,6 +314,7 @@ static void test_calls(void)
 	struct json *j, *req = NULL, *txt = NULL;
 	const struct json *r, *sc;
 
+	free(F.last_req);
 	F = (struct fake){.answer = "{\"id\":\"sbx_1\",\"state\":\"ready\",\"expiresAt\":99}"};
 	r = call("create_sandbox", "{\"templateId\":\"sbxt_1\",\"ttlSeconds\":600}", &j);
 	is_str(F.method, "Sandboxes.Create", "create_sandbox calls Sandboxes.Create");
@@ -392,6 +394,142 @@ static void test_calls(void)
 	free(F.last_req);
 }
 
+/* The stand-in exec: records the command line and stdin, answers the
+ * canned streams. */
+static struct fake_exec {
+	char *command;
+	uint8_t in[64];
+	size_t in_len;
+	const char *out;
+	size_t out_len, cap;
+	int exit_code;
+} X;
+
+static int fake_exec(void *ctx, const struct mcp_exec_req *q, struct mcp_exec_out *ret,
+		     bc_error *err)
+{
+	(void)ctx;
+	(void)err;
+	free(X.command);
+	X.command = strdup(q->command);
+	X.in_len = q->in_len < sizeof(X.in) ? q->in_len : sizeof(X.in);
+	memcpy(X.in, q->in ? q->in : (const uint8_t *)"", X.in_len);
+	X.cap = q->cap;
+	ret->out = malloc(X.out_len + 1);
+	memcpy(ret->out, X.out ? X.out : "", X.out_len);
+	ret->out_len = X.out_len;
+	ret->exit_code = X.exit_code;
+	return 0;
+}
+
+static const struct mcp_api exec_api = {.call = fake_call, .exec = fake_exec,
+					.server_name = "bc", .server_version = "test"};
+
+static const struct json *xcall(const char *name, const char *args, struct json **j)
+{
+	struct mcp_server s = {.api = &exec_api};
+	char msg[1024], *out = NULL;
+
+	snprintf(msg, sizeof(msg), "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\","
+		 "\"params\":{\"name\":\"%s\",\"arguments\":%s}}", name, args);
+	*j = NULL;
+	if (mcp_handle(&s, msg, strlen(msg), &out) == 0 && out)
+		json_parse(out, strlen(out), j, NULL);
+	free(out);
+	return *j ? json_get(*j, "result") : NULL;
+}
+
+static const char *sc_str(const struct json *r, const char *key)
+{
+	const struct json *v = r ? json_get(json_get(r, "structuredContent"), key) : NULL;
+
+	return v && v->type == JSON_STRING ? v->str : "";
+}
+
+static void test_exec_tools(void)
+{
+	struct mcp_server s = {.api = &exec_api};
+	struct json *j = NULL;
+	const struct json *r, *tools;
+	char *out = NULL;
+
+	mcp_tools_list(&s, false, &out);
+	json_parse(out, strlen(out), &j, NULL);
+	free(out);
+	tools = json_get(j, "tools");
+	ok(tool_named(tools, "run_command") && tool_named(tools, "write_file") &&
+	   tool_named(tools, "read_file") && tools->n == 13,
+	   "a transport that can run commands lists run_command, write_file, read_file");
+	for (size_t i = 10; tools && i < tools->n; i++)
+		ok(schema_ok(json_get(tools->kids[i], "inputSchema")) &&
+		   schema_ok(json_get(tools->kids[i], "outputSchema")), "%s: object schemas",
+		   json_get(tools->kids[i], "name")->str);
+	json_free(j);
+
+	X = (struct fake_exec){.out = "hi\n", .out_len = 3, .exit_code = 3};
+	r = xcall("run_command", "{\"sandboxId\":\"sbx_1\",\"command\":[\"echo\",\"it's\",\"$HOME\"]}",
+		  &j);
+	is_str(X.command, "'echo' 'it'\\''s' '$HOME'", "an argv command: each word single-quoted");
+	ok(r && json_get(json_get(r, "structuredContent"), "exitCode")->num == 3 &&
+	   strcmp(sc_str(r, "stdout"), "hi\n") == 0 && strcmp(sc_str(r, "stdoutEncoding"), "text") == 0,
+	   "answers exitCode and stdout as text");
+	is_int(X.cap, 1 << 20, "output capped at 1 MiB a stream");
+	json_free(j);
+	r = xcall("run_command", "{\"sandboxId\":\"sbx_1\",\"command\":\"echo hi; exit 3\","
+		  "\"stdin\":\"AAEC/w==\",\"stdinEncoding\":\"base64\"}", &j);
+	is_str(X.command, "echo hi; exit 3", "a string command goes to the shell as it is");
+	ok(X.in_len == 4 && memcmp(X.in, "\x00\x01\x02\xff", 4) == 0, "base64 stdin decoded");
+	json_free(j);
+	X.out = "\x00\xff";
+	X.out_len = 2;
+	r = xcall("run_command", "{\"sandboxId\":\"sbx_1\",\"command\":\"x\"}", &j);
+	ok(strcmp(sc_str(r, "stdout"), "AP8=") == 0 && strcmp(sc_str(r, "stdoutEncoding"), "base64") == 0,
+	   "binary stdout comes back as base64");
+	json_free(j);
+	free(X.command);
+	X.command = NULL;
+	r = xcall("run_command", "{\"sandboxId\":\"sbx_1\",\"command\":[],\"timeoutSeconds\":5}", &j);
+	ok(r && json_get(r, "isError")->b && !X.command, "an empty argv: INVALID_INPUT, nothing run");
+	json_free(j);
+	r = xcall("run_command", "{\"sandboxId\":\"sbx_1\",\"command\":\"x\",\"timeoutSeconds\":901}", &j);
+	ok(r && json_get(r, "isError")->b && !X.command, "timeoutSeconds 901 refused, nothing run");
+	json_free(j);
+
+	free(X.command);
+	X = (struct fake_exec){.exit_code = 0};
+	r = xcall("write_file", "{\"sandboxId\":\"sbx_1\",\"path\":\"/tmp/a b\",\"content\":\"AP8=\","
+		  "\"encoding\":\"base64\",\"mode\":\"0600\"}", &j);
+	is_str(X.command, "cat > '/tmp/a b' && chmod '0600' '/tmp/a b'",
+	       "write_file: cat into the quoted path, then chmod");
+	ok(X.in_len == 2 && X.in[0] == 0 && X.in[1] == 0xff &&
+	   json_get(json_get(r, "structuredContent"), "bytes")->num == 2, "the decoded bytes on stdin");
+	json_free(j);
+	free(X.command);
+	X.command = NULL;
+	r = xcall("write_file", "{\"sandboxId\":\"sbx_1\",\"path\":\"/a\",\"content\":\"x\","
+		  "\"mode\":\"u+x\"}", &j);
+	ok(r && json_get(r, "isError")->b && !X.command, "a mode that is not octal: refused, nothing run");
+	json_free(j);
+	X.exit_code = 1;
+	r = xcall("write_file", "{\"sandboxId\":\"sbx_1\",\"path\":\"/ro/a\",\"content\":\"x\"}", &j);
+	ok(r && json_get(r, "isError")->b && strstr(text_of(r), "INVALID_STATE") &&
+	   strstr(text_of(r), "command-failed"), "a failed write: INVALID_STATE, command-failed");
+	json_free(j);
+
+	free(X.command);
+	X = (struct fake_exec){.out = "\x89PNG", .out_len = 4};
+	r = xcall("read_file", "{\"sandboxId\":\"sbx_1\",\"path\":\"/x\"}", &j);
+	is_str(X.command, "cat -- '/x'", "read_file: cat the quoted path");
+	is_int(X.cap, 4 << 20, "capped at 4 MiB");
+	ok(strcmp(sc_str(r, "encoding"), "base64") == 0 && strcmp(sc_str(r, "content"), "iVBORw==") == 0,
+	   "a file that is not UTF-8 comes back as base64");
+	json_free(j);
+	r = xcall("read_file", "{\"sandboxId\":\"sbx_1\",\"path\":\"/x\",\"encoding\":\"text\"}", &j);
+	ok(r && json_get(r, "isError")->b, "... and asked as text, refused");
+	json_free(j);
+	free(X.command);
+}
+
 int main(void)
 {
 	test_malformed();
@@ -400,5 +538,6 @@ int main(void)
 	test_tools();
 	test_gate();
 	test_calls();
+	test_exec_tools();
 	done_testing();
 }
