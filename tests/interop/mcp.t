@@ -1,16 +1,22 @@
 # mcp.t: the official TypeScript MCP SDK (mcp.test.mjs) as the client of
 # `bcctl mcp` over stdio, on a fake-runtime stack: alice (compute:sandboxes:*
-# in tenant acme) owns a template; carol has no policy. Each node subtest
-# becomes one TAP line here; node's output is shown as diag lines when
-# something failed. The HTTP transport (/mcp) is not built yet: docs/mcp.md.
+# in tenant acme) owns a template; carol has no policy. run_command,
+# write_file and read_file go through the whole exec path with a real sshd
+# standing for the guest's, as tests/integration/exec_relay.t does
+# (tests/lib/sshd.sh: needs root and openssh-server, else those subtests
+# are skipped and say so). Each node subtest becomes one TAP line here;
+# node's output is shown as diag lines when something failed. The HTTP
+# transport (/mcp) is not built yet: docs/mcp.md.
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib/stack.sh"
+. "$here/../lib/sshd.sh"
 
 command -v node >/dev/null || skip_all "node is not installed (contrib/install-deps.sh)"
 if [ ! -d "$here/node_modules/@modelcontextprotocol/sdk" ]; then
 	(cd "$here" && npm ci --no-audit --no-fund --silent) >&2 || bail_out "npm ci in tests/interop failed"
 fi
 
+export BC_CTL_EXTRA_CONF="sandbox_account = root"
 stack_up --controllers 1 --agents 1 --agent-capacity 16,32768,100 || bail_out "stack_up failed"
 img=$(stack_image_create mcp-img) || bail_out "no image"
 jid() { json_get "$1" id; }
@@ -27,9 +33,30 @@ tmpl=$(jid "$(BC_TOKEN=$A bcctl --format json sandbox-template create --name m -
 	--flavor "$FLAVOR_NAME" --image "$img" --max-ttl 4h)")
 [ -n "$tmpl" ] || bail_out "template"
 
+# the sandbox run_command and the file tools reach: its guest's sshd is a
+# real sshd on this machine (root only)
+W=$STACK_DIR/w
+mkdir -p "$W"
+EXEC_SANDBOX=
+if [ "$(id -u)" -eq 0 ] && [ -x /usr/sbin/sshd ]; then
+	ptmpl=$(jid "$(BC_TOKEN=$A bcctl --format json sandbox-template create --name x --pool "$POOL_ID" \
+		--flavor "$FLAVOR_NAME" --image "$img" --network private)") || bail_out "template x"
+	xs=$(jid "$(BC_TOKEN=$A bcctl --format json sandbox create --template "$ptmpl" --ttl 30m --wait 20s)")
+	ready() { [ "$(psql -d bc -XAtq -c "SELECT state FROM sandboxes WHERE id = '$xs'")" = ready ]; }
+	eventually 30 ready || bail_out "sandbox $xs not ready"
+	inst=$(psql -d bc -XAtq -c "SELECT instance_id FROM sandboxes WHERE id = '$xs'")
+	guest=$(psql -d bc -XAtq -c "SELECT host(address) FROM ip_leases WHERE instance_id = '$inst' LIMIT 1")
+	guest_sshd_up "$inst" "$guest" "$W/sshd" || bail_out "sshd did not start"
+	ssh-keygen -q -t ed25519 -N '' -C alice -f "$W/id" || bail_out "ssh-keygen"
+	EXEC_SANDBOX=$xs
+else
+	diag "not root or no /usr/sbin/sshd: run_command, write_file and read_file are skipped"
+fi
+
 out=$STACK_DIR/mcp-node.out
 (cd "$here" && BC_BIN=$BC_BIN BC_URL=$BC_URL BC_CA_FILE=$BC_CA_FILE MCP_HOME=$STACK_DIR/home \
 	ALICE_TOKEN=$A CAROL_TOKEN=$C TEMPLATE_ID=$tmpl POOL_ID=$POOL_ID \
+	EXEC_SANDBOX=$EXEC_SANDBOX MCP_KEY=$W/id MCP_DIR=$W \
 	timeout 300 node --test --test-reporter=tap mcp.test.mjs) >"$out" 2>&1
 node_rc=$?
 
@@ -39,13 +66,15 @@ re='^(not )?ok [0-9]+ - (.*)$'
 while IFS= read -r line; do
 	[[ $line =~ $re ]] || continue
 	n=$((n + 1))
-	if [ -z "${BASH_REMATCH[1]}" ]; then
+	if [[ ${BASH_REMATCH[2]} == *"# SKIP"* ]]; then
+		skip "${BASH_REMATCH[2]}"
+	elif [ -z "${BASH_REMATCH[1]}" ]; then
 		pass "${BASH_REMATCH[2]}"
 	else
 		fail "${BASH_REMATCH[2]}"
 	fi
 done <"$out"
-ok "$([ "$n" -ge 7 ]; echo $?)" "node ran the MCP subtests ($n)"
+ok "$([ "$n" -ge 9 ]; echo $?)" "node ran the MCP subtests ($n)"
 is "$node_rc" 0 'node --test exits 0'
 if tap_failed; then
 	diag "---- node --test output ----"

@@ -6,9 +6,13 @@
 //
 // Environment (from mcp.t): BC_BIN, BC_URL, BC_CA_FILE, MCP_HOME, ALICE_TOKEN
 // (may do everything to sandboxes), CAROL_TOKEN (no policy), TEMPLATE_ID,
-// POOL_ID.
+// POOL_ID; EXEC_SANDBOX (a ready sandbox whose guest sshd is a real sshd on
+// this machine; empty: the exec subtests skip), MCP_KEY (alice's ssh key),
+// MCP_DIR (a directory the "guest" may write).
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { readFileSync, statSync } from 'node:fs';
 import Ajv from 'ajv';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
@@ -16,10 +20,10 @@ import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
 const env = process.env;
 const clients = [];
 
-async function connect(token) {
+async function connect(token, extra = []) {
 	const transport = new StdioClientTransport({
 		command: `${env.BC_BIN}/bcctl`,
-		args: ['--url', env.BC_URL, '--ca-file', env.BC_CA_FILE, 'mcp'],
+		args: ['--url', env.BC_URL, '--ca-file', env.BC_CA_FILE, 'mcp', ...extra],
 		env: { HOME: env.MCP_HOME, PATH: env.PATH, BC_TOKEN: token },
 		stderr: 'inherit',
 	});
@@ -33,10 +37,12 @@ after(async () => {
 	for (const c of clients) await c.close();
 });
 
-const specTools = [
+// the spec's tools (less the two snapshot tools: no SandboxSnapshots yet)
+// and, over stdio, the three that run code and move files
+const stdioTools = [
 	'create_sandbox', 'create_sandbox_volume', 'delete_sandbox', 'delete_sandbox_volume',
 	'extend_sandbox', 'get_sandbox', 'list_sandbox_templates', 'list_sandbox_volumes',
-	'list_sandboxes', 'resize_sandbox_volume',
+	'list_sandboxes', 'read_file', 'resize_sandbox_volume', 'run_command', 'write_file',
 ];
 
 // The error body of a refused call (a tool result with isError).
@@ -55,16 +61,16 @@ test('initialize over stdio: server info and the tools capability', async () => 
 	await alice.ping();
 });
 
-test('tools/list: the ten tools, every schema compiles', async () => {
+test('tools/list: the thirteen stdio tools, every schema compiles', async () => {
 	const { tools } = await alice.listTools();
-	assert.deepEqual(tools.map((t) => t.name).sort(), specTools);
+	assert.deepEqual(tools.map((t) => t.name).sort(), stdioTools);
 	const ajv = new Ajv({ strict: false });
 	for (const t of tools) {
 		assert.equal(t.inputSchema.type, 'object', `${t.name} inputSchema`);
 		assert.equal(t.outputSchema.type, 'object', `${t.name} outputSchema`);
 		ajv.compile(t.inputSchema);
 		ajv.compile(t.outputSchema);
-		const destructive = t.name.startsWith('delete_');
+		const destructive = /^(delete_|run_command|write_file)/.test(t.name);
 		assert.equal(t.annotations.destructiveHint, destructive, `${t.name} destructiveHint`);
 	}
 });
@@ -148,5 +154,49 @@ test('the gate: a tenant identity without template read sees no create tools', a
 	assert.ok(!names.includes('create_sandbox'), 'create_sandbox hidden');
 	assert.ok(!names.includes('create_sandbox_volume'), 'create_sandbox_volume hidden');
 	assert.ok(names.includes('list_sandboxes'), 'the open tools listed');
-	assert.equal(names.length, 8);
+	assert.equal(names.length, 11);
+});
+
+const noExec = env.EXEC_SANDBOX ? false : 'no sshd to stand for the guest (mcp.t needs root)';
+
+test('run_command over the exec grant and tunnel: output and exit code', { skip: noExec }, async () => {
+	const c = await connect(env.ALICE_TOKEN, ['--key', env.MCP_KEY]);
+	let res = await c.callTool({ name: 'run_command', arguments: { sandboxId: env.EXEC_SANDBOX, command: 'echo hi; exit 3' } });
+	assert.notEqual(res.isError, true, res.content?.[0]?.text);
+	assert.equal(res.structuredContent.exitCode, 3);
+	assert.equal(res.structuredContent.stdout, 'hi\n');
+	assert.equal(res.structuredContent.timedOut, false);
+	res = await c.callTool({ name: 'run_command', arguments: {
+		sandboxId: env.EXEC_SANDBOX, command: ['printf', '%s|', 'a b', "it's", '$HOME', ';true'] } });
+	assert.equal(res.structuredContent.stdout, "a b|it's|$HOME|;true|", 'argv words reach the command unchanged');
+	res = await c.callTool({ name: 'run_command', arguments: {
+		sandboxId: env.EXEC_SANDBOX, command: ['wc', '-c'], stdin: 'AAEC/w==', stdinEncoding: 'base64' } });
+	assert.equal(res.structuredContent.stdout.trim(), '4', 'stdin bytes piped through');
+	res = await c.callTool({ name: 'run_command', arguments: {
+		sandboxId: env.EXEC_SANDBOX, command: 'head -c 1100000 /dev/zero | tr "\\0" x' } });
+	assert.equal(res.structuredContent.stdout.length, 1048576, 'stdout capped at 1 MiB');
+	assert.equal(res.structuredContent.stdoutTruncated, true, 'and flagged');
+	res = await c.callTool({ name: 'run_command', arguments: {
+		sandboxId: env.EXEC_SANDBOX, command: 'sleep 30', timeoutSeconds: 2 } });
+	assert.equal(res.structuredContent.timedOut, true, 'the deadline ends it');
+});
+
+test('write_file and read_file: a binary file byte for byte', { skip: noExec }, async () => {
+	const c = await connect(env.ALICE_TOKEN, ['--key', env.MCP_KEY]);
+	const bytes = Buffer.concat([Buffer.from(Array.from({ length: 256 }, (_, i) => i)), randomBytes(70000)]);
+	const path = `${env.MCP_DIR}/it's a file.bin`;
+	let res = await c.callTool({ name: 'write_file', arguments: {
+		sandboxId: env.EXEC_SANDBOX, path, content: bytes.toString('base64'), encoding: 'base64', mode: '0600' } });
+	assert.notEqual(res.isError, true, res.content?.[0]?.text);
+	assert.equal(res.structuredContent.bytes, bytes.length);
+	assert.ok(readFileSync(path).equals(bytes), 'the "guest" holds the very bytes');
+	assert.equal(statSync(path).mode & 0o777, 0o600, 'with mode 0600');
+	res = await c.callTool({ name: 'read_file', arguments: { sandboxId: env.EXEC_SANDBOX, path } });
+	assert.equal(res.structuredContent.encoding, 'base64', 'binary comes back as base64');
+	assert.ok(Buffer.from(res.structuredContent.content, 'base64').equals(bytes), 'read back byte for byte');
+	assert.equal(res.structuredContent.truncated, false);
+	res = await c.callTool({ name: 'read_file', arguments: { sandboxId: env.EXEC_SANDBOX, path: `${env.MCP_DIR}/none` } });
+	const err = refusal(res);
+	assert.equal(err.code, 'INVALID_STATE');
+	assert.equal(err.details.reason, 'command-failed');
 });
