@@ -5,8 +5,10 @@
 # standing for the guest's, as tests/integration/exec_relay.t does
 # (tests/lib/sshd.sh: needs root and openssh-server, else those subtests
 # are skipped and say so). Each node subtest becomes one TAP line here;
-# node's output is shown as diag lines when something failed. The HTTP
-# transport (/mcp) is not built yet: docs/mcp.md.
+# node's output is shown as diag lines when something failed. The same
+# client then speaks the Streamable HTTP transport at /mcp of the
+# controller's JSON/HTTP port, and raw requests check its own rules
+# (sessions, credentials, Origin, methods, protocol version).
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib/stack.sh"
 . "$here/../lib/sshd.sh"
@@ -16,10 +18,15 @@ if [ ! -d "$here/node_modules/@modelcontextprotocol/sdk" ]; then
 	(cd "$here" && npm ci --no-audit --no-fund --silent) >&2 || bail_out "npm ci in tests/interop failed"
 fi
 
-export BC_CTL_EXTRA_CONF="sandbox_account = root"
+export BC_CTL_EXTRA_CONF="sandbox_account = root
+http_listen = 127.0.0.1:0
+mcp_max_sessions = 64
+mcp_allowed_origins = https://console.example"
 stack_up --controllers 1 --agents 1 --agent-capacity 16,32768,100 || bail_out "stack_up failed"
 img=$(stack_image_create mcp-img) || bail_out "no image"
 jid() { json_get "$1" id; }
+http_port=$(sed -n 's/.*serving JSON\/HTTP on .* (port \([0-9]*\)).*/\1/p' "$STACK_DIR/ctl-1.log" | tail -n1)
+[ -n "$http_port" ] || bail_out "no JSON/HTTP port in ctl-1.log"
 
 bcctl tenant create acme >/dev/null || bail_out "tenant"
 alice=$(jid "$(bcctl --format json identity create --tenant acme --kind user --name alice)")
@@ -57,6 +64,7 @@ out=$STACK_DIR/mcp-node.out
 (cd "$here" && BC_BIN=$BC_BIN BC_URL=$BC_URL BC_CA_FILE=$BC_CA_FILE MCP_HOME=$STACK_DIR/home \
 	ALICE_TOKEN=$A CAROL_TOKEN=$C TEMPLATE_ID=$tmpl POOL_ID=$POOL_ID \
 	EXEC_SANDBOX=$EXEC_SANDBOX MCP_KEY=$W/id MCP_DIR=$W \
+	MCP_URL=https://127.0.0.1:$http_port/mcp NODE_EXTRA_CA_CERTS=$BC_CA_FILE \
 	timeout 300 node --test --test-reporter=tap mcp.test.mjs) >"$out" 2>&1
 node_rc=$?
 
@@ -74,7 +82,7 @@ while IFS= read -r line; do
 		fail "${BASH_REMATCH[2]}"
 	fi
 done <"$out"
-ok "$([ "$n" -ge 9 ]; echo $?)" "node ran the MCP subtests ($n)"
+ok "$([ "$n" -ge 15 ]; echo $?)" "node ran the MCP subtests ($n)"
 is "$node_rc" 0 'node --test exits 0'
 if tap_failed; then
 	diag "---- node --test output ----"

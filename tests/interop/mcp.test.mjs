@@ -8,7 +8,8 @@
 // (may do everything to sandboxes), CAROL_TOKEN (no policy), TEMPLATE_ID,
 // POOL_ID; EXEC_SANDBOX (a ready sandbox whose guest sshd is a real sshd on
 // this machine; empty: the exec subtests skip), MCP_KEY (alice's ssh key),
-// MCP_DIR (a directory the "guest" may write).
+// MCP_DIR (a directory the "guest" may write); MCP_URL (the controller's
+// https://.../mcp, its CA in NODE_EXTRA_CA_CERTS).
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -16,6 +17,7 @@ import { readFileSync, statSync } from 'node:fs';
 import Ajv from 'ajv';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 
 const env = process.env;
 const clients = [];
@@ -28,6 +30,16 @@ async function connect(token, extra = []) {
 		stderr: 'inherit',
 	});
 	const client = new Client({ name: 'bc-interop', version: '1.0.0' });
+	await client.connect(transport);
+	clients.push(client);
+	return client;
+}
+
+async function connectHttp(token) {
+	const transport = new StreamableHTTPClientTransport(new URL(env.MCP_URL), {
+		requestInit: { headers: { Authorization: `Bearer ${token}` } },
+	});
+	const client = new Client({ name: 'bc-interop-http', version: '1.0.0' });
 	await client.connect(transport);
 	clients.push(client);
 	return client;
@@ -75,7 +87,7 @@ test('tools/list: the thirteen stdio tools, every schema compiles', async () => 
 	}
 });
 
-test('sandbox: create, extend, get, list, delete', async () => {
+async function sandboxLifecycle(alice) {
 	let res = await alice.callTool({
 		name: 'create_sandbox',
 		arguments: { templateId: env.TEMPLATE_ID, ttlSeconds: 900, waitSeconds: 20 },
@@ -105,9 +117,9 @@ test('sandbox: create, extend, get, list, delete', async () => {
 	res = await alice.callTool({ name: 'delete_sandbox', arguments: { sandboxId: sandbox.id } });
 	assert.notEqual(res.isError, true, res.content?.[0]?.text);
 	assert.match(res.structuredContent.state, /^(deleting|deleted)$/);
-});
+}
 
-test('volume: create, resize, delete', async () => {
+async function volumeLifecycle(alice) {
 	let res = await alice.callTool({
 		name: 'create_sandbox_volume',
 		arguments: { poolId: env.POOL_ID, name: 'notes', sizeGiB: 2 },
@@ -123,9 +135,9 @@ test('volume: create, resize, delete', async () => {
 	res = await alice.callTool({ name: 'delete_sandbox_volume', arguments: { volumeId: vol.id } });
 	assert.notEqual(res.isError, true, res.content?.[0]?.text);
 	assert.match(res.structuredContent.state, /^(deleting|deleted)$/);
-});
+}
 
-test('refusals are tool results with the API code and details', async () => {
+async function refusals(alice, carol) {
 	let err = refusal(await alice.callTool({
 		name: 'get_sandbox', arguments: { sandboxId: 'sbx_00000000000000000000000000' },
 	}));
@@ -135,13 +147,17 @@ test('refusals are tool results with the API code and details', async () => {
 	}));
 	assert.equal(err.code, 'INVALID_INPUT');
 	assert.equal(err.details.field, 'sizeGib');
-	const carol = await connect(env.CAROL_TOKEN);
 	err = refusal(await carol.callTool({
 		name: 'create_sandbox', arguments: { templateId: env.TEMPLATE_ID, waitSeconds: 0 },
 	}));
 	assert.equal(err.code, 'ACCESS_DENIED');
 	assert.ok(err.details.action, `the refused action (${JSON.stringify(err.details)})`);
-});
+}
+
+test('sandbox: create, extend, get, list, delete', () => sandboxLifecycle(alice));
+test('volume: create, resize, delete', () => volumeLifecycle(alice));
+test('refusals are tool results with the API code and details',
+	async () => refusals(alice, await connect(env.CAROL_TOKEN)));
 
 test('protocol errors stay JSON-RPC errors', async () => {
 	await assert.rejects(alice.callTool({ name: 'no_such_tool', arguments: {} }), (e) => e.code === -32602);
@@ -199,4 +215,82 @@ test('write_file and read_file: a binary file byte for byte', { skip: noExec }, 
 	const err = refusal(res);
 	assert.equal(err.code, 'INVALID_STATE');
 	assert.equal(err.details.reason, 'command-failed');
+});
+
+// ---- the Streamable HTTP transport at /mcp on the controller's HTTP port
+
+let halice;
+
+test('HTTP /mcp: initialize, the ten API tools (none that needs ssh), schemas', async () => {
+	halice = await connectHttp(env.ALICE_TOKEN);
+	assert.equal(halice.getServerVersion().name, 'bc-controller');
+	const { tools } = await halice.listTools();
+	assert.deepEqual(tools.map((t) => t.name).sort(),
+		stdioTools.filter((n) => !['run_command', 'write_file', 'read_file'].includes(n)));
+	const ajv = new Ajv({ strict: false });
+	for (const t of tools) {
+		ajv.compile(t.inputSchema);
+		ajv.compile(t.outputSchema);
+	}
+	await halice.ping();
+});
+
+test('HTTP: sandbox lifecycle', () => sandboxLifecycle(halice));
+test('HTTP: volume lifecycle', () => volumeLifecycle(halice));
+test('HTTP: refusals as tool results', async () => refusals(halice, await connectHttp(env.CAROL_TOKEN)));
+
+test('HTTP: the gate hides the creates from carol', async () => {
+	const carol = await connectHttp(env.CAROL_TOKEN);
+	const names = (await carol.listTools()).tools.map((t) => t.name);
+	assert.ok(!names.includes('create_sandbox') && !names.includes('create_sandbox_volume'));
+	assert.equal(names.length, 8);
+});
+
+// raw requests: the transport's own rules
+async function post(body, headers = {}, token = env.ALICE_TOKEN) {
+	const h = { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', ...headers };
+	if (token) h.Authorization = `Bearer ${token}`;
+	return fetch(env.MCP_URL, { method: 'POST', headers: h, body: JSON.stringify(body) });
+}
+const init = { jsonrpc: '2.0', id: 1, method: 'initialize',
+	params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '1' } } };
+const ping = { jsonrpc: '2.0', id: 2, method: 'ping' };
+
+test('HTTP: sessions, credentials, Origin, methods, protocol version', async () => {
+	let r = await post(init);
+	assert.equal(r.status, 200);
+	assert.match(r.headers.get('content-type'), /^application\/json/);
+	const sid = r.headers.get('mcp-session-id');
+	assert.match(sid, /^[0-9a-f]{32}$/, 'initialize issues a session id');
+	const v = { 'MCP-Protocol-Version': '2025-06-18' };
+	r = await post(ping, { ...v, 'Mcp-Session-Id': sid });
+	assert.equal(r.status, 200, 'a ping in the session');
+	assert.deepEqual((await r.json()).result, {});
+	r = await post({ jsonrpc: '2.0', method: 'notifications/initialized' }, { ...v, 'Mcp-Session-Id': sid });
+	assert.equal(r.status, 202, 'a notification: 202 Accepted');
+	r = await post(ping, v);
+	assert.equal(r.status, 400, 'no session id: 400');
+	r = await post(ping, { ...v, 'Mcp-Session-Id': '0'.repeat(32) });
+	assert.equal(r.status, 404, 'an unknown session: 404');
+	r = await post(ping, { ...v, 'Mcp-Session-Id': sid }, env.CAROL_TOKEN);
+	assert.equal(r.status, 404, "another credential cannot use alice's session");
+	r = await post(ping, { 'MCP-Protocol-Version': '1999-01-01', 'Mcp-Session-Id': sid });
+	assert.equal(r.status, 400, 'an unsupported MCP-Protocol-Version: 400');
+	r = await post(init, { Origin: 'https://evil.example' });
+	assert.equal(r.status, 403, 'an Origin not in mcp_allowed_origins: 403 (DNS rebinding)');
+	r = await post(init, { Origin: 'https://console.example' });
+	assert.equal(r.status, 200, 'an allowed Origin');
+	r = await post(init, {}, null);
+	assert.equal(r.status, 401, 'no bearer token: 401, no session');
+	assert.equal(r.headers.get('mcp-session-id'), null);
+	r = await post(init, {}, 'bct_not_a_token');
+	assert.equal(r.status, 401, 'a bad token: 401');
+	r = await fetch(env.MCP_URL, { headers: { Authorization: `Bearer ${env.ALICE_TOKEN}`, Accept: 'text/event-stream' } });
+	assert.equal(r.status, 405, 'GET: 405 (no server-initiated stream)');
+	r = await fetch(env.MCP_URL, { method: 'DELETE', headers: { Authorization: `Bearer ${env.ALICE_TOKEN}`, 'Mcp-Session-Id': sid } });
+	assert.equal(r.status, 200, 'DELETE ends the session');
+	r = await post(ping, { ...v, 'Mcp-Session-Id': sid });
+	assert.equal(r.status, 404, '... after which it is unknown');
+	r = await post([ping], {});
+	assert.equal(r.status, 400, 'a batch is not an initialize: no session, 400');
 });
