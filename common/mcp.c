@@ -200,67 +200,6 @@ char *mcp_json_str(struct mcp_span v)
 	return s;
 }
 
-/* ---- the buffer ---- */
-
-void mcp_buf_put(struct mcp_buf *b, const char *s, size_t n)
-{
-	char *p;
-	size_t cap;
-
-	if (b->err)
-		return;
-	if (b->len + n + 1 > b->cap) {
-		for (cap = b->cap ? b->cap : 256; cap < b->len + n + 1;)
-			cap *= 2;
-		if (!(p = realloc(b->p, cap))) {
-			b->err = -ENOMEM;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-}
-
-void mcp_buf_puts(struct mcp_buf *b, const char *s)
-{
-	mcp_buf_put(b, s, strlen(s));
-}
-
-/* Escaping is jsonw's: a one-member object, its value cut out. */
-void mcp_buf_str(struct mcp_buf *b, const char *s)
-{
-	struct jsonw w;
-	char *o = NULL;
-	int r;
-
-	jsonw_begin(&w);
-	jsonw_str(&w, "s", s);
-	if ((r = jsonw_end(&w, &o)) < 0) {
-		b->err = b->err ? b->err : r;
-		return;
-	}
-	mcp_buf_put(b, o + 6, strlen(o) - 7); /* {"s": VALUE} */
-	free(o);
-}
-
-int mcp_buf_take(struct mcp_buf *b, char **ret)
-{
-	int r = b->err;
-
-	if (!r && !b->p)
-		mcp_buf_put(b, "", 0);
-	r = b->err;
-	if (r < 0)
-		free(b->p);
-	else
-		*ret = b->p;
-	*b = (struct mcp_buf){0};
-	return r;
-}
-
 /* ---- JSON-RPC ---- */
 
 /* One incoming request: its id's text (NULL for a notification) and
@@ -273,19 +212,19 @@ struct mcp_req {
 
 static int reply(const struct mcp_req *q, const char *member, const char *raw, char **ret)
 {
-	struct mcp_buf b = {0};
+	struct jsonw b = {0};
 
-	mcp_buf_puts(&b, "{\"jsonrpc\":\"2.0\",\"id\":");
+	jsonw_text(&b, "{\"jsonrpc\":\"2.0\",\"id\":");
 	if (q && q->id)
-		mcp_buf_put(&b, q->id, q->id_n);
+		jsonw_text_n(&b, q->id, q->id_n);
 	else
-		mcp_buf_puts(&b, "null");
-	mcp_buf_puts(&b, ",\"");
-	mcp_buf_puts(&b, member);
-	mcp_buf_puts(&b, "\":");
-	mcp_buf_puts(&b, raw);
-	mcp_buf_puts(&b, "}");
-	return mcp_buf_take(&b, ret);
+		jsonw_text(&b, "null");
+	jsonw_text(&b, ",\"");
+	jsonw_text(&b, member);
+	jsonw_text(&b, "\":");
+	jsonw_text(&b, raw);
+	jsonw_text(&b, "}");
+	return jsonw_take(&b, ret);
 }
 
 static int rpc_error(const struct mcp_req *q, int code, const char *message, char **ret)
@@ -375,12 +314,12 @@ static int m_tools_call(struct mcp_server *s, const struct mcp_req *q, char **re
 	r = mcp_tool_call(s, name, args, &res);
 	if (r == -ENOENT) {
 		char *m = NULL;
-		struct mcp_buf b = {0};
+		struct jsonw b = {0};
 
-		mcp_buf_puts(&b, "unknown tool: ");
-		mcp_buf_puts(&b, name);
+		jsonw_text(&b, "unknown tool: ");
+		jsonw_text(&b, name);
 		free(name);
-		if ((r = mcp_buf_take(&b, &m)) < 0)
+		if ((r = jsonw_take(&b, &m)) < 0)
 			return r;
 		r = rpc_error(q, MCP_INVALID_PARAMS, m, ret);
 		free(m);
@@ -464,10 +403,10 @@ int mcp_handle(struct mcp_server *s, const char *msg, size_t len, char **ret_rep
 
 int mcp_tools_list(struct mcp_server *s, bool gate, char **ret_json)
 {
-	struct mcp_buf b = {0};
+	struct jsonw b = {0};
 
-	mcp_buf_puts(&b, "{\"tools\":");
+	jsonw_text(&b, "{\"tools\":");
 	mcp_tools_put(s, gate, &b);
-	mcp_buf_puts(&b, "}");
-	return mcp_buf_take(&b, ret_json);
+	jsonw_text(&b, "}");
+	return jsonw_take(&b, ret_json);
 }

@@ -36,7 +36,7 @@ enum exec_kind { EX_RUN, EX_WRITE, EX_READ };
 struct exec_tool {
 	const char *name, *title, *description, *input, *output;
 	enum exec_kind kind;
-	bool destructive, read_only;
+	unsigned hints;             /* MCP_HINT_*: each reaches into the guest */
 };
 
 #define STR(name, what) "\"" name "\":{\"type\":\"string\",\"description\":\"" what "\"}"
@@ -63,7 +63,7 @@ static const struct exec_tool exec_tools[] = {
 	     "\"stdoutTruncated\":{\"type\":\"boolean\"},\"stderr\":{\"type\":\"string\"},"
 	     "\"stderrEncoding\":{\"type\":\"string\"},\"stderrTruncated\":{\"type\":\"boolean\"}",
 	     "\"exitCode\",\"timedOut\",\"stdout\",\"stderr\""),
-	 EX_RUN, true, false},
+	 EX_RUN, MCP_HINT_DESTRUCTIVE | MCP_HINT_OPEN_WORLD},
 	{"write_file", "Write a file in a sandbox",
 	 "Write content to path in a sandbox (stdio server only), replacing the file; mode "
 	 "(octal, such as 0644) is set when given.",
@@ -74,7 +74,7 @@ static const struct exec_tool exec_tools[] = {
 	     "\"sandboxId\",\"path\",\"content\""),
 	 OBJ("\"path\":{\"type\":\"string\"},\"bytes\":{\"type\":\"integer\"}",
 	     "\"path\",\"bytes\""),
-	 EX_WRITE, true, false},
+	 EX_WRITE, MCP_HINT_DESTRUCTIVE | MCP_HINT_OPEN_WORLD},
 	{"read_file", "Read a file in a sandbox",
 	 "Read a file in a sandbox (stdio server only): text when it is UTF-8, else base64 "
 	 "(encoding says which, or ask for one); at most 4 MiB (truncated).",
@@ -85,31 +85,18 @@ static const struct exec_tool exec_tools[] = {
 	     "\"encoding\":{\"type\":\"string\"},\"bytes\":{\"type\":\"integer\"},"
 	     "\"truncated\":{\"type\":\"boolean\"}",
 	     "\"path\",\"content\",\"encoding\",\"bytes\",\"truncated\""),
-	 EX_READ, false, true},
+	 EX_READ, MCP_HINT_READ_ONLY | MCP_HINT_OPEN_WORLD},
 };
 
-void mcp_exec_tools_put(struct mcp_server *s, struct mcp_buf *b)
+void mcp_exec_tools_put(struct mcp_server *s, struct jsonw *b)
 {
 	(void)s;
 	for (size_t i = 0; i < ARRAY_SIZE(exec_tools); i++) {
 		const struct exec_tool *t = &exec_tools[i];
 
-		mcp_buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
-		mcp_buf_str(b, t->name);
-		mcp_buf_puts(b, ",\"title\":");
-		mcp_buf_str(b, t->title);
-		mcp_buf_puts(b, ",\"description\":");
-		mcp_buf_str(b, t->description);
-		mcp_buf_puts(b, ",\"inputSchema\":");
-		mcp_buf_puts(b, t->input);
-		mcp_buf_puts(b, ",\"outputSchema\":");
-		mcp_buf_puts(b, t->output);
-		mcp_buf_puts(b, ",\"annotations\":{\"title\":");
-		mcp_buf_str(b, t->title);
-		mcp_buf_puts(b, t->read_only ? ",\"readOnlyHint\":true" : ",\"readOnlyHint\":false");
-		mcp_buf_puts(b, t->destructive ? ",\"destructiveHint\":true" :
-						 ",\"destructiveHint\":false");
-		mcp_buf_puts(b, ",\"idempotentHint\":false,\"openWorldHint\":true}}");
+		if (i)
+			jsonw_text(b, ",");
+		mcp_tool_put(b, t->name, t->title, t->description, t->input, t->output, t->hints);
 	}
 }
 
@@ -268,47 +255,47 @@ static int args_read(const struct exec_tool *t, struct mcp_span args, struct exe
 /* ---- the command line ---- */
 
 /* s in single quotes for a POSIX shell. */
-static void quote(struct mcp_buf *b, const char *s)
+static void quote(struct jsonw *b, const char *s)
 {
-	mcp_buf_puts(b, "'");
+	jsonw_text(b, "'");
 	for (const char *q; (q = strchr(s, '\'')); s = q + 1) {
-		mcp_buf_put(b, s, (size_t)(q - s));
-		mcp_buf_puts(b, "'\\''");
+		jsonw_text_n(b, s, (size_t)(q - s));
+		jsonw_text(b, "'\\''");
 	}
-	mcp_buf_puts(b, s);
-	mcp_buf_puts(b, "'");
+	jsonw_text(b, s);
+	jsonw_text(b, "'");
 }
 
 static int command_line(const struct exec_tool *t, const struct exec_args *a, char **ret)
 {
-	struct mcp_buf b = {0};
+	struct jsonw b = {0};
 
 	switch (t->kind) {
 	case EX_RUN:
 		if (a->shell)
-			mcp_buf_puts(&b, a->shell);
+			jsonw_text(&b, a->shell);
 		for (size_t i = 0; i < a->argc; i++) {
 			if (i)
-				mcp_buf_puts(&b, " ");
+				jsonw_text(&b, " ");
 			quote(&b, a->argv[i]);
 		}
 		break;
 	case EX_WRITE:
-		mcp_buf_puts(&b, "cat > ");
+		jsonw_text(&b, "cat > ");
 		quote(&b, a->path);
 		if (a->mode) {
-			mcp_buf_puts(&b, " && chmod ");
+			jsonw_text(&b, " && chmod ");
 			quote(&b, a->mode);
-			mcp_buf_puts(&b, " ");
+			jsonw_text(&b, " ");
 			quote(&b, a->path);
 		}
 		break;
 	case EX_READ:
-		mcp_buf_puts(&b, "cat -- ");
+		jsonw_text(&b, "cat -- ");
 		quote(&b, a->path);
 		break;
 	}
-	return mcp_buf_take(&b, ret);
+	return jsonw_take(&b, ret);
 }
 
 /* ---- the answer ---- */

@@ -1,12 +1,14 @@
 /* mcp_internal.h: what common/mcp.c (JSON-RPC framing and methods) and
  * common/mcp_tools.c (the tool table) share: a span-based JSON scanner over
- * the message text, a growing text buffer, and the tool calls. */
+ * the message text and the tool calls; answers are written with jsonw's
+ * free-form calls. */
 #ifndef BC_MCP_INTERNAL_H
 #define BC_MCP_INTERNAL_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "jsonw.h"
 #include "mcp.h"
 
 #define MCP_JSON_DEPTH 32
@@ -34,25 +36,22 @@ bool mcp_json_get(struct mcp_span o, const char *key, struct mcp_span *ret_val);
  * not a string or holds a NUL. */
 char *mcp_json_str(struct mcp_span v);
 
-/* A growing text buffer with a sticky -ENOMEM. */
-struct mcp_buf {
-	char *p;
-	size_t len, cap;
-	int err;
-};
-
-void mcp_buf_put(struct mcp_buf *b, const char *s, size_t n);
-void mcp_buf_puts(struct mcp_buf *b, const char *s);
-/* s as a JSON string, quoted and escaped. */
-void mcp_buf_str(struct mcp_buf *b, const char *s);
-/* 0 and *ret (b's text, owned) or b's error, b emptied either way. */
-int mcp_buf_take(struct mcp_buf *b, char **ret);
-
 /* mcp_tools.c */
+
+/* A tool's annotations. */
+#define MCP_HINT_READ_ONLY 1u
+#define MCP_HINT_DESTRUCTIVE 2u
+#define MCP_HINT_IDEMPOTENT 4u
+#define MCP_HINT_OPEN_WORLD 8u
+
+/* Append one tool of tools/list to b: its name, title, description, input
+ * and output schemas (JSON text) and annotations (MCP_HINT_*). */
+void mcp_tool_put(struct jsonw *b, const char *name, const char *title, const char *description,
+		  const char *input, const char *output, unsigned hints);
 
 /* Append the tools/list array to b: every tool, or with gate the ones the
  * API's answers show the caller. */
-void mcp_tools_put(struct mcp_server *s, bool gate, struct mcp_buf *b);
+void mcp_tools_put(struct mcp_server *s, bool gate, struct jsonw *b);
 
 /* Run tool name with the arguments object args (n == 0: none). 0 with
  * *ret_result (a CallToolResult, malloc'd); -ENOENT for an unknown tool;
@@ -71,7 +70,7 @@ int mcp_tool_error(const bc_error *e, const char *key, char **ret);
 
 /* mcp_exec.c: the tools that run a command (run_command, write_file,
  * read_file), offered only when s->api->exec is set. */
-void mcp_exec_tools_put(struct mcp_server *s, struct mcp_buf *b);
+void mcp_exec_tools_put(struct mcp_server *s, struct jsonw *b);
 /* As mcp_tool_call, for those tools. */
 int mcp_exec_call(struct mcp_server *s, const char *name, struct mcp_span args,
 		  char **ret_result);

@@ -34,12 +34,6 @@
 #define WAIT_DEFAULT_S 20
 #define WAIT_MAX_S 30
 
-enum {
-	HINT_READ_ONLY = 1,
-	HINT_DESTRUCTIVE = 2,
-	HINT_IDEMPOTENT = 4,
-};
-
 enum mcp_gate { GATE_NONE, GATE_TEMPLATE, GATE_POOL };
 
 /* An argument: its name in the tool, and the request field it fills
@@ -54,7 +48,7 @@ struct mcp_tool {
 	const ProtobufCServiceDescriptor *svc;
 	const char *method;
 	struct mcp_arg args[8];
-	unsigned hints;
+	unsigned hints;             /* MCP_HINT_* */
 	enum mcp_gate gate;
 	const char *wrap;           /* a create: answers {idempotencyKey, <wrap>: reply} */
 };
@@ -81,7 +75,7 @@ static const struct mcp_tool tools[] = {
 	{"list_sandbox_templates", "List sandbox templates",
 	 "The templates you may create sandboxes from, with their pools, lifetimes and warm "
 	 "pool sizes.",
-	 OBJ("", ""), TPL_SVC, "List", {{0}}, HINT_READ_ONLY | HINT_IDEMPOTENT, GATE_NONE, NULL},
+	 OBJ("", ""), TPL_SVC, "List", {{0}}, MCP_HINT_READ_ONLY | MCP_HINT_IDEMPOTENT, GATE_NONE, NULL},
 	{"create_sandbox", "Create a sandbox",
 	 "Create a sandbox from a template and wait up to waitSeconds for it to be ready. "
 	 "Answers {idempotencyKey, sandbox}; on CONFIRMATION_REQUIRED or a lost answer, call "
@@ -95,16 +89,16 @@ static const struct mcp_tool tools[] = {
 	 SBX_SVC, "Create",
 	 {{"templateId", "templateId"}, {"ttlSeconds", "ttlSeconds"},
 	  {"idempotencyKey", "idempotencyKey"}, {"waitSeconds", NULL}},
-	 HINT_IDEMPOTENT, GATE_TEMPLATE, "sandbox"},
+	 MCP_HINT_IDEMPOTENT, GATE_TEMPLATE, "sandbox"},
 	{"list_sandboxes", "List sandboxes", "Sandboxes, newest first.",
 	 OBJ(P_SCOPE "," P_STR("templateId", "only this template's") "," P_LIST, ""), SBX_SVC,
 	 "List",
 	 {{"scope", "scope"}, {"templateId", "templateId"}, {"deleted", "deleted"},
 	  {"limit", "limit"}, {"cursor", "cursor"}},
-	 HINT_READ_ONLY | HINT_IDEMPOTENT, GATE_NONE, NULL},
+	 MCP_HINT_READ_ONLY | MCP_HINT_IDEMPOTENT, GATE_NONE, NULL},
 	{"get_sandbox", "Get a sandbox", "One sandbox: its state, expiry and instance.",
 	 OBJ(P_STR("sandboxId", "sbx_..."), REQ("\"sandboxId\"")), SBX_SVC, "Get",
-	 {{"sandboxId", "sandboxId"}}, HINT_READ_ONLY | HINT_IDEMPOTENT, GATE_NONE, NULL},
+	 {{"sandboxId", "sandboxId"}}, MCP_HINT_READ_ONLY | MCP_HINT_IDEMPOTENT, GATE_NONE, NULL},
 	{"extend_sandbox", "Extend a sandbox",
 	 "Move a sandbox's expiry later: by a duration (30m, 8h, 7d) from now, or until an "
 	 "epoch-millisecond time.",
@@ -115,13 +109,13 @@ static const struct mcp_tool tools[] = {
 	 GATE_NONE, NULL},
 	{"delete_sandbox", "Delete a sandbox", "Delete a sandbox: its guest and disk are gone.",
 	 OBJ(P_STR("sandboxId", "sbx_..."), REQ("\"sandboxId\"")), SBX_SVC, "Delete",
-	 {{"sandboxId", "sandboxId"}}, HINT_DESTRUCTIVE | HINT_IDEMPOTENT, GATE_NONE, NULL},
+	 {{"sandboxId", "sandboxId"}}, MCP_HINT_DESTRUCTIVE | MCP_HINT_IDEMPOTENT, GATE_NONE, NULL},
 	{"list_sandbox_volumes", "List sandbox volumes",
 	 "Sandbox volumes (persistent disks), newest first.",
 	 OBJ(P_STR("poolId", "only this pool's") "," P_SCOPE "," P_LIST, ""), VOL_SVC, "List",
 	 {{"poolId", "poolId"}, {"scope", "scope"}, {"deleted", "deleted"}, {"limit", "limit"},
 	  {"cursor", "cursor"}},
-	 HINT_READ_ONLY | HINT_IDEMPOTENT, GATE_NONE, NULL},
+	 MCP_HINT_READ_ONLY | MCP_HINT_IDEMPOTENT, GATE_NONE, NULL},
 	{"create_sandbox_volume", "Create a sandbox volume",
 	 "Create a persistent volume on one host of a pool. Answers {idempotencyKey, volume}; "
 	 "call again with the same idempotencyKey to retry.",
@@ -131,89 +125,89 @@ static const struct mcp_tool tools[] = {
 	 VOL_SVC, "Create",
 	 {{"poolId", "poolId"}, {"name", "name"}, {"sizeGiB", "sizeGib"},
 	  {"idempotencyKey", "idempotencyKey"}},
-	 HINT_IDEMPOTENT, GATE_POOL, "volume"},
+	 MCP_HINT_IDEMPOTENT, GATE_POOL, "volume"},
 	{"resize_sandbox_volume", "Grow a sandbox volume",
 	 "Grow a volume to sizeGiB (never shrinks it; its current size changes nothing).",
 	 OBJ(P_STR("volumeId", "vol_...") "," P_SIZE, REQ("\"volumeId\",\"sizeGiB\"")), VOL_SVC,
-	 "Resize", {{"volumeId", "volumeId"}, {"sizeGiB", "sizeGib"}}, HINT_IDEMPOTENT,
+	 "Resize", {{"volumeId", "volumeId"}, {"sizeGiB", "sizeGib"}}, MCP_HINT_IDEMPOTENT,
 	 GATE_NONE, NULL},
 	{"delete_sandbox_volume", "Delete a sandbox volume",
 	 "Delete a volume: its data is wiped.",
 	 OBJ(P_STR("volumeId", "vol_..."), REQ("\"volumeId\"")), VOL_SVC, "Delete",
-	 {{"volumeId", "volumeId"}}, HINT_DESTRUCTIVE | HINT_IDEMPOTENT, GATE_NONE, NULL},
+	 {{"volumeId", "volumeId"}}, MCP_HINT_DESTRUCTIVE | MCP_HINT_IDEMPOTENT, GATE_NONE, NULL},
 };
 
 /* ---- schemas ---- */
 
-static void schema_put(struct mcp_buf *b, const ProtobufCMessageDescriptor *d, int depth);
+static void schema_put(struct jsonw *b, const ProtobufCMessageDescriptor *d, int depth);
 
-static void schema_scalar(struct mcp_buf *b, const ProtobufCFieldDescriptor *f, int depth)
+static void schema_scalar(struct jsonw *b, const ProtobufCFieldDescriptor *f, int depth)
 {
 	switch (f->type) {
 	case PROTOBUF_C_TYPE_BOOL:
-		mcp_buf_puts(b, "{\"type\":\"boolean\"}");
+		jsonw_text(b, "{\"type\":\"boolean\"}");
 		break;
 	case PROTOBUF_C_TYPE_FLOAT:
 	case PROTOBUF_C_TYPE_DOUBLE:
-		mcp_buf_puts(b, "{\"type\":\"number\"}");
+		jsonw_text(b, "{\"type\":\"number\"}");
 		break;
 	case PROTOBUF_C_TYPE_STRING:
 	case PROTOBUF_C_TYPE_BYTES:
 	case PROTOBUF_C_TYPE_ENUM:
-		mcp_buf_puts(b, "{\"type\":\"string\"}");
+		jsonw_text(b, "{\"type\":\"string\"}");
 		break;
 	case PROTOBUF_C_TYPE_MESSAGE:
 		schema_put(b, f->descriptor, depth + 1);
 		break;
 	default: /* every integer: pbjson writes them as numbers */
-		mcp_buf_puts(b, "{\"type\":\"integer\"}");
+		jsonw_text(b, "{\"type\":\"integer\"}");
 	}
 }
 
-static void schema_field(struct mcp_buf *b, const ProtobufCFieldDescriptor *f, int depth)
+static void schema_field(struct jsonw *b, const ProtobufCFieldDescriptor *f, int depth)
 {
 	if (pbj_is_map(f)) {
 		const ProtobufCMessageDescriptor *e = f->descriptor;
 
-		mcp_buf_puts(b, "{\"type\":\"object\",\"additionalProperties\":");
+		jsonw_text(b, "{\"type\":\"object\",\"additionalProperties\":");
 		schema_scalar(b, &e->fields[1], depth);
-		mcp_buf_puts(b, "}");
+		jsonw_text(b, "}");
 	} else if (f->label == PROTOBUF_C_LABEL_REPEATED) {
-		mcp_buf_puts(b, "{\"type\":\"array\",\"items\":");
+		jsonw_text(b, "{\"type\":\"array\",\"items\":");
 		schema_scalar(b, f, depth);
-		mcp_buf_puts(b, "}");
+		jsonw_text(b, "}");
 	} else {
 		schema_scalar(b, f, depth);
 	}
 }
 
-static void schema_put(struct mcp_buf *b, const ProtobufCMessageDescriptor *d, int depth)
+static void schema_put(struct jsonw *b, const ProtobufCMessageDescriptor *d, int depth)
 {
 	char name[PBJSON_MAX_NAME];
 
 	if (depth > SCHEMA_DEPTH) {
-		mcp_buf_puts(b, "{\"type\":\"object\"}");
+		jsonw_text(b, "{\"type\":\"object\"}");
 		return;
 	}
-	mcp_buf_puts(b, "{\"type\":\"object\",\"properties\":{");
+	jsonw_text(b, "{\"type\":\"object\",\"properties\":{");
 	for (unsigned i = 0; i < d->n_fields; i++) {
 		pbj_json_name(d->fields[i].name, name, sizeof(name));
 		if (i)
-			mcp_buf_puts(b, ",");
-		mcp_buf_str(b, name);
-		mcp_buf_puts(b, ":");
+			jsonw_text(b, ",");
+		jsonw_string(b, name);
+		jsonw_text(b, ":");
 		schema_field(b, &d->fields[i], depth);
 	}
-	mcp_buf_puts(b, "}}");
+	jsonw_text(b, "}}");
 }
 
 char *mcp_schema_of(const ProtobufCMessageDescriptor *d)
 {
-	struct mcp_buf b = {0};
+	struct jsonw b = {0};
 	char *out = NULL;
 
 	schema_put(&b, d, 0);
-	return mcp_buf_take(&b, &out) < 0 ? NULL : out;
+	return jsonw_take(&b, &out) < 0 ? NULL : out;
 }
 
 static const ProtobufCMethodDescriptor *method_of(const struct mcp_tool *t)
@@ -221,7 +215,7 @@ static const ProtobufCMethodDescriptor *method_of(const struct mcp_tool *t)
 	return protobuf_c_service_descriptor_get_method_by_name(t->svc, t->method);
 }
 
-static void output_schema(struct mcp_buf *b, const struct mcp_tool *t)
+static void output_schema(struct jsonw *b, const struct mcp_tool *t)
 {
 	const ProtobufCMessageDescriptor *out = method_of(t)->output;
 
@@ -229,44 +223,60 @@ static void output_schema(struct mcp_buf *b, const struct mcp_tool *t)
 		schema_put(b, out, 0);
 		return;
 	}
-	mcp_buf_puts(b, "{\"type\":\"object\",\"properties\":{\"idempotencyKey\":"
+	jsonw_text(b, "{\"type\":\"object\",\"properties\":{\"idempotencyKey\":"
 		     "{\"type\":\"string\"},");
-	mcp_buf_str(b, t->wrap);
-	mcp_buf_puts(b, ":");
+	jsonw_string(b, t->wrap);
+	jsonw_text(b, ":");
 	schema_put(b, out, 1);
-	mcp_buf_puts(b, "},\"required\":[\"idempotencyKey\",");
-	mcp_buf_str(b, t->wrap);
-	mcp_buf_puts(b, "]}");
+	jsonw_text(b, "},\"required\":[\"idempotencyKey\",");
+	jsonw_string(b, t->wrap);
+	jsonw_text(b, "]}");
 }
 
 /* ---- tools/list ---- */
 
-static void hint(struct mcp_buf *b, const char *name, bool on)
+static void hint(struct jsonw *b, const char *name, bool on)
 {
-	mcp_buf_puts(b, ",\"");
-	mcp_buf_puts(b, name);
-	mcp_buf_puts(b, on ? "\":true" : "\":false");
+	jsonw_text(b, ",\"");
+	jsonw_text(b, name);
+	jsonw_text(b, on ? "\":true" : "\":false");
 }
 
-static void tool_put(struct mcp_buf *b, const struct mcp_tool *t)
+/* See mcp_internal.h. */
+void mcp_tool_put(struct jsonw *b, const char *name, const char *title, const char *description,
+		  const char *input, const char *output, unsigned hints)
 {
-	mcp_buf_puts(b, "{\"name\":");
-	mcp_buf_str(b, t->name);
-	mcp_buf_puts(b, ",\"title\":");
-	mcp_buf_str(b, t->title);
-	mcp_buf_puts(b, ",\"description\":");
-	mcp_buf_str(b, t->description);
-	mcp_buf_puts(b, ",\"inputSchema\":");
-	mcp_buf_puts(b, t->input);
-	mcp_buf_puts(b, ",\"outputSchema\":");
-	output_schema(b, t);
-	mcp_buf_puts(b, ",\"annotations\":{\"title\":");
-	mcp_buf_str(b, t->title);
-	hint(b, "readOnlyHint", t->hints & HINT_READ_ONLY);
-	hint(b, "destructiveHint", t->hints & HINT_DESTRUCTIVE);
-	hint(b, "idempotentHint", t->hints & HINT_IDEMPOTENT);
-	hint(b, "openWorldHint", false);
-	mcp_buf_puts(b, "}}");
+	jsonw_text(b, "{\"name\":");
+	jsonw_string(b, name);
+	jsonw_text(b, ",\"title\":");
+	jsonw_string(b, title);
+	jsonw_text(b, ",\"description\":");
+	jsonw_string(b, description);
+	jsonw_text(b, ",\"inputSchema\":");
+	jsonw_text(b, input);
+	jsonw_text(b, ",\"outputSchema\":");
+	jsonw_text(b, output);
+	jsonw_text(b, ",\"annotations\":{\"title\":");
+	jsonw_string(b, title);
+	hint(b, "readOnlyHint", hints & MCP_HINT_READ_ONLY);
+	hint(b, "destructiveHint", hints & MCP_HINT_DESTRUCTIVE);
+	hint(b, "idempotentHint", hints & MCP_HINT_IDEMPOTENT);
+	hint(b, "openWorldHint", hints & MCP_HINT_OPEN_WORLD);
+	jsonw_text(b, "}}");
+}
+
+static void tool_put(struct jsonw *b, const struct mcp_tool *t)
+{
+	struct jsonw o = {0};
+	char *out = NULL;
+
+	output_schema(&o, t);
+	if (jsonw_take(&o, &out) < 0) {
+		b->err = b->err ? b->err : -ENOMEM;
+		return;
+	}
+	mcp_tool_put(b, t->name, t->title, t->description, t->input, out, t->hints);
+	free(out);
 }
 
 /* The number of items List answers the caller with an empty request, 0
@@ -291,12 +301,12 @@ static size_t visible(struct mcp_server *s, const ProtobufCServiceDescriptor *sv
 	return n;
 }
 
-void mcp_tools_put(struct mcp_server *s, bool gate, struct mcp_buf *b)
+void mcp_tools_put(struct mcp_server *s, bool gate, struct jsonw *b)
 {
 	int tpl = -1, pool = -1; /* unknown until a tool asks */
 	bool first = true;
 
-	mcp_buf_puts(b, "[");
+	jsonw_text(b, "[");
 	for (size_t i = 0; i < ARRAY_SIZE(tools); i++) {
 		const struct mcp_tool *t = &tools[i];
 
@@ -307,16 +317,16 @@ void mcp_tools_put(struct mcp_server *s, bool gate, struct mcp_buf *b)
 		if (gate && ((t->gate == GATE_TEMPLATE && !tpl) || (t->gate == GATE_POOL && !pool)))
 			continue;
 		if (!first)
-			mcp_buf_puts(b, ",");
+			jsonw_text(b, ",");
 		first = false;
 		tool_put(b, t);
 	}
 	if (s->api->exec) {
 		if (!first)
-			mcp_buf_puts(b, ",");
+			jsonw_text(b, ",");
 		mcp_exec_tools_put(s, b);
 	}
-	mcp_buf_puts(b, "]");
+	jsonw_text(b, "]");
 }
 
 /* ---- tools/call ---- */
@@ -325,17 +335,17 @@ void mcp_tools_put(struct mcp_server *s, bool gate, struct mcp_buf *b)
  * structuredContent too. */
 int mcp_tool_result(const char *text, bool structured, bool is_error, char **ret)
 {
-	struct mcp_buf b = {0};
+	struct jsonw b = {0};
 
-	mcp_buf_puts(&b, "{\"content\":[{\"type\":\"text\",\"text\":");
-	mcp_buf_str(&b, text);
-	mcp_buf_puts(&b, "}]");
+	jsonw_text(&b, "{\"content\":[{\"type\":\"text\",\"text\":");
+	jsonw_string(&b, text);
+	jsonw_text(&b, "}]");
 	if (structured) {
-		mcp_buf_puts(&b, ",\"structuredContent\":");
-		mcp_buf_puts(&b, text);
+		jsonw_text(&b, ",\"structuredContent\":");
+		jsonw_text(&b, text);
 	}
-	mcp_buf_puts(&b, is_error ? ",\"isError\":true}" : ",\"isError\":false}");
-	return mcp_buf_take(&b, ret);
+	jsonw_text(&b, is_error ? ",\"isError\":true}" : ",\"isError\":false}");
+	return jsonw_take(&b, ret);
 }
 
 /* A refusal: the API's error body ({"error":{code, message, details}}, as
@@ -344,19 +354,19 @@ int mcp_tool_result(const char *text, bool structured, bool is_error, char **ret
 int mcp_tool_error(const bc_error *e, const char *key, char **ret)
 {
 	_cleanup_free_ char *body = rpc_http_error_json(e);
-	struct mcp_buf b = {0};
+	struct jsonw b = {0};
 	char *text = NULL;
 	int r;
 
 	if (!body)
 		return -ENOMEM;
-	mcp_buf_put(&b, body, strlen(body) - 1);
+	jsonw_text_n(&b, body, strlen(body) - 1);
 	if (key) {
-		mcp_buf_puts(&b, ",\"idempotencyKey\":");
-		mcp_buf_str(&b, key);
+		jsonw_text(&b, ",\"idempotencyKey\":");
+		jsonw_string(&b, key);
 	}
-	mcp_buf_puts(&b, "}");
-	if ((r = mcp_buf_take(&b, &text)) < 0)
+	jsonw_text(&b, "}");
+	if ((r = jsonw_take(&b, &text)) < 0)
 		return r;
 	r = mcp_tool_result(text, false, true, ret);
 	free(text);
@@ -395,7 +405,7 @@ bad:
 /* The request's proto3 JSON from the tool's arguments: each renamed, a
  * fresh idempotency key for a create without one, the wait of
  * waitSeconds (default 20 s) in *ret_wait_ms. */
-static int request_json(const struct mcp_tool *t, struct mcp_span args, struct mcp_buf *b,
+static int request_json(const struct mcp_tool *t, struct mcp_span args, struct jsonw *b,
 			int64_t *ret_wait_ms, bc_error *err)
 {
 	struct mcp_span v;
@@ -405,7 +415,7 @@ static int request_json(const struct mcp_tool *t, struct mcp_span args, struct m
 	char *name = NULL;
 	int r;
 
-	mcp_buf_puts(b, "{");
+	jsonw_text(b, "{");
 	while (args.n && (r = mcp_json_next(args, &i, &name, &v)) == 1) {
 		const struct mcp_arg *a = arg_of(t, name);
 
@@ -422,18 +432,18 @@ static int request_json(const struct mcp_tool *t, struct mcp_span args, struct m
 			continue;
 		}
 		key |= strcmp(a->field, "idempotencyKey") == 0;
-		mcp_buf_puts(b, first ? "\"" : ",\"");
+		jsonw_text(b, first ? "\"" : ",\"");
 		first = false;
-		mcp_buf_puts(b, a->field);
-		mcp_buf_puts(b, "\":");
-		mcp_buf_put(b, v.p, v.n);
+		jsonw_text(b, a->field);
+		jsonw_text(b, "\":");
+		jsonw_text_n(b, v.p, v.n);
 	}
 	if (t->wrap && !key) {
 		char fresh[48];
 
 		id_new("mcp", fresh, sizeof(fresh));
-		mcp_buf_puts(b, first ? "\"idempotencyKey\":" : ",\"idempotencyKey\":");
-		mcp_buf_str(b, fresh);
+		jsonw_text(b, first ? "\"idempotencyKey\":" : ",\"idempotencyKey\":");
+		jsonw_string(b, fresh);
 		first = false;
 	}
 	if (waits && wait_ms > 0) {
@@ -441,9 +451,9 @@ static int request_json(const struct mcp_tool *t, struct mcp_span args, struct m
 
 		snprintf(w, sizeof(w), "%s\"wait\":{\"timeoutMs\":%lld}", first ? "" : ",",
 			 (long long)wait_ms);
-		mcp_buf_puts(b, w);
+		jsonw_text(b, w);
 	}
-	mcp_buf_puts(b, "}");
+	jsonw_text(b, "}");
 	*ret_wait_ms = waits ? wait_ms : 0;
 	return 0;
 }
@@ -451,16 +461,16 @@ static int request_json(const struct mcp_tool *t, struct mcp_span args, struct m
 /* The answer of a create: {idempotencyKey, <wrap>: reply}. */
 static int wrapped(const struct mcp_tool *t, const char *key, const char *json, char **ret)
 {
-	struct mcp_buf b = {0};
+	struct jsonw b = {0};
 
-	mcp_buf_puts(&b, "{\"idempotencyKey\":");
-	mcp_buf_str(&b, key);
-	mcp_buf_puts(&b, ",");
-	mcp_buf_str(&b, t->wrap);
-	mcp_buf_puts(&b, ":");
-	mcp_buf_puts(&b, json);
-	mcp_buf_puts(&b, "}");
-	return mcp_buf_take(&b, ret);
+	jsonw_text(&b, "{\"idempotencyKey\":");
+	jsonw_string(&b, key);
+	jsonw_text(&b, ",");
+	jsonw_string(&b, t->wrap);
+	jsonw_text(&b, ":");
+	jsonw_text(&b, json);
+	jsonw_text(&b, "}");
+	return jsonw_take(&b, ret);
 }
 
 static int call_tool(struct mcp_server *s, const struct mcp_tool *t, struct mcp_span args,
@@ -468,17 +478,17 @@ static int call_tool(struct mcp_server *s, const struct mcp_tool *t, struct mcp_
 {
 	const ProtobufCMethodDescriptor *m = method_of(t);
 	ProtobufCMessage *req = NULL, *resp = NULL;
-	struct mcp_buf b = {0};
+	struct jsonw b = {0};
 	_cleanup_free_ char *json = NULL, *out = NULL, *text = NULL, *key = NULL;
 	bc_error err = {0};
 	int64_t wait_ms = 0;
 	int r;
 
 	if ((r = request_json(t, args, &b, &wait_ms, &err)) < 0) {
-		free(b.p);
+		free(b.buf);
 		return r == -BC_EDOMAIN ? mcp_tool_error(&err, NULL, ret) : r;
 	}
-	if ((r = mcp_buf_take(&b, &json)) < 0)
+	if ((r = jsonw_take(&b, &json)) < 0)
 		return r;
 	if ((r = pbjson_read(m->input, json, strlen(json), MCP_MESSAGE_MAX, &req, &err)) < 0)
 		return r == -BC_EDOMAIN ? mcp_tool_error(&err, NULL, ret) : r;
