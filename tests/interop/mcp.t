@@ -68,22 +68,10 @@ out=$STACK_DIR/mcp-node.out
 	timeout 300 node --test --test-reporter=tap mcp.test.mjs) >"$out" 2>&1
 node_rc=$?
 
-# the subtests are the "ok N - name" lines at the top level
-n=0
-re='^(not )?ok [0-9]+ - (.*)$'
-while IFS= read -r line; do
-	[[ $line =~ $re ]] || continue
-	n=$((n + 1))
-	if [[ ${BASH_REMATCH[2]} == *"# SKIP"* ]]; then
-		skip "${BASH_REMATCH[2]}"
-	elif [ -z "${BASH_REMATCH[1]}" ]; then
-		pass "${BASH_REMATCH[2]}"
-	else
-		fail "${BASH_REMATCH[2]}"
-	fi
-done <"$out"
-ok "$([ "$n" -ge 15 ]; echo $?)" "node ran the MCP subtests ($n)"
+node_results "$out"
+ok "$([ "$NODE_RESULTS" -ge 16 ]; echo $?)" "node ran the MCP subtests ($NODE_RESULTS)"
 is "$node_rc" 0 'node --test exits 0'
+ok "$(! grep -q 'Sanitizer' "$out"; echo $?)" 'no sanitizer report from bcctl mcp (its stderr is in the output)'
 if tap_failed; then
 	diag "---- node --test output ----"
 	diag "$(cat "$out")"

@@ -294,3 +294,18 @@ test('HTTP: sessions, credentials, Origin, methods, protocol version', async () 
 	r = await post([ping], {});
 	assert.equal(r.status, 400, 'a batch is not an initialize: no session, 400');
 });
+
+test('HTTP: sessions are bounded (mcp_max_sessions = 64 in mcp.t)', async () => {
+	let r;
+	let opened = 0;
+	for (let i = 0; i < 70; i++) {
+		r = await post(init);
+		if (r.status !== 200) break;
+		await r.arrayBuffer();
+		opened++;
+	}
+	assert.equal(r.status, 503, `past the bound: 503 (after ${opened} more sessions)`);
+	assert.equal((await r.json()).error.code, 'RESOURCE_EXHAUSTED');
+	assert.ok(r.headers.get('retry-after'), 'with Retry-After');
+	assert.ok(opened > 0 && opened <= 64, 'no more sessions than the bound');
+});
