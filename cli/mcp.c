@@ -18,11 +18,17 @@
 #include "mcp.h"
 #include "util.h"
 
+/* What the API calls and the exec tools need. */
+struct mcp_cli {
+	struct cli_ctx *ctx;
+	struct cli_exec_opts exec;
+};
+
 static int api_call(void *arg, const ProtobufCServiceDescriptor *svc, const char *method,
 		    const ProtobufCMessage *req, int64_t extra_ms, ProtobufCMessage **ret,
 		    bc_error *err)
 {
-	struct cli_ctx *ctx = *(struct cli_ctx **)arg;
+	struct cli_ctx *ctx = ((struct mcp_cli *)arg)->ctx;
 	int r;
 
 	bc_error_clear(&ctx->err);
@@ -33,11 +39,6 @@ static int api_call(void *arg, const ProtobufCServiceDescriptor *svc, const char
 		bc_error_set(err, BC_INVALID_CONFIG, "bcctl cannot reach the API: see its stderr");
 	return r < 0 ? -BC_EDOMAIN : 0;
 }
-
-struct mcp_cli {
-	struct cli_ctx *ctx;
-	struct cli_exec_opts exec;
-};
 
 static int api_exec(void *arg, const struct mcp_exec_req *q, struct mcp_exec_out *ret,
 		    bc_error *err)

@@ -353,12 +353,17 @@ int mcp_tool_result(const char *text, bool structured, bool is_error, char **ret
  * so the model can retry with it. */
 int mcp_tool_error(const bc_error *e, const char *key, char **ret)
 {
-	_cleanup_free_ char *body = rpc_http_error_json(e);
+	bc_error fallback = {0};
+	_cleanup_free_ char *body = NULL;
 	struct jsonw b = {0};
 	char *text = NULL;
 	int r;
 
-	if (!body)
+	if (e->code == BC_OK) { /* a failure that said nothing */
+		bc_error_set(&fallback, BC_INTERNAL, "failed without a reason");
+		e = &fallback;
+	}
+	if (!(body = rpc_http_error_json(e)))
 		return -ENOMEM;
 	jsonw_text_n(&b, body, strlen(body) - 1);
 	if (key) {
