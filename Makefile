@@ -246,7 +246,8 @@ guest:
 	$(Q)bash contrib/guest/build.sh $(CURDIR)/build/guest
 
 check-interop: bins unit-bins node-deps
-	$(Q)BC_BIN=$(CURDIR)/$(BUILD)/bin prove --exec bash tests/interop/run.t tests/interop/ws.t
+	$(Q)BC_BIN=$(CURDIR)/$(BUILD)/bin prove --exec bash tests/interop/run.t tests/interop/ws.t \
+		tests/interop/mcp.t
 
 fuzz:
 	$(Q)$(MAKE) --no-print-directory -f tests/fuzz/fuzz.mk FUZZ_SECONDS=60 run

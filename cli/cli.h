@@ -13,11 +13,14 @@
 #define BC_CLI_H
 
 #include <protobuf-c/protobuf-c.h>
+#include <pthread.h>
+#include <spawn.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "err.h"
+#include "mcp.h"
 #include "rpc.h"
 
 #ifndef BC_VERSION
@@ -265,6 +268,39 @@ int cli_sandbox_exec(struct cli_ctx *ctx, int argc, char **argv);
 int cli_sandbox_cp(struct cli_ctx *ctx, int argc, char **argv);
 int cli_sandbox_tunnels(struct cli_ctx *ctx, int argc, char **argv);
 int cli_sandbox_close_tunnels(struct cli_ctx *ctx, int argc, char **argv);
+
+/* How bcctl mcp reaches a sandbox's sshd: the key (NULL: ~/.ssh/id_ed25519),
+ * the ssh program (NULL: ssh), trusting an uncertified host key. */
+struct cli_exec_opts {
+	const char *key, *prog;
+	bool accept_host_key;
+};
+
+/* Run q->command in sandbox q->sandbox_id as `sandbox exec` would, with
+ * q->in on its stdin and its output captured into *ret (see mcp.h). 0,
+ * or -BC_EDOMAIN with ctx->err. */
+int cli_sandbox_run(struct cli_ctx *ctx, const struct cli_exec_opts *o,
+		    const struct mcp_exec_req *q, struct mcp_exec_out *ret);
+
+/* sandbox_run.c: ssh's three standard streams as pipes, pumped by one
+ * thread (stdin fed from in, stdout and stderr kept up to cap each) until
+ * both outputs end; past deadline ssh gets SIGTERM (out->timed_out). */
+struct cli_capture {
+	const uint8_t *in;
+	size_t in_len, in_off, cap;
+	int64_t deadline;          /* deadline_in() */
+	struct mcp_exec_out *out;
+	int fd[3], child[3];       /* ours; the child's ends (closed once spawned) */
+	pid_t pid;
+	pthread_t thread;
+	bool running;
+};
+/* The pipes and fa's dup2 actions (fa initialised here; destroy it). */
+int cli_capture_actions(struct cli_capture *c, posix_spawn_file_actions_t *fa);
+/* Close the child's ends and start the pump for pid. */
+int cli_capture_start(struct cli_capture *c, pid_t pid);
+/* Wait for the pump and close every pipe. */
+void cli_capture_finish(struct cli_capture *c);
 int cli_instance_create(struct cli_ctx *ctx, int argc, char **argv);
 
 int cli_tenant_create(struct cli_ctx *ctx, int argc, char **argv);
@@ -281,6 +317,9 @@ int cli_events_list(struct cli_ctx *ctx, int argc, char **argv);
 /* usage.c */
 int cli_usage_list(struct cli_ctx *ctx, int argc, char **argv);
 int cli_events_watch(struct cli_ctx *ctx, int argc, char **argv);
+
+/* mcp.c */
+int cli_mcp(struct cli_ctx *ctx, int argc, char **argv);
 
 int cli_token_create(struct cli_ctx *ctx, int argc, char **argv);
 

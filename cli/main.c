@@ -168,6 +168,8 @@ static const struct cli_verb verbs[] = {
 	{"usage", "list", cli_usage_list,
 	 "[--tenant T] [--meter M] [--identity ID] [--from MS] [--to MS] [--limit N] [--cursor C]",
 	 "List metered usage per hourly window, with totals (Usage.List)."},
+	{"mcp", NULL, cli_mcp, "[--key FILE] [--ssh PROG] [--accept-host-key]",
+	 "Serve MCP over stdio: newline-delimited JSON-RPC, tools calling the API as bcctl does."},
 	{"version", NULL, cli_version, "", "Print bcctl's version."},
 	{"help", NULL, cli_help, "", "Print this help."},
 };

@@ -616,9 +616,13 @@ static int exit_code_of(int status)
 }
 
 /* The whole session: grant, files, listener, the program, the relay. */
+/* With cap, ssh's streams are cap's pipes instead of ours (bcctl mcp). */
 static int run_session(struct cli_ctx *ctx, const char *sbx, const struct exec_flags *f,
-		       enum sshc_prog kind, char *const *args, size_t n_args)
+		       enum sshc_prog kind, char *const *args, size_t n_args,
+		       struct cli_capture *cap)
 {
+	posix_spawn_file_actions_t fa;
+	bool fa_on = false;
 	Bc__Compute__V1__ExecSandboxRequest req = BC__COMPUTE__V1__EXEC_SANDBOX_REQUEST__INIT;
 	struct session s = {.lfd = -1};
 	ProtobufCMessage *resp = NULL;
@@ -654,10 +658,17 @@ static int run_session(struct cli_ctx *ctx, const char *sbx, const struct exec_f
 			goto out;
 		}
 	}
-	if ((r = posix_spawnp(&pid, f->prog, NULL, NULL, argv, environ)) != 0) {
+	if (cap && (r = cli_capture_actions(cap, &fa)) < 0) {
+		r = bc_error_set(&ctx->err, BC_INTERNAL, "pipes for ssh: %s", strerror(-r));
+		goto out;
+	}
+	fa_on = cap != NULL;
+	if ((r = posix_spawnp(&pid, f->prog, fa_on ? &fa : NULL, NULL, argv, environ)) != 0) {
 		r = bc_error_set(&ctx->err, BC_INVALID_INPUT, "cannot run %s", f->prog);
 		goto out;
 	}
+	if (cap && cli_capture_start(cap, pid) < 0)
+		kill(pid, SIGTERM); /* ssh's streams unread: end it, its status tells */
 	r = accept_one(ctx, &s, pid, &status, &fd);
 	if (r == 0)
 		r = relay_session(ctx, g, fd, pid, &status);
@@ -666,6 +677,10 @@ static int run_session(struct cli_ctx *ctx, const char *sbx, const struct exec_f
 		r = 0;
 	}
 out:
+	if (cap)
+		cli_capture_finish(cap);
+	if (fa_on)
+		posix_spawn_file_actions_destroy(&fa);
 	session_remove(&s);
 	sshc_argv_free(argv);
 	protobuf_c_message_free_unpacked(resp, NULL);
@@ -709,7 +724,30 @@ int cli_sandbox_exec(struct cli_ctx *ctx, int argc, char **argv)
 
 	if (r != 0)
 		return r;
-	return run_session(ctx, sbx, &f, SSHC_SSH, argv + cmd, (size_t)(argc - cmd));
+	return run_session(ctx, sbx, &f, SSHC_SSH, argv + cmd, (size_t)(argc - cmd), NULL);
+}
+
+/* See cli.h. The certificate lives as long as the command may (at most
+ * 15 minutes, the grant's bound). */
+int cli_sandbox_run(struct cli_ctx *ctx, const struct cli_exec_opts *o,
+		    const struct mcp_exec_req *q, struct mcp_exec_out *ret)
+{
+	struct exec_flags f = {.key = (char *)o->key, .prog = (char *)(o->prog ? o->prog : "ssh"),
+			       .accept_host_key = o->accept_host_key,
+			       .minutes = q->timeout_ms / 60000 + 2};
+	struct cli_capture cap = {.in = q->in, .in_len = q->in_len, .cap = q->cap,
+				  .deadline = deadline_in(q->timeout_ms), .out = ret,
+				  .fd = {-1, -1, -1}, .child = {-1, -1, -1}};
+	char *args[] = {(char *)q->command};
+	int r;
+
+	if (f.minutes > 15)
+		f.minutes = 15;
+	ctx->exit_code = 0;
+	r = run_session(ctx, q->sandbox_id, &f, SSHC_SSH, args, 1, &cap);
+	ret->exit_code = ret->timed_out ? -1 : ctx->exit_code;
+	ctx->exit_code = 0;
+	return r;
 }
 
 /* cp's paths for scp: "ID:PATH" becomes "127.0.0.1:PATH" (one sandbox);
@@ -766,7 +804,7 @@ int cli_sandbox_cp(struct cli_ctx *ctx, int argc, char **argv)
 		return cli_usage_error(ctx, "give at least a source and a destination");
 	if ((r = cp_paths(ctx, paths.v, paths.n, &scp_args, sbx, sizeof(sbx))) < 0)
 		return r;
-	r = run_session(ctx, sbx, &f, SSHC_SCP, scp_args, paths.n);
+	r = run_session(ctx, sbx, &f, SSHC_SCP, scp_args, paths.n, NULL);
 	sshc_argv_free(scp_args);
 	return r;
 }

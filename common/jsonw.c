@@ -144,17 +144,38 @@ void jsonw_raw(struct jsonw *w, const char *k, const char *raw)
 	puts_(w, raw);
 }
 
-int jsonw_end(struct jsonw *w, char **ret_json)
+void jsonw_text(struct jsonw *w, const char *s)
+{
+	puts_(w, s);
+}
+
+void jsonw_text_n(struct jsonw *w, const char *s, size_t n)
+{
+	put(w, s, n);
+}
+
+void jsonw_string(struct jsonw *w, const char *s)
+{
+	put_string(w, s);
+}
+
+int jsonw_take(struct jsonw *w, char **ret)
 {
 	int rc;
 
-	put(w, "}", 1);
+	put(w, "", 0);
 	if ((rc = w->err) < 0) {
 		free(w->buf);
 		*w = (struct jsonw){0};
 		return rc;
 	}
-	*ret_json = w->buf;
+	*ret = w->buf;
 	*w = (struct jsonw){0};
 	return 0;
+}
+
+int jsonw_end(struct jsonw *w, char **ret_json)
+{
+	put(w, "}", 1);
+	return jsonw_take(w, ret_json);
 }

@@ -41,6 +41,17 @@ void jsonw_null(struct jsonw *w, const char *key);
  * written as it is, unchecked). */
 void jsonw_raw(struct jsonw *w, const char *key, const char *raw);
 
+/* Free-form writing, for documents that are not one flat object (MCP's
+ * nested answers, common/mcp.c): start from a zeroed struct jsonw (not
+ * jsonw_begin), append raw text with jsonw_text/jsonw_text_n and string
+ * values, quoted and escaped as above, with jsonw_string; jsonw_take hands
+ * the text over: 0 and *ret (caller frees), or the first failure with the
+ * buffer freed; w is emptied either way. */
+void jsonw_text(struct jsonw *w, const char *s);
+void jsonw_text_n(struct jsonw *w, const char *s, size_t n);
+void jsonw_string(struct jsonw *w, const char *s);
+int jsonw_take(struct jsonw *w, char **ret);
+
 /* Close the object: 0 and the NUL-terminated text in *ret_json (caller
  * frees), or the first failure as -errno, with w's buffer freed either
  * way and *ret_json untouched. */

@@ -21,6 +21,10 @@
 locale_t pbj_c_locale(void);
 void pbj_json_name(const char *name, char *out, size_t outlen);
 bool pbj_name_matches(const char *field_name, const char *key);
+/* Standard or URL-safe base64 s[0..n), padding optional but correct if
+ * present: 0 with ret->data malloc'd (NULL when empty), -EINVAL, -ENOMEM.
+ * Also the MCP file tools' (common/mcp_exec.c). */
+int pbj_b64_decode(const char *s, size_t n, ProtobufCBinaryData *ret);
 bool pbj_is_map(const ProtobufCFieldDescriptor *f);
 size_t pbj_elt_size(ProtobufCType t);
 void *pbj_member(const ProtobufCMessage *m, unsigned offset);

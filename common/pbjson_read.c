@@ -444,8 +444,8 @@ static int b64_val(char c)
 	return -1;
 }
 
-/* Standard or URL-safe base64, padding optional but correct if present. */
-static int b64_decode(const char *s, size_t n, ProtobufCBinaryData *ret)
+/* See pbjson_internal.h. */
+int pbj_b64_decode(const char *s, size_t n, ProtobufCBinaryData *ret)
 {
 	size_t pad = 0, out_n = 0;
 	uint32_t acc = 0;
@@ -496,7 +496,7 @@ static int rd_bytes(struct rd *r, void *dst)
 	e = rd_string(r, &s, &n);
 	if (e < 0)
 		return e;
-	e = b64_decode(s, n, dst);
+	e = pbj_b64_decode(s, n, dst);
 	if (e == -EINVAL)
 		return rd_fail(r, "invalid base64");
 	return e;

@@ -169,6 +169,14 @@ struct rpc_server_opts {
 	 * closes them (1001). */
 	const struct rpc_ws_route *ws_routes;
 	size_t n_ws_routes;
+	/* MCP's Streamable HTTP transport at /mcp of the JSON/HTTP port
+	 * (rpc_http_mcp.c, docs/mcp.md): on with mcp_max_sessions > 0, at
+	 * most that many sessions, each gone after mcp_idle_timeout_ms [3600000]
+	 * unused; a request with an Origin header is refused unless it is one
+	 * of mcp_allowed_origins (comma-separated, exact). Needs
+	 * bc.compute.v1.SandboxTemplates registered. */
+	int mcp_max_sessions, mcp_idle_timeout_ms;
+	const char *mcp_allowed_origins;
 };
 
 /* Create a server, not yet serving. Adds grpc.health.v1.Health (Check and

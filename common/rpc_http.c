@@ -50,6 +50,9 @@ struct http_job {
 	int status;                  /* out */
 	char *resp;                  /* out, malloc'd JSON */
 	bool done;
+	/* set: run fn(arg, thread state) on the worker instead */
+	void (*fn)(void *arg, void *thread_state);
+	void *arg;
 	/* set: authenticate and admit this stream on the worker instead */
 	rpc_call *admit;
 	bc_error *admit_err;
@@ -87,7 +90,7 @@ static const struct rpc_method *route_find(const struct rpc_http *h, const char 
 static const char *status_text(int status)
 {
 	static const struct { int code; const char *text; } t[] = {
-		{100, "Continue"}, {200, "OK"}, {400, "Bad Request"}, {401, "Unauthorized"},
+		{100, "Continue"}, {200, "OK"}, {202, "Accepted"}, {400, "Bad Request"}, {401, "Unauthorized"},
 		{402, "Payment Required"}, {403, "Forbidden"}, {404, "Not Found"},
 		{405, "Method Not Allowed"}, {409, "Conflict"}, {411, "Length Required"},
 		{413, "Content Too Large"}, {415, "Unsupported Media Type"},
@@ -228,7 +231,9 @@ void *http_worker_main(void *arg)
 		struct http_job *j = http_of(l, struct http_job, link);
 
 		pthread_mutex_unlock(&h->lock);
-		if (j->admit) {
+		if (j->fn) {
+			j->fn(j->arg, ts);
+		} else if (j->admit) {
 			j->admit->thread_state = ts;
 			j->admit_rc = rpc_call_stream_admit(j->admit, j->admit_err);
 			j->admit->thread_state = NULL;
@@ -254,6 +259,15 @@ static void job_submit(struct rpc_http *h, struct http_job *j)
 	while (!j->done)
 		pthread_cond_wait(&h->done, &h->lock);
 	pthread_mutex_unlock(&h->lock);
+}
+
+/* See rpc_http_conn.h. */
+void http_run_on_worker(struct rpc_http *h, void (*fn)(void *arg, void *thread_state),
+			void *arg)
+{
+	struct http_job j = {.fn = fn, .arg = arg};
+
+	job_submit(h, &j);
 }
 
 /* ------------------------------------------------------ server streams */
@@ -518,6 +532,8 @@ static int serve_request(struct http_conn *c, const struct rpc_http_request *req
 
 	if (strcmp(req->target, "/healthz") == 0)
 		return serve_health(c, req);
+	if (http_mcp_wants(h, req))
+		return http_mcp_serve(c, req, body);
 	m = route_find(h, req->target);
 	if (!m)
 		return http_respond_error(c, 404, "", ka, BC_NOT_FOUND, NULL, "no such method: %.200s",

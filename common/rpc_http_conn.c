@@ -225,7 +225,7 @@ int rpc_http_new(rpc_server *s, struct rpc_http **ret)
 		return r;
 	}
 	http_routes_build(h);
-	if ((r = http_ws_routes_build(h)) < 0) {
+	if ((r = http_ws_routes_build(h)) < 0 || (r = http_mcp_init(h)) < 0) {
 		rpc_http_free(h);
 		return r;
 	}
@@ -1018,6 +1018,7 @@ void rpc_http_free(struct rpc_http *h)
 	free(h->threads);
 	free(h->routes);
 	http_ws_routes_free(h);
+	http_mcp_free(h);
 	pthread_mutex_destroy(&h->lock);
 	pthread_cond_destroy(&h->work);
 	pthread_cond_destroy(&h->done);

@@ -103,6 +103,7 @@ struct rpc_http {
 	 * connections hold in buffers right now */
 	struct http_ws_route *ws_routes;
 	size_t n_ws_routes;
+	struct http_mcp *mcp;        /* /mcp (rpc_http_mcp.c), or NULL: off */
 	atomic_size_t ws_buffered;
 };
 
@@ -153,6 +154,20 @@ void *http_worker_main(void *arg);
  * keep the connection, 0: close it, -1: close it after a refusal sent
  * before the body was read (linger). */
 int http_serve_one(struct http_conn *c);
+
+/* On a worker: fn(arg, the worker's thread state); returns once it ran. */
+void http_run_on_worker(struct rpc_http *h, void (*fn)(void *arg, void *thread_state),
+			void *arg);
+
+/* ---------------------------------------------------- rpc_http_mcp.c */
+
+/* h->mcp from the server's options (NULL when off): 0. */
+int http_mcp_init(struct rpc_http *h);
+void http_mcp_free(struct rpc_http *h);
+/* True if req is for /mcp and it is on. */
+bool http_mcp_wants(const struct rpc_http *h, const struct rpc_http_request *req);
+/* Answer one /mcp request (body read whole). Returns as http_respond. */
+int http_mcp_serve(struct http_conn *c, const struct rpc_http_request *req, const char *body);
 
 /* ---------------------------------------------------- rpc_http_ws.c */
 

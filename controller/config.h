@@ -41,6 +41,9 @@ struct ctl_config {
 	int http_max_connections, http_max_connections_per_address, http_threads;
 	int http_handshake_timeout_seconds, http_header_timeout_seconds;
 	int http_idle_timeout_seconds;
+	/* MCP at /mcp of the JSON/HTTP port (docs/mcp.md): 0 sessions: off */
+	int mcp_max_sessions, mcp_session_idle_seconds;
+	char *mcp_allowed_origins;
 	int node_cert_lifetime_seconds; /* node certificates (Join, RenewCertificate) */
 	int join_retry_seconds;      /* a Join retried this long after gets the same answer */
 	int server_cert_renew_days;  /* serve reissues server.pem this close to expiry */

@@ -266,6 +266,9 @@ int server_start(struct ctl_app *app)
 	o.http_handshake_timeout_ms = app->cfg.http_handshake_timeout_seconds * 1000;
 	o.http_header_timeout_ms = app->cfg.http_header_timeout_seconds * 1000;
 	o.http_idle_timeout_ms = app->cfg.http_idle_timeout_seconds * 1000;
+	o.mcp_max_sessions = app->cfg.mcp_max_sessions;
+	o.mcp_idle_timeout_ms = app->cfg.mcp_session_idle_seconds * 1000;
+	o.mcp_allowed_origins = app->cfg.mcp_allowed_origins;
 	o.ws_routes = ws_routes;
 	o.n_ws_routes = ARRAY_SIZE(ws_routes);
 	app->watches = watch_registry_new();

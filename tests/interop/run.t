@@ -26,23 +26,8 @@ node_rc=$?
 
 # top-level results are the unindented "ok N - name" / "not ok N - name"
 # lines (with node's # SKIP / # TODO directives kept as they are)
-n=0
-re='^(not )?ok [0-9]+ - (.*)$'
-while IFS= read -r line; do
-	[[ $line =~ $re ]] || continue
-	n=$((n + 1))
-	neg=${BASH_REMATCH[1]}
-	name=${BASH_REMATCH[2]}
-	if [[ $name =~ \ \#\ (SKIP|TODO|skip|todo) ]]; then
-		TAP_N=$((TAP_N + 1))
-		echo "${neg:+not }ok $TAP_N - $name"
-	elif [ -z "$neg" ]; then
-		pass "$name"
-	else
-		fail "$name"
-	fi
-done <"$out"
-ok "$([ "$n" -gt 0 ]; echo $?)" "node ran the suite ($n tests)"
+node_results "$out"
+ok "$([ "$NODE_RESULTS" -gt 0 ]; echo $?)" "node ran the suite ($NODE_RESULTS tests)"
 is "$node_rc" 0 'node --test exits 0'
 if tap_failed; then
 	diag "---- node --test output ----"

@@ -22,18 +22,8 @@ tap_on_exit rm -f "$out"
 node_rc=$?
 
 # the subtests are the "ok N - name" lines indented once
-n=0
-re='^    (not )?ok [0-9]+ - (.*)$'
-while IFS= read -r line; do
-	[[ $line =~ $re ]] || continue
-	n=$((n + 1))
-	if [ -z "${BASH_REMATCH[1]}" ]; then
-		pass "${BASH_REMATCH[2]}"
-	else
-		fail "${BASH_REMATCH[2]}"
-	fi
-done <"$out"
-ok "$([ "$n" -ge 6 ]; echo $?)" "node ran the WebSocket subtests ($n)"
+node_results "$out" '    '
+ok "$([ "$NODE_RESULTS" -ge 6 ]; echo $?)" "node ran the WebSocket subtests ($NODE_RESULTS)"
 is "$node_rc" 0 'node --test exits 0'
 if tap_failed; then
 	diag "---- node --test output ----"

@@ -202,6 +202,31 @@ skip() {
 	done
 }
 
+# node_results FILE [PREFIX]: one TAP line here for each result line of
+# the `node --test --test-reporter=tap` output in FILE ("ok N - name" right
+# after PREFIX: "" for the top-level tests, four spaces for the subtests of
+# one describe); node's # SKIP / # TODO results keep their directive.
+# NODE_RESULTS is how many there were.
+node_results() {
+	local file=$1 prefix=${2-} line neg name re
+	re="^${prefix}(not )?ok [0-9]+ - (.*)\$"
+	NODE_RESULTS=0
+	while IFS= read -r line; do
+		[[ $line =~ $re ]] || continue
+		NODE_RESULTS=$((NODE_RESULTS + 1))
+		neg=${BASH_REMATCH[1]}
+		name=${BASH_REMATCH[2]}
+		if [[ $name =~ \ \#\ (SKIP|TODO|skip|todo) ]]; then
+			TAP_N=$((TAP_N + 1))
+			echo "${neg:+not }ok $TAP_N - $name"
+		elif [ -z "$neg" ]; then
+			pass "$name"
+		else
+			fail "$name"
+		fi
+	done <"$file"
+}
+
 # bail_out MSG: stop the whole prove run (broken environment).
 bail_out() {
 	echo "Bail out! $*"

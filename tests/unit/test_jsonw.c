@@ -85,11 +85,35 @@ static void test_long(void)
 	free(big);
 }
 
+/* Free-form text: raw pieces and escaped strings, handed over whole; a
+ * string that is not UTF-8 fails the whole text. */
+static void test_free_form(void)
+{
+	struct jsonw w = {0};
+	char *s = NULL;
+
+	is_int(jsonw_take(&w, &s), 0, "an empty free-form text");
+	is_str(s, "", "is the empty string");
+	free(s);
+	jsonw_text(&w, "[");
+	jsonw_string(&w, "a\"b\n");
+	jsonw_text_n(&w, ",1]xyz", 3);
+	is_int(jsonw_take(&w, &s), 0, "raw text and a string");
+	is_str(s, "[\"a\\\"b\\u000a\",1]", "written in order, the string escaped");
+	free(s);
+	s = NULL;
+	jsonw_text(&w, "[");
+	jsonw_string(&w, "\xff");
+	is_int(jsonw_take(&w, &s), -EILSEQ, "a string that is not UTF-8: -EILSEQ");
+	ok(s == NULL && w.buf == NULL, "nothing handed over, the buffer freed");
+}
+
 int main(void)
 {
 	test_types();
 	test_escaping();
 	test_refusals();
 	test_long();
+	test_free_form();
 	done_testing();
 }
