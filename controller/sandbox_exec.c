@@ -72,13 +72,15 @@ static int read_host_cert(struct db *d, const char *instance, struct host_cert *
 	PGresult *r = NULL;
 	int rc;
 
+	enum { HC_CERTIFIED, HC_VALID_BEFORE_MS }; /* the statement's columns */
+
 	dbp_str(&p, instance);
 	if ((rc = db_one(d, &r, "SELECT host_certified, coalesce(floor(extract(epoch FROM "
 			 "host_cert_valid_before) * 1000)::bigint, 0) FROM instances WHERE id = $1",
 			 &p, err, "instance %s not found", instance)) < 0)
 		return rc;
-	h->certified = db_bool(r, 0, 0);
-	h->valid_before = db_i64(r, 0, 1);
+	h->certified = db_bool(r, 0, HC_CERTIFIED);
+	h->valid_before = db_i64(r, 0, HC_VALID_BEFORE_MS);
 	PQclear(r);
 	return 0;
 }

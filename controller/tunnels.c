@@ -215,11 +215,14 @@ static const char *poll_closed(rpc_call *c, const struct tun *t, char *buf, size
 	if (db_exec(ctl_db(c), &r, "SELECT t.close_requested_at IS NOT NULL, s.state, "
 		    "s.expires_at <= now() FROM tunnels t JOIN sandboxes s ON s.id = t.sandbox_id "
 		    "WHERE t.id = $1", &p) == 0 && PQntuples(r) == 1) {
-		if (db_bool(r, 0, 0))
+		enum { PC_CLOSE_REQUESTED, PC_SANDBOX_STATE, PC_EXPIRED };
+
+		if (db_bool(r, 0, PC_CLOSE_REQUESTED))
 			why = "closed by Tunnels.Close";
-		else if (strcmp(db_val(r, 0, 1), "ready") != 0)
-			why = buf, snprintf(buf, len, "sandbox %s is %s", t->sandbox, db_val(r, 0, 1));
-		else if (db_bool(r, 0, 2))
+		else if (strcmp(db_val(r, 0, PC_SANDBOX_STATE), "ready") != 0)
+			why = buf, snprintf(buf, len, "sandbox %s is %s", t->sandbox,
+					    db_val(r, 0, PC_SANDBOX_STATE));
+		else if (db_bool(r, 0, PC_EXPIRED))
 			why = buf, snprintf(buf, len, "sandbox %s expired", t->sandbox);
 	}
 	PQclear(r);
