@@ -298,6 +298,29 @@ static int command_line(const struct exec_tool *t, const struct exec_args *a, ch
 	return jsonw_take(&b, ret);
 }
 
+/* The guest's own deadline around the command: killing the local ssh
+ * client past timeoutSeconds closes the channel, but sshd leaves a command
+ * that neither reads nor writes running. So the guest runs it under
+ * coreutils' timeout (its whole process group: TERM, then KILL 2 s on),
+ * GUEST_GRACE_S after the local deadline so the local one always answers
+ * first; a guest without timeout(1) runs it bare. */
+#define GUEST_GRACE_S 2
+
+static int guest_deadline(const char *cmd, int64_t timeout_s, char **ret)
+{
+	struct jsonw b = {0};
+	char n[32];
+
+	snprintf(n, sizeof(n), "%lld", (long long)(timeout_s + GUEST_GRACE_S));
+	jsonw_text(&b, "command -v timeout >/dev/null 2>&1 && exec timeout -k 2 ");
+	jsonw_text(&b, n);
+	jsonw_text(&b, " sh -c ");
+	quote(&b, cmd);
+	jsonw_text(&b, "; exec sh -c ");
+	quote(&b, cmd);
+	return jsonw_take(&b, ret);
+}
+
 /* ---- the answer ---- */
 
 /* Valid UTF-8 without NUL: JSON text can carry it as it is. */
@@ -424,13 +447,14 @@ static int exec_tool(struct mcp_server *s, const struct exec_tool *t, struct mcp
 			      .timeout_s = TIMEOUT_DEFAULT_S};
 	struct mcp_exec_out o = {.exit_code = -1};
 	ProtobufCBinaryData in = {0};
-	_cleanup_free_ char *cmd = NULL;
+	_cleanup_free_ char *line = NULL, *cmd = NULL;
 	bc_error err = {0};
 	int r;
 
 	if ((r = args_read(t, args, &a, &err)) < 0 || (r = input_bytes(t, &a, &in, &err)) < 0)
 		goto out;
-	if ((r = command_line(t, &a, &cmd)) < 0)
+	if ((r = command_line(t, &a, &line)) < 0 ||
+	    (r = guest_deadline(line, a.timeout_s, &cmd)) < 0)
 		goto out;
 	{
 		struct mcp_exec_req q = {.sandbox_id = a.sandbox, .command = cmd, .in = in.data,

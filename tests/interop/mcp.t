@@ -65,7 +65,7 @@ out=$STACK_DIR/mcp-node.out
 	ALICE_TOKEN=$A CAROL_TOKEN=$C TEMPLATE_ID=$tmpl POOL_ID=$POOL_ID \
 	EXEC_SANDBOX=$EXEC_SANDBOX MCP_KEY=$W/id MCP_DIR=$W \
 	MCP_URL=https://127.0.0.1:$http_port/mcp NODE_EXTRA_CA_CERTS=$BC_CA_FILE \
-	timeout 300 node --test --test-reporter=tap mcp.test.mjs) >"$out" 2>&1
+	timeout 600 node --test --test-reporter=tap mcp.test.mjs) >"$out" 2>&1
 node_rc=$?
 
 node_results "$out"

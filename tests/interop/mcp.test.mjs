@@ -14,6 +14,7 @@ import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { readFileSync, statSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
 import Ajv from 'ajv';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
@@ -195,6 +196,35 @@ test('run_command over the exec grant and tunnel: output and exit code', { skip:
 	res = await c.callTool({ name: 'run_command', arguments: {
 		sandboxId: env.EXEC_SANDBOX, command: 'sleep 30', timeoutSeconds: 2 } });
 	assert.equal(res.structuredContent.timedOut, true, 'the deadline ends it');
+	// ... and the command itself, not only the ssh client: the guest's
+	// process is gone soon after (the "guest" is this machine). The
+	// command names itself with a sleep length no other process uses.
+	const mark = `sleep 300.${process.pid}`;
+	const running = () => spawnSync('pgrep', ['-f', `^${mark.replace('.', '\\.')}$`]).status === 0;
+	let seen = false;
+	// a slow machine may take the whole deadline to set the session up:
+	// longer deadlines until the command was seen running
+	for (const t of [10, 30, 90]) {
+		let done = false;
+		const watch = (async () => {
+			while (!done && !seen) {
+				seen = running();
+				await new Promise((r) => setTimeout(r, 50));
+			}
+		})();
+		res = await c.callTool({ name: 'run_command', arguments: {
+			sandboxId: env.EXEC_SANDBOX, command: `exec ${mark}`, timeoutSeconds: t } });
+		done = true;
+		await watch;
+		assert.equal(res.structuredContent.timedOut, true);
+		if (seen)
+			break;
+	}
+	assert.ok(seen, 'the command ran in the guest before its deadline');
+	const until = Date.now() + 30000;
+	while (running() && Date.now() < until)
+		await new Promise((r) => setTimeout(r, 200));
+	assert.equal(running(), false, `the timed-out command (${mark}) still runs in the guest 30 s later`);
 });
 
 test('write_file and read_file: a binary file byte for byte', { skip: noExec }, async () => {

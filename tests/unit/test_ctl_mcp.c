@@ -403,7 +403,60 @@ static struct fake_exec {
 	const char *out;
 	size_t out_len, cap;
 	int exit_code;
+	long guest_deadline;     /* the guest's timeout(1) seconds */
+	int64_t timeout_ms;      /* the local deadline */
 } X;
+
+/* The command the guest's shell gets is the tool's command line under the
+ * guest's own deadline: "command -v timeout >/dev/null 2>&1 && exec timeout
+ * -k 2 N sh -c 'LINE'; exec sh -c 'LINE'" (LINE single-quoted, ' as '\'').
+ * Unwrapped into LINE and N; "(not wrapped)" when it is not that. */
+static char *unquote(const char **p)
+{
+	char *out = calloc(1, strlen(*p) + 1), *o = out;
+	const char *s = *p;
+
+	if (*s++ != '\'')
+		goto bad;
+	for (;;) {
+		if (!*s)
+			goto bad;
+		if (*s != '\'') {
+			*o++ = *s++;
+		} else if (strncmp(s, "'\\''", 4) == 0) {
+			*o++ = '\'';
+			s += 4;
+		} else {
+			*p = s + 1;
+			return out;
+		}
+	}
+bad:
+	free(out);
+	return NULL;
+}
+
+static char *unwrap(const char *cmd, long *deadline)
+{
+	static const char head[] = "command -v timeout >/dev/null 2>&1 && exec timeout -k 2 ";
+	const char *p = cmd;
+	char *end, *a = NULL, *b = NULL;
+
+	if (strncmp(p, head, strlen(head)) != 0)
+		goto bad;
+	*deadline = strtol(p + strlen(head), &end, 10);
+	p = end;
+	if (strncmp(p, " sh -c ", 7) != 0 || (p += 7, !(a = unquote(&p))) ||
+	    strncmp(p, "; exec sh -c ", 13) != 0 || (p += 13, !(b = unquote(&p))) || *p ||
+	    strcmp(a, b) != 0)
+		goto bad;
+	free(b);
+	return a;
+bad:
+	free(a);
+	free(b);
+	return strdup("(not wrapped)");
+}
 
 static int fake_exec(void *ctx, const struct mcp_exec_req *q, struct mcp_exec_out *ret,
 		     bc_error *err)
@@ -411,7 +464,8 @@ static int fake_exec(void *ctx, const struct mcp_exec_req *q, struct mcp_exec_ou
 	(void)ctx;
 	(void)err;
 	free(X.command);
-	X.command = strdup(q->command);
+	X.command = unwrap(q->command, &X.guest_deadline);
+	X.timeout_ms = q->timeout_ms;
 	X.in_len = q->in_len < sizeof(X.in) ? q->in_len : sizeof(X.in);
 	memcpy(X.in, q->in ? q->in : (const uint8_t *)"", X.in_len);
 	X.cap = q->cap;
@@ -478,11 +532,16 @@ static void test_exec_tools(void)
 	r = xcall("run_command", "{\"sandboxId\":\"sbx_1\",\"command\":\"echo hi; exit 3\","
 		  "\"stdin\":\"AAEC/w==\",\"stdinEncoding\":\"base64\"}", &j);
 	is_str(X.command, "echo hi; exit 3", "a string command goes to the shell as it is");
+	ok(X.timeout_ms == 60000 && X.guest_deadline == 62,
+	   "the local deadline 60 s by default, the guest's own 2 s later (got %lld ms, %ld s)",
+	   (long long)X.timeout_ms, X.guest_deadline);
 	ok(X.in_len == 4 && memcmp(X.in, "\x00\x01\x02\xff", 4) == 0, "base64 stdin decoded");
 	json_free(j);
 	X.out = "\x00\xff";
 	X.out_len = 2;
-	r = xcall("run_command", "{\"sandboxId\":\"sbx_1\",\"command\":\"x\"}", &j);
+	r = xcall("run_command", "{\"sandboxId\":\"sbx_1\",\"command\":\"x\",\"timeoutSeconds\":7}", &j);
+	ok(X.timeout_ms == 7000 && X.guest_deadline == 9,
+	   "timeoutSeconds 7: the guest kills the command at 9 s, after the local deadline");
 	ok(strcmp(sc_str(r, "stdout"), "AP8=") == 0 && strcmp(sc_str(r, "stdoutEncoding"), "base64") == 0,
 	   "binary stdout comes back as base64");
 	json_free(j);
