@@ -80,14 +80,19 @@ for l in t.splitlines():
 }
 marked() { [ -s "$AD/guest-ready/$1" ]; }
 # sshd G: a listener on guest G's port 22 (accept and close)
+# sshd G [GO]: a listener on G's port 22; with GO, started now but bound
+# only once the file GO exists (a loaded machine may take seconds to start
+# python, longer than bcd's 10 s of checks after a signal)
 sshd() {
 	in_g "$1" python3 -c '
-import socket
+import os, socket, sys, time
+while len(sys.argv) > 1 and not os.path.exists(sys.argv[1]):
+    time.sleep(0.02)
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("0.0.0.0", 22)); s.listen(8)
 while True:
     s.accept()[0].close()
-' </dev/null >/dev/null 2>&1 &
+' ${2:+"$2"} </dev/null >/dev/null 2>&1 &
 }
 
 new_guest a
@@ -122,11 +127,12 @@ ok $((! $?)) "and a is not marked up"
 
 # a's own signal while its sshd does not listen yet: taken, the mark waits
 # (bcd checks guest:22 every second, 10 times)
+sshd a "$STACK_DIR/a.go"
 is "$(post a "${ID[a]}")" 204 "guest a's own signal: 204"
 sleep 1
 marked "${ID[a]}"
 ok $((! $?)) "no mark while the guest's port 22 does not answer"
-sshd a
+touch "$STACK_DIR/a.go"
 eventually 15 marked "${ID[a]}"
 ok $? "marked once sshd answers (within the ~10 s of checks)"
 is "$(metric accepted)" 1 "counted accepted"
