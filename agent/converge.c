@@ -36,7 +36,7 @@
  * destroys it once the create ended; a create still queued for an
  * instance the spec no longer wants is dropped. With no workers (0, the
  * unit tests) a job runs inline in the pass as before. */
-#include "converge.h"
+#include "converge_int.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -53,117 +53,9 @@
 #include "util.h"
 #include "volumes.h"
 
-/* An entry reported until a report that carried it was delivered. */
-struct once_item {
-	struct conv_item item;
-	uint64_t seq;
-};
-
-struct once_result {
-	struct conv_result result;
-	uint64_t seq;
-};
-
-/* Ids as a growable, sorted-on-demand array. */
-struct idset {
-	char (*ids)[RT_ID_MAX + 1];
-	size_t n, cap;
-};
-
-struct conv {
-	struct rt *rt;
-	struct net *net;           /* instance networking; NULL: none */
-	struct guestready *gr;     /* guests that reported up; NULL: none */
-	struct vol *vol;           /* the host's volumes; NULL: none reported */
-	/* converge thread only; replaced under lock (conv_tunnel_target) */
-	Bc__Node__V1__NodeSpec *spec;
-	struct idset adopted;      /* sorted: instances this process owns */
-	bool list_failed;
-	/* under lock */
-	pthread_mutex_t lock;
-	pthread_cond_t wake;       /* converge thread: pending spec or stop */
-	pthread_cond_t changed;    /* report thread: status seq moved or stop */
-	Bc__Node__V1__NodeSpec *pending;
-	bool poked;                /* conv_poke: a pass now */
-	bool stopping;
-	struct conv_status status; /* items/results arrays of status unused */
-	struct conv_item *items;   /* published items, sorted */
-	size_t n_items;
-	struct once_item *gone;
-	size_t n_gone, cap_gone;
-	struct once_result *results;
-	size_t n_results, cap_results;
-	/* fencing: policy and time set before the thread starts; the rest
-	 * under lock (mono ms) */
-	enum conv_fence fence;
-	int64_t fence_after_ms;
-	int64_t contact_ms;        /* last contact with a controller */
-	int64_t confirm_ms;        /* last confirmation of the spec we hold */
-	int64_t fenced_at;         /* when the fence began; 0: not fenced */
-	uint64_t fence_seq;        /* status seq of the last fenced pass */
-	uint64_t reported_seq;     /* newest status seq a delivered report carried */
-	/* jobs: the table and the workers under jlock; n_workers set before
-	 * the converge thread starts (conv_set_concurrency) */
-	pthread_mutex_t jlock;
-	pthread_cond_t jwake;      /* workers: a job queued, or jstop */
-	struct job **jobs;         /* at most one per instance id */
-	size_t n_jobs, cap_jobs;
-	unsigned n_workers;        /* 0: jobs run inline in the pass */
-	pthread_t *workers;
-	size_t n_started;
-	bool jstop;
-};
-
-enum job_kind { JOB_CREATE, JOB_MOVE, JOB_DESTROY };
-enum job_state { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
-
-/* One slow runtime call (or a few, for one instance) off the pass. */
-struct job {
-	enum job_kind kind;
-	enum job_state state;        /* under jlock */
-	char id[RT_ID_MAX + 1];
-	Bc__Node__V1__InstanceSpec *spec; /* CREATE: a copy, owned */
-	enum rt_state from;          /* MOVE, DESTROY: the state the pass listed */
-	Bc__Node__V1__DesiredState want; /* CREATE, MOVE */
-	bool unnamed;                /* DESTROY: the spec does not name it */
-	uint64_t generation;         /* DESTROY: the spec's, for the log */
-	/* what a pass reports while it is queued or running (set before it
-	 * is queued, then only read) */
-	char phase[CONV_STATE_MAX];
-	char phase_reason[RT_REASON_MAX];
-	/* outcome, once DONE */
-	int e;
-	enum rt_state st;
-	char reason[RT_REASON_MAX];
-};
-
-/* A job queued or running, as a pass saw it when it began. */
-struct busy {
-	char id[RT_ID_MAX + 1];
-	enum job_kind kind;
-	char phase[CONV_STATE_MAX];
-	char phase_reason[RT_REASON_MAX];
-};
-
-/* Items built during one pass. */
-struct pass {
-	struct conv_item *items;
-	size_t n, cap;
-	struct conv_item *gone;
-	size_t n_gone, cap_gone;
-	struct idset owned;
-	struct conv_item *netfail; /* refused by the network step (state unused) */
-	size_t n_netfail, cap_netfail;
-	struct busy *busy;         /* jobs queued or running, sorted by id */
-	size_t n_busy;
-	struct job **done;         /* jobs that ended, taken by this pass */
-	size_t n_done;
-	bool destroying;           /* a destroy job is under way: creates wait */
-};
-
 /* ------------------------------------------------------------- helpers */
 
-static void *grow(void *p, size_t *cap, size_t n, size_t size)
+void *grow(void *p, size_t *cap, size_t n, size_t size)
 {
 	if (n < *cap)
 		return p;
@@ -174,7 +66,7 @@ static void *grow(void *p, size_t *cap, size_t n, size_t size)
 	return p;
 }
 
-static int cmp_item(const void *a, const void *b)
+int cmp_item(const void *a, const void *b)
 {
 	return strcmp(((const struct conv_item *)a)->id, ((const struct conv_item *)b)->id);
 }
@@ -221,8 +113,8 @@ static void idset_clear(struct idset *s)
 	*s = (struct idset){0};
 }
 
-static struct conv_item *add_item(struct pass *p, const char *id, const char *state,
-				  const char *reason)
+struct conv_item *add_item(struct pass *p, const char *id, const char *state,
+			   const char *reason)
 {
 	struct conv_item *it;
 
@@ -310,8 +202,6 @@ void conv_set_volumes(struct conv *c, struct vol *vol)
 	c->vol = vol;
 }
 
-static void jobs_stop(struct conv *c);
-static void job_free(struct job *j);
 
 void conv_free(struct conv *c)
 {
@@ -420,8 +310,8 @@ static Bc__Node__V1__DesiredState want_of(struct conv *c, const Bc__Node__V1__In
 
 /* Move id from cur to the desired state; returns the state reached, with
  * reason set on failure (then RT_STATE_ERROR). */
-static enum rt_state move(struct conv *c, const char *id, enum rt_state cur,
-			  Bc__Node__V1__DesiredState want, char *reason)
+enum rt_state move(struct conv *c, const char *id, enum rt_state cur,
+		   Bc__Node__V1__DesiredState want, char *reason)
 {
 	enum rt_state target = target_of(want);
 
@@ -448,410 +338,6 @@ static enum rt_state move(struct conv *c, const char *id, enum rt_state cur,
 		cur = s.result;
 	}
 	return cur;
-}
-
-/* --------------------------------------------------------------- jobs */
-
-static Bc__Node__V1__InstanceSpec *spec_copy(const Bc__Node__V1__InstanceSpec *s)
-{
-	size_t n = bc__node__v1__instance_spec__get_packed_size(s);
-	uint8_t *buf = xmalloc(n ? n : 1);
-	Bc__Node__V1__InstanceSpec *r;
-
-	bc__node__v1__instance_spec__pack(s, buf);
-	r = bc__node__v1__instance_spec__unpack(NULL, n, buf);
-	free(buf);
-	if (!r)
-		abort();
-	return r;
-}
-
-static struct job *job_new(enum job_kind kind, const char *id)
-{
-	struct job *j = xcalloc(1, sizeof(*j));
-
-	j->kind = kind;
-	snprintf(j->id, sizeof(j->id), "%s", id);
-	return j;
-}
-
-static void job_free(struct job *j)
-{
-	if (!j)
-		return;
-	if (j->spec)
-		bc__node__v1__instance_spec__free_unpacked(j->spec, NULL);
-	free(j);
-}
-
-/* The job's runtime calls; any thread. */
-static void job_run(struct conv *c, struct job *j)
-{
-	const Bc__Node__V1__InstanceSpec *s = j->spec;
-
-	j->reason[0] = '\0';
-	switch (j->kind) {
-	case JOB_CREATE:
-		j->st = RT_STATE_STOPPED;
-		gr_clear(c->gr, j->id);  /* a mark left by an earlier instance of that id */
-		j->e = c->rt->ops->create(c->rt, s, j->reason);
-		if (j->e < 0)
-			break;
-		log_info("instance %s: created (%" PRIu32 " vcpus, %" PRIu64 " MiB)", s->id,
-			 s->vcpus, s->memory_mib);
-		j->st = move(c, j->id, RT_STATE_STOPPED, j->want, j->reason);
-		break;
-	case JOB_MOVE:
-		j->e = 0;
-		j->st = move(c, j->id, j->from, j->want, j->reason);
-		break;
-	case JOB_DESTROY:
-		j->st = j->from;
-		j->e = c->rt->ops->destroy(c->rt, j->id);
-		if (j->e < 0) {
-			snprintf(j->reason, sizeof(j->reason), "destroy failed: %s", strerror(-j->e));
-			break;
-		}
-		gr_clear(c->gr, j->id);
-		if (j->unnamed)
-			log_info("instance %s: destroyed (not in spec generation %" PRIu64 ")", j->id,
-				 j->generation);
-		else
-			log_info("instance %s: destroyed (desired deleted)", j->id);
-		break;
-	}
-}
-
-/* Under jlock: the oldest queued job, or NULL. */
-static struct job *job_next(struct conv *c)
-{
-	for (size_t i = 0; i < c->n_jobs; i++)
-		if (c->jobs[i]->state == JOB_QUEUED)
-			return c->jobs[i];
-	return NULL;
-}
-
-static void *worker_main(void *arg)
-{
-	struct conv *c = arg;
-	struct job *j;
-
-	pthread_mutex_lock(&c->jlock);
-	while (!c->jstop) {
-		if (!(j = job_next(c))) {
-			pthread_cond_wait(&c->jwake, &c->jlock);
-			continue;
-		}
-		j->state = JOB_RUNNING;
-		pthread_mutex_unlock(&c->jlock);
-		job_run(c, j);
-		pthread_mutex_lock(&c->jlock);
-		j->state = JOB_DONE;
-		pthread_mutex_unlock(&c->jlock);
-		conv_poke(c);  /* a pass reports its outcome */
-		pthread_mutex_lock(&c->jlock);
-	}
-	pthread_mutex_unlock(&c->jlock);
-	return NULL;
-}
-
-void conv_set_concurrency(struct conv *c, unsigned n)
-{
-	c->n_workers = n;
-	if (!n)
-		return;
-	c->workers = xcalloc(n, sizeof(*c->workers));
-	for (unsigned i = 0; i < n; i++) {
-		if (pthread_create(&c->workers[i], NULL, worker_main, c) != 0) {
-			log_warn("converge: cannot start a runtime worker: %s", strerror(errno));
-			break;
-		}
-		c->n_started++;
-	}
-	if (!c->n_started)
-		c->n_workers = 0;  /* jobs inline, as before */
-}
-
-/* Workers end once their running job ended; queued jobs stay queued
- * (freed by conv_free). Idempotent. */
-static void jobs_stop(struct conv *c)
-{
-	size_t running = 0;
-
-	pthread_mutex_lock(&c->jlock);
-	c->jstop = true;
-	for (size_t i = 0; i < c->n_jobs; i++)
-		running += c->jobs[i]->state == JOB_RUNNING;
-	pthread_cond_broadcast(&c->jwake);
-	pthread_mutex_unlock(&c->jlock);
-	if (running)
-		log_info("converge: waiting for %zu runtime call(s) under way to end", running);
-	for (size_t i = 0; i < c->n_started; i++)
-		pthread_join(c->workers[i], NULL);
-	c->n_started = 0;
-}
-
-/* Hand j to the workers (true), or run it here when there are none or
- * they stopped (false: done, the caller reports and frees it). */
-static bool job_submit(struct conv *c, struct job *j)
-{
-	pthread_mutex_lock(&c->jlock);
-	if (c->n_started && !c->jstop) {
-		c->jobs = grow(c->jobs, &c->cap_jobs, c->n_jobs, sizeof(*c->jobs));
-		c->jobs[c->n_jobs++] = j;
-		pthread_cond_signal(&c->jwake);
-		pthread_mutex_unlock(&c->jlock);
-		return true;
-	}
-	pthread_mutex_unlock(&c->jlock);
-	job_run(c, j);
-	j->state = JOB_DONE;
-	return false;
-}
-
-static int cmp_busy(const void *a, const void *b)
-{
-	return strcmp(((const struct busy *)a)->id, ((const struct busy *)b)->id);
-}
-
-/* True if the spec wants id to exist (names it, not DELETED). */
-static bool spec_wants(const Bc__Node__V1__NodeSpec *spec, const char *id)
-{
-	for (size_t i = 0; spec && i < spec->n_instances; i++)
-		if (strcmp(spec->instances[i]->id, id) == 0)
-			return spec->instances[i]->desired_state !=
-			       BC__NODE__V1__DESIRED_STATE__DESIRED_DELETED;
-	return false;
-}
-
-/* At the start of a pass, before it lists: the jobs queued or running
- * (busy: no call for them in this pass) and, with harvest, the ended ones
- * (taken out of the table: this pass reports them). A queued create the
- * spec no longer wants is dropped. */
-static void jobs_take(struct conv *c, struct pass *p, bool harvest)
-{
-	size_t k = 0;
-
-	pthread_mutex_lock(&c->jlock);
-	p->busy = xcalloc(c->n_jobs ? c->n_jobs : 1, sizeof(*p->busy));
-	p->done = xcalloc(c->n_jobs ? c->n_jobs : 1, sizeof(*p->done));
-	for (size_t i = 0; i < c->n_jobs; i++) {
-		struct job *j = c->jobs[i];
-		if (j->state == JOB_DONE && harvest) {
-			p->done[p->n_done++] = j;
-			continue;
-		}
-		if (j->state == JOB_QUEUED && j->kind == JOB_CREATE && c->spec &&
-		    !spec_wants(c->spec, j->id)) {
-			log_info("instance %s: create dropped before it began: no longer wanted", j->id);
-			job_free(j);
-			continue;
-		}
-		if (j->state != JOB_DONE) {
-			struct busy *b = &p->busy[p->n_busy++];
-			snprintf(b->id, sizeof(b->id), "%s", j->id);
-			b->kind = j->kind;
-			p->destroying |= j->kind == JOB_DESTROY;
-			snprintf(b->phase, sizeof(b->phase), "%s", j->phase);
-			snprintf(b->phase_reason, sizeof(b->phase_reason), "%s", j->phase_reason);
-		}
-		c->jobs[k++] = j;
-	}
-	c->n_jobs = k;
-	pthread_mutex_unlock(&c->jlock);
-	if (p->n_busy > 1)
-		qsort(p->busy, p->n_busy, sizeof(*p->busy), cmp_busy);
-}
-
-static const struct busy *busy_of(const struct pass *p, const char *id)
-{
-	struct busy key;
-
-	if (!p->n_busy)
-		return NULL;
-	snprintf(key.id, sizeof(key.id), "%s", id);
-	return bsearch(&key, p->busy, p->n_busy, sizeof(*p->busy), cmp_busy);
-}
-
-/* The ended job of id of kind k (or, k2 >= 0, of kind k2), or NULL. */
-static const struct job *done_of(const struct pass *p, const char *id, int k, int k2)
-{
-	for (size_t i = 0; i < p->n_done; i++)
-		if (strcmp(p->done[i]->id, id) == 0 &&
-		    ((int)p->done[i]->kind == k || (int)p->done[i]->kind == k2))
-			return p->done[i];
-	return NULL;
-}
-
-/* ------------------------------------------------------------ fencing */
-
-void conv_set_fence(struct conv *c, enum conv_fence policy, int64_t after_ms)
-{
-	c->fence = policy;
-	c->fence_after_ms = after_ms;
-}
-
-int conv_fence_parse(const char *s, enum conv_fence *ret)
-{
-	static const char *const names[] = {"off", "pause", "stop"};
-
-	for (size_t i = 0; s && i < ARRAY_SIZE(names); i++)
-		if (strcmp(s, names[i]) == 0) {
-			*ret = (enum conv_fence)i;
-			return 0;
-		}
-	return -EINVAL;
-}
-
-/* Under the lock: while fenced, a pass as soon as what it waits for came. */
-static void wake_if_fenced(struct conv *c)
-{
-	if (!c->fenced_at)
-		return;
-	c->poked = true;
-	pthread_cond_broadcast(&c->wake);
-}
-
-void conv_contact(struct conv *c)
-{
-	pthread_mutex_lock(&c->lock);
-	c->contact_ms = mono_ms();
-	pthread_mutex_unlock(&c->lock);
-}
-
-void conv_confirm(struct conv *c)
-{
-	pthread_mutex_lock(&c->lock);
-	c->contact_ms = c->confirm_ms = mono_ms();
-	wake_if_fenced(c);
-	pthread_mutex_unlock(&c->lock);
-}
-
-bool conv_fenced(struct conv *c)
-{
-	bool f;
-
-	pthread_mutex_lock(&c->lock);
-	f = c->fenced_at != 0;
-	pthread_mutex_unlock(&c->lock);
-	return f;
-}
-
-/* The fence for this pass: begins after fence_after_ms without contact;
- * lifts once a report carried the fenced states and the controller
- * confirmed the spec since the fence began. True: a fenced pass. */
-static bool fence_step(struct conv *c)
-{
-	int64_t now = mono_ms(), silent;
-	bool begin = false, lift = false, fenced;
-
-	if (c->fence == CONV_FENCE_OFF)
-		return false;
-	pthread_mutex_lock(&c->lock);
-	silent = now - c->contact_ms;
-	if (!c->fenced_at && silent >= c->fence_after_ms) {
-		c->fenced_at = now;
-		begin = true;
-	} else if (c->fenced_at && c->confirm_ms > c->fenced_at &&
-		   c->reported_seq >= c->fence_seq) {
-		c->fenced_at = 0;
-		lift = true;
-	}
-	fenced = c->fenced_at != 0;
-	pthread_mutex_unlock(&c->lock);
-	if (begin)
-		log_warn("fence: no contact with a controller for %" PRId64 " s: %s every instance "
-			 "and cutting its network until the controller confirms this node's spec",
-			 silent / 1000, c->fence == CONV_FENCE_STOP ? "stopping" : "pausing");
-	if (lift)
-		log_info("fence: lifted: the controller confirmed spec generation %" PRIu64
-			 "; converging it", c->spec ? c->spec->generation : 0);
-	return fenced;
-}
-
-/* The taps of the spec's instances down (net_converge brings them up
- * again once the fence lifts). */
-static void fence_taps(struct conv *c)
-{
-	if (!c->spec || !c->net || !net_enforces(c->net))
-		return;
-	for (size_t i = 0; i < c->spec->n_instances; i++)
-		for (size_t k = 0; k < c->spec->instances[i]->n_nics; k++) {
-			const char *tap = c->spec->instances[i]->nics[k]->tap;
-			int e = nl_link_set_up(tap, false);
-			if (e < 0 && e != -ENODEV)
-				log_warn("fence: tap %s: cannot set it down: %s", tap, strerror(-e));
-		}
-}
-
-/* A running instance paused (or, with fence = stop or when the pause
- * fails, stopped); reported with a Fenced reason. */
-static void fence_one(struct conv *c, struct pass *p, const struct rt_instance *a)
-{
-	bool stop = c->fence == CONV_FENCE_STOP;
-	enum rt_state st = a->state;
-	char reason[RT_REASON_MAX];
-	int e = 0;
-
-	if (st == RT_STATE_RUNNING && !stop && (e = c->rt->ops->pause(c->rt, a->id)) == 0)
-		st = RT_STATE_PAUSED;
-	else if (st == RT_STATE_RUNNING || (stop && st == RT_STATE_PAUSED))
-		if ((e = c->rt->ops->stop(c->rt, a->id)) == 0)
-			st = RT_STATE_STOPPED;
-	if (st != a->state)
-		log_warn("instance %s: fenced: %s", a->id, rt_state_name(st));
-	if (e < 0 && e != -EINPROGRESS)
-		snprintf(reason, sizeof(reason), "Fenced: no contact with a controller; %s failed: "
-			 "%.100s", stop ? "stop" : "pause", strerror(-e));
-	else
-		snprintf(reason, sizeof(reason), "Fenced: no contact with a controller for %" PRId64
-			 " s", c->fence_after_ms / 1000);
-	add_item(p, a->id, rt_state_name(st), reason);
-}
-
-static void stamp_desired(struct pass *p, Bc__Node__V1__InstanceSpec *const *v, size_t n);
-static size_t spec_sorted(const struct conv *c, Bc__Node__V1__InstanceSpec ***ret);
-static int list_actual(struct conv *c, struct rt_instance **ret, size_t *ret_n);
-static void publish(struct conv *c, struct pass *p, bool complete, const struct rt_storage *stg);
-static void pass_clear(struct pass *p);
-
-/* A pass while fenced: nothing of the spec is applied, nothing created or
- * destroyed; every instance is held and reported Fenced. */
-static int fence_pass(struct conv *c)
-{
-	Bc__Node__V1__InstanceSpec **v = NULL;
-	struct rt_instance *actual = NULL;
-	struct pass p = {0};
-	struct rt_storage stg;
-	size_t n_actual = 0;
-	int e;
-	bool has_stg;
-
-	jobs_take(c, &p, true);  /* ended jobs: this pass reports what it lists */
-	e = list_actual(c, &actual, &n_actual);
-	if (e == 0) {
-		fence_taps(c);
-		for (size_t i = 0; i < n_actual; i++) {
-			const struct busy *b = busy_of(&p, actual[i].id);
-			if (b)  /* its job's call is under way: held once it ends */
-				add_item(&p, actual[i].id, b->phase, b->phase_reason);
-			else
-				fence_one(c, &p, &actual[i]);
-		}
-		if (c->spec) {
-			size_t n = spec_sorted(c, &v);
-			stamp_desired(&p, v, n);
-			free(v);
-		}
-	}
-	has_stg = c->vol && vol_last(c->vol, &stg) == 0;  /* volumes untouched */
-	publish(c, &p, e == 0, has_stg ? &stg : NULL);
-	pthread_mutex_lock(&c->lock);
-	c->fence_seq = c->status.seq;
-	pthread_mutex_unlock(&c->lock);
-	pass_clear(&p);
-	free(actual);
-	return e;
 }
 
 /* ------------------------------------------------------------ the pass */
@@ -1118,7 +604,7 @@ static void converge_existing(struct conv *c, struct pass *p, const Bc__Node__V1
 
 /* The spec's instances sorted by id, duplicates dropped, unusable ids
  * logged and dropped. *ret owned (free). */
-static size_t spec_sorted(const struct conv *c, Bc__Node__V1__InstanceSpec ***ret)
+size_t spec_sorted(const struct conv *c, Bc__Node__V1__InstanceSpec ***ret)
 {
 	size_t n = c->spec->n_instances, k = 0;
 	Bc__Node__V1__InstanceSpec **v = xcalloc(n ? n : 1, sizeof(*v));
@@ -1145,7 +631,7 @@ static size_t spec_sorted(const struct conv *c, Bc__Node__V1__InstanceSpec ***re
  * change of desired state may come with a state the controller wrote itself
  * (a start shows "starting"), so a delta report carries the instance again
  * even when its state did not move. */
-static void stamp_desired(struct pass *p, Bc__Node__V1__InstanceSpec *const *v, size_t n)
+void stamp_desired(struct pass *p, Bc__Node__V1__InstanceSpec *const *v, size_t n)
 {
 	Bc__Node__V1__InstanceSpec key = BC__NODE__V1__INSTANCE_SPEC__INIT, *kp = &key;
 
@@ -1263,7 +749,7 @@ static void prune_gone(struct conv *c)
 }
 
 /* Publish the pass's outcome under the lock; bump seq if it differs. */
-static void publish(struct conv *c, struct pass *p, bool complete, const struct rt_storage *stg)
+void publish(struct conv *c, struct pass *p, bool complete, const struct rt_storage *stg)
 {
 	struct conv_status *s = &c->status;
 	uint64_t gen = c->spec ? c->spec->generation : 0;
@@ -1299,7 +785,7 @@ static void publish(struct conv *c, struct pass *p, bool complete, const struct 
 	pthread_mutex_unlock(&c->lock);
 }
 
-static void pass_clear(struct pass *p)
+void pass_clear(struct pass *p)
 {
 	for (size_t i = 0; i < p->n_done; i++)
 		job_free(p->done[i]);
@@ -1331,7 +817,7 @@ static void take_pending(struct conv *c)
 		 spec->n_instances);
 }
 
-static int list_actual(struct conv *c, struct rt_instance **ret, size_t *ret_n)
+int list_actual(struct conv *c, struct rt_instance **ret, size_t *ret_n)
 {
 	int e = c->rt->ops->list(c->rt, ret, ret_n);
 
@@ -1471,135 +957,3 @@ bool conv_wait_change(struct conv *c, uint64_t seen_seq, int timeout_ms)
 	return changed;
 }
 
-/* ---------------------------------------------------------- snapshots */
-
-void conv_snapshot(struct conv *c, struct conv_status *ret)
-{
-	struct conv_status s;
-	size_t n;
-
-	pthread_mutex_lock(&c->lock);
-	s = c->status;
-	n = c->n_items + c->n_gone;
-	s.items = xcalloc(n ? n : 1, sizeof(*s.items));
-	if (c->n_items)
-		memcpy(s.items, c->items, c->n_items * sizeof(*s.items));
-	for (size_t i = 0; i < c->n_gone; i++)
-		s.items[c->n_items + i] = c->gone[i].item;
-	s.n_items = n;
-	s.results = xcalloc(c->n_results ? c->n_results : 1, sizeof(*s.results));
-	for (size_t i = 0; i < c->n_results; i++)
-		s.results[i] = c->results[i].result;
-	s.n_results = c->n_results;
-	pthread_mutex_unlock(&c->lock);
-	if (n > 1)
-		qsort(s.items, n, sizeof(*s.items), cmp_item);
-	*ret = s;
-}
-
-void conv_status_clear(struct conv_status *s)
-{
-	free(s->items);
-	free(s->results);
-	*s = (struct conv_status){0};
-}
-
-void conv_report_sent(struct conv *c, uint64_t seq)
-{
-	size_t k = 0;
-
-	pthread_mutex_lock(&c->lock);
-	c->contact_ms = mono_ms();
-	if (seq > c->reported_seq)
-		c->reported_seq = seq;
-	wake_if_fenced(c);
-	for (size_t i = 0; i < c->n_gone; i++)
-		if (c->gone[i].seq > seq)
-			c->gone[k++] = c->gone[i];
-	c->n_gone = k;
-	k = 0;
-	for (size_t i = 0; i < c->n_results; i++)
-		if (c->results[i].seq > seq)
-			c->results[k++] = c->results[i];
-	c->n_results = k;
-	pthread_mutex_unlock(&c->lock);
-}
-
-void conv_add_result(struct conv *c, const char *id, bool ok, const char *error)
-{
-	struct once_result *r;
-
-	pthread_mutex_lock(&c->lock);
-	c->results = grow(c->results, &c->cap_results, c->n_results, sizeof(*c->results));
-	r = &c->results[c->n_results++];
-	*r = (struct once_result){0};
-	snprintf(r->result.id, sizeof(r->result.id), "%s", id);
-	r->result.ok = ok;
-	snprintf(r->result.error, sizeof(r->result.error), "%s", error ? error : "");
-	r->seq = ++c->status.seq;
-	pthread_cond_broadcast(&c->changed);
-	pthread_mutex_unlock(&c->lock);
-}
-
-/* See converge.h. */
-int conv_tunnel_target(struct conv *c, const char *id, struct conv_target *ret)
-{
-	const Bc__Node__V1__InstanceSpec *in = NULL;
-	int e = -ENOENT;
-
-	memset(ret, 0, sizeof(*ret));
-	pthread_mutex_lock(&c->lock);
-	for (size_t i = 0; c->spec && i < c->spec->n_instances && !in; i++)
-		if (strcmp(c->spec->instances[i]->id, id) == 0)
-			in = c->spec->instances[i];
-	if (in && in->desired_state != BC__NODE__V1__DESIRED_STATE__DESIRED_DELETED) {
-		e = 0;
-		ret->desired = (int)in->desired_state;
-		for (size_t i = 0; i < in->n_nics && !ret->guest[0]; i++)
-			snprintf(ret->guest, sizeof(ret->guest), "%s", in->nics[i]->ipv4);
-		snprintf(ret->host, sizeof(ret->host), "%s", c->spec->ipam_gateway);
-		for (size_t i = 0; i < c->n_items; i++)
-			if (strcmp(c->items[i].id, id) == 0)
-				snprintf(ret->state, sizeof(ret->state), "%s", c->items[i].state);
-	}
-	pthread_mutex_unlock(&c->lock);
-	return e;
-}
-
-/* See converge.h. */
-void conv_guests(struct conv *c, char gw[64], struct conv_guest **ret, size_t *ret_n)
-{
-	struct conv_guest *v = NULL;
-	size_t n = 0, cap = 0;
-
-	gw[0] = '\0';
-	pthread_mutex_lock(&c->lock);
-	if (c->spec && c->spec->ipam_gateway)
-		snprintf(gw, 64, "%s", c->spec->ipam_gateway);
-	for (size_t i = 0; c->spec && i < c->spec->n_instances; i++) {
-		const Bc__Node__V1__InstanceSpec *in = c->spec->instances[i];
-		const char *state = "";
-
-		if (in->desired_state == BC__NODE__V1__DESIRED_STATE__DESIRED_DELETED)
-			continue;
-		for (size_t k = 0; k < c->n_items; k++)
-			if (strcmp(c->items[k].id, in->id) == 0)
-				state = c->items[k].state;
-		for (size_t k = 0; k < in->n_nics; k++) {
-			const char *a[2] = {in->nics[k]->ipv4, in->nics[k]->ipv6};
-
-			for (int j = 0; j < 2; j++) {
-				if (!a[j] || !*a[j])
-					continue;
-				v = grow(v, &cap, n, sizeof(*v));
-				snprintf(v[n].id, sizeof(v[n].id), "%s", in->id);
-				snprintf(v[n].addr, sizeof(v[n].addr), "%s", a[j]);
-				snprintf(v[n].state, sizeof(v[n].state), "%s", state);
-				n++;
-			}
-		}
-	}
-	pthread_mutex_unlock(&c->lock);
-	*ret = v;
-	*ret_n = n;
-}
