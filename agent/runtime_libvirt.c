@@ -41,80 +41,19 @@
 #include "log.h"
 #include "runtime.h"
 #include "runtime_libvirt.h"
+#include "runtime_libvirt_int.h"
 #include "seed.h"
 #include "util.h"
 #include "volumes.h"
 
-#define GIB (1024ull * 1024 * 1024)
-#define DEFAULT_URI "qemu:///system"
-#define DEFAULT_STOP_MS 30000
-#define DEFAULT_IMAGE_MAX (64 * GIB)
-#define NODE_ID_MAX 128
-#define STOP_POLL_MS 100
 
-#define SHUT_MAX 64
-#define STOP_SYNC_MS 2000  /* a stop waits this long itself; then later passes */
-
-/* A guest asked to shut down (ACPI), forced off at deadline. */
-struct shutdown {
-	char id[RT_ID_MAX + 1];  /* "" = free */
-	int64_t deadline;        /* mono ms */
-};
-
-/* An instance with runtime calls under way (several: never, but counted). */
-struct lv_call {
-	char id[RT_ID_MAX + 1];
-	unsigned n;
-};
-
-/* A calling thread's own libvirt connection. */
-struct lv_conn {
-	pthread_t thread;
-	virConnectPtr conn;
-};
-
-struct rt_libvirt {
-	struct rt base;
-	struct lv_conn *conns;        /* one per calling thread, under mu */
-	size_t n_conns, cap_conns;
-	char *uri;
-	char *node_id;
-	char *data_dir, *images_dir, *instances_dir, *volumes_dir;
-	char *ca_file;
-	const char *type;             /* "kvm" | "qemu" */
-	uint32_t cap_vcpus;
-	uint64_t cap_memory_mib;
-	uint64_t image_max;
-	uint32_t stop_ms;
-	rt_boot_data_fn boot_data;
-	void *boot_data_ctx;
-	struct imgfetch *fetch;       /* image downloads (worker threads) */
-	/* Several converge workers call at once (runtime.h), never two for
-	 * one instance: mu guards the connections' table, shut and
-	 * gateway4; admit_mu the admission and its bookings; fetch_mu
-	 * imgfetch_get (one caller at a time). */
-	pthread_mutex_t mu, admit_mu, fetch_mu;
-	struct admit_res booked;      /* admitted creates not defined yet */
-	struct shutdown shut[SHUT_MAX]; /* ACPI shutdowns under way */
-	char gateway4[64];            /* NodeSpec.ipam_gateway, from node() */
-	/* Under mu: the calls under way per instance (call_begin/call_end),
-	 * bumped epoch at each; this node's domains as last seen (known,
-	 * valid once one whole list was taken). See lv_list. */
-	struct lv_call *calls;
-	size_t n_calls, cap_calls;
-	uint64_t epoch;
-	struct rt_instance *known;
-	size_t n_known, cap_known;
-	bool known_valid;
-	char hugepages_dir[256];      /* /sys/kernel/mm/hugepages (tests: BC_HUGEPAGES_DIR) */
-};
 
 /* Per calling thread: the last libvirt error logged, and the message of the
  * thread's last failed operation alone (last_error). */
 static _Thread_local char last_err[256];
 static _Thread_local char last_msg[200];
 
-static struct rt_libvirt *lv_of(struct rt *rt)
+struct rt_libvirt *lv_of(struct rt *rt)
 {
 	return (struct rt_libvirt *)rt;
 }
@@ -125,7 +64,7 @@ static void quiet(void *data, virErrorPtr e)
 {
 }
 
-static const char *lv_err(void)
+const char *lv_err(void)
 {
 	virErrorPtr e = virGetLastError();
 
@@ -185,7 +124,7 @@ enum rt_state rt_libvirt_state(int state, int reason)
  * call's connection took the whole start, 8-9.5 s; on another, 0.4-1 s).
  * Only its own thread uses a connection, so a lost one is closed at once
  * (libvirt keeps it for the domains still referring to it). */
-static virConnectPtr conn_of(struct rt_libvirt *lv)
+virConnectPtr conn_of(struct rt_libvirt *lv)
 {
 	pthread_t self = pthread_self();
 	struct lv_conn *lc = NULL;
@@ -222,7 +161,7 @@ static virConnectPtr conn_of(struct rt_libvirt *lv)
 }
 
 /* True if dom carries this node's id. */
-static bool dom_ours(struct rt_libvirt *lv, virDomainPtr dom)
+bool dom_ours(struct rt_libvirt *lv, virDomainPtr dom)
 {
 	char *md = virDomainGetMetadata(dom, VIR_DOMAIN_METADATA_ELEMENT, DOMXML_NS, 0);
 	char node[NODE_ID_MAX + 1];
@@ -262,7 +201,7 @@ static int dom_get(struct rt_libvirt *lv, const char *id, virDomainPtr *ret)
 	return 0;
 }
 
-static enum rt_state dom_state(virDomainPtr dom)
+enum rt_state dom_state(virDomainPtr dom)
 {
 	int state = VIR_DOMAIN_NOSTATE, reason = 0;
 
@@ -273,14 +212,14 @@ static enum rt_state dom_state(virDomainPtr dom)
 
 /* ------------------------------------------------------------- paths */
 
-static char *inst_path(const struct rt_libvirt *lv, const char *id, const char *file)
+char *inst_path(const struct rt_libvirt *lv, const char *id, const char *file)
 {
 	return xasprintf("%s/%s%s%s", lv->instances_dir, id, file ? "/" : "", file ? file : "");
 }
 
 /* Remove the instance directory: its regular files, the seed's work
  * directory, then itself. 0 if gone. */
-static int inst_dir_remove(const struct rt_libvirt *lv, const char *id)
+int inst_dir_remove(const struct rt_libvirt *lv, const char *id)
 {
 	_cleanup_free_ char *dir = inst_path(lv, id, NULL);
 	_cleanup_free_ char *work = inst_path(lv, id, "seed.d");
@@ -305,7 +244,7 @@ static int inst_dir_remove(const struct rt_libvirt *lv, const char *id)
 
 /* ------------------------------------------------------ domain type */
 
-static bool file_exists(const char *path)
+bool file_exists(const char *path)
 {
 	return access(path, F_OK) == 0;
 }
@@ -473,7 +412,7 @@ static int lv_open(const struct rt_config *cfg, struct rt **ret)
 /* ------------------------------------------------------------- list */
 
 /* This node's domains; *ret (virDomainFree each, free the array). */
-static int doms_ours(struct rt_libvirt *lv, virDomainPtr **ret, size_t *ret_n)
+int doms_ours(struct rt_libvirt *lv, virDomainPtr **ret, size_t *ret_n)
 {
 	virConnectPtr c = conn_of(lv);
 	virDomainPtr *all = NULL;
@@ -496,7 +435,7 @@ static int doms_ours(struct rt_libvirt *lv, virDomainPtr **ret, size_t *ret_n)
 	return 0;
 }
 
-static void doms_free(virDomainPtr *v, size_t n)
+void doms_free(virDomainPtr *v, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		virDomainFree(v[i]);
@@ -575,7 +514,7 @@ static void known_set_locked(struct rt_libvirt *lv, const char *id, enum rt_stat
 	k->state = st;
 }
 
-static void known_set(struct rt_libvirt *lv, const char *id, enum rt_state st, bool add)
+void known_set(struct rt_libvirt *lv, const char *id, enum rt_state st, bool add)
 {
 	pthread_mutex_lock(&lv->mu);
 	known_set_locked(lv, id, st, add);
@@ -702,372 +641,6 @@ static int lv_list(struct rt *rt, struct rt_instance **ret, size_t *ret_n)
 	log_debug("libvirt: list: %zu domains, %" PRId64 " ms (%s)", *ret_n, mono_ms() - t0,
 		  whole ? "all domains" : "known domains one by one, calls under way");
 	return 0;
-}
-
-/* -------------------------------------------------------- admission */
-
-/* What this node's domains hold, whatever their state (a defined domain
- * keeps its booking, as the controller counts it). */
-static int usage_of(struct rt_libvirt *lv, struct admit_res *u)
-{
-	virDomainPtr *doms = NULL;
-	size_t n = 0;
-	int e = doms_ours(lv, &doms, &n);
-
-	*u = (struct admit_res){0};
-	if (e < 0)
-		return e;
-	for (size_t i = 0; i < n; i++) {
-		virDomainInfo info;
-		if (virDomainGetInfo(doms[i], &info) < 0)
-			continue;
-		u->vcpus += info.nrVirtCpu;
-		u->memory_mib += info.maxMem / 1024;
-	}
-	doms_free(doms, n);
-	return 0;
-}
-
-static uint64_t read_u64(const char *path)
-{
-	_cleanup_free_ char *buf = NULL;
-
-	if (file_read_all(path, 64, &buf, NULL) < 0)
-		return 0;
-	return strtoull(buf, NULL, 10);
-}
-
-/* Free huge pages of the flavor's size against what the instance needs. */
-static int admit_pages(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s, char *reason)
-{
-	uint64_t kib = 0, need, free_pages;
-	char path[512];
-
-	if (domxml_page_kib(s->huge_pages, &kib) < 0) {
-		snprintf(reason, RT_REASON_MAX, "InvalidSpec: huge_pages must be 2M or 1G");
-		return -EINVAL;
-	}
-	if (!kib)
-		return 0;
-	snprintf(path, sizeof(path), "%s/hugepages-%" PRIu64 "kB/free_hugepages", lv->hugepages_dir,
-		 kib);
-	need = (s->memory_mib * 1024 + kib - 1) / kib;
-	free_pages = read_u64(path);
-	if (free_pages < need) {
-		snprintf(reason, RT_REASON_MAX,
-			 "ResourcesExhausted: huge pages %s (%" PRIu64 " free, %" PRIu64 " needed)",
-			 s->huge_pages, free_pages, need);
-		return -ENOSPC;
-	}
-	return 0;
-}
-
-static int admit_placement(const Bc__Node__V1__InstanceSpec *s, char *reason)
-{
-	long cpus = sysconf(_SC_NPROCESSORS_CONF);
-	char path[128];
-
-	if (s->numa_node >= 0) {
-		snprintf(path, sizeof(path), "/sys/devices/system/node/node%" PRId32, s->numa_node);
-		if (!file_exists(path)) {
-			snprintf(reason, RT_REASON_MAX, "ResourcesExhausted: numa node %" PRId32,
-				 s->numa_node);
-			return -ENOSPC;
-		}
-	}
-	for (size_t i = 0; i < s->n_pinned_vcpus; i++)
-		if ((long)s->pinned_vcpus[i] >= cpus) {
-			snprintf(reason, RT_REASON_MAX, "ResourcesExhausted: host cpu %" PRIu32,
-				 s->pinned_vcpus[i]);
-			return -ENOSPC;
-		}
-	return 0;
-}
-
-/* Host admission: vCPUs and memory against the configured capacity minus
- * what this node's other domains hold (admit.c); huge pages, NUMA node and
- * pinned CPUs against the host. -ENOSPC with "ResourcesExhausted: <what>". */
-static int admit_locked(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s, char *reason)
-{
-	struct admit_res cap = {lv->cap_vcpus, lv->cap_memory_mib};
-	struct admit_res need = {s->vcpus, s->memory_mib};
-	struct admit_res held;
-	int e = usage_of(lv, &held);
-
-	if (e < 0) {
-		snprintf(reason, RT_REASON_MAX, "libvirt unreachable: %.120s", lv_err());
-		return e;
-	}
-	/* creates admitted and not defined yet hold their share too */
-	held.vcpus += lv->booked.vcpus;
-	held.memory_mib += lv->booked.memory_mib;
-	if ((e = admit_fits(&cap, &held, &need, reason)) < 0)
-		return e;
-	if ((e = admit_pages(lv, s, reason)) < 0)
-		return e;
-	return admit_placement(s, reason);
-}
-
-/* Admitted: booked until its define ended (unbook), so that creates
- * running at once cannot overcommit the host together. */
-static int admit(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s, char *reason)
-{
-	int e;
-
-	pthread_mutex_lock(&lv->admit_mu);
-	e = admit_locked(lv, s, reason);
-	if (e == 0) {
-		lv->booked.vcpus += s->vcpus;
-		lv->booked.memory_mib += s->memory_mib;
-	}
-	pthread_mutex_unlock(&lv->admit_mu);
-	return e;
-}
-
-static void unbook(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s)
-{
-	pthread_mutex_lock(&lv->admit_mu);
-	lv->booked.vcpus -= s->vcpus;
-	lv->booked.memory_mib -= s->memory_mib;
-	pthread_mutex_unlock(&lv->admit_mu);
-}
-
-/* ----------------------------------------------------------- create */
-
-/* The pool image, fetched and checked; *ret_path malloc'd, *ret_fmt
- * "qcow2"/"raw", *ret_size its virtual size in bytes. */
-static int prepare_image(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s,
-			 char **ret_path, const char **ret_fmt, uint64_t *ret_size, char *reason)
-{
-	_cleanup_free_ void *head = NULL;
-	struct image_info info;
-	char why[IMAGE_REASON_MAX];
-	struct stat st;
-	size_t n = 0;
-	char *path = NULL;
-	int e;
-
-	if (!s->image || !*s->image->url) {
-		snprintf(reason, RT_REASON_MAX, "InvalidSpec: no image");
-		return -EINVAL;
-	}
-	pthread_mutex_lock(&lv->fetch_mu);
-	e = imgfetch_get(lv->fetch, s->image->url, s->image->sha256, &path, reason);
-	pthread_mutex_unlock(&lv->fetch_mu);
-	if (e == -EINPROGRESS || e == -EIO || e == -ECANCELED)
-		return -EAGAIN;  /* downloading, or a failed download: retried */
-	if (e < 0)
-		return e;
-	e = image_read_head(path, &head, &n);
-	if (e == 0)
-		e = image_check_base(head, n, s->image->format, &info, why, sizeof(why));
-	if (e < 0 || stat(path, &st) < 0) {
-		snprintf(reason, RT_REASON_MAX, "ImageRefused: %.120s", e < 0 ? why : strerror(errno));
-		free(path);
-		return e < 0 ? -EINVAL : -EIO;
-	}
-	*ret_path = path;
-	*ret_fmt = info.format == IMAGE_QCOW2 ? "qcow2" : "raw";
-	*ret_size = info.format == IMAGE_QCOW2 ? info.virtual_size : (uint64_t)st.st_size;
-	return 0;
-}
-
-/* The boot data bytes (empty without a user_data_ref). */
-static int fetch_boot_data(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s,
-			   void **ret, size_t *ret_len, char *reason)
-{
-	char why[RT_REASON_MAX] = "";
-	int e;
-
-	*ret = NULL;
-	*ret_len = 0;
-	if (!s->user_data_ref || !*s->user_data_ref)
-		return 0;
-	if (!lv->boot_data) {
-		snprintf(reason, RT_REASON_MAX, "BootDataUnavailable: no controller client");
-		return -EAGAIN;
-	}
-	e = lv->boot_data(lv->boot_data_ctx, s->id, s->user_data_ref, ret, ret_len, why);
-	if (e == 0 && *ret_len > SEED_USER_DATA_MAX) {
-		free(*ret);
-		*ret = NULL;
-		snprintf(why, sizeof(why), "user data larger than %u bytes", SEED_USER_DATA_MAX);
-		e = -EFBIG;
-	}
-	if (e < 0) {
-		snprintf(reason, RT_REASON_MAX, "BootDataUnavailable: %.120s", why);
-		return -EAGAIN;
-	}
-	return 0;
-}
-
-static int prepare_seed(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s,
-			const char *iso, char *reason)
-{
-	_cleanup_free_ char *work = inst_path(lv, s->id, "seed.d");
-	_cleanup_free_ char *meta = seed_meta_data(s->id);
-	_cleanup_free_ char *net = NULL;
-	_cleanup_free_ void *ud = NULL;
-	size_t ud_len = 0;
-	char gw[64];
-	int e;
-
-	pthread_mutex_lock(&lv->mu);
-	snprintf(gw, sizeof(gw), "%s", lv->gateway4);
-	pthread_mutex_unlock(&lv->mu);
-	if (seed_network_config(s, gw, &net) < 0) {
-		snprintf(reason, RT_REASON_MAX, "InvalidSpec: a NIC's MAC or address is malformed");
-		return -EINVAL;
-	}
-	if ((e = fetch_boot_data(lv, s, &ud, &ud_len, reason)) < 0)
-		return e;
-	e = seed_write_iso(work, iso, ud, ud_len, meta, net, reason);
-	if (ud)
-		explicit_bzero(ud, ud_len);  /* user data may hold secrets */
-	return e;
-}
-
-/* Attached volumes: volumes_dir/<id>.raw must exist (volumes.c makes it
- * in the pass before any create). */
-static int volumes_of(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s,
-		      struct domxml_volume *v, char **paths, char *reason)
-{
-	for (size_t i = 0; i < s->n_volumes; i++) {
-		const Bc__Node__V1__VolumeAttachment *a = s->volumes[i];
-		if (!rt_id_valid(a->volume_id)) {
-			snprintf(reason, RT_REASON_MAX, "InvalidSpec: unusable volume id");
-			return -EINVAL;
-		}
-		paths[i] = vol_path(lv->volumes_dir, a->volume_id);
-		if (!file_exists(paths[i])) {
-			snprintf(reason, RT_REASON_MAX, "VolumeUnavailable: %.64s", a->volume_id);
-			return -EAGAIN;
-		}
-		v[i] = (struct domxml_volume){paths[i], a->serial, a->read_only};
-	}
-	return 0;
-}
-
-struct inst_files {
-	char *dir, *overlay, *seed, *nvram, *console;
-};
-
-static void files_of(const struct rt_libvirt *lv, const char *id, struct inst_files *f)
-{
-	f->dir = inst_path(lv, id, NULL);
-	f->overlay = inst_path(lv, id, "disk.qcow2");
-	f->seed = inst_path(lv, id, "seed.iso");
-	f->nvram = inst_path(lv, id, "nvram.fd");
-	f->console = inst_path(lv, id, "console.log");
-}
-
-static void files_free(struct inst_files *f)
-{
-	free(f->dir);
-	free(f->overlay);
-	free(f->seed);
-	free(f->nvram);
-	free(f->console);
-}
-
-static int define(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s,
-		  const struct inst_files *f, char *reason)
-{
-	struct domxml_volume vols[DOMXML_MAX_DISKS];
-	struct domxml_nic nics[DOMXML_MAX_NICS];
-	char *paths[DOMXML_MAX_DISKS] = {0};
-	_cleanup_free_ char *xml = NULL;
-	char why[RT_REASON_MAX];
-	virDomainPtr dom = NULL;
-	int e = 0;
-
-	if (s->n_volumes > DOMXML_MAX_DISKS - 2 || s->n_nics > DOMXML_MAX_NICS) {
-		snprintf(reason, RT_REASON_MAX, "InvalidSpec: too many volumes or NICs");
-		return -EINVAL;
-	}
-	e = volumes_of(lv, s, vols, paths, reason);
-	for (size_t i = 0; e == 0 && i < s->n_nics; i++)
-		nics[i] = (struct domxml_nic){s->nics[i]->tap, s->nics[i]->mac};
-	struct domxml d = {
-		.name = s->id, .node_id = lv->node_id, .type = lv->type, .vcpus = s->vcpus,
-		.memory_mib = s->memory_mib, .huge_pages = s->huge_pages, .numa_node = s->numa_node,
-		.pinned = s->pinned_vcpus, .n_pinned = s->n_pinned_vcpus, .overlay = f->overlay,
-		.seed = f->seed, .nvram = f->nvram, .console_log = f->console, .volumes = vols,
-		.n_volumes = s->n_volumes, .nics = nics, .n_nics = s->n_nics,
-	};
-	if (e == 0 && (e = domxml_build(&d, &xml, why, sizeof(why))) < 0)
-		snprintf(reason, RT_REASON_MAX, "InvalidSpec: %.120s", why);
-	if (e == 0 && !(dom = virDomainDefineXML(conn_of(lv), xml))) {
-		snprintf(reason, RT_REASON_MAX, "DefineFailed: %.120s", lv_err());
-		e = -EIO;
-	}
-	if (dom)
-		virDomainFree(dom);
-	for (size_t i = 0; i < ARRAY_SIZE(paths); i++)
-		free(paths[i]);
-	return e;
-}
-
-static int build_files(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s,
-		       const struct inst_files *f, char *reason)
-{
-	_cleanup_free_ char *image = NULL;
-	const char *fmt = "raw";
-	uint64_t vsize = 0, want = s->disk_gib * GIB;
-	int e = prepare_image(lv, s, &image, &fmt, &vsize, reason);
-
-	if (e < 0)
-		return e;
-	if (mkdir_p(f->dir, 0711) < 0 || chmod(f->dir, 0711) < 0) {
-		snprintf(reason, RT_REASON_MAX, "create failed: instance directory: %s",
-			 strerror(errno));
-		return -EIO;
-	}
-	e = image_overlay_create(image, fmt, want > vsize ? want : vsize, f->overlay, reason);
-	if (e == 0)
-		e = prepare_seed(lv, s, f->seed, reason);
-	return e;
-}
-
-static int create_call(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s, char *reason)
-{
-	struct inst_files f = {0};
-	virDomainPtr dom = NULL;
-	virConnectPtr c;
-	int64_t t0, t1, t2;
-	int e;
-
-	if (!rt_id_valid(s->id)) {
-		snprintf(reason, RT_REASON_MAX, "InvalidSpec: unusable instance id");
-		return -EINVAL;
-	}
-	if (!(c = conn_of(lv))) {
-		snprintf(reason, RT_REASON_MAX, "libvirt unreachable: %.120s", lv_err());
-		return -EIO;
-	}
-	if ((dom = virDomainLookupByName(c, s->id))) {
-		if (dom_ours(lv, dom))  /* defined by another hand: listed from now on */
-			known_set(lv, s->id, dom_state(dom), true);
-		virDomainFree(dom);
-		return -EEXIST;
-	}
-	t0 = mono_ms();
-	if ((e = admit(lv, s, reason)) < 0)
-		return e;
-	t1 = mono_ms();
-	files_of(lv, s->id, &f);
-	e = build_files(lv, s, &f, reason);
-	t2 = mono_ms();
-	if (e == 0 && (e = define(lv, s, &f, reason)) == 0)
-		known_set(lv, s->id, RT_STATE_STOPPED, true);
-	unbook(lv, s);
-	log_debug("libvirt: create %s: %" PRId64 " ms (admission %" PRId64 " ms, files %" PRId64
-		  " ms, define %" PRId64 " ms): %s", s->id, mono_ms() - t0, t1 - t0, t2 - t1,
-		  mono_ms() - t2, e < 0 ? strerror(-e) : "ok");
-	if (e < 0)
-		inst_dir_remove(lv, s->id);
-	files_free(&f);
-	return e;
 }
 
 /* ---------------------------------------------------- state changes */
@@ -1436,78 +1009,6 @@ static int lv_block_resize(struct rt *rt, const char *id, const char *serial, ui
 	return e;
 }
 
-/* ------------------------------------------------------- image GC */
-
-static bool named_by_spec(const Bc__Node__V1__NodeSpec *spec, const char *sha)
-{
-	for (size_t i = 0; i < spec->n_instances; i++) {
-		const Bc__Node__V1__ImageRef *im = spec->instances[i]->image;
-		if (spec->instances[i]->desired_state == BC__NODE__V1__DESIRED_STATE__DESIRED_DELETED)
-			continue;  /* its overlay keeps the image until it is gone */
-		if (im && im->sha256 && strcmp(im->sha256, sha) == 0)
-			return true;
-	}
-	return false;
-}
-
-/* True if an existing overlay is backed by path (an instance the spec no
- * longer names whose destroy failed still needs its image). */
-static bool backs_an_overlay(const struct rt_libvirt *lv, const char *path)
-{
-	DIR *d = opendir(lv->instances_dir);
-	struct dirent *de;
-	bool used = false;
-
-	if (!d)
-		return true;  /* cannot tell: keep it */
-	while (!used && (de = readdir(d))) {
-		_cleanup_free_ char *ov = NULL;
-		_cleanup_free_ void *head = NULL;
-		struct image_info info;
-		char why[IMAGE_REASON_MAX];
-		size_t n = 0;
-		if (!rt_id_valid(de->d_name))
-			continue;
-		ov = inst_path(lv, de->d_name, "disk.qcow2");
-		if (image_read_head(ov, &head, &n) == 0 &&
-		    image_probe(head, n, &info, why, sizeof(why)) == 0)
-			used = info.has_backing && strcmp(info.backing, path) == 0;
-	}
-	closedir(d);
-	return used;
-}
-
-/* A partial download left by another (killed) bcd: ".<sha>.part.<pid>". */
-static bool stale_part(const char *name)
-{
-	const char *p = strstr(name, ".part.");
-
-	return name[0] == '.' && p && atoi(p + 6) != (int)getpid();
-}
-
-/* Remove images no instance of the spec names (desired DELETED ones do
- * not count) and no overlay uses, and partial downloads of earlier
- * processes. */
-static void images_gc(struct rt_libvirt *lv, const Bc__Node__V1__NodeSpec *spec)
-{
-	DIR *d = opendir(lv->images_dir);
-	struct dirent *de;
-
-	if (!d)
-		return;
-	while ((de = readdir(d))) {
-		bool stale = stale_part(de->d_name);
-		if (!stale && (!image_sha256_valid(de->d_name) || named_by_spec(spec, de->d_name)))
-			continue;
-		_cleanup_free_ char *path = xasprintf("%s/%s", lv->images_dir, de->d_name);
-		if (!stale && backs_an_overlay(lv, path))
-			continue;
-		if (unlinkat(dirfd(d), de->d_name, 0) == 0)
-			log_info("libvirt: image %s removed: %s", de->d_name,
-				 stale ? "partial download of an earlier bcd" : "no instance names it");
-	}
-	closedir(d);
-}
 
 /* Called before each pass's creates: the pool gateway for seeds, and the
  * images the spec no longer needs. */
@@ -1541,3 +1042,4 @@ const struct runtime_ops rt_libvirt_ops = {
 	.last_error = lv_last_error,
 	.close = lv_close,
 };
+

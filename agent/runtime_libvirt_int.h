@@ -1,0 +1,96 @@
+/* runtime_libvirt_int.h: the libvirt runtime's state and the helpers its
+ * files share (runtime_libvirt.c, _admit.c, _create.c, _images.c); private. */
+#ifndef BC_AGENT_RUNTIME_LIBVIRT_INT_H
+#define BC_AGENT_RUNTIME_LIBVIRT_INT_H
+
+#include <libvirt/libvirt.h>
+#include <pthread.h>
+
+#include "admit.h"
+#include "runtime.h"
+
+#define GIB (1024ull * 1024 * 1024)
+#define DEFAULT_URI "qemu:///system"
+#define DEFAULT_STOP_MS 30000
+#define DEFAULT_IMAGE_MAX (64 * GIB)
+#define NODE_ID_MAX 128
+#define STOP_POLL_MS 100
+
+#define SHUT_MAX 64
+#define STOP_SYNC_MS 2000  /* a stop waits this long itself; then later passes */
+
+/* A guest asked to shut down (ACPI), forced off at deadline. */
+struct shutdown {
+	char id[RT_ID_MAX + 1];  /* "" = free */
+	int64_t deadline;        /* mono ms */
+};
+
+/* An instance with runtime calls under way (several: never, but counted). */
+struct lv_call {
+	char id[RT_ID_MAX + 1];
+	unsigned n;
+};
+
+/* A calling thread's own libvirt connection. */
+struct lv_conn {
+	pthread_t thread;
+	virConnectPtr conn;
+};
+
+struct rt_libvirt {
+	struct rt base;
+	struct lv_conn *conns;        /* one per calling thread, under mu */
+	size_t n_conns, cap_conns;
+	char *uri;
+	char *node_id;
+	char *data_dir, *images_dir, *instances_dir, *volumes_dir;
+	char *ca_file;
+	const char *type;             /* "kvm" | "qemu" */
+	uint32_t cap_vcpus;
+	uint64_t cap_memory_mib;
+	uint64_t image_max;
+	uint32_t stop_ms;
+	rt_boot_data_fn boot_data;
+	void *boot_data_ctx;
+	struct imgfetch *fetch;       /* image downloads (worker threads) */
+	/* Several converge workers call at once (runtime.h), never two for
+	 * one instance: mu guards the connections' table, shut and
+	 * gateway4; admit_mu the admission and its bookings; fetch_mu
+	 * imgfetch_get (one caller at a time). */
+	pthread_mutex_t mu, admit_mu, fetch_mu;
+	struct admit_res booked;      /* admitted creates not defined yet */
+	struct shutdown shut[SHUT_MAX]; /* ACPI shutdowns under way */
+	char gateway4[64];            /* NodeSpec.ipam_gateway, from node() */
+	/* Under mu: the calls under way per instance (call_begin/call_end),
+	 * bumped epoch at each; this node's domains as last seen (known,
+	 * valid once one whole list was taken). See lv_list. */
+	struct lv_call *calls;
+	size_t n_calls, cap_calls;
+	uint64_t epoch;
+	struct rt_instance *known;
+	size_t n_known, cap_known;
+	bool known_valid;
+	char hugepages_dir[256];      /* /sys/kernel/mm/hugepages (tests: BC_HUGEPAGES_DIR) */
+};
+
+/* runtime_libvirt.c */
+struct rt_libvirt *lv_of(struct rt *rt);
+const char *lv_err(void);
+virConnectPtr conn_of(struct rt_libvirt *lv);
+bool dom_ours(struct rt_libvirt *lv, virDomainPtr dom);
+enum rt_state dom_state(virDomainPtr dom);
+char *inst_path(const struct rt_libvirt *lv, const char *id, const char *file);
+int inst_dir_remove(const struct rt_libvirt *lv, const char *id);
+bool file_exists(const char *path);
+int doms_ours(struct rt_libvirt *lv, virDomainPtr **ret, size_t *ret_n);
+void doms_free(virDomainPtr *v, size_t n);
+void known_set(struct rt_libvirt *lv, const char *id, enum rt_state st, bool add);
+/* runtime_libvirt_admit.c: admit books what it admitted until unbook
+ * (comments above each). */
+int admit(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s, char *reason);
+void unbook(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s);
+/* runtime_libvirt_create.c, runtime_libvirt_images.c */
+int create_call(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s, char *reason);
+void images_gc(struct rt_libvirt *lv, const Bc__Node__V1__NodeSpec *spec);
+
+#endif
