@@ -112,6 +112,44 @@ for ((i = 0; i < BENCH_GUEST_N; i++)); do
 	echo "$r" >>"$STACK_DIR/warm.times"
 	bcctl sandbox delete "$sbx" >/dev/null
 done
+# the MCP row: one more warm guest, reachable; `run_command true` through
+# `bcctl mcp` (stdio, one session, the MCP SDK as the client: bench/
+# mcp_calls.mjs) beside `bcctl sandbox exec -- true`, BENCH_GUEST_MCP_N
+# (default 20) calls each, one at a time, alternating in blocks of 5
+: "${BENCH_GUEST_MCP_N:=20}"
+mcp_row=
+nm=$BC_SRC/tests/interop/node_modules
+if [ "$BENCH_GUEST_MCP_N" -gt 0 ] && command -v node >/dev/null && [ -d "$nm/@modelcontextprotocol/sdk" ]; then
+	s=$(ms)
+	until booted; do
+		[ $(($(ms) - s)) -lt $((BENCH_GUEST_TIMEOUT * 1000)) ] || { say "no booted warm guest"; exit 0; }
+		sleep 1
+	done
+	sbx=$(json_get "$(bcctl --format json sandbox create --template "$tw" --ttl 1h --wait 20s)" id)
+	reach "$sbx" "$(ms)" >/dev/null || { say "MCP sandbox $sbx never reachable"; exit 0; }
+	: >"$STACK_DIR/mcp.times"
+	: >"$STACK_DIR/mcpexec.times"
+	mkdir -p "$STACK_DIR/mcp-home"
+	for ((b = 0; b < BENCH_GUEST_MCP_N; b += 5)); do
+		for ((i = 0; i < 5; i++)); do
+			t0=$(ms)
+			exec_true "$sbx" && echo $(($(ms) - t0)) >>"$STACK_DIR/mcpexec.times"
+		done
+		MCP_HOME=$STACK_DIR/mcp-home BC_TOKEN=$BC_TOKEN node "$here/mcp_calls.mjs" "$nm" "$BC_BIN/bcctl" \
+			"$BC_URL" "$BC_CA_FILE" "$STACK_DIR/bench-key" "$sbx" 5 >>"$STACK_DIR/mcp.times" 2>>"$STACK_DIR/mcp.err"
+	done
+	say "MCP run_command ms: $(tr '\n' ';' <"$STACK_DIR/mcp.times")"
+	say "bcctl sandbox exec ms: $(tr '\n' ';' <"$STACK_DIR/mcpexec.times")"
+	m=$(median <"$STACK_DIR/mcp.times")
+	e=$(median <"$STACK_DIR/mcpexec.times")
+	if [ -n "$m" ] && [ -n "$e" ]; then
+		mcp_row=$(printf 'run_command true through MCP (stdio)\tp50_us\t%s\tbcctl sandbox exec -- true\t%s' \
+			"$(awk -v v="$m" 'BEGIN {printf "%d", v * 1000}')" "$((e * 1000))")
+	else
+		say "MCP row: no times ($(tail -n 3 "$STACK_DIR/mcp.err" 2>/dev/null))"
+	fi
+	bcctl sandbox delete "$sbx" >/dev/null
+fi
 # the clock row: one more warm guest, left paused BENCH_GUEST_CLOCK_PAUSE
 # seconds (default 600; 0: no row), claimed, and its clock read through
 # exec as soon as exec answers, against the host's clock before and after
@@ -162,4 +200,5 @@ for col in 1 2; do
 		"$name" "$((w * 1000))" "$((c * 1000))"
 done
 [ -z "$clock_row" ] || echo "$clock_row"
+[ -z "$mcp_row" ] || echo "$mcp_row"
 exit 0
