@@ -366,6 +366,9 @@ int xfer_put_file(const struct xfer_opts *o, const char *url, const char *path, 
 		digest_hex(u.md, ret_sha);
 		*ret_size = u.sent;
 		*ret_attempts = n;
+	} else if (e != -ECANCELED && n) {
+		size_t k = strlen(why);
+		snprintf(why + k, whylen - k, " (attempt %u of %d)", n, XFER_PUT_ATTEMPTS);
 	}
 	EVP_MD_CTX_free(u.md);
 	return e;

@@ -372,14 +372,15 @@ static void test_take(struct rt *rt, struct snap *s, const char *snapdir)
 	is_int(snap_take(s, "cmd_t3", "i1", a, &cancel, &res, err, sizeof(err)), -EIO,
 	       "three 500s: failed");
 	is_int(srv.puts, 3, "... after three attempts, no more");
-	ok(strncmp(err, "SnapshotUploadFailed: ", 22) == 0, "... reason: %s", err);
+	ok(strncmp(err, "SnapshotUploadFailed: ", 22) == 0 && strstr(err, "(attempt 3 of 3)"),
+	   "... reason: %s", err);
 	is_int(count_prefix(snapdir, ".capture."), 0, "... the capture is gone");
 
 	plan(1, p3);
 	is_int(snap_take(s, "cmd_t4", "i1", a, &cancel, &res, err, sizeof(err)), -EINVAL,
 	       "a 403: failed");
 	is_int(srv.puts, 1, "... not retried (the URL is refused)");
-	ok(strstr(err, "HTTP 403") != NULL, "... reason: %s", err);
+	ok(strstr(err, "HTTP 403 (attempt 1 of 3)") != NULL, "... reason: %s", err);
 
 	a403 = xasprintf("{\"putUrl\":\"http://10.1.2.3/k\"}");
 	is_int(snap_take(s, "cmd_t5", "i1", a403, &cancel, &res, err, sizeof(err)), -EINVAL,
