@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "agent/runtime.h"
+#include "agent/runtime_libvirt_int.h"
 #include "agent/snapshot.h"
 #include "agent/xfer.h"
 #include "tap.h"
@@ -522,6 +523,59 @@ static void test_gc(struct rt *rt, struct snap *s, const char *snapdir)
 	snap_free(s2);
 }
 
+/* The libvirt runtime's object framing (runtime_libvirt_snapshot.c). */
+static void test_lvsnap(void)
+{
+	_cleanup_free_ char *obj = xasprintf("%s/lv.obj", dir), *disk = xasprintf("%s/lv.disk", dir);
+	_cleanup_free_ char *mem = xasprintf("%s/lv.mem", dir), *d2 = xasprintf("%s/lv.d2", dir);
+	_cleanup_free_ char *m2 = xasprintf("%s/lv.m2", dir), *a = NULL, *b = NULL;
+	_cleanup_free_ char *whole = NULL, *cut = xasprintf("%s/lv.cut", dir);
+	char *meta = NULL;
+	bool has_mem = false;
+	size_t na = 0, nb = 0, nw = 0;
+	int fd;
+
+	file_write_atomic(disk, "QFI\xfb disk bytes\nsection memory 3\n", 33, 0600);
+	file_write_atomic(mem, "memory image", 12, 0600);
+	fd = open(obj, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	is_int(lvsnap_write(fd, "source=i1\nmemory=1\n", disk, mem), 0, "lvsnap: written");
+	close(fd);
+	is_int(lvsnap_read(obj, d2, m2, &meta, &has_mem), 0, "lvsnap: read back");
+	is_str(meta, "source=i1\nmemory=1\n", "... the meta text");
+	ok(has_mem, "... with a memory section");
+	file_read_all(disk, 1 << 20, &a, &na);
+	file_read_all(d2, 1 << 20, &b, &nb);
+	ok(na == nb && memcmp(a, b, na) == 0, "... the disk byte for byte (a header-like line in it too)");
+	free(a), free(b), a = b = NULL;
+	file_read_all(mem, 1 << 20, &a, &na);
+	file_read_all(m2, 1 << 20, &b, &nb);
+	ok(na == nb && memcmp(a, b, na) == 0, "... the memory byte for byte");
+	free(meta);
+	meta = NULL;
+
+	file_read_all(obj, 1 << 20, &whole, &nw);
+	for (size_t cutlen = 0; cutlen < nw; cutlen += 7) {
+		file_write_atomic(cut, whole, cutlen, 0600);
+		if (lvsnap_read(cut, d2, m2, &meta, &has_mem) != -EBADMSG) {
+			ok(0, "a truncated object (%zu of %zu bytes) is refused", cutlen, nw);
+			return;
+		}
+	}
+	ok(1, "every truncation of the object is refused (-EBADMSG)");
+	ok(access(d2, F_OK) < 0 && access(m2, F_OK) < 0, "... and leaves no file behind");
+	file_write_atomic(cut, whole, nw, 0600);
+	fd = open(cut, O_WRONLY | O_APPEND);
+	if (write(fd, "x", 1) != 1)
+		ok(0, "append");
+	close(fd);
+	is_int(lvsnap_read(cut, d2, m2, &meta, &has_mem), -EBADMSG, "bytes after end: refused");
+	file_write_atomic(cut, "bc-libvirt-snapshot 1\nsection meta 2\nab"
+			  "section memory 1\nxend\n", 61, 0600);
+	is_int(lvsnap_read(cut, d2, m2, &meta, &has_mem), -EBADMSG, "no disk section: refused");
+	file_write_atomic(cut, "bc-fake-snapshot 1\n", 19, 0600);
+	is_int(lvsnap_read(cut, d2, m2, &meta, &has_mem), -EBADMSG, "another runtime's object: refused");
+}
+
 int main(void)
 {
 	_cleanup_free_ char *snapdir = NULL;
@@ -535,6 +589,7 @@ int main(void)
 	test_args();
 	test_urls();
 	test_check();
+	test_lvsnap();
 	rt = fake_with("i1");
 	s = snap_for(rt, "CPU A");
 	test_take(rt, s, snapdir);
