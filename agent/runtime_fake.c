@@ -48,6 +48,12 @@
  * operations proceed meanwhile), as a slow libvirt define would; the
  * ledger gets "op=slow id=<id> wait=<op>:<ms>" as the sleep begins.
  *
+ * Snapshots: capture writes a real file (a header naming the source, then
+ * filler that differs at each capture, 4096 bytes or the count in
+ * state_dir/fake/<id>.snapbytes), so its digest means something; restore
+ * takes only such a file and creates the instance running (memory) or
+ * stopped (disk only); the ledger gets op=capture and op=restored lines.
+ *
  * Guests: a started instance's guest reports up at once, or after the
  * delay in state_dir/fake/guest_ready_delay_ms, or never with a file
  * state_dir/fake/<id>.noready (see "guests coming up").
