@@ -182,7 +182,8 @@ static void plan(int n, const enum act *a)
 {
 	pthread_mutex_lock(&srv.mu);
 	srv.n_plan = n;
-	memcpy(srv.plan, a, (size_t)n * sizeof(*a));
+	if (n)
+		memcpy(srv.plan, a, (size_t)n * sizeof(*a));
 	srv.puts = 0;
 	srv.put_sha[0] = '\0';
 	srv.put_len = 0;
