@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -44,6 +45,31 @@ struct snap {
 
 /* ------------------------------------------------------------ open */
 
+/* Remove name in d, a file or a flat directory of files (a runtime's
+ * capture work directory, .capture.<id>.d). */
+static int remove_entry(DIR *d, const char *name)
+{
+	int fd;
+	DIR *sub;
+	struct dirent *de;
+
+	if (unlinkat(dirfd(d), name, 0) == 0)
+		return 0;
+	if (errno != EISDIR && errno != EPERM)
+		return -errno;
+	if ((fd = openat(dirfd(d), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+		return -errno;
+	if (!(sub = fdopendir(fd))) {
+		close(fd);
+		return -errno;
+	}
+	while ((de = readdir(sub)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			unlinkat(dirfd(sub), de->d_name, 0);
+	closedir(sub);
+	return unlinkat(dirfd(d), name, AT_REMOVEDIR) == 0 ? 0 : -errno;
+}
+
 /* Remove what a killed bcd left: every capture (no command runs yet) and
  * partial downloads of other processes. */
 static void sweep(const char *dir)
@@ -58,7 +84,7 @@ static void sweep(const char *dir)
 				       strlen(SNAP_CAPTURE_PREFIX)) == 0;
 		if (!capture && !xfer_stale_part(de->d_name))
 			continue;
-		if (unlinkat(dirfd(d), de->d_name, 0) == 0)
+		if (remove_entry(d, de->d_name) == 0)
 			log_info("snapshots: removed %s/%s, left by an earlier bcd", dir, de->d_name);
 	}
 	closedir(d);

@@ -518,9 +518,14 @@ static void test_gc(struct rt *rt, struct snap *s, const char *snapdir)
 	ok(access(pa, F_OK) < 0, "a desired-deleted instance keeps nothing");
 
 	file_write_atomic(part, "p", 1, 0644);
+	_cleanup_free_ char *capd = xasprintf("%s/.capture.cmd_y.d", snapdir);
+	_cleanup_free_ char *capf = xasprintf("%s/memory.save", capd);
+	mkdir(capd, 0700);
+	file_write_atomic(capf, "m", 1, 0600);
 	s2 = snap_for(rt, "CPU A");  /* a bcd starting */
 	ok(access(cap, F_OK) < 0 && access(part, F_OK) < 0,
 	   "start-up removes a killed bcd's captures and partial downloads");
+	ok(access(capd, F_OK) < 0, "... and a runtime's capture work directory");
 	snap_free(s2);
 }
 
