@@ -391,6 +391,10 @@ static void test_take(struct rt *rt, struct snap *s, const char *snapdir)
 	is_int(snap_take(s, "cmd_t6", "nope", a, &cancel, &res, err, sizeof(err)), -ENOENT,
 	       "no such instance: failed");
 	ok(strncmp(err, "SnapshotCaptureFailed: ", 23) == 0, "... SnapshotCaptureFailed: %s", err);
+	atomic_store(&cancel, true);  /* bcd stopping */
+	plan(0, NULL);
+	is_int(snap_take(s, "cmd_t7", "i1", a, &cancel, &res, err, sizeof(err)), -ECANCELED,
+	       "bcd stopping during the upload: -ECANCELED (left unfinished for the restart rules)");
 	is_int(count_prefix(snapdir, ".capture."), 0, "no capture left by any of them");
 	(void)rt;
 }
