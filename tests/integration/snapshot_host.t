@@ -18,9 +18,10 @@
 #   the instance with SnapshotDigestMismatch, nothing created and no file
 #   kept; another runtime's and another CPU model's memory snapshot are
 #   SnapshotRefused; the good object is downloaded, verified and restored
-#   running (memory) or stopped (disk only) from one download; the object
-#   goes once no spec restores from it; bcd killed mid-download leaves a
-#   .part that its restart removes, then restores from a full download.
+#   running (memory, two instances from it) or stopped (disk only, on
+#   another CPU model); the object goes once no spec restores from it; bcd
+#   killed mid-download leaves a .part that its restart removes, then the
+#   whole object is downloaded and verified before the runtime sees it.
 . "$(dirname "$0")/../lib/stack.sh"
 . "$(dirname "$0")/../lib/s3.sh"
 
