@@ -15,7 +15,8 @@
  * from the same image, in the state it was in: the guest is paused from
  * the save to the restore (pausedMs), and the source keeps its identity
  * (name, uuid, disk). Disk only: a running guest is suspended for the
- * copy of its overlay and resumed. Either way the copy (backed by the
+ * copy of its overlay and resumed. The copy is a reflink where the
+ * filesystem has them (FICLONE), so the pause does not grow with the disk. Either way the copy (backed by the
  * shared image) is then flattened with `qemu-img convert` outside the
  * pause, so the object never names a backing file a restore would follow.
  *
@@ -31,10 +32,12 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <libvirt/libvirt.h>
+#include <linux/fs.h>
 #include <libvirt/virterror.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -221,6 +224,8 @@ static int copy_file(const char *from, const char *to)
 	out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (out < 0)
 		return -errno;
+	if (ioctl(out, FICLONE, in) == 0)  /* a reflink (btrfs, xfs): no bytes copied */
+		return fsync(out) < 0 ? -errno : 0;
 	e = copy_fd(in, out, UINT64_MAX, NULL);
 	return e < 0 ? e : fsync(out) < 0 ? -errno : 0;
 }
