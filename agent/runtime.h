@@ -151,6 +151,11 @@ struct runtime_ops {
 	 * that is not one of this runtime's. NULL unless traits.snapshot. */
 	int (*restore)(struct rt *rt, const Bc__Node__V1__InstanceSpec *spec, const char *path,
 		       enum rt_state *ret_state, char *reason);
+	/* A capture's work directory (capture's path + ".d") that a killed
+	 * bcd left: give back what the capture took from its instance (the
+	 * libvirt runtime restores a source it had saved and not yet
+	 * restored), before the caller removes the directory. May be NULL. */
+	void (*capture_recover)(struct rt *rt, const char *workdir);
 	/* Release the handle; instances keep running. NULL-safe. */
 	void (*close)(struct rt *rt);
 };

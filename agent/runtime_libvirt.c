@@ -1040,6 +1040,7 @@ const struct runtime_ops rt_libvirt_ops = {
 	.block_resize = lv_block_resize,
 	.capture = lv_capture,
 	.restore = lv_restore,
+	.capture_recover = lv_capture_recover,
 	.node = lv_node,
 	.last_error = lv_last_error,
 	.close = lv_close,

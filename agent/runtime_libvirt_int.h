@@ -107,6 +107,7 @@ int lv_capture(struct rt *rt, const char *id, bool include_memory, const char *p
 	       int64_t *ret_paused_ms, char *reason);
 int lv_restore(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, const char *path,
 	       enum rt_state *ret_state, char *reason);
+void lv_capture_recover(struct rt *rt, const char *workdir);
 /* Write the object to fd: meta (text), then the files disk and mem (NULL:
  * no memory section). 0 or -errno. */
 int lvsnap_write(int fd, const char *meta, const char *disk, const char *mem);

@@ -20,6 +20,11 @@
  * shared image) is then flattened with `qemu-img convert` outside the
  * pause, so the object never names a backing file a restore would follow.
  *
+ * A bcd killed between the save and the restore of the source leaves the
+ * domain off with its save image in the work directory (and a note naming
+ * it): lv_capture_recover, called by snapshot.c's start-up sweep before
+ * the converge thread runs, restores it from there.
+ *
  * Restore: the sections are split into the new instance's directory, the
  * disk checked by content like a tenant image (image_check_base: no
  * backing file, no data file), and the instance defined on it with its own
@@ -253,6 +258,9 @@ struct cap_files {
 
 static void cap_files_free(struct cap_files *f)
 {
+	_cleanup_free_ char *note = xasprintf("%s/source", f->dir);
+
+	unlink(note);
 	unlink(f->copy);
 	unlink(f->flat);
 	unlink(f->mem);
@@ -269,9 +277,16 @@ static int capture_mem(struct rt_libvirt *lv, virDomainPtr dom, bool running,
 		       char *reason)
 {
 	unsigned flags = running ? VIR_DOMAIN_SAVE_RUNNING : VIR_DOMAIN_SAVE_PAUSED;
+	_cleanup_free_ char *note = xasprintf("%s %u\n", virDomainGetName(dom), flags);
+	_cleanup_free_ char *note_path = xasprintf("%s/source", f->dir);
 	int64_t t0 = mono_ms();
 	int e;
 
+	/* for lv_capture_recover, should bcd die before the source is back */
+	if ((e = file_write_atomic(note_path, note, strlen(note), 0600)) < 0) {
+		snprintf(reason, RT_REASON_MAX, "capture failed: %s", strerror(-e));
+		return e;
+	}
 	if (virDomainSaveFlags(dom, f->mem, NULL, flags) < 0) {
 		snprintf(reason, RT_REASON_MAX, "capture failed: save: %.120s", lv_err());
 		return -EIO;
@@ -356,6 +371,31 @@ static int capture_dom(struct rt_libvirt *lv, virDomainPtr dom, const char *id, 
 			 strerror(-e));
 	cap_files_free(&f);
 	return e;
+}
+
+void lv_capture_recover(struct rt *rt, const char *workdir)
+{
+	struct rt_libvirt *lv = lv_of(rt);
+	_cleanup_free_ char *note_path = xasprintf("%s/source", workdir), *note = NULL;
+	_cleanup_free_ char *mem = xasprintf("%s/memory.save", workdir);
+	char id[RT_ID_MAX + 1];
+	unsigned flags = 0;
+	virDomainPtr dom;
+
+	if (file_read_all(note_path, 256, &note, NULL) < 0 ||
+	    sscanf(note, "%64s %u", id, &flags) != 2 || !rt_id_valid(id) || !conn_of(lv) ||
+	    !(dom = virDomainLookupByName(conn_of(lv), id)))
+		return;
+	if (dom_ours(lv, dom) && !virDomainIsActive(dom) && file_exists(mem)) {
+		if (virDomainRestoreFlags(conn_of(lv), mem, NULL,
+					  flags & (VIR_DOMAIN_SAVE_RUNNING | VIR_DOMAIN_SAVE_PAUSED)) == 0)
+			log_warn("libvirt: %s: restored from the save of a capture an earlier bcd "
+				 "did not finish", id);
+		else
+			log_error("libvirt: %s: left saved by an earlier bcd's capture and not "
+				  "restorable (%s): the converge pass boots it again", id, lv_err());
+	}
+	virDomainFree(dom);
 }
 
 int lv_capture(struct rt *rt, const char *id, bool include_memory, const char *path,

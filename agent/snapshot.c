@@ -69,9 +69,10 @@ static int remove_entry(DIR *d, const char *name)
 	return unlinkat(dirfd(d), name, AT_REMOVEDIR) == 0 ? 0 : -errno;
 }
 
-/* Remove what a killed bcd left: every capture (no command runs yet) and
+/* Remove what a killed bcd left: every capture (no command runs yet),
+ * after the runtime gave back what a capture took (capture_recover), and
  * partial downloads of other processes. */
-static void sweep(const char *dir)
+static void sweep(const char *dir, struct rt *rt)
 {
 	DIR *d = opendir(dir);
 	struct dirent *de;
@@ -83,6 +84,10 @@ static void sweep(const char *dir)
 				       strlen(SNAP_CAPTURE_PREFIX)) == 0;
 		if (!capture && !xfer_stale_part(de->d_name))
 			continue;
+		if (capture && rt->ops->capture_recover && de->d_type == DT_DIR) {
+			_cleanup_free_ char *work = xasprintf("%s/%s", dir, de->d_name);
+			rt->ops->capture_recover(rt, work);
+		}
 		if (remove_entry(d, de->d_name) == 0)
 			log_info("snapshots: removed %s/%s, left by an earlier bcd", dir, de->d_name);
 	}
@@ -110,7 +115,7 @@ int snap_open(const struct snap_config *cfg, struct snap **ret)
 	s->retry_delay_ms = cfg->retry_delay_ms;
 	s->rt = cfg->rt;
 	pthread_mutex_init(&s->fetch_mu, NULL);
-	sweep(s->dir);
+	sweep(s->dir, s->rt);
 	*ret = s;
 	return 0;
 }

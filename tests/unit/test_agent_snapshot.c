@@ -488,6 +488,18 @@ static void test_fetch(struct rt *rt, struct snap *s, const char *snapdir)
 	srv.obj = NULL;
 }
 
+static char recovered[512];
+static bool recovered_had_files;
+
+static void record_recover(struct rt *rt, const char *workdir)
+{
+	_cleanup_free_ char *f = xasprintf("%s/memory.save", workdir);
+
+	(void)rt;
+	snprintf(recovered, sizeof(recovered), "%s", workdir);
+	recovered_had_files = access(f, F_OK) == 0;
+}
+
 static void test_gc(struct rt *rt, struct snap *s, const char *snapdir)
 {
 	Bc__Node__V1__NodeSpec ns = BC__NODE__V1__NODE_SPEC__INIT;
@@ -526,10 +538,16 @@ static void test_gc(struct rt *rt, struct snap *s, const char *snapdir)
 	_cleanup_free_ char *capf = xasprintf("%s/memory.save", capd);
 	mkdir(capd, 0700);
 	file_write_atomic(capf, "m", 1, 0600);
-	s2 = snap_for(rt, "CPU A");  /* a bcd starting */
+	struct runtime_ops rec_ops = rt_fake_ops;
+	struct rt rec_rt = {.ops = &rec_ops};
+	rec_ops.capture_recover = record_recover;
+	s2 = snap_for(&rec_rt, "CPU A");  /* a bcd starting */
 	ok(access(cap, F_OK) < 0 && access(part, F_OK) < 0,
 	   "start-up removes a killed bcd's captures and partial downloads");
 	ok(access(capd, F_OK) < 0, "... and a runtime's capture work directory");
+	is_str(recovered, capd, "... after the runtime was asked to recover from it");
+	ok(recovered_had_files, "... while its files were still there");
+	(void)rt;
 	snap_free(s2);
 }
 
