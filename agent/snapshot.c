@@ -84,7 +84,7 @@ static void sweep(const char *dir, struct rt *rt)
 				       strlen(SNAP_CAPTURE_PREFIX)) == 0;
 		if (!capture && !xfer_stale_part(de->d_name))
 			continue;
-		if (capture && rt->ops->capture_recover && de->d_type == DT_DIR) {
+		if (capture && rt->ops->capture_recover && de->d_type != DT_REG) {
 			_cleanup_free_ char *work = xasprintf("%s/%s", dir, de->d_name);
 			rt->ops->capture_recover(rt, work);
 		}
