@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "snapshot.h"
 #include "util.h"
 
 /* ------------------------------------------------------------ file format */
@@ -299,6 +300,7 @@ struct cmds {
 	char *dir;
 	struct state_cmds *seen;
 	struct rt *rt;
+	struct snap *snap;
 	bool fake;
 	pthread_mutex_t lock;
 	pthread_cond_t work;
@@ -362,8 +364,20 @@ static int run_fake_sleep(struct cmds *c, const struct cmd_rec *r, char **result
 	return 0;
 }
 
+static int run_snapshot(struct cmds *c, const struct cmd_rec *r, char **result, char *error,
+			size_t errlen)
+{
+	if (!c->snap) {
+		snprintf(error, errlen, "UNSUPPORTED: no snapshot store on this host");
+		return -EOPNOTSUPP;
+	}
+	return snap_take(c->snap, r->id, r->instance_id, r->args, &c->stopping, result, error,
+			 errlen);
+}
+
 static const struct cmd_kind kinds[] = {
 	{"instance.probe", "control", run_probe, false},
+	{"instance.snapshot", "bulk", run_snapshot, false},
 	{"fake.sleep", "control", run_fake_sleep, true},
 };
 
@@ -591,6 +605,7 @@ int cmds_open(const struct cmds_opts *o, struct cmds **ret)
 	c->seen = o->seen;
 	c->rt = o->rt;
 	c->fake = o->fake;
+	c->snap = o->snap;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->work, NULL);
 	if ((e = mkdir_p(c->dir, 0700)) < 0 || !(d = opendir(c->dir))) {

@@ -72,6 +72,7 @@ struct cmds_opts {
 	struct state_cmds *seen;   /* borrowed: every id ever received */
 	struct rt *rt;             /* borrowed; NULL: instance.probe fails */
 	bool fake;                 /* the fake runtime: fake.sleep exists */
+	struct snap *snap;         /* borrowed; NULL: instance.snapshot fails */
 };
 
 /* Open state_dir/commands.d and apply the restart rules (logged). Workers

@@ -41,6 +41,8 @@ struct agent_config {
 	char *libvirt_uri;
 	char *data_dir;                 /* "" = state_dir/data */
 	char *image_ca_file;            /* "" = the system's CAs */
+	char *snapshot_ca_file;         /* "" = the system's CAs */
+	uint32_t snapshot_store_allow_http_loopback_for_tests; /* tests only: 1 = http to loopback */
 	char *volumes_dir;              /* "" = data_dir/volumes (set by cfg_finish) */
 	uint32_t volume_reserve_percent; /* of the volumes' filesystem, kept free */
 	uint64_t volume_reserve_min_gib; /* the reserve at least */

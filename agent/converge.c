@@ -48,6 +48,7 @@
 #include "guestready.h"
 #include "state.h"
 #include "log.h"
+#include "snapshot.h"
 #include "net.h"
 #include "netlink.h"
 #include "util.h"
@@ -200,6 +201,11 @@ void conv_set_net(struct conv *c, struct net *net)
 void conv_set_volumes(struct conv *c, struct vol *vol)
 {
 	c->vol = vol;
+}
+
+void conv_set_snapshots(struct conv *c, struct snap *snap)
+{
+	c->snap = snap;
 }
 
 
@@ -896,6 +902,8 @@ int conv_pass(struct conv *c)
 				   &(struct live_ctx){&p, actual, n_actual}, &stg) == 0;
 	if (c->spec)
 		converge_desired(c, &p, actual, n_actual);
+	if (c->spec && c->snap)
+		snap_gc(c->snap, c->spec);
 	log_debug("pass: %" PRId64 " ms (list %" PRId64 " ms, network %" PRId64 " ms, node %" PRId64
 		  " ms, instances %" PRId64 " ms)", mono_ms() - t[0], t[1] - t[0], t[2] - t[1],
 		  t[3] - t[2], mono_ms() - t[3]);

@@ -78,6 +78,12 @@ void conv_set_guestready(struct conv *c, struct guestready *gr);
 struct vol;
 void conv_set_volumes(struct conv *c, struct vol *vol);
 
+/* Snapshots (snapshot.h): a create whose spec has restore_from fetches
+ * its object and asks the runtime to restore it; each pass collects the
+ * objects no spec restores from. Before the converge thread starts. */
+struct snap;
+void conv_set_snapshots(struct conv *c, struct snap *snap);
+
 void conv_free(struct conv *c);
 
 /* Run slow runtime calls (a create with its first start, a start or stop of

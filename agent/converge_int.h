@@ -29,6 +29,7 @@ struct conv {
 	struct net *net;           /* instance networking; NULL: none */
 	struct guestready *gr;     /* guests that reported up; NULL: none */
 	struct vol *vol;           /* the host's volumes; NULL: none reported */
+	struct snap *snap;         /* snapshots; NULL: restores fail */
 	/* converge thread only; replaced under lock (conv_tunnel_target) */
 	Bc__Node__V1__NodeSpec *spec;
 	struct idset adopted;      /* sorted: instances this process owns */

@@ -13,6 +13,7 @@
 #include "guestready.h"
 #include "state.h"
 #include "log.h"
+#include "snapshot.h"
 #include "net.h"
 #include "netlink.h"
 #include "util.h"
@@ -52,6 +53,33 @@ void job_free(struct job *j)
 	free(j);
 }
 
+/* A create from a snapshot: its verified object, then the runtime's
+ * restore; nothing is created unless both succeed. */
+static void restore(struct conv *c, struct job *j)
+{
+	const Bc__Node__V1__InstanceSpec *s = j->spec;
+	_cleanup_free_ char *path = NULL;
+	enum rt_state st = RT_STATE_STOPPED;
+
+	if (!c->snap || !c->rt->ops->restore) {
+		snprintf(j->reason, sizeof(j->reason), "SnapshotRefused: runtime %s restores no "
+			 "snapshots", c->rt->ops->name);
+		j->e = -EOPNOTSUPP;
+		return;
+	}
+	if ((j->e = snap_fetch(c->snap, s->restore_from, &path, j->reason)) < 0) {
+		log_warn("instance %s: no snapshot to restore: %s", s->id, j->reason);
+		if (j->e == -EIO || j->e == -ECANCELED)
+			j->e = -EAGAIN;  /* the store may answer later: provisioning */
+		return;
+	}
+	if ((j->e = c->rt->ops->restore(c->rt, s, path, &st, j->reason)) < 0)
+		return;
+	log_info("instance %s: restored from snapshot %s (%s)", s->id,
+		 s->restore_from->snapshot_id, rt_state_name(st));
+	j->st = move(c, j->id, st, j->want, j->reason);
+}
+
 /* The job's runtime calls; any thread. */
 static void job_run(struct conv *c, struct job *j)
 {
@@ -62,6 +90,10 @@ static void job_run(struct conv *c, struct job *j)
 	case JOB_CREATE:
 		j->st = RT_STATE_STOPPED;
 		gr_clear(c->gr, j->id);  /* a mark left by an earlier instance of that id */
+		if (s->restore_from) {
+			restore(c, j);
+			break;
+		}
 		j->e = c->rt->ops->create(c->rt, s, j->reason);
 		if (j->e < 0)
 			break;

@@ -10,7 +10,6 @@
  *   0xe2792aca backing file format name, 0x44415441 external data file. */
 #include "image.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -22,6 +21,7 @@
 
 #include "spawn.h"
 #include "util.h"
+#include "xfer.h"
 
 #define QCOW_MAGIC 0x514649fbu
 #define QCOW_V2_HEADER 72
@@ -256,169 +256,25 @@ bool image_sha256_valid(const char *s)
 	return n == 64;
 }
 
-struct dl {
-	int fd;
-	const atomic_bool *cancel;
-	EVP_MD_CTX *md;
-	uint64_t got, max;
-	bool too_large, write_failed;
-};
-
-static size_t dl_write(char *p, size_t size, size_t nmemb, void *data)
-{
-	struct dl *d = data;
-	size_t n = size * nmemb, done = 0;
-
-	if (d->cancel && atomic_load(d->cancel))
-		return 0;
-	if (d->got + n > d->max) {
-		d->too_large = true;
-		return 0;
-	}
-	EVP_DigestUpdate(d->md, p, n);
-	while (done < n) {
-		ssize_t k = write(d->fd, p + done, n - done);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0) {
-			d->write_failed = true;
-			return 0;
-		}
-		done += (size_t)k;
-	}
-	d->got += n;
-	return n;
-}
-
-/* Polled by curl about once a second even without data: a cancel stops a
- * stalled download too. */
-static int dl_progress(void *data, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
-		       curl_off_t ulnow)
-{
-	const struct dl *d = data;
-
-	return d->cancel && atomic_load(d->cancel) ? 1 : 0;
-}
-
-static CURL *dl_handle(const struct image_fetch *f, const char *url, struct dl *d)
-{
-	CURL *c = curl_easy_init();
-
-	if (!c)
-		return NULL;
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "https");
-	curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "https");
-	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
-	curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
-	curl_easy_setopt(c, CURLOPT_FAILONERROR, 1L);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 30L);
-	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L);
-	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 60L);
-	curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)d->max);
-	if (f->ca_file && *f->ca_file)
-		curl_easy_setopt(c, CURLOPT_CAINFO, f->ca_file);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, dl_write);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, d);
-	curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, dl_progress);
-	curl_easy_setopt(c, CURLOPT_XFERINFODATA, d);
-	curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-	return c;
-}
-
-/* Download url into the open fd d->fd; reason on failure. */
-static int dl_run(const struct image_fetch *f, const char *url, struct dl *d, char *reason)
-{
-	CURL *c = dl_handle(f, url, d);
-	CURLcode rc;
-
-	if (!c) {
-		snprintf(reason, IMAGE_REASON_MAX, "ImageFetchFailed: no curl handle");
-		return -ENOMEM;
-	}
-	rc = curl_easy_perform(c);
-	curl_easy_cleanup(c);
-	if (d->cancel && atomic_load(d->cancel)) {
-		snprintf(reason, IMAGE_REASON_MAX, "ImageFetchFailed: cancelled");
-		return -ECANCELED;
-	}
-	if (d->too_large || rc == CURLE_FILESIZE_EXCEEDED) {
-		snprintf(reason, IMAGE_REASON_MAX, "ImageTooLarge: more than %" PRIu64 " bytes",
-			 d->max);
-		return -EFBIG;
-	}
-	if (rc != CURLE_OK || d->write_failed) {
-		snprintf(reason, IMAGE_REASON_MAX, "ImageFetchFailed: %s",
-			 d->write_failed ? "cannot write to data_dir" : curl_easy_strerror(rc));
-		return -EIO;
-	}
-	return 0;
-}
-
-static int dl_verify(struct dl *d, const char *sha256, char *reason)
-{
-	unsigned char md[EVP_MAX_MD_SIZE];
-	unsigned int n = 0;
-	char hex[2 * EVP_MAX_MD_SIZE + 1];
-
-	EVP_DigestFinal_ex(d->md, md, &n);
-	hex_encode(md, n, hex);
-	if (strcmp(hex, sha256) != 0) {
-		snprintf(reason, IMAGE_REASON_MAX, "ImageDigestMismatch: sha256 %.16s..., want %.16s...",
-			 hex, sha256);
-		return -EBADMSG;
-	}
-	if (fsync(d->fd) < 0) {
-		snprintf(reason, IMAGE_REASON_MAX, "ImageFetchFailed: fsync: %s", strerror(errno));
-		return -EIO;
-	}
-	return 0;
-}
-
 int image_ensure(const struct image_fetch *f, const char *url, const char *sha256,
 		 char **ret_path, char *reason)
 {
-	_cleanup_free_ char *path = NULL, *tmp = NULL;
-	struct dl d = {.fd = -1, .max = f->max_bytes, .cancel = f->cancel};
-	int e;
+	const struct xfer_opts o = {.ca_file = f->ca_file, .cancel = f->cancel};
+	char why[IMAGE_REASON_MAX] = "";
+	const char *what = "ImageFetchFailed";
+	int e = xfer_get_verified(&o, url, f->images_dir, sha256, f->max_bytes, ret_path, why,
+				  sizeof(why));
 
-	if (!image_sha256_valid(sha256) || !url || strncmp(url, "https://", 8) != 0) {
-		snprintf(reason, IMAGE_REASON_MAX, "ImageRefused: %s",
-			 image_sha256_valid(sha256) ? "only https URLs are fetched"
-						    : "sha256 is not 64 lowercase hex digits");
-		return -EINVAL;
-	}
-	path = xasprintf("%s/%s", f->images_dir, sha256);
-	if (access(path, F_OK) == 0) {
-		*ret_path = path;
-		path = NULL;
-		return 0;
-	}
-	tmp = xasprintf("%s/.%s.part.%d", f->images_dir, sha256, (int)getpid());
-	d.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-	if (d.fd < 0) {
-		snprintf(reason, IMAGE_REASON_MAX, "ImageFetchFailed: %s", strerror(errno));
-		return -EIO;
-	}
-	d.md = EVP_MD_CTX_new();
-	EVP_DigestInit_ex(d.md, EVP_sha256(), NULL);
-	e = dl_run(f, url, &d, reason);
 	if (e == 0)
-		e = dl_verify(&d, sha256, reason);
-	EVP_MD_CTX_free(d.md);
-	close(d.fd);
-	if (e == 0 && (fchmodat(AT_FDCWD, tmp, 0644, 0) < 0 || rename(tmp, path) < 0)) {
-		snprintf(reason, IMAGE_REASON_MAX, "ImageFetchFailed: rename: %s", strerror(errno));
-		e = -EIO;
-	}
-	if (e < 0) {
-		unlink(tmp);
-		return e;
-	}
-	*ret_path = path;
-	path = NULL;
-	return 0;
+		return 0;
+	if (e == -EINVAL)
+		what = "ImageRefused";
+	else if (e == -EBADMSG)
+		what = "ImageDigestMismatch";
+	else if (e == -EFBIG)
+		what = "ImageTooLarge";
+	snprintf(reason, IMAGE_REASON_MAX, "%s: %.*s", what, (int)(IMAGE_REASON_MAX - 24), why);
+	return e;
 }
 
 /* ------------------------------------------------------------- overlay */

@@ -47,6 +47,7 @@
 #include "agent/renew.h"
 #include "agent/report.h"
 #include "agent/runtime.h"
+#include "agent/snapshot.h"
 #include "agent/state.h"
 #include "agent/tunnel.h"
 #include "agent/watch.h"
@@ -74,6 +75,7 @@ struct agent {
 	struct rt_traits traits;        /* advertised (runtime's, net's) */
 	struct state_cmds *cmds;
 	struct cmds *commands;          /* the command runner (commands.h) */
+	struct snap *snap;              /* snapshots on this host (snapshot.h) */
 	struct backoff_stop stop;
 	struct watch watch;
 	struct report report;
@@ -256,6 +258,40 @@ static int open_runtime(struct agent *a)
 	return e;
 }
 
+/* The cpu.model label this node reports: the configured one, else
+ * /proc/cpuinfo's (report.c). Owned by the caller; NULL if unknown. */
+static char *node_cpu_model(const struct agent_config *cfg)
+{
+	_cleanup_free_ char *cpuinfo = NULL;
+
+	for (size_t i = 0; i < cfg->n_labels; i++)
+		if (strcmp(cfg->label_list[i].key, "cpu.model") == 0)
+			return xstrdup(cfg->label_list[i].value);
+	if (file_read_all("/proc/cpuinfo", 1 << 22, &cpuinfo, NULL) < 0)
+		return NULL;
+	return report_cpu_model(cpuinfo);
+}
+
+/* Snapshots in data_dir/snapshots (what a killed bcd left there removed). */
+static int open_snapshots(struct agent *a)
+{
+	_cleanup_free_ char *data = *a->cfg.data_dir ? xstrdup(a->cfg.data_dir)
+						     : xasprintf("%s/data", a->cfg.state_dir);
+	_cleanup_free_ char *cpu = node_cpu_model(&a->cfg);
+	struct snap_config sc = {
+		.data_dir = data, .ca_file = a->cfg.snapshot_ca_file, .cpu_model = cpu,
+		.allow_http_loopback = a->cfg.snapshot_store_allow_http_loopback_for_tests != 0,
+		.max_bytes = a->cfg.image_max_gib << 30, .rt = a->rt};
+	int e = snap_open(&sc, &a->snap);
+
+	if (e < 0)
+		log_error("%s/%s: %s", data, SNAP_DIR, strerror(-e));
+	else if (sc.allow_http_loopback)
+		log_warn("snapshot_store_allow_http_loopback_for_tests = 1: snapshots may move "
+			 "over plain http to loopback (tests only)");
+	return e;
+}
+
 /* The volumes of the spec, made by each converge pass. The fake runtime
  * runs no guests but makes real (sparse) files: its volume store stands
  * in for a filesystem of capacity_disk_gib, so the numbers it reports
@@ -403,15 +439,18 @@ static int start_up(struct agent *a)
 		log_error("%s/%s unreadable: %s", a->cfg.state_dir, STATE_CMDS_FILE, strerror(-e));
 		return EXIT_CONFIG;
 	}
+	if (open_snapshots(a) < 0)
+		return EXIT_CONFIG;
 	{
 		struct cmds_opts co = {.state_dir = a->cfg.state_dir, .seen = a->cmds, .rt = a->rt,
-				       .fake = a->rt->ops == &rt_fake_ops};
+				       .fake = a->rt->ops == &rt_fake_ops, .snap = a->snap};
 		if ((e = cmds_open(&co, &a->commands)) < 0) {
 			log_error("%s/%s: %s", a->cfg.state_dir, CMDS_DIR, strerror(-e));
 			return EXIT_CONFIG;
 		}
 	}
 	a->conv = conv_new(a->rt);
+	conv_set_snapshots(a->conv, a->snap);
 	if (open_volumes(a) < 0)
 		return EXIT_CONFIG;
 	if (net_open(a->cfg.network, &a->net) < 0) {
@@ -542,6 +581,7 @@ static void tear_down(struct agent *a)
 	cmds_free(a->commands); /* its workers stopped in run(); probes use the runtime */
 	rt_close(a->rt);  /* first: its download workers may poke the conv */
 	conv_free(a->conv);
+	snap_free(a->snap);  /* after the commands and the conv's workers that use it */
 	vol_free(a->vol);
 	gr_close(a->gr);
 	net_close(a->net);

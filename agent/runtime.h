@@ -134,6 +134,28 @@ struct runtime_ops {
 	 * (an attached volume) is now bytes long, so the guest sees it at
 	 * once. -ENOENT: no such instance or disk. May be NULL. */
 	int (*block_resize)(struct rt *rt, const char *id, const char *serial, uint64_t bytes);
+	/* Capture instance id (running or paused) into the new file path
+	 * (mode 0600), one self-contained object: its memory and disk with
+	 * include_memory, else its disk only. The instance is left in the
+	 * state it was in; *ret_paused_ms is how long its guest was paused
+	 * for the capture (0: not at all). -ENOENT no such instance,
+	 * -EOPNOTSUPP what this runtime cannot capture, -EBUSY a state it
+	 * cannot capture in; reason (RT_REASON_MAX) says why. NULL unless
+	 * traits.snapshot. */
+	int (*capture)(struct rt *rt, const char *id, bool include_memory, const char *path,
+		       int64_t *ret_paused_ms, char *reason);
+	/* Create spec's instance from the verified object at path (its
+	 * spec->restore_from): resumed from its memory (*ret_state running)
+	 * for a memory snapshot, else defined from its disk to boot fresh
+	 * (*ret_state stopped). Errors as create's; -EBADMSG for an object
+	 * that is not one of this runtime's. NULL unless traits.snapshot. */
+	int (*restore)(struct rt *rt, const Bc__Node__V1__InstanceSpec *spec, const char *path,
+		       enum rt_state *ret_state, char *reason);
+	/* A capture's work directory (capture's path + ".d") that a killed
+	 * bcd left: give back what the capture took from its instance (the
+	 * libvirt runtime restores a source it had saved and not yet
+	 * restored), before the caller removes the directory. May be NULL. */
+	void (*capture_recover)(struct rt *rt, const char *workdir);
 	/* Release the handle; instances keep running. NULL-safe. */
 	void (*close)(struct rt *rt);
 };

@@ -48,6 +48,12 @@
  * operations proceed meanwhile), as a slow libvirt define would; the
  * ledger gets "op=slow id=<id> wait=<op>:<ms>" as the sleep begins.
  *
+ * Snapshots: capture writes a real file (a header naming the source, then
+ * filler that differs at each capture, 4096 bytes or the count in
+ * state_dir/fake/<id>.snapbytes), so its digest means something; restore
+ * takes only such a file and creates the instance running (memory) or
+ * stopped (disk only); the ledger gets op=capture and op=restored lines.
+ *
  * Guests: a started instance's guest reports up at once, or after the
  * delay in state_dir/fake/guest_ready_delay_ms, or never with a file
  * state_dir/fake/<id>.noready (see "guests coming up").
@@ -970,9 +976,157 @@ static int fake_block_resize(struct rt *rt, const char *id, const char *serial, 
 	return e;
 }
 
+/* ------------------------------------------------------------ snapshots */
+
+#define FAKE_SNAP_MAGIC "bc-fake-snapshot 1\n"
+#define FAKE_SNAP_BYTES_MAX (4ull << 30)
+
+/* The filler bytes of a capture: state_dir/fake/<id>.snapbytes (a test
+ * hook: a bigger object), else 4096. */
+static uint64_t snap_bytes(const struct rt_fake *f, const char *id)
+{
+	_cleanup_free_ char *path = rec_path(f, id, ".snapbytes"), *text = NULL;
+	unsigned long long n;
+
+	if (file_read_all(path, 64, &text, NULL) < 0 || sscanf(text, "%llu", &n) != 1 ||
+	    n > FAKE_SNAP_BYTES_MAX)
+		return 4096;
+	return n;
+}
+
+/* The object: a header naming the source, then filler that differs from
+ * one capture to the next (seeded with the time), written in blocks. */
+static int snap_write(int fd, const struct fake_rec *r, bool memory, uint64_t n)
+{
+	_cleanup_free_ char *head = xasprintf(FAKE_SNAP_MAGIC "source=%s\nmemory=%d\nstate=%s\n"
+					      "taken=%" PRId64 "\nbytes=%" PRIu64 "\n--\n",
+					      r->id, memory, rt_state_name(r->state), now_ms(), n);
+	uint64_t x = (uint64_t)now_ms() * 2654435761u + 1;
+	unsigned char buf[65536];
+
+	if (write(fd, head, strlen(head)) != (ssize_t)strlen(head))
+		return -EIO;
+	while (n > 0) {
+		size_t k = n < sizeof(buf) ? (size_t)n : sizeof(buf);
+		for (size_t i = 0; i < k; i++) {
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			buf[i] = (unsigned char)x;
+		}
+		if (write(fd, buf, k) != (ssize_t)k)
+			return -EIO;
+		n -= k;
+	}
+	return fsync(fd) < 0 ? -errno : 0;
+}
+
+static int fake_capture(struct rt *rt, const char *id, bool include_memory, const char *path,
+			int64_t *ret_paused_ms, char *reason)
+{
+	struct rt_fake *f = fake_of(rt);
+	struct fake_rec copy = {0}, *r;
+	_cleanup_close_ int fd = -1;
+	int e;
+
+	if (!rt_id_valid(id))
+		return -EINVAL;
+	slow_injected(f, id, "capture");
+	pthread_mutex_lock(&f->lock);
+	e = held_for_op(f, id, &r);
+	if (e == 0 && r->state != RT_STATE_RUNNING && r->state != RT_STATE_PAUSED)
+		e = -EBUSY;
+	if (e == 0 && fail_injected(f, id, "capture"))
+		e = -EIO;
+	if (e == 0)
+		copy = (struct fake_rec){.state = r->state};
+	if (e == 0)
+		snprintf(copy.id, sizeof(copy.id), "%s", r->id);
+	pthread_mutex_unlock(&f->lock);
+	if (e < 0) {
+		snprintf(reason, RT_REASON_MAX, "capture failed: %s",
+			 e == -EBUSY ? "instance not running or paused" : strerror(-e));
+		return e;
+	}
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0 || (e = snap_write(fd, &copy, include_memory, snap_bytes(f, id))) < 0) {
+		e = fd < 0 ? -errno : e;
+		snprintf(reason, RT_REASON_MAX, "capture failed: %s", strerror(-e));
+		return e;
+	}
+	{
+		_cleanup_free_ char *line = xasprintf("ts=%" PRId64 " op=capture id=%s memory=%d\n",
+						      now_ms(), id, include_memory);
+		ledger_text(f, line);
+	}
+	*ret_paused_ms = 0;  /* nothing runs: nothing paused */
+	return 0;
+}
+
+/* Read and check the object's header (and that its size is what it says). */
+static int snap_read(const char *path, char *source, bool *memory)
+{
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	char head[512] = "", *body, *p;
+	unsigned long long bytes = 0;
+	struct stat st;
+	ssize_t k;
+	int m = 0;
+
+	if (fd < 0 || fstat(fd, &st) < 0)
+		return -errno;
+	k = read(fd, head, sizeof(head) - 1);
+	if (k < 0 || strncmp(head, FAKE_SNAP_MAGIC, strlen(FAKE_SNAP_MAGIC)) != 0 ||
+	    !(body = strstr(head, "\n--\n")) || !(p = strstr(head, "source=")) ||
+	    sscanf(p, "source=%64[A-Za-z0-9_.-]", source) != 1 || !(p = strstr(head, "memory=")) ||
+	    sscanf(p, "memory=%d", &m) != 1 || !(p = strstr(head, "bytes=")) ||
+	    sscanf(p, "bytes=%llu", &bytes) != 1 ||
+	    (uint64_t)st.st_size != (uint64_t)(body + 4 - head) + bytes)
+		return -EBADMSG;
+	*memory = m != 0;
+	return 0;
+}
+
+static int fake_restore(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, const char *path,
+			enum rt_state *ret_state, char *reason)
+{
+	struct rt_fake *f = fake_of(rt);
+	char source[RT_ID_MAX + 1] = "";
+	bool memory = false;
+	int e;
+
+	if (!rt_id_valid(s->id) || !spec_strings_printable(s)) {
+		snprintf(reason, RT_REASON_MAX, "InvalidSpec: unusable field");
+		return -EINVAL;
+	}
+	if ((e = snap_read(path, source, &memory)) < 0) {
+		snprintf(reason, RT_REASON_MAX, "SnapshotRefused: not a fake runtime snapshot (%s)",
+			 strerror(-e));
+		return e == -EBADMSG ? e : -EIO;
+	}
+	slow_injected(f, s->id, "restore");
+	pthread_mutex_lock(&f->lock);
+	e = fail_injected(f, s->id, "restore") ? -EIO : create_locked(f, s, reason);
+	if (e == 0 && memory)
+		e = transition_locked(f, s->id, "restore", BIT(RT_STATE_STOPPED), RT_STATE_RUNNING);
+	pthread_mutex_unlock(&f->lock);
+	if (e < 0) {
+		if (!*reason)
+			snprintf(reason, RT_REASON_MAX, "restore failed: %s", strerror(-e));
+		return e;
+	}
+	{
+		_cleanup_free_ char *line = xasprintf("ts=%" PRId64 " op=restored id=%s from=%s "
+						      "memory=%d\n", now_ms(), s->id, source, memory);
+		ledger_text(f, line);
+	}
+	if (memory)
+		guest_boot(f, s->id);
+	*ret_state = memory ? RT_STATE_RUNNING : RT_STATE_STOPPED;
+	return 0;
+}
+
 const struct runtime_ops rt_fake_ops = {
 	.name = "fake",
-	.traits = {.snapshot = false, .network_policy = true, .ssh_host_only = true, .volumes = true},
+	.traits = {.snapshot = true, .network_policy = true, .ssh_host_only = true, .volumes = true},
 	.open = fake_open,
 	.list = fake_list,
 	.create = fake_create,
@@ -984,5 +1138,7 @@ const struct runtime_ops rt_fake_ops = {
 	.stop = fake_stop,
 	.destroy = fake_destroy,
 	.block_resize = fake_block_resize,
+	.capture = fake_capture,
+	.restore = fake_restore,
 	.close = fake_close,
 };

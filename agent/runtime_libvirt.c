@@ -1025,7 +1025,7 @@ const struct runtime_ops rt_libvirt_ops = {
 	.name = "libvirt",
 	/* policies are enforced by net.c (main.c advertises them only with
 	 * network = nftables); volumes are made by volumes.c */
-	.traits = {.snapshot = false, .network_policy = true, .ssh_host_only = true,
+	.traits = {.snapshot = true, .network_policy = true, .ssh_host_only = true,
 		   .volumes = true},
 	.open = lv_open,
 	.list = lv_list,
@@ -1038,6 +1038,9 @@ const struct runtime_ops rt_libvirt_ops = {
 	.stop = lv_stop,
 	.destroy = lv_destroy,
 	.block_resize = lv_block_resize,
+	.capture = lv_capture,
+	.restore = lv_restore,
+	.capture_recover = lv_capture_recover,
 	.node = lv_node,
 	.last_error = lv_last_error,
 	.close = lv_close,

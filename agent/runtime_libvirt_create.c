@@ -165,8 +165,9 @@ static void files_free(struct inst_files *f)
 	free(f->console);
 }
 
+/* macs: n_macs MACs replacing the NICs' (a memory restore's), or NULL. */
 static int define(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s,
-		  const struct inst_files *f, char *reason)
+		  const struct inst_files *f, char *const *macs, size_t n_macs, char *reason)
 {
 	struct domxml_volume vols[DOMXML_MAX_DISKS];
 	struct domxml_nic nics[DOMXML_MAX_NICS];
@@ -182,7 +183,8 @@ static int define(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s,
 	}
 	e = volumes_of(lv, s, vols, paths, reason);
 	for (size_t i = 0; e == 0 && i < s->n_nics; i++)
-		nics[i] = (struct domxml_nic){s->nics[i]->tap, s->nics[i]->mac};
+		nics[i] = (struct domxml_nic){s->nics[i]->tap,
+					      macs && i < n_macs ? macs[i] : s->nics[i]->mac};
 	struct domxml d = {
 		.name = s->id, .node_id = lv->node_id, .type = lv->type, .vcpus = s->vcpus,
 		.memory_mib = s->memory_mib, .huge_pages = s->huge_pages, .numa_node = s->numa_node,
@@ -253,7 +255,7 @@ int create_call(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s, char
 	files_of(lv, s->id, &f);
 	e = build_files(lv, s, &f, reason);
 	t2 = mono_ms();
-	if (e == 0 && (e = define(lv, s, &f, reason)) == 0)
+	if (e == 0 && (e = define(lv, s, &f, NULL, 0, reason)) == 0)
 		known_set(lv, s->id, RT_STATE_STOPPED, true);
 	unbook(lv, s);
 	log_debug("libvirt: create %s: %" PRId64 " ms (admission %" PRId64 " ms, files %" PRId64
@@ -265,3 +267,20 @@ int create_call(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s, char
 	return e;
 }
 
+
+int define_restored(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s, char *const *macs,
+		    size_t n_macs, char *reason)
+{
+	struct inst_files f = {0};
+	int e;
+
+	if ((e = admit(lv, s, reason)) < 0)
+		return e;
+	files_of(lv, s->id, &f);
+	e = prepare_seed(lv, s, f.seed, reason);
+	if (e == 0 && (e = define(lv, s, &f, macs, n_macs, reason)) == 0)
+		known_set(lv, s->id, RT_STATE_STOPPED, true);
+	unbook(lv, s);
+	files_free(&f);
+	return e;
+}

@@ -24,6 +24,7 @@
 #include "runtime_libvirt_int.h"
 #include "seed.h"
 #include "util.h"
+#include "xfer.h"
 #include "volumes.h"
 
 
@@ -68,14 +69,6 @@ static bool backs_an_overlay(const struct rt_libvirt *lv, const char *path)
 	return used;
 }
 
-/* A partial download left by another (killed) bcd: ".<sha>.part.<pid>". */
-static bool stale_part(const char *name)
-{
-	const char *p = strstr(name, ".part.");
-
-	return name[0] == '.' && p && atoi(p + 6) != (int)getpid();
-}
-
 /* Remove images no instance of the spec names (desired DELETED ones do
  * not count) and no overlay uses, and partial downloads of earlier
  * processes. */
@@ -87,7 +80,7 @@ void images_gc(struct rt_libvirt *lv, const Bc__Node__V1__NodeSpec *spec)
 	if (!d)
 		return;
 	while ((de = readdir(d))) {
-		bool stale = stale_part(de->d_name);
+		bool stale = xfer_stale_part(de->d_name);
 		if (!stale && (!image_sha256_valid(de->d_name) || named_by_spec(spec, de->d_name)))
 			continue;
 		_cleanup_free_ char *path = xasprintf("%s/%s", lv->images_dir, de->d_name);

@@ -92,5 +92,29 @@ void unbook(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s);
 /* runtime_libvirt_create.c, runtime_libvirt_images.c */
 int create_call(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s, char *reason);
 void images_gc(struct rt_libvirt *lv, const Bc__Node__V1__NodeSpec *spec);
+/* Define spec's instance on the disk already at its disk.qcow2 (a
+ * restore): admission, seed, define, as create_call without the image and
+ * overlay; macs (n_macs), when not NULL, replace the NICs' MACs. The
+ * caller removes the instance directory on failure. */
+int define_restored(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s, char *const *macs,
+		    size_t n_macs, char *reason);
+/* runtime_libvirt_snapshot.c: the runtime's capture and restore
+ * (runtime.h), and the object's framing (pure, tested without libvirt):
+ * "bc-libvirt-snapshot 1\n", then sections "section <name> <bytes>\n"
+ * followed by that many bytes, then "end\n". */
+#define LVSNAP_MAGIC "bc-libvirt-snapshot 1\n"
+int lv_capture(struct rt *rt, const char *id, bool include_memory, const char *path,
+	       int64_t *ret_paused_ms, char *reason);
+int lv_restore(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, const char *path,
+	       enum rt_state *ret_state, char *reason);
+void lv_capture_recover(struct rt *rt, const char *workdir);
+/* Write the object to fd: meta (text), then the files disk and mem (NULL:
+ * no memory section). 0 or -errno. */
+int lvsnap_write(int fd, const char *meta, const char *disk, const char *mem);
+/* Split the object at path: its meta text (*ret_meta malloc'd), its disk
+ * into disk_out, its memory (if any) into mem_out (*ret_has_mem). -EBADMSG
+ * for anything that is not such an object (written files removed). */
+int lvsnap_read(const char *path, const char *disk_out, const char *mem_out, char **ret_meta,
+		bool *ret_has_mem);
 
 #endif

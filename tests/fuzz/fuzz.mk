@@ -69,6 +69,8 @@ $(FZ)/fuzz_%: $(call fz_obj,tests/fuzz/fuzz_%.c) $(call fz_obj,$(FZ_COMMON)) \
 # fuzz_bootdata also links the boot data renderer (its database side is
 # stubbed in the target).
 $(FZ)/fuzz_bootdata: $(call fz_obj,controller/bootdata.c)
+# fuzz_snapshot_args links bcd's pure parser of instance.snapshot's args.
+$(FZ)/fuzz_snapshot_args: $(call fz_obj,agent/snapshot_args.c)
 
 $(FZ)/obj/$(FZ_GEN)/%.o: $(FZ_GEN)/%.c
 	@mkdir -p $(@D)
