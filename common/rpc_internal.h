@@ -19,6 +19,8 @@
  *                 bidi call on a JSON/HTTP connection
  * rpc_health.c    grpc.health.v1.Health
  * rpc_client.c    channel, unary calls, client streams
+ * rpc_read.c      a stream message's bytes field read in place from its
+ *                 byte buffer (rpc_call_read, rpc_stream_read)
  *
  * Every grpc_* call of the project stays in these files. */
 #ifndef BC_RPC_INTERNAL_H
