@@ -201,7 +201,7 @@ check-unit:
 	$(Q)$(MAKE) --no-print-directory asan unit-bins
 	$(Q)ASAN_OPTIONS=detect_leaks=1 prove --exec '' \
 		$(patsubst tests/unit/%.c,$(ASAN_BUILD)/tests/unit/%,$(sort $(UNIT_SRC)))
-	$(Q)prove --exec '$(VALGRIND)' $(BUILD)/tests/unit/test_rpc
+	$(Q)prove --exec '$(VALGRIND)' $(BUILD)/tests/unit/test_rpc $(BUILD)/tests/unit/test_rpc_read
 
 # Rewrite the golden files of the unit tests (tests/unit/golden) from the
 # current code; review the diff before committing it.

@@ -45,6 +45,7 @@ extern char **environ;
  * wake-ups on every hop) and a quiet one small prompt ones. The
  * controller's TUNNEL_CHUNK_MAX. */
 #define RELAY_BUF (256 * 1024)
+#define FRAME_DATA_FIELD 2 /* bc.compute.v1.TunnelFrame.data */
 
 typedef Bc__Compute__V1__SandboxExecGrant grant_t;
 
@@ -203,28 +204,63 @@ static void *sock_to_tunnel(void *arg)
 	return NULL;
 }
 
+/* The tunnel's bytes on their way to ssh: each message's pieces, read in
+ * place (rpc_stream_read: a few KiB each, as gRPC's TLS layer left them),
+ * gathered into one send per message or per RELAY_BUF. */
+struct down {
+	int fd;
+	uint8_t *buf;
+	size_t n;
+};
+
+static int down_flush(struct down *d)
+{
+	size_t n = d->n;
+
+	d->n = 0;
+	return n && sock_send_all(d->fd, d->buf, n) < 0 ? -EPIPE : 0;
+}
+
+/* rpc_read_fn: -EPIPE once ssh's side is gone. */
+static int down_piece(void *arg, const uint8_t *p, size_t len)
+{
+	struct down *d = arg;
+
+	while (len > 0) {
+		size_t k = RELAY_BUF - d->n < len ? RELAY_BUF - d->n : len;
+
+		memcpy(d->buf + d->n, p, k);
+		d->n += k;
+		p += k;
+		len -= k;
+		if (d->n == RELAY_BUF && down_flush(d) < 0)
+			return -EPIPE;
+	}
+	return 0;
+}
+
 /* The tunnel to the connection; its end closes ssh's side for writing. */
 static void *tunnel_to_sock(void *arg)
 {
 	struct relay *rl = arg;
+	struct down d = {.fd = rl->fd, .buf = xmalloc(RELAY_BUF)};
 	bc_error err = {0};
 
 	for (;;) {
-		ProtobufCMessage *m = NULL;
-		int r = rpc_stream_recv(rl->st, &bc__compute__v1__tunnel_frame__descriptor, &m, -1,
-					&err);
-		const Bc__Compute__V1__TunnelFrame *f = (const void *)m;
+		int r = rpc_stream_read(rl->st, &bc__compute__v1__tunnel_frame__descriptor,
+					FRAME_DATA_FIELD, down_piece, &d, -1, &err);
 
+		if (r == 1 && down_flush(&d) < 0)
+			break;
+		if (r == -EPIPE)
+			break;
 		if (r <= 0) {
 			if (r < 0 && err.code != BC_OK && !atomic_load(&rl->done))
 				fprintf(stderr, "bcctl: tunnel: %s\n", err.message);
 			break;
 		}
-		r = sock_send_all(rl->fd, f->data.data, f->data.len);
-		protobuf_c_message_free_unpacked(m, NULL);
-		if (r < 0)
-			break;
 	}
+	free(d.buf);
 	shutdown(rl->fd, SHUT_WR);
 	return NULL;
 }

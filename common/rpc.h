@@ -251,6 +251,19 @@ int rpc_call_send(rpc_call *call, const ProtobufCMessage *msg);
  * -EILSEQ (a string field holds a NUL).
  * timeout_ms < 0: no limit; 0: poll. After -ETIMEDOUT the call stays usable. */
 int rpc_call_recv(rpc_call *call, ProtobufCMessage **ret, int timeout_ms);
+/* Bidi receive of one bytes field without unpacking the message (relays:
+ * a tunnel's data). fn gets the bytes of the input message's singular
+ * bytes field number `field` (its last occurrence, as rpc_call_recv would
+ * keep) in one or more pieces, straight from the transport's buffers,
+ * and returns 0 to go on or <0 to stop; the pieces are valid during the
+ * call only. Fields other than `field` are skipped unread. 1 once the
+ * whole message was given (no piece when the field is absent or empty),
+ * else rpc_call_recv's 0, -ETIMEDOUT, -ECANCELED, -EMSGSIZE, -EBADMSG,
+ * -EINVAL (`field` is not a singular bytes field of the method's input,
+ * or a unary call), or fn's own negative value as is (pick one no other
+ * case returns, e.g. -EPIPE). */
+typedef int (*rpc_read_fn)(void *arg, const uint8_t *p, size_t n);
+int rpc_call_read(rpc_call *call, uint32_t field, rpc_read_fn fn, void *arg, int timeout_ms);
 /* Server stream idle check: true if the client cancelled or the server
  * stops (on the JSON/HTTP transport also: the client closed the
  * connection, or the call's deadline passed). Waits up to timeout_ms for
@@ -355,6 +368,13 @@ int rpc_stream_close_send(rpc_stream *st);
  * A server's refusal (pre_call, max_streams) arrives here, not at open. */
 int rpc_stream_recv(rpc_stream *st, const ProtobufCMessageDescriptor *d,
 		    ProtobufCMessage **ret, int timeout_ms, bc_error *err);
+/* rpc_call_read's client side, on a stream whose replies are of type d:
+ * 1 once fn had the whole message, else rpc_stream_recv's results
+ * (-BC_EDOMAIN with err: BC_INVALID_RESPONSE for an oversized or
+ * malformed message, BC_INTERNAL when `field` is not a singular bytes
+ * field of d), or fn's own negative value as is. */
+int rpc_stream_read(rpc_stream *st, const ProtobufCMessageDescriptor *d, uint32_t field,
+		    rpc_read_fn fn, void *arg, int timeout_ms, bc_error *err);
 /* Cancel if still open and free. NULL-safe. */
 void rpc_stream_free(rpc_stream *st);
 /* Cancel without freeing, from any thread: a send or receive blocked on

@@ -525,16 +525,12 @@ static int grpc_send(rpc_call *call, const ProtobufCMessage *msg)
 	return r < 0 ? -ECANCELED : 0;
 }
 
-/* A received message (NULL: the client half-closed), destroyed: 1 with
- * *ret, 0, or rpc_bb_unpack_request's error. */
+/* A received message, destroyed: 1 with *ret, or rpc_bb_unpack_request's
+ * error. */
 static int recv_unpack(rpc_call *call, grpc_byte_buffer *bb, ProtobufCMessage **ret)
 {
 	int r;
 
-	if (!bb) {
-		call->recv_eof = true;
-		return 0;
-	}
 	r = rpc_bb_unpack_request(bb, call->method->md->input, call->srv->opts.max_message_bytes,
 				  ret);
 	grpc_byte_buffer_destroy(bb);
@@ -547,11 +543,11 @@ int rpc_call_recv(rpc_call *call, ProtobufCMessage **ret, int timeout_ms)
 	return call->ops->recv(call, ret, timeout_ms);
 }
 
-/* The gRPC transport's receive. One RECV_MESSAGE stays outstanding across
- * a timeout, so the next call picks up the same message. A registered
- * unary call's request, read by gRPC before the call was handed over, is
- * the first message. */
-static int grpc_recv(rpc_call *call, ProtobufCMessage **ret, int timeout_ms)
+/* See rpc_internal.h. One RECV_MESSAGE stays outstanding across a
+ * timeout, so the next call picks up the same message. A registered unary
+ * call's request, read by gRPC before the call was handed over, is the
+ * first message. */
+int rpc_grpc_recv_bb(rpc_call *call, grpc_byte_buffer **ret, int timeout_ms)
 {
 	grpc_byte_buffer *bb;
 	grpc_event ev;
@@ -565,7 +561,7 @@ static int grpc_recv(rpc_call *call, ProtobufCMessage **ret, int timeout_ms)
 		call->prefetched = false;
 		bb = call->prefetch_bb;
 		call->prefetch_bb = NULL;
-		return recv_unpack(call, bb, ret);
+		goto got;
 	}
 	if (!call->recv_pending) {
 		memset(&op, 0, sizeof(op));
@@ -586,7 +582,22 @@ static int grpc_recv(rpc_call *call, ProtobufCMessage **ret, int timeout_ms)
 			grpc_byte_buffer_destroy(bb);
 		return -ECANCELED;
 	}
-	return recv_unpack(call, bb, ret);
+got:
+	if (!bb) {
+		call->recv_eof = true;
+		return 0;
+	}
+	*ret = bb;
+	return 1;
+}
+
+/* The gRPC transport's receive: one message, unpacked. */
+static int grpc_recv(rpc_call *call, ProtobufCMessage **ret, int timeout_ms)
+{
+	grpc_byte_buffer *bb = NULL;
+	int r = rpc_grpc_recv_bb(call, &bb, timeout_ms);
+
+	return r <= 0 ? r : recv_unpack(call, bb, ret);
 }
 
 /* See rpc.h. timeout_ms < 0 waits without limit. */

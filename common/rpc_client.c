@@ -83,7 +83,7 @@ static void arg_int(grpc_arg *a, const char *key, int v)
 /* See rpc.h. */
 rpc_client *rpc_client_new(const struct rpc_client_opts *opts)
 {
-	grpc_arg args[10];
+	grpc_arg args[12];
 	grpc_channel_args ca = {.num_args = 0, .args = args};
 	grpc_channel_credentials *creds;
 	rpc_client *c;
@@ -102,6 +102,8 @@ rpc_client *rpc_client_new(const struct rpc_client_opts *opts)
 	arg_int(&args[ca.num_args++], GRPC_ARG_KEEPALIVE_TIME_MS, KEEPALIVE_MS);
 	arg_int(&args[ca.num_args++], GRPC_ARG_KEEPALIVE_TIMEOUT_MS, KEEPALIVE_TIMEOUT_MS);
 	arg_int(&args[ca.num_args++], GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+	arg_int(&args[ca.num_args++], GRPC_ARG_TCP_READ_CHUNK_SIZE, RPC_TCP_READ_CHUNK);
+	arg_int(&args[ca.num_args++], GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, RPC_TCP_READ_CHUNK);
 	if (opts->stream_window_bytes > 0) { /* rpc.h: bounded per stream */
 		arg_int(&args[ca.num_args++], GRPC_ARG_HTTP2_BDP_PROBE, 0);
 		arg_int(&args[ca.num_args++], GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
@@ -474,16 +476,12 @@ static int st_recv_start(rpc_stream *st)
 	return 0;
 }
 
-/* See rpc.h. timeout_ms < 0 waits without limit, 0 polls. */
-int rpc_stream_recv(rpc_stream *st, const ProtobufCMessageDescriptor *d,
-		    ProtobufCMessage **ret, int timeout_ms, bc_error *err)
+/* See rpc_internal.h. timeout_ms < 0 waits without limit, 0 polls. */
+int rpc_stream_recv_bb(rpc_stream *st, grpc_byte_buffer **ret, int timeout_ms, bc_error *err)
 {
 	grpc_byte_buffer *bb;
 	grpc_event ev;
-	int r;
 
-	if (!st || !d || !ret)
-		return bc_error_set(err, BC_INTERNAL, "rpc_stream_recv: bad arguments");
 	if (st->eof)
 		return st_status(st, err);
 	if (!st->recv_pending && st_recv_start(st) < 0) {
@@ -498,14 +496,36 @@ int rpc_stream_recv(rpc_stream *st, const ProtobufCMessageDescriptor *d,
 	bb = st->bb;
 	st->bb = NULL;
 	if (ev.success && bb) {
-		r = unpack_reply(bb, d, st->c->max, ret, err);
-		grpc_byte_buffer_destroy(bb);
-		return r < 0 ? r : 1;
+		*ret = bb;
+		return 1;
 	}
 	if (bb)
 		grpc_byte_buffer_destroy(bb);
 	st->eof = true;
 	return st_status(st, err);
+}
+
+/* See rpc.h. */
+int rpc_stream_recv(rpc_stream *st, const ProtobufCMessageDescriptor *d,
+		    ProtobufCMessage **ret, int timeout_ms, bc_error *err)
+{
+	grpc_byte_buffer *bb = NULL;
+	int r;
+
+	if (!st || !d || !ret)
+		return bc_error_set(err, BC_INTERNAL, "rpc_stream_recv: bad arguments");
+	r = rpc_stream_recv_bb(st, &bb, timeout_ms, err);
+	if (r <= 0)
+		return r;
+	r = unpack_reply(bb, d, st->c->max, ret, err);
+	grpc_byte_buffer_destroy(bb);
+	return r < 0 ? r : 1;
+}
+
+/* See rpc_internal.h. */
+size_t rpc_stream_max_message(const rpc_stream *st)
+{
+	return st->c->max;
 }
 
 /* See rpc.h. grpc_call_cancel may be called from any thread. */

@@ -19,6 +19,8 @@
  *                 bidi call on a JSON/HTTP connection
  * rpc_health.c    grpc.health.v1.Health
  * rpc_client.c    channel, unary calls, client streams
+ * rpc_read.c      a stream message's bytes field read in place from its
+ *                 byte buffer (rpc_call_read, rpc_stream_read)
  *
  * Every grpc_* call of the project stays in these files. */
 #ifndef BC_RPC_INTERNAL_H
@@ -44,6 +46,21 @@ struct rpc_arena {
 void *rpc_arena_alloc(struct rpc_arena *a, size_t n);
 char *rpc_arena_strndup(struct rpc_arena *a, const char *s, size_t n);
 void rpc_arena_free(struct rpc_arena *a);
+
+/* ------------------------------------------------------ tuning */
+
+/* gRPC's TCP reads, server and client: at most this many bytes per read
+ * (gRPC grows its read buffer up to 4 MiB by default, a fresh allocation
+ * per read that glibc serves with mmap and munmap: page faults on every
+ * read of a bulk stream). */
+#define RPC_TCP_READ_CHUNK (64 * 1024)
+/* glibc's malloc, set once by rpc_global_init (rpc_status.c): blocks up to
+ * RPC_MMAP_THRESHOLD come from the heap, and up to RPC_TRIM_THRESHOLD of
+ * free memory at a heap's top stays there, so a stream's per-message
+ * buffers (a few hundred KiB) are reused rather than mapped, faulted in
+ * and returned to the kernel on every message. */
+#define RPC_MMAP_THRESHOLD (1024 * 1024)
+#define RPC_TRIM_THRESHOLD (4 * 1024 * 1024)
 
 /* ------------------------------------------------------- status codec */
 
@@ -72,6 +89,26 @@ int rpc_bb_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d,
  * field anywhere in it holds a NUL (protobuf-c would cut it there). */
 int rpc_bb_unpack_request(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d,
 			  size_t max, ProtobufCMessage **ret);
+
+/* rpc_read.c: hand fn the bytes of length-delimited field `field` of the
+ * message in bb (its last occurrence, as an unpack would keep), piece by
+ * piece as they lie in bb's slices, without copying; no piece when the
+ * field is absent. 0; -EMSGSIZE if bb is longer than max; -EBADMSG if bb
+ * is not well-formed protobuf wire data at its top level (a truncated
+ * tag, length or value, a group, a wire type 6/7) or the field is not
+ * length-delimited; fn's own negative value, which stops it. bb is not
+ * destroyed. */
+int rpc_bb_read_field(grpc_byte_buffer *bb, size_t max, uint32_t field, rpc_read_fn fn,
+		      void *arg);
+/* rpc_call.c: the gRPC transport's receive of one message as it came:
+ * 1 with *ret (the caller destroys it), 0 once the client half-closed,
+ * -ETIMEDOUT, -ECANCELED, -EINVAL. */
+int rpc_grpc_recv_bb(rpc_call *c, grpc_byte_buffer **ret, int timeout_ms);
+/* rpc_client.c: a client stream's receive of one message as it came: 1
+ * with *ret (the caller destroys it), else as rpc_stream_recv. */
+int rpc_stream_recv_bb(rpc_stream *st, grpc_byte_buffer **ret, int timeout_ms, bc_error *err);
+/* The stream's client's max_message_bytes. */
+size_t rpc_stream_max_message(const rpc_stream *st);
 
 /* ----------------------------------------------------------- clocks */
 

@@ -654,6 +654,11 @@ static grpc_server *server_create(const rpc_server *s)
 		 .value.integer = 10000},
 		{.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_CONCURRENT_STREAMS,
 		 .value.integer = s->opts.max_streams_per_connection},
+		/* rpc_internal.h: RPC_TCP_READ_CHUNK */
+		{.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_TCP_READ_CHUNK_SIZE,
+		 .value.integer = RPC_TCP_READ_CHUNK},
+		{.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE,
+		 .value.integer = RPC_TCP_READ_CHUNK},
 		/* the last two only with stream_window_bytes (rpc.h) */
 		{.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_HTTP2_BDP_PROBE,
 		 .value.integer = 0},

@@ -13,6 +13,7 @@
 #include <grpc/slice.h>
 #include <grpc/support/log.h>
 #include <limits.h>
+#include <malloc.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -251,7 +252,10 @@ static atomic_int inits;
 void rpc_global_init(void)
 {
 	gpr_set_log_function(grpc_log_to_debug);
-	atomic_fetch_add(&inits, 1);
+	if (atomic_fetch_add(&inits, 1) == 0) { /* rpc_internal.h */
+		mallopt(M_MMAP_THRESHOLD, RPC_MMAP_THRESHOLD);
+		mallopt(M_TRIM_THRESHOLD, RPC_TRIM_THRESHOLD);
+	}
 	grpc_init();
 }
 

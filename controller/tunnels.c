@@ -272,19 +272,67 @@ static void pump_done(struct relay *rl)
 	pthread_mutex_unlock(&rl->mu);
 }
 
-/* Forward one caller message to the host in chunks bcd takes. */
-static int send_up(struct relay *rl, const ProtobufCBinaryData *d)
+/* The caller's bytes on their way to the host: the pieces of each message
+ * (rpc_call_read hands them over as gRPC's TLS layer left them, a few KiB
+ * each) gathered into writes of up to `cap` bytes: one TLS write of 64 KiB
+ * (tlsconn's chunk) to a raw host, one TunnelChunk of up to
+ * TUNNEL_CHUNK_MAX (what bcd takes) to a gRPC one. */
+#define UP_RAW_CAP (64 * 1024)
+#define FRAME_DATA_FIELD 2 /* bc.compute.v1.TunnelFrame.data */
+
+struct up {
+	struct relay *rl;
+	uint8_t *buf;
+	size_t n, cap;
+};
+
+/* p to the host: -EHOSTDOWN when it cannot take it (a code no receive
+ * returns: rpc_call_read passes it through). */
+static int up_write(struct up *u, const uint8_t *p, size_t len)
 {
 	Bc__Node__V1__TunnelChunk ch = BC__NODE__V1__TUNNEL_CHUNK__INIT;
-	size_t off = 0, n;
+	int r;
 
-	while (off < d->len) {
-		n = d->len - off < TUNNEL_CHUNK_MAX ? d->len - off : TUNNEL_CHUNK_MAX;
-		ch.data.data = d->data + off;
-		ch.data.len = n;
-		if (rpc_stream_send(rl->node.st, &ch.base) < 0)
-			return -ECANCELED;
-		off += n;
+	if (u->rl->node.raw) {
+		r = tlsc_write_all(u->rl->node.raw, p, len);
+	} else {
+		ch.data.data = (uint8_t *)p;
+		ch.data.len = len;
+		r = rpc_stream_send(u->rl->node.st, &ch.base);
+	}
+	return r < 0 ? -EHOSTDOWN : 0;
+}
+
+static int up_flush(struct up *u)
+{
+	size_t n = u->n;
+
+	u->n = 0;
+	return n ? up_write(u, u->buf, n) : 0;
+}
+
+/* rpc_read_fn: one piece of a caller message; a piece of at least `cap`
+ * bytes (a WebSocket message) goes as it is. */
+static int up_piece(void *arg, const uint8_t *p, size_t len)
+{
+	struct up *u = arg;
+
+	while (len > 0) {
+		size_t k;
+
+		if (u->n == 0 && len >= u->cap) {
+			k = u->rl->node.raw ? len : u->cap;
+			if (up_write(u, p, k) < 0)
+				return -EHOSTDOWN;
+		} else {
+			k = u->cap - u->n < len ? u->cap - u->n : len;
+			memcpy(u->buf + u->n, p, k);
+			u->n += k;
+			if (u->n == u->cap && up_flush(u) < 0)
+				return -EHOSTDOWN;
+		}
+		p += k;
+		len -= k;
 	}
 	return 0;
 }
@@ -294,11 +342,12 @@ static int send_up(struct relay *rl, const ProtobufCBinaryData *d)
 static void *pump_up(void *arg)
 {
 	struct relay *rl = arg;
-	ProtobufCMessage *m = NULL;
+	struct up u = {.rl = rl, .cap = rl->node.raw ? UP_RAW_CAP : TUNNEL_CHUNK_MAX};
 	int r;
 
+	u.buf = xmalloc(u.cap);
 	while (!relay_stopped(rl)) {
-		r = rpc_call_recv(rl->call, &m, 1000);
+		r = rpc_call_read(rl->call, FRAME_DATA_FIELD, up_piece, &u, 1000);
 		if (r == -ETIMEDOUT)
 			continue;
 		if (r == 0) {
@@ -308,23 +357,19 @@ static void *pump_up(void *arg)
 				rpc_stream_close_send(rl->node.st);
 			break;
 		}
+		if (r == 1)
+			r = up_flush(&u);
+		if (r == -EHOSTDOWN) {
+			relay_end(rl, "host closed");
+			break;
+		}
 		if (r < 0) {
 			relay_end(rl, r == -EMSGSIZE ? "caller sent an oversized message" :
 				  "caller went away");
 			break;
 		}
-		if (rl->node.raw) {
-			const ProtobufCBinaryData *d = &((Bc__Compute__V1__TunnelFrame *)m)->data;
-			r = tlsc_write_all(rl->node.raw, d->data, d->len);
-		} else {
-			r = send_up(rl, &((Bc__Compute__V1__TunnelFrame *)m)->data);
-		}
-		protobuf_c_message_free_unpacked(m, NULL);
-		if (r < 0) {
-			relay_end(rl, "host closed");
-			break;
-		}
 	}
+	free(u.buf);
 	pump_done(rl);
 	return NULL;
 }
