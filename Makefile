@@ -109,7 +109,7 @@ $(BUILD)/obj/%.o: %.c
 
 # The web console (console/, docs/console.md): its files compiled into a
 # table (contrib/embed-static.sh) served by the JSON/HTTP port.
-CONSOLE_FILES := $(sort $(wildcard console/*.html console/*.css console/*.js))
+CONSOLE_FILES := $(sort $(wildcard console/*.html console/*.css console/*.js console/*.svg))
 $(GEN)/console_static.c: $(CONSOLE_FILES) contrib/embed-static.sh
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  EMBED   $@")
@@ -255,7 +255,7 @@ guest:
 
 check-interop: bins unit-bins node-deps
 	$(Q)BC_BIN=$(CURDIR)/$(BUILD)/bin prove --exec bash tests/interop/run.t tests/interop/ws.t \
-		tests/interop/mcp.t
+		tests/interop/mcp.t tests/interop/console.t
 
 fuzz:
 	$(Q)$(MAKE) --no-print-directory -f tests/fuzz/fuzz.mk FUZZ_SECONDS=60 run

@@ -63,7 +63,10 @@ async function loadTemplates() {
 	sel.replaceChildren(...items.map((t) => el('option', { value: t.id }, `${t.name} (${t.id})`)));
 	if (templates.has(was))
 		sel.value = was;
-	onTemplate();
+	if (sel.value !== was)
+		onTemplate();      // a refresh keeps what the person typed
+	else if (templates.has(sel.value))
+		$('create-minutes').max = String(maxMinutes(templates.get(sel.value)));
 }
 
 async function create(ev) {
@@ -130,7 +133,7 @@ function row(s) {
 		el('td', { class: 'mono' }, s.templateId), el('td', { class: 'mono' }, s.ownerId),
 		el('td', {}, el('span', { class: 'countdown', 'data-expires': String(s.expiresAt) })),
 		el('td', {}, el('div', { class: 'exec' }, cmd, copyBtn)),
-		el('td', {}, live ? [
+		el('td', { class: 'actions' }, live ? [
 			el('button', { type: 'button', class: 'extend',
 				onclick: () => act('extend', s, { sandboxId: s.id, by: '30m' }) }, '+30 min'),
 			el('button', { type: 'button', class: 'snapshot',

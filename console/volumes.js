@@ -76,7 +76,7 @@ function row(v) {
 		el('td', { class: 'mono device' }, `/dev/disk/by-id/virtio-${v.serial}`),
 		el('td', { class: 'mono' }, v.poolId), el('td', { class: 'mono' }, v.nodeId),
 		el('td', { class: 'size' }, `${v.sizeGib} GiB`), el('td', { class: 'state' }, v.state),
-		el('td', {}, ready ? [
+		el('td', { class: 'actions' }, ready ? [
 			el('button', { type: 'button', class: 'grow', onclick: () => grow(v) }, 'Grow'),
 			el('button', { type: 'button', class: 'delete', onclick: () => remove(v) }, 'Delete'),
 		] : null));
