@@ -57,6 +57,11 @@ async function run(onEvent, onUnauthenticated, signal) {
 				onUnauthenticated();
 				return;
 			}
+			if (e.code === 'ACCESS_DENIED') {
+				// retrying cannot help: the token may not read events
+				setState('not allowed (compute:events:read)', false);
+				return;
+			}
 			feed.dataset.lastError = String(e.code || e.name);
 		}
 		if (signal.aborted)
