@@ -9,6 +9,8 @@ const WARN_MS = 5 * 60 * 1000;
 const SNAP_OFF = 'bc.snapshots-off';
 const $ = (id) => document.getElementById(id);
 let templates = new Map();
+let volumes = [];           // the person's ready volumes, for Attach
+const shown = {};           // what each table shows now, as JSON: unchanged data is not redrawn
 let ticker = null;
 let refreshTimer = null;
 
@@ -52,21 +54,82 @@ function onTemplate() {
 async function loadTemplates() {
 	const { items } = await call('compute/sandboxtemplates/list', {});
 	templates = new Map(items.map((t) => [t.id, t]));
+	if (shown.templates === JSON.stringify(items))
+		return;
+	shown.templates = JSON.stringify(items);
 	const body = $('templates').tBodies[0];
 	body.replaceChildren(...items.map((t) => el('tr', { 'data-id': t.id },
 		el('td', {}, t.name), el('td', { class: 'mono' }, t.id), el('td', { class: 'mono' }, t.poolId),
 		el('td', {}, t.flavor), el('td', {}, `${maxMinutes(t)} min`),
-		el('td', { class: 'warm' }, `${t.warmReady} / ${t.warmBooting} / ` +
-			`${t.warm ? t.warm.min : 0}–${t.warm ? t.warm.max : 0}`))));
+		el('td', {}, el('span', { class: 'warm' }, `${t.warmReady} / ${t.warmBooting} / ` +
+			`${t.warm ? t.warm.min : 0}–${t.warm ? t.warm.max : 0}`), ' ',
+		el('button', { type: 'button', class: 'warm-up', disabled: (t.volumes || []).length > 0,
+			title: (t.volumes || []).length ? 'a template with volumes has no warm pool' : null,
+			onclick: () => warmUp(t) }, 'Warm +1')),
+		el('td', { class: 'volumes' }, (t.volumes || []).map((v) => el('div', { 'data-volume': v.volumeId },
+			`${v.name || v.volumeId} at ${v.mountPath}${v.readOnly ? ' (read-only)' : ''} `,
+			el('button', { type: 'button', class: 'detach', onclick: () => detach(t, v) }, 'Detach')))))));
 	const sel = $('create-template');
 	const was = sel.value;
 	sel.replaceChildren(...items.map((t) => el('option', { value: t.id }, `${t.name} (${t.id})`)));
 	if (templates.has(was))
 		sel.value = was;
+	const att = $('attach-template'), attWas = att.value;
+	att.replaceChildren(...items.map((t) => el('option', { value: t.id }, t.name)));
+	if (templates.has(attWas))
+		att.value = attWas;
+	attachChoices();
 	if (sel.value !== was)
 		onTemplate();      // a refresh keeps what the person typed
 	else if (templates.has(sel.value))
 		$('create-minutes').max = String(maxMinutes(templates.get(sel.value)));
+}
+
+// Update a template with req (sandboxTemplates.update), then reload.
+async function updateTemplate(t, req) {
+	error(null);
+	try {
+		await call('compute/sandboxtemplates/update', { templateId: t.id, ...req });
+		await loadTemplates();
+	} catch (e) {
+		error(e);
+	}
+}
+
+function warmUp(t) {
+	const min = (t.warm ? t.warm.min : 0) + 1;
+	updateTemplate(t, { warm: { min, max: Math.max(min, t.warm ? t.warm.max : 0) } });
+}
+
+const plain = (v) => ({ volumeId: v.volumeId, mountPath: v.mountPath, readOnly: !!v.readOnly });
+
+function detach(t, v) {
+	updateTemplate(t, { volumes: t.volumes.filter((x) => x.volumeId !== v.volumeId).map(plain) });
+}
+
+// The Attach form offers the ready volumes of the chosen template's pool.
+function attachChoices() {
+	const t = templates.get($('attach-template').value);
+	const fit = volumes.filter((v) => t && v.poolId === t.poolId && v.state === 'ready');
+	$('attach-volume').replaceChildren(...fit.map((v) => el('option', { value: v.id }, `${v.name} (${v.id})`)));
+}
+
+async function loadVolumes() {
+	volumes = (await call('compute/sandboxvolumes/list', { limit: 200 })).items;
+	attachChoices();
+}
+
+async function attach(ev) {
+	ev.preventDefault();
+	error(null);
+	const t = templates.get($('attach-template').value);
+	const volumeId = $('attach-volume').value, mountPath = $('attach-path').value.trim();
+	if (!t || !volumeId)
+		return error('Choose a template and a ready volume of its pool.');
+	if (!mountPath.startsWith('/'))
+		return error('The mount path must be absolute.');
+	await updateTemplate(t, { volumes: [...(t.volumes || []).map(plain),
+		{ volumeId, mountPath, readOnly: $('attach-ro').checked }] });
 }
 
 async function create(ev) {
@@ -148,6 +211,9 @@ function row(s) {
 async function loadSandboxes() {
 	const scope = $('sbx-everyone').checked ? 'all' : 'mine';
 	const { items } = await call('compute/sandboxes/list', { scope, limit: 200 });
+	if (shown.sandboxes === JSON.stringify(items))
+		return;
+	shown.sandboxes = JSON.stringify(items);
 	$('sandboxes').tBodies[0].replaceChildren(...items.map(row));
 	$('sandboxes').dataset.loaded = String(Date.now());
 	snapshotsOff();
@@ -157,7 +223,7 @@ async function loadSandboxes() {
 function refreshSoon() {
 	clearTimeout(refreshTimer);
 	refreshTimer = setTimeout(() => {
-		Promise.all([loadTemplates(), loadSandboxes()]).catch(error);
+		Promise.all([loadTemplates(), loadSandboxes(), loadVolumes()]).catch(error);
 	}, 300);
 }
 
@@ -170,7 +236,9 @@ export function onEvent(ev) {
 export function start() {
 	$('create-template').addEventListener('change', onTemplate);
 	$('create-form').addEventListener('submit', create);
+	$('attach-form').addEventListener('submit', attach);
+	$('attach-template').addEventListener('change', attachChoices);
 	$('sbx-everyone').addEventListener('change', () => loadSandboxes().catch(error));
 	ticker = ticker || setInterval(tick, 1000);
-	Promise.all([loadTemplates(), loadSandboxes()]).catch(error);
+	Promise.all([loadTemplates(), loadSandboxes(), loadVolumes()]).catch(error);
 }

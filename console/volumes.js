@@ -8,6 +8,7 @@ import { call, el, idemKey } from './api.js';
 const MAX_GIB = 16384;
 const $ = (id) => document.getElementById(id);
 let refreshTimer = null;
+let shown = null;           // the list drawn, as JSON: unchanged data is not redrawn
 
 function error(e) {
 	$('vol-error').textContent = e ? String(e) : '';
@@ -85,6 +86,9 @@ function row(v) {
 async function loadVolumes() {
 	const scope = $('vol-everyone').checked ? 'all' : 'mine';
 	const { items } = await call('compute/sandboxvolumes/list', { scope, limit: 200 });
+	if (shown === JSON.stringify(items))
+		return;
+	shown = JSON.stringify(items);
 	$('volumes').tBodies[0].replaceChildren(...items.map(row));
 	$('volumes').dataset.loaded = String(Date.now());
 }

@@ -28,7 +28,7 @@ const rawGet = (path) => new Promise((resolve, reject) => {
 let browser, page;
 const errors = [];          // console errors and page errors of the main page
 const allowedErrors = [];   // resource errors the tests provoke on purpose
-let snapshotRefusal = null; // the URL of a deliberately refused snapshot call
+let provoked = null;        // the URL of an API call the test expects refused
 
 before(async () => {
 	browser = await puppeteer.launch({
@@ -52,7 +52,7 @@ before(async () => {
 		if (m.type() !== 'error')
 			return;
 		const url = m.location() && m.location().url;
-		if (snapshotRefusal && url === snapshotRefusal)
+		if (provoked && url === provoked)
 			allowedErrors.push(`${m.text()} ${url}`);
 		else
 			errors.push(`console: ${m.text()} ${url || ''}`);
@@ -136,7 +136,7 @@ test('sign in with a token: kept in sessionStorage only, no cookie', async () =>
 });
 
 test('the templates table shows the warm pool; the lifetime is capped at the template maximum', async () => {
-	const warm = await text(`${rowSel('templates', env.TEMPLATE_ID)} td.warm`);
+	const warm = await text(`${rowSel('templates', env.TEMPLATE_ID)} span.warm`);
 	assert.match(warm, /^\d+ \/ \d+ \/ 1–2$/, warm);
 	assert.equal(await page.$eval('#create-minutes', (e) => e.max), '120');
 	assert.equal(await page.$eval('#create-minutes', (e) => e.value), '20', 'the default lifetime');
@@ -146,6 +146,14 @@ test('the templates table shows the warm pool; the lifetime is capped at the tem
 	await page.waitForFunction(() => /maximum/.test(document.querySelector('#sbx-error').textContent), wait);
 	assert.match(await text('#sbx-error'), /1 to 120 minutes/);
 	assert.equal((await api('compute/sandboxes/list', {})).body.items.length, before, 'nothing created');
+});
+
+test('Warm +1 raises the template\'s warm pool minimum', async () => {
+	await page.click(`${rowSel('templates', env.TEMPLATE_ID)} button.warm-up`);
+	await page.waitForFunction((s) => / 2–2$/.test(document.querySelector(s).textContent), wait,
+		`${rowSel('templates', env.TEMPLATE_ID)} span.warm`);
+	const t = (await api('compute/sandboxtemplates/get', { templateId: env.TEMPLATE_ID })).body;
+	assert.deepEqual([t.warm.min, t.warm.max], [2, 2]);
 });
 
 let sbx, short;
@@ -195,7 +203,7 @@ test('+30 min extends the sandbox by 30 minutes', async () => {
 });
 
 test('Snapshot shows the API answer (no store here: not configured, or the API error)', async () => {
-	snapshotRefusal = new URL('/api/compute/sandboxes/snapshot', base).href;
+	provoked = new URL('/api/compute/sandboxes/snapshot', base).href;
 	const direct = await api('compute/sandboxes/snapshot', { sandboxId: sbx });
 	await page.click(`${rowSel('sandboxes', sbx)} button.snapshot`);
 	if (direct.body.error && direct.body.error.code === 'INVALID_CONFIG') {
@@ -209,7 +217,7 @@ test('Snapshot shows the API answer (no store here: not configured, or the API e
 			(Object.keys(direct.body.error.details || {}).length ?
 				` (${Object.entries(direct.body.error.details).map(([k, v]) => `${k}=${v}`).join(', ')})` : ''));
 	}
-	snapshotRefusal = null;
+	provoked = null;
 });
 
 test('Everyone\'s lists the tenant\'s sandboxes', async () => {
@@ -275,6 +283,36 @@ test('Volumes: Grow asks for a larger size; a smaller one is refused on the page
 	await page.waitForFunction((s) => document.querySelector(s)?.textContent === '5 GiB', wait,
 		`${rowSel('volumes', vol)} td.size`);
 	assert.equal((await api('compute/sandboxvolumes/get', { volumeId: vol })).body.sizeGib, 5);
+});
+
+test('Attach a volume to a template: the page sends the whole list and shows the API answer', async () => {
+	await page.click('#nav a[data-page="sandboxes"]');
+	await page.waitForSelector('#page-sandboxes:not([hidden])', wait);
+	await page.select('#attach-template', env.TEMPLATE_ID);
+	await page.waitForSelector(`#attach-volume option[value="${vol}"]`, wait);
+	await page.select('#attach-volume', vol);
+	await page.$eval('#attach-path', (e) => { e.value = '/mnt/data'; });
+	provoked = new URL('/api/compute/sandboxtemplates/update', base).href;
+	await page.click('#attach-form button[type=submit]');
+	await page.waitForFunction((s) => document.querySelector('#sbx-error').textContent.length > 0 ||
+		document.querySelector(s), wait, `${rowSel('templates', env.TEMPLATE_ID)} [data-volume]`);
+	const t = (await api('compute/sandboxtemplates/get', { templateId: env.TEMPLATE_ID })).body;
+	if (t.volumes.length) {
+		assert.deepEqual(t.volumes.map((v) => [v.volumeId, v.mountPath, v.readOnly]), [[vol, '/mnt/data', false]]);
+		assert.equal(await page.$eval(`${rowSel('templates', env.TEMPLATE_ID)} button.warm-up`, (b) => b.disabled), true,
+			'Warm +1 is off for a template with volumes');
+	} else {
+		// refused (the API does not take template volumes yet): the page shows
+		// exactly what the API answers to the same request
+		const direct = await api('compute/sandboxtemplates/update', { templateId: env.TEMPLATE_ID,
+			volumes: [{ volumeId: vol, mountPath: '/mnt/data', readOnly: false }] });
+		assert.ok(direct.body.error, JSON.stringify(direct.body));
+		assert.match(await text('#sbx-error'), new RegExp(`^${direct.body.error.code}: `));
+		assert.ok((await text('#sbx-error')).includes(direct.body.error.message));
+	}
+	provoked = null;
+	await page.click('#nav a[data-page="volumes"]');
+	await page.waitForSelector(rowSel('volumes', vol), wait);
 });
 
 test('Volumes: Delete warns that the data is wiped, then deletes', async () => {
