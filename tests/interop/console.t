@@ -57,7 +57,7 @@ out=$STACK_DIR/console-node.out
 node_rc=$?
 
 node_results "$out"
-ok "$([ "$NODE_RESULTS" -ge 18 ]; echo $?)" "node ran the console tests ($NODE_RESULTS)"
+ok "$([ "$NODE_RESULTS" -ge 20 ]; echo $?)" "node ran the console tests ($NODE_RESULTS)"
 is "$node_rc" 0 'node --test exits 0'
 for f in signin sandboxes volumes; do
 	ok "$([ -s "$ARTIFACTS/console-$f.png" ]; echo $?)" "screenshot console-$f.png saved in $ARTIFACTS"
