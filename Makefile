@@ -107,7 +107,15 @@ $(BUILD)/obj/%.o: %.c
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(WARN) -c -o $@ $<
 
-$(LIBBC): $(call obj,$(COMMON_SRC)) $(GEN_OBJ)
+# The web console (console/, docs/console.md): its files compiled into a
+# table (contrib/embed-static.sh) served by the JSON/HTTP port.
+CONSOLE_FILES := $(sort $(wildcard console/*.html console/*.css console/*.js console/*.svg))
+$(GEN)/console_static.c: $(CONSOLE_FILES) contrib/embed-static.sh
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  EMBED   $@")
+	$(Q)STATIC_PAGES=volumes sh contrib/embed-static.sh $@ console_files /console/ $(CONSOLE_FILES)
+
+$(LIBBC): $(call obj,$(COMMON_SRC)) $(GEN_OBJ) $(BUILD)/obj/gen/console_static.o
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  AR      $@")
 	$(Q)rm -f $@ && ar rcs $@ $^
@@ -247,7 +255,7 @@ guest:
 
 check-interop: bins unit-bins node-deps
 	$(Q)BC_BIN=$(CURDIR)/$(BUILD)/bin prove --exec bash tests/interop/run.t tests/interop/ws.t \
-		tests/interop/mcp.t
+		tests/interop/mcp.t tests/interop/console.t
 
 fuzz:
 	$(Q)$(MAKE) --no-print-directory -f tests/fuzz/fuzz.mk FUZZ_SECONDS=60 run

@@ -39,6 +39,8 @@ typedef struct rpc_stream rpc_stream;
 /* ------------------------------------------------------------ TLS */
 
 /* PEM material, NUL-terminated strings, borrowed. */
+struct rpc_static_file;
+
 struct rpc_tls {
 	const char *cert_pem;      /* our certificate chain */
 	const char *key_pem;       /* our private key */
@@ -177,6 +179,11 @@ struct rpc_server_opts {
 	 * bc.compute.v1.SandboxTemplates registered. */
 	int mcp_max_sessions, mcp_idle_timeout_ms;
 	const char *mcp_allowed_origins;
+	/* Static files served by GET under static_prefix of the JSON/HTTP
+	 * port (rpc_http_static.c, rpc_static.h): the console. NULL: none. */
+	const struct rpc_static_file *static_files;
+	size_t n_static_files;
+	const char *static_prefix;
 };
 
 /* Create a server, not yet serving. Adds grpc.health.v1.Health (Check and

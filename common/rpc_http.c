@@ -90,7 +90,8 @@ static const struct rpc_method *route_find(const struct rpc_http *h, const char 
 static const char *status_text(int status)
 {
 	static const struct { int code; const char *text; } t[] = {
-		{100, "Continue"}, {200, "OK"}, {202, "Accepted"}, {400, "Bad Request"}, {401, "Unauthorized"},
+		{100, "Continue"}, {200, "OK"}, {202, "Accepted"}, {301, "Moved Permanently"},
+		{304, "Not Modified"}, {400, "Bad Request"}, {401, "Unauthorized"},
 		{402, "Payment Required"}, {403, "Forbidden"}, {404, "Not Found"},
 		{405, "Method Not Allowed"}, {409, "Conflict"}, {411, "Length Required"},
 		{413, "Content Too Large"}, {415, "Unsupported Media Type"},
@@ -534,6 +535,8 @@ static int serve_request(struct http_conn *c, const struct rpc_http_request *req
 		return serve_health(c, req);
 	if (http_mcp_wants(h, req))
 		return http_mcp_serve(c, req, body);
+	if (http_static_wants(h, req))
+		return http_static_serve(c, req);
 	m = route_find(h, req->target);
 	if (!m)
 		return http_respond_error(c, 404, "", ka, BC_NOT_FOUND, NULL, "no such method: %.200s",

@@ -169,6 +169,13 @@ bool http_mcp_wants(const struct rpc_http *h, const struct rpc_http_request *req
 /* Answer one /mcp request (body read whole). Returns as http_respond. */
 int http_mcp_serve(struct http_conn *c, const struct rpc_http_request *req, const char *body);
 
+/* ------------------------------------------------ rpc_http_static.c */
+
+/* True if req is under the static prefix (rpc_server_opts static_files). */
+bool http_static_wants(const struct rpc_http *h, const struct rpc_http_request *req);
+/* Answer one request for a static file. Returns as http_respond. */
+int http_static_serve(struct http_conn *c, const struct rpc_http_request *req);
+
 /* ---------------------------------------------------- rpc_http_ws.c */
 
 /* h->ws_routes from the server's ws_routes: 0, or -EINVAL (logged) when a

@@ -25,6 +25,8 @@ PKGS=(
   python3-h2
   # tests/integration/sigv4_boto3.t compares our S3 signatures with boto3's
   python3-boto3
+  # tests/interop/console.t drives the web console in a real browser (puppeteer-core)
+  chromium
 )
 
 missing=()

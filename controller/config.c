@@ -63,6 +63,8 @@ static const struct conf_key keys[] = {
 	I(mcp_max_sessions, "1024", 0, 1000000),
 	I(mcp_session_idle_seconds, "3600", 1, 604800),
 	S(mcp_allowed_origins, ""),
+	/* the web console at /console/ of the JSON/HTTP port (docs/console.md) */
+	I(console, "1", 0, 1),
 	I(node_cert_lifetime_seconds, "31536000", 60, 10 * 31536000),
 	I(join_retry_seconds, "300", 0, 86400),
 	I(server_cert_renew_days, "30", 0, 3650),

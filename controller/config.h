@@ -44,6 +44,7 @@ struct ctl_config {
 	/* MCP at /mcp of the JSON/HTTP port (docs/mcp.md): 0 sessions: off */
 	int mcp_max_sessions, mcp_session_idle_seconds;
 	char *mcp_allowed_origins;
+	int console;                 /* the web console at /console/ (docs/console.md) */
 	int node_cert_lifetime_seconds; /* node certificates (Join, RenewCertificate) */
 	int join_retry_seconds;      /* a Join retried this long after gets the same answer */
 	int server_cert_renew_days;  /* serve reissues server.pem this close to expiry */

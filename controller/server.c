@@ -33,6 +33,7 @@
 #include "instances.h"
 #include "log.h"
 #include "node_commands.h"
+#include "rpc_static.h"
 #include "meter.h"
 #include "metrics.h"
 #include "node.h"
@@ -269,6 +270,11 @@ int server_start(struct ctl_app *app)
 	o.mcp_max_sessions = app->cfg.mcp_max_sessions;
 	o.mcp_idle_timeout_ms = app->cfg.mcp_session_idle_seconds * 1000;
 	o.mcp_allowed_origins = app->cfg.mcp_allowed_origins;
+	if (app->cfg.console) {
+		o.static_files = console_files;
+		o.n_static_files = console_files_count;
+		o.static_prefix = "/console/";
+	}
 	o.ws_routes = ws_routes;
 	o.n_ws_routes = ARRAY_SIZE(ws_routes);
 	app->watches = watch_registry_new();

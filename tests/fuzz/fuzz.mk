@@ -32,7 +32,8 @@ FZ_TARGETS := $(sort $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c)
 FZ_COMMON  := common/err.c common/util.c common/log.c common/pbjson_common.c common/pbjson_write.c \
 	common/pbwire.c \
 	common/pbjson_read.c common/json_lex.c common/pki.c common/envelope.c common/sshcert.c \
-	common/rpc_http_parse.c common/jsonw.c common/mcp.c common/mcp_tools.c common/mcp_exec.c \
+	common/rpc_http_parse.c common/rpc_static.c common/jsonw.c common/mcp.c common/mcp_tools.c \
+	common/mcp_exec.c \
 	controller/json.c controller/policy.c
 FZ_GEN_SRC := $(sort $(shell find $(FZ_GEN) -name '*.pb-c.c' 2>/dev/null))
 
