@@ -38,6 +38,7 @@
 #include "sandbox_exec.h"
 #include "sandbox_ca.h"
 #include "sandboxes.h"
+#include "snapshots.h"
 #include "secrets.h"
 #include "sshcert.h"
 #include "util.h"
@@ -236,7 +237,7 @@ int sbx_decide_brief(rpc_call *c, const char *tenant, const char *id, const char
 
 static void *sbx_answer(struct sbx_row *o)
 {
-	o->x->snapshots = NULL; /* the snapshots issue: none yet */
+	o->x->snapshots = NULL; /* Get fills them (snap_list_of_sandbox) */
 	o->x->n_snapshots = 0;
 	return &o->x->base;
 }
@@ -685,6 +686,8 @@ static int sbx_get(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **re
 	    (r = sbx_decide(c, "compute:sandboxes:read", &o, err)) < 0)
 		return r;
 	*ret = sbx_answer(&o);
+	if ((r = snap_list_of_sandbox(c, o.x->id, &o.x->n_snapshots, &o.x->snapshots)) < 0)
+		return db_fail(err, r);
 	return 0;
 }
 
@@ -1126,6 +1129,7 @@ const struct rpc_handler *sbx_handlers(size_t *ret_n)
 		{"Extend", RPC_UNARY, {.unary = sbx_extend}},
 		{"Delete", RPC_UNARY, {.unary = sbx_delete}},
 		{"Exec", RPC_UNARY, {.unary = sbx_exec}},
+		{"Snapshot", RPC_UNARY, {.unary = snap_take}},
 	};
 
 	*ret_n = ARRAY_SIZE(h);
