@@ -30,6 +30,7 @@
 #include "node_commands.h"
 #include "outbox.h"
 #include "rowmsg.h"
+#include "sandbox_restore.h"
 #include "sandboxes.h"
 #include "snapshots.h"
 #include "snapstore.h"
@@ -308,7 +309,7 @@ static int stake_tx(struct db *d, void *arg, bc_error *err)
 		return rc;
 	if ((rc = take_refusals(a, s, err)) < 0 || (rc = snapstore_open(cfg, d, &store, err)) < 0)
 		goto out;
-	object_key = xasprintf("sandboxes/%s/%s", a->tenant, a->id);
+	object_key = restore_object_key(a->tenant, a->id);
 	if ((rc = snapstore_presign_put(store, object_key, SNAP_URL_TTL, &url)) < 0) {
 		rc = bc_error_set(err, BC_INTERNAL, "cannot presign the upload of %s", a->id);
 		goto out;

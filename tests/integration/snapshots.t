@@ -26,7 +26,22 @@
 # - lifetime: Delete marks it deleted (sandbox.snapshot.deleted), the
 #   reconciler then purges it: the object is gone from the store, purged_at
 #   set, its authorization row gone; deleting the sandbox deletes its
-#   snapshots that were not kept, a kept one stays ready.
+#   snapshots that were not kept, a kept one stays ready;
+# - restore (fromSnapshot): every refusal (malformed, unknown, deleted,
+#   failed, another template, another user's) leaving no sandbox or
+#   instance; a kept snapshot of a deleted sandbox restores, placed on the
+#   node of its cpu.model, never warm, and the host's spec (spec.pb) carries
+#   restore_from with a presigned GET that downloads the object and its
+#   sha256, which no answer shows; a memory snapshot of another CPU model
+#   waits Unschedulable, a disk-only one is placed anyway; a deleted
+#   snapshot's object stays while a restore of it lives, and is purged once
+#   it is deleted;
+# - exec: refused restore-shares-identity into a memory restore while a
+#   sibling lives and into the source while a memory restore of it lives;
+#   granted otherwise and for a disk-only restore;
+# - lineage: an agent cannot restore its user's snapshot of a sandbox it did
+#   not create, nor another user; an owner who is gone loses all their
+#   snapshots, kept ones too; a tenant teardown deletes every snapshot.
 . "$(dirname "$0")/../lib/stack.sh"
 . "$(dirname "$0")/../lib/compute_http.sh"
 . "$(dirname "$0")/../lib/s3.sh"
@@ -256,5 +271,144 @@ ok $? "deleting the sandbox deletes its snapshot that was not kept"
 is "$(q "SELECT string_agg(id || '=' || (deleted_at IS NULL), ' ' ORDER BY created_at) FROM sandbox_snapshots
 	WHERE sandbox_id = '$s3'")" "$p3=true $p4=true $p5=false" '... the kept ones stay'
 is "$(json_get "$(bcctl --format json sandbox-snapshot get "$p4")" state)" ready '... and ready'
+
+# ------------------------------------------------------------------ restore
+node=$(agent_node_id 1)
+q "UPDATE nodes SET labels = labels || '{\"cpu.model\": \"qemu64\"}' WHERE id = '$node'" >/dev/null
+# p4's object (settled above without an upload): the host uploads it now
+curl -s -o /dev/null -T "$S3D/obj" "$(q "SELECT args->>'url' FROM commands WHERE id = '$(cmd_of "$p4")'")"
+tmpl2=$(jid "$(bcctl --format json sandbox-template create --name snap2 --pool "$POOL_ID" \
+	--flavor "$FLAVOR_NAME" --image "$img")")
+srows() { q "SELECT (SELECT count(*) FROM sandboxes) || ' ' || (SELECT count(*) FROM instances)"; }
+before=$(srows)
+rc() { echo "{\"templateId\":\"${2:-$tmpl}\",\"fromSnapshot\":\"$1\"}"; }
+api_refused "$T" sandboxes/create "$(rc snap_1)" 400 INVALID_INPUT field=fromSnapshot 'restore: a malformed id'
+api_refused "$T" sandboxes/create "$(rc snap_00000000000000000000000000)" 404 NOT_FOUND - 'restore: an unknown snapshot'
+api_refused "$T" sandboxes/create "$(rc "$p1")" 404 NOT_FOUND - 'restore: a deleted snapshot'
+api_refused "$T" sandboxes/create "$(rc "$p2")" 409 INVALID_STATE state=failed 'restore: a failed snapshot'
+api_refused "$T" sandboxes/create "$(rc "$p4" "$tmpl2")" 400 INVALID_INPUT field=templateId \
+	"restore: another template than the snapshot's"
+if [ -n "$t2" ]; then
+	api_refused "$t2" sandboxes/create "$(rc "$p4")" 404 NOT_FOUND - "restore: another user's snapshot"
+fi
+is "$(srows)" "$before" 'the refused restores left no sandbox or instance'
+
+out=$(bcctl --format json sandbox create --template "$tmpl" --from-snapshot "$p4" --wait 20s) || fail 'restore'
+r1=$(jid "$out")
+is "$(json_get "$out" state)" ready 'a kept snapshot of a deleted sandbox restores: ready'
+ri=$(json_get "$out" instance_id)
+is "$(q "SELECT restore_snapshot_id || ' ' || node_id FROM instances WHERE id = '$ri'")" "$p4 $node" \
+	'its instance restores from the snapshot, on the node of its cpu.model'
+is "$(json_get "$out" warm)" '' '... never a warm claim'
+spec_url() { grep -ao "http://127.0.0.1:$S3_PORT/$S3_BUCKET/sandboxes/root/$1?[[:print:]]*X-Amz-Signature=[0-9a-f]\{64\}" \
+	"$STACK_DIR/agent-1/spec.pb" | head -n 1; }
+spec_has() { [ -n "$(spec_url "$1")" ]; }
+eventually 20 spec_has "$p4"
+ok $? "the host's spec carries restore_from with a presigned GET of the object"
+rurl=$(spec_url "$p4")
+curl -s -o "$S3D/got" "$rurl"
+is "$(sha256sum "$S3D/got" | cut -d' ' -f1)" "$sha" '... which downloads the bytes of the snapshot'
+ok "grep -qa '$sha' '$STACK_DIR/agent-1/spec.pb'" '... and its sha256'
+unlike "$(bcctl --format json sandbox get "$r1") $(bcctl --format json sandbox-snapshot get "$p4")" \
+	'X-Amz|http://' 'no answer shows a download URL'
+
+# exec while a memory restore shares its source's identity
+ssh-keygen -q -t ed25519 -N '' -f "$S3D/id" || bail_out "ssh-keygen"
+pub=$(cat "$S3D/id.pub")
+ex() { echo "{\"sandboxId\":\"$1\",\"publicKey\":\"$pub\"}"; }
+out=$(api "$T" sandboxes/exec "$(ex "$r1")")
+is "$(printf '%s\n' "$out" | tail -n 1)" 200 'exec into a memory restore whose source is gone: granted'
+r2=$(jid "$(bcctl --format json sandbox create --template "$tmpl" --from-snapshot "$p4" --wait 20s)")
+api_refused "$T" sandboxes/exec "$(ex "$r1")" 409 INVALID_STATE reason=restore-shares-identity \
+	'exec into a memory restore while a sibling restore is live'
+api_refused "$T" sandboxes/exec "$(ex "$r2")" 409 INVALID_STATE reason=restore-shares-identity \
+	'... and into the sibling'
+bcctl sandbox delete "$r2" >/dev/null
+out=$(api "$T" sandboxes/exec "$(ex "$r1")")
+is "$(printf '%s\n' "$out" | tail -n 1)" 200 '... granted again once the sibling is deleting'
+
+# a memory snapshot taken on another CPU model waits for a node of that model
+kill -STOP "$bcd_pid"
+p6=$(jid "$(bcctl --format json sandbox snapshot "$s1" --keep)")
+settle "$(cmd_of "$p6")" succeeded "'{\"sha256\":\"$sha\",\"sizeBytes\":300000,\"cpuModel\":\"other-cpu\",\"runtime\":\"fake\"}'" ''
+eventually 20 snap_state_is "$p6" ready
+kill -CONT "$bcd_pid"
+out=$(bcctl --format json sandbox create --template "$tmpl" --from-snapshot "$p6") || fail 'restore p6'
+is "$(json_get "$out" state)" starting 'a memory restore of another cpu.model: starting'
+like "$(q "SELECT coalesce(node_id, '') || '|' || reason FROM instances WHERE id = '$(json_get "$out" instance_id)'")" \
+	'^\|Unschedulable' '... unplaced, Unschedulable'
+kill -STOP "$bcd_pid"
+api_refused "$T" sandboxes/exec "$(ex "$s1")" 409 INVALID_STATE reason=restore-shares-identity \
+	'exec into the source while a memory restore of it is live (even unplaced)'
+p7=$(jid "$(bcctl --format json sandbox snapshot "$s1" --keep --no-memory)")
+settle "$(cmd_of "$p7")" succeeded "'{\"sha256\":\"$sha\",\"sizeBytes\":300000,\"cpuModel\":\"other-cpu\",\"runtime\":\"fake\"}'" ''
+eventually 20 snap_state_is "$p7" ready
+kill -CONT "$bcd_pid"
+out=$(bcctl --format json sandbox create --template "$tmpl" --from-snapshot "$p7" --wait 20s) || fail 'restore p7'
+is "$(json_get "$out" state)" ready 'a disk-only restore is placed whatever the CPU model'
+out=$(api "$T" sandboxes/exec "$(ex "$(jid "$out")")")
+is "$(printf '%s\n' "$out" | tail -n 1)" 200 'exec into a disk-only restore: granted (its own identity)'
+
+# the object stays while a live instance restores from it
+bcctl sandbox-snapshot delete "$p2" >/dev/null
+bcctl sandbox-snapshot delete "$p4" >/dev/null
+eventually 30 purged "$p2"
+ok $? 'a deleted snapshot nobody restores from is purged'
+is "$(q "SELECT purged_at IS NULL FROM sandbox_snapshots WHERE id = '$p4'")" t \
+	'... one a live restore restores from is not'
+is "$(object_code "$p4")" 200 '... its object stays'
+api_refused "$T" sandboxes/create "$(rc "$p4")" 404 NOT_FOUND - 'a deleted snapshot no longer restores'
+bcctl sandbox delete "$r1" >/dev/null
+eventually 60 purged "$p4"
+ok $? 'once the restore is deleted, it is purged'
+is "$(object_code "$p4")" 404 '... its object gone'
+
+# ------------------------------------------------- lineage, departure, teardown
+as() { local tok=$1; shift; BC_TOKEN=$tok bcctl "$@"; }
+bcctl tenant create acme >/dev/null || bail_out "tenant"
+usr=$(jid "$(bcctl --format json identity create --tenant acme --kind user --name u --admin)")
+bot=$(jid "$(bcctl --format json identity create --tenant acme --kind agent --name bot)")
+vic=$(jid "$(bcctl --format json identity create --tenant acme --kind user --name v --admin)")
+U=$(json_get "$(bcctl --format json token create --identity "$usr")" token)
+G=$(json_get "$(bcctl --format json token create --identity "$bot")" token)
+V=$(json_get "$(bcctl --format json token create --identity "$vic")" token)
+printf '{"effect":"allow","actions":"compute:*","resources":"*"}' >"$S3D/p.json"
+bcctl policy attach "$(jid "$(bcctl --format json policy create --tenant acme --name all --file "$S3D/p.json")")" \
+	--identity "$bot" >/dev/null
+bcctl delegation create --agent "$bot" --user "$usr" >/dev/null
+tmpa=$(jid "$(as "$U" --format json sandbox-template create --name t --pool "$POOL_ID" \
+	--flavor "$FLAVOR_NAME" --image "$img")")
+sa=$(jid "$(as "$G" --format json sandbox create --template "$tmpa" --wait 20s)")
+su=$(jid "$(as "$U" --format json sandbox create --template "$tmpa" --wait 20s)")
+sv=$(jid "$(as "$V" --format json sandbox create --template "$tmpa" --wait 20s)")
+kill -STOP "$bcd_pid"
+pa=$(jid "$(as "$G" --format json sandbox snapshot "$sa" --keep)")
+pu=$(jid "$(as "$U" --format json sandbox snapshot "$su" --keep)")
+pv=$(jid "$(as "$V" --format json sandbox snapshot "$sv" --keep)")
+for x in "$pa" "$pu" "$pv"; do
+	settle "$(cmd_of "$x")" succeeded "'{\"sha256\":\"$sha\",\"sizeBytes\":300000,\"cpuModel\":\"qemu64\",\"runtime\":\"fake\"}'" ''
+done
+eventually 20 snap_state_is "$pv" ready
+kill -CONT "$bcd_pid"
+is "$(json_get "$(as "$U" --format json sandbox-snapshot get "$pa")" owner_identity_id)" "$usr" \
+	"the agent's snapshot is owned by the user it acts for"
+ra() { echo "{\"tenantId\":\"acme\",\"templateId\":\"$tmpa\",\"fromSnapshot\":\"$1\"}"; }
+before=$(srows)
+api_refused "$G" sandboxes/create "$(ra "$pu")" 404 NOT_FOUND - \
+	"an agent cannot restore its user's snapshot of a sandbox it did not create"
+api_refused "$V" sandboxes/create "$(ra "$pu")" 404 NOT_FOUND - \
+	"another user of the tenant cannot restore it (even an administrator)"
+is "$(srows)" "$before" '... nothing left behind'
+bcctl identity set-state "$vic" deleted >/dev/null
+eventually 60 del_of "$pv"
+ok $? "an owner who is gone loses its snapshots, kept ones too"
+is "$(q "SELECT count(*) FROM events WHERE type = 'sandbox.snapshot.deleted' AND data->>'snapshotId' = '$pv'")" 1 \
+	'... sandbox.snapshot.deleted'
+is "$(q "SELECT count(*) FROM sandbox_snapshots WHERE id IN ('$pa', '$pu') AND deleted_at IS NULL")" 2 \
+	"... the others' stay"
+bcctl tenant set-state acme deleting >/dev/null
+torn() { [ "$(q "SELECT count(*) FROM sandbox_snapshots WHERE tenant_id = 'acme' AND deleted_at IS NULL")" = 0 ]; }
+eventually 60 torn
+ok $? 'a tenant teardown deletes every snapshot of the tenant, kept ones included'
 
 done_testing
