@@ -203,8 +203,10 @@ static int take_existing(struct db *d, struct stake *a, bc_error *err)
 	int rc;
 
 	if ((rc = snap_read(d, a->tenant, a->id, &r, err)) < 0) {
+		if (rc != -BC_EDOMAIN || err->code != BC_NOT_FOUND)
+			return rc; /* a database failure */
 		bc_error_clear(err);
-		return rc == -BC_EDOMAIN ? 0 : rc;
+		return 0;
 	}
 	if (strcmp(db_val(r, 0, SN_SANDBOX), a->q->sandbox_id) != 0 ||
 	    db_bool(r, 0, SN_MEMORY) != a->memory || db_bool(r, 0, SN_KEEP) != a->q->keep) {
