@@ -228,7 +228,7 @@ int cli_res_call(struct cli_ctx *ctx, int argc, char **argv);
 /* The resources, each in its noun's file. */
 extern const struct cli_resource cli_pools, cli_flavors, cli_images, cli_nodes, cli_instances,
 	cli_templates, cli_sandboxes, cli_tenants, cli_identities, cli_delegations, cli_tokens,
-	cli_policies, cli_secrets, cli_volumes;
+	cli_policies, cli_secrets, cli_volumes, cli_snapshots;
 
 /* The usual --limit and --cursor flags of a List (cli_field rows). */
 #define CLI_FIELD_LIMIT(max_, help_)                                                         \
@@ -258,6 +258,9 @@ int cli_template_create(struct cli_ctx *ctx, int argc, char **argv);
 int cli_template_update(struct cli_ctx *ctx, int argc, char **argv);
 int cli_sandbox_create(struct cli_ctx *ctx, int argc, char **argv);
 int cli_sandbox_extend(struct cli_ctx *ctx, int argc, char **argv);
+/* snapshot.c */
+int cli_sandbox_snapshot(struct cli_ctx *ctx, int argc, char **argv);
+
 /* volume.c */
 int cli_volume_create(struct cli_ctx *ctx, int argc, char **argv);
 int cli_volume_get(struct cli_ctx *ctx, int argc, char **argv);

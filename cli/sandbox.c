@@ -303,7 +303,7 @@ int cli_sandbox_create(struct cli_ctx *ctx, int argc, char **argv)
 		 .max = 30000, .seen = &waiting,
 		 .help = "let the server wait up to this long for readiness (max 30s)"},
 		{.name = "from-snapshot", .type = CLI_STR, .dst = &snap, .meta = "ID",
-		 .help = "restore a snapshot (not supported yet)"},
+		 .help = "restore one of your ready snapshots (snap_...)"},
 		CLI_FLAG_TENANT(&tenant),
 	};
 	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);

@@ -14,8 +14,8 @@
  * when a readable template names one or Pools.List answers the operator.
  * The gate only hides: every call is still decided by the API.
  *
- * list_sandbox_snapshots and delete_sandbox_snapshot are not here: the
- * SandboxSnapshots service does not exist yet (docs/mcp.md). */
+ * No tool takes a snapshot (the spec's choice: a snapshot holds memory and
+ * secrets); list_sandbox_snapshots and delete_sandbox_snapshot manage them. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +55,7 @@ struct mcp_tool {
 
 #define SBX_SVC (&bc__compute__v1__sandboxes__descriptor)
 #define TPL_SVC (&bc__compute__v1__sandbox_templates__descriptor)
+#define SNAP_SVC (&bc__compute__v1__sandbox_snapshots__descriptor)
 #define VOL_SVC (&bc__compute__v1__sandbox_volumes__descriptor)
 
 #define OBJ(props, req) "{\"type\":\"object\",\"properties\":{" props "}," req \
@@ -110,6 +111,20 @@ static const struct mcp_tool tools[] = {
 	{"delete_sandbox", "Delete a sandbox", "Delete a sandbox: its guest and disk are gone.",
 	 OBJ(P_STR("sandboxId", "sbx_..."), REQ("\"sandboxId\"")), SBX_SVC, "Delete",
 	 {{"sandboxId", "sandboxId"}}, MCP_HINT_DESTRUCTIVE | MCP_HINT_IDEMPOTENT, GATE_NONE, NULL},
+	{"list_sandbox_snapshots", "List sandbox snapshots",
+	 "Sandbox snapshots that are not deleted, newest first: state, includeMemory, keep, "
+	 "size, and ownerIdentityId (only the owner restores one).",
+	 OBJ(P_SCOPE "," P_STR("sandboxId", "only this sandbox's (sbx_...)") ","
+	     "\"limit\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":200}," P_STR("cursor",
+	     "the previous page's cursor"), ""),
+	 SNAP_SVC, "List",
+	 {{"scope", "scope"}, {"sandboxId", "sandboxId"}, {"limit", "limit"}, {"cursor", "cursor"}},
+	 MCP_HINT_READ_ONLY | MCP_HINT_IDEMPOTENT, GATE_NONE, NULL},
+	{"delete_sandbox_snapshot", "Delete a sandbox snapshot",
+	 "Delete a snapshot: it can no longer be restored and its stored object is removed.",
+	 OBJ(P_STR("snapshotId", "snap_..."), REQ("\"snapshotId\"")), SNAP_SVC, "Delete",
+	 {{"snapshotId", "snapshotId"}}, MCP_HINT_DESTRUCTIVE | MCP_HINT_IDEMPOTENT, GATE_NONE,
+	 NULL},
 	{"list_sandbox_volumes", "List sandbox volumes",
 	 "Sandbox volumes (persistent disks), newest first.",
 	 OBJ(P_STR("poolId", "only this pool's") "," P_SCOPE "," P_LIST, ""), VOL_SVC, "List",

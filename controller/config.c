@@ -94,6 +94,7 @@ static const struct conf_key keys[] = {
 	S(snapshot_store_ca_file, ""),
 	I(snapshot_store_path_style, "0", 0, 1),
 	I(snapshot_store_timeout_seconds, "30", 1, 3600),
+	S(snapshot_runtimes, "fake,libvirt"),
 	/* tests only: an http:// endpoint on a loopback address */
 	I(snapshot_store_allow_http_loopback_for_tests, "0", 0, 1),
 };

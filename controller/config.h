@@ -66,6 +66,7 @@ struct ctl_config {
 	int snapshot_store_path_style;
 	int snapshot_store_timeout_seconds;
 	int snapshot_store_allow_http_loopback_for_tests;
+	char *snapshot_runtimes;   /* comma-separated runtimes with the snapshot trait */
 };
 
 /* Load defaults, then the file at path (if not NULL), then argv flags

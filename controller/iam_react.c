@@ -9,7 +9,8 @@
  *     workspace; kept snapshots stay);
  *   - an open sandbox whose owner is deleted is deleted (an ordinary
  *     delete, sandbox.deleting); nobody may use its memory any more. Up to
- *     100 sandboxes a pass. Moving it to
+ *     100 sandboxes a pass; all the owner's snapshots, kept ones too, are
+ *     deleted (sandbox.snapshot.deleted). Moving it to
  *     a successor (sandbox.reassigned) is not offered: there is no API to
  *     name one yet.
  *
@@ -26,6 +27,7 @@
 #include "log.h"
 #include "outbox.h"
 #include "sandboxes.h"
+#include "snapshots.h"
 #include "util.h"
 
 static const char withdraw_sql[] =
@@ -83,6 +85,11 @@ void iam_react_tick(struct db *d)
 {
 	PGresult *r = NULL;
 
+	/* an owner who is gone: every snapshot, kept ones too (nobody may
+	 * restore them; they hold memory and secrets) */
+	if (snap_delete_where(d, "EXISTS (SELECT 1 FROM identities o WHERE o.id = p.owner_id AND "
+			      "o.state = 'deleted')", NULL) < 0)
+		log_warn("sandbox snapshots: the departed owners' deletion failed");
 	if (db_exec(d, &r, withdraw_sql, NULL) < 0)
 		return;
 	for (int i = 0; i < PQntuples(r); i++) {

@@ -458,7 +458,8 @@ int instance_create_tx(rpc_call *c, struct db *d, struct inst_new *n, bc_error *
 				.pool_id = n->pool_id, .vcpus = (int)db_i64(shape, 0, SHAPE_VCPUS),
 				.memory_mib = db_i64(shape, 0, SHAPE_MEMORY_MIB),
 				.disk_gib = db_i64(shape, 0, SHAPE_DISK_GIB),
-				.gpus = (int)db_i64(shape, 0, SHAPE_GPUS), .labels = labels};
+				.gpus = (int)db_i64(shape, 0, SHAPE_GPUS), .labels = labels,
+				.cpu_model = n->restore_cpu_model};
 	PQclear(shape);
 	if (strcmp(n->policy, "egress") != 0)
 		labels[nl++] = CAP_NETWORK_POLICY;

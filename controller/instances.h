@@ -44,6 +44,7 @@ struct inst_new {
 	 * reconciler creates for the template's author), else the caller */
 	const struct principal *owner;
 	bool ssh_from_host_only;         /* placed only on nodes that enforce it */
+	const char *restore_cpu_model;   /* a memory restore: only nodes of this cpu.model */
 	/* the action decided on the staged instance (compute:instances:create),
 	 * or NULL when the caller decided on its own resource (a sandbox) */
 	const char *decide_action;

@@ -99,6 +99,9 @@ int node_publish(struct db *d, const char *type, const char *node_id, const char
 
 /* ----------------------------------------------------------- node_place.c */
 
+/* The node label a memory snapshot records and its restores must match. */
+#define PLACE_CPU_MODEL_LABEL "cpu.model"
+
 struct place_req {
 	const char *instance_id;
 	const char *tenant_id;
@@ -107,6 +110,9 @@ struct place_req {
 	int64_t memory_mib, disk_gib;
 	int gpus;
 	const char *const *labels;   /* node labels required (keys), NULL-terminated */
+	/* a memory restore: only nodes whose cpu.model label is this; NULL
+	 * or "": any (sandbox_restore.c) */
+	const char *cpu_model;
 };
 
 /* Book capacity for an instance on the best node of its pool that has room

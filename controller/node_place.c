@@ -51,7 +51,10 @@ static void shape_params(struct dbp *p, const struct place_req *q, const char *l
 	dbp_i64(p, q->memory_mib);
 	dbp_i64(p, q->disk_gib);
 	dbp_i64(p, q->gpus);
+	dbp_str(p, q->cpu_model ? q->cpu_model : "");
 }
+/* shape_params' $8: a memory restore's CPU model (PLACE_CPU_MODEL) */
+#define PLACE_CPU_MODEL " AND ($8 = '' OR n.labels->>'" PLACE_CPU_MODEL_LABEL "' = $8) "
 
 /* Lock one candidate and book on it if it still fits. 1 booked, 0 not. */
 static int try_node(struct db *d, const struct place_req *q, const char *node, const char *labels)
@@ -63,7 +66,7 @@ static int try_node(struct db *d, const struct place_req *q, const char *node, c
 	shape_params(&p, q, labels, node);
 	rc = db_exec(d, &r, "SELECT n.id FROM nodes n" FREE_SUMS "WHERE n.id = (SELECT id FROM nodes "
 		     "WHERE id = $1 AND state = 'ready' FOR UPDATE) AND n.labels ?& "
-		     "string_to_array($2, E'\\n') AND length($3) > 0" FITS, &p);
+		     "string_to_array($2, E'\\n') AND length($3) > 0" PLACE_CPU_MODEL FITS, &p);
 	if (rc < 0)
 		return rc;
 	fits = PQntuples(r) == 1;
@@ -105,7 +108,7 @@ int place_instance(struct db *d, const struct place_req *q, char **ret_node, bc_
 	shape_params(&p, q, labels, q->pool_id);
 	rc = db_exec(d, &r, "SELECT n.id FROM nodes n" FREE_SUMS "WHERE n.pool_id = $1 AND n.state = "
 		     "'ready' AND n.labels ?& string_to_array($2, E'\\n') AND NOT (n.id = ANY ("
-		     "SELECT unnest(refused_nodes) FROM instances WHERE id = $3))" FITS
+		     "SELECT unnest(refused_nodes) FROM instances WHERE id = $3))" PLACE_CPU_MODEL FITS
 		     "ORDER BY n.cap_memory_mib - b.m DESC, n.id LIMIT 4", &p);
 	if (rc < 0)
 		return db_fail(err, rc);
@@ -140,7 +143,7 @@ int place_instance(struct db *d, const struct place_req *q, char **ret_node, bc_
 /* The columns of place_pending's SELECT. */
 enum {
 	PP_TENANT, PP_POOL, PP_VCPUS, PP_MEMORY_MIB, PP_DISK_GIB, PP_GPUS, PP_NETWORK_POLICY,
-	PP_SSH_HOST_ONLY, PP_SANDBOX_ID, PP_WARM_TEMPLATE_ID
+	PP_SSH_HOST_ONLY, PP_SANDBOX_ID, PP_WARM_TEMPLATE_ID, PP_CPU_MODEL
 };
 
 int place_pending(struct db *d, const char *id, char **ret_node, bc_error *err)
@@ -156,8 +159,9 @@ int place_pending(struct db *d, const char *id, char **ret_node, bc_error *err)
 	*ret_node = NULL;
 	dbp_str(&p, id);
 	rc = db_exec(d, &r, "SELECT tenant_id, pool_id, vcpus, memory_mib, disk_gib, gpus, "
-		     "network_policy, ssh_from_host_only, sandbox_id, warm_template_id FROM "
-		     "instances WHERE id = $1 AND node_id IS "
+		     "network_policy, ssh_from_host_only, sandbox_id, warm_template_id, coalesce(("
+		     "SELECT s.cpu_model FROM sandbox_snapshots s WHERE s.id = restore_snapshot_id "
+		     "AND s.include_memory), '') FROM instances WHERE id = $1 AND node_id IS "
 		     "NULL AND desired_state <> 'deleted' AND state = 'provisioning' FOR UPDATE SKIP "
 		     "LOCKED", &p);
 	if (rc < 0)
@@ -174,7 +178,8 @@ int place_pending(struct db *d, const char *id, char **ret_node, bc_error *err)
 			       .pool_id = db_val(r, 0, PP_POOL), .vcpus = (int)db_i64(r, 0, PP_VCPUS),
 			       .memory_mib = db_i64(r, 0, PP_MEMORY_MIB),
 			       .disk_gib = db_i64(r, 0, PP_DISK_GIB),
-			       .gpus = (int)db_i64(r, 0, PP_GPUS), .labels = labels};
+			       .gpus = (int)db_i64(r, 0, PP_GPUS), .labels = labels,
+			       .cpu_model = db_val(r, 0, PP_CPU_MODEL)};
 	rc = place_instance(d, &q, ret_node, err);
 	if (rc == 0 && *ret_node) {
 		snprintf(subject, sizeof(subject), "instance/%s", id);

@@ -33,6 +33,7 @@
 #include "node.h"
 #include "node_commands.h"
 #include "sealed.h"
+#include "sandbox_restore.h"
 #include "streams.h"
 #include "util.h"
 #include "validate.h"
@@ -45,13 +46,19 @@
 	"host(l.address) FROM ip_leases l WHERE l.instance_id = i.id LIMIT 1), ''), i.gpus, "   \
 	"i.tenant_id, coalesce(i.user_data_ref, ''), coalesce(masklen(p.ipam_subnet), 0), "               \
 	"coalesce(p.ipam_subnet6::text, ''), (i.warm_template_id IS NOT NULL AND "                \
-	"i.desired_state = 'paused')"
+	"i.desired_state = 'paused'), coalesce(rs.id, ''), coalesce(rs.sha256, ''), "           \
+	"coalesce(rs.size_bytes, 0), coalesce(rs.include_memory, false), "                     \
+	"coalesce(rs.principal_instance_id, ''), coalesce(rs.runtime, ''), "                   \
+	"coalesce(rs.cpu_model, '')"
+/* what a restore reads of its snapshot (sandbox_restore.c) */
+#define SPEC_RESTORE_JOIN " LEFT JOIN sandbox_snapshots rs ON rs.id = i.restore_snapshot_id "
 /* The columns of SPEC_INST_COLS, in order. */
 enum {
 	SI_ID, SI_RUNTIME, SI_DESIRED, SI_VCPUS, SI_MEMORY_MIB, SI_DISK_GIB, SI_HUGE_PAGES,
 	SI_NUMA_NODE, SI_IMAGE_ID, SI_IMAGE_URL, SI_IMAGE_SHA256, SI_IMAGE_FORMAT, SI_IMAGE_SIZE,
 	SI_NETWORK_POLICY, SI_SSH_HOST_ONLY, SI_MAC, SI_IPV4, SI_GPUS, SI_TENANT, SI_USER_DATA_REF,
-	SI_IPV4_PREFIX, SI_SUBNET6, SI_PAUSE_AFTER_READY
+	SI_IPV4_PREFIX, SI_SUBNET6, SI_PAUSE_AFTER_READY, SI_RESTORE_ID, SI_RESTORE_SHA256,
+	SI_RESTORE_SIZE, SI_RESTORE_MEMORY, SI_RESTORE_PRINCIPAL, SI_RESTORE_RUNTIME, SI_RESTORE_CPU
 };
 
 /* The node's header, in order (build_tx). */
@@ -144,6 +151,19 @@ static Bc__Node__V1__InstanceSpec *inst(const PGresult *r, int i)
 	/* a warm instance (unclaimed, desired paused): paused only once its
 	 * guest reported up, so the pool holds booted guests */
 	s->pause_after_ready = db_bool(r, i, SI_PAUSE_AFTER_READY);
+	if (*db_val(r, i, SI_RESTORE_ID)) { /* its URL: restore_render, after the build */
+		Bc__Node__V1__RestoreFrom *f = xmalloc(sizeof(*f));
+		bc__node__v1__restore_from__init(f);
+		f->snapshot_id = dup_col(r, i, SI_RESTORE_ID);
+		f->url = xstrdup("");
+		f->sha256 = dup_col(r, i, SI_RESTORE_SHA256);
+		f->principal_instance_id = dup_col(r, i, SI_RESTORE_PRINCIPAL);
+		f->size_bytes = (uint64_t)db_i64(r, i, SI_RESTORE_SIZE);
+		f->include_memory = db_bool(r, i, SI_RESTORE_MEMORY);
+		f->runtime = dup_col(r, i, SI_RESTORE_RUNTIME);
+		f->cpu_model = dup_col(r, i, SI_RESTORE_CPU);
+		s->restore_from = f;
+	}
 	return s;
 }
 
@@ -192,11 +212,11 @@ static int build_tx(struct db *d, void *arg, bc_error *err)
 	if (b->dirty) {
 		dbp_str(&p, b->dirty);
 		rc = db_exec(d, &r, "SELECT " SPEC_INST_COLS " FROM instances i JOIN pools p ON p.id "
-			     "= i.pool_id JOIN images im ON im.id = i.image_id WHERE i.node_id = $1 AND "
+			     "= i.pool_id JOIN images im ON im.id = i.image_id" SPEC_RESTORE_JOIN "WHERE i.node_id = $1 AND "
 			     "i.state <> 'deleted' AND i.id = ANY (string_to_array($2, E'\\n'))", &p);
 	} else {
 		rc = db_exec(d, &r, "SELECT " SPEC_INST_COLS " FROM instances i JOIN pools p ON p.id "
-			     "= i.pool_id JOIN images im ON im.id = i.image_id WHERE i.node_id = $1 AND "
+			     "= i.pool_id JOIN images im ON im.id = i.image_id" SPEC_RESTORE_JOIN "WHERE i.node_id = $1 AND "
 			     "i.state <> 'deleted' ORDER BY i.id", &p);
 	}
 	if (rc < 0)
@@ -402,6 +422,7 @@ static int send_spec(rpc_call *c, const char *node, uint64_t *sent, struct spec_
 
 	if (r < 0)
 		return r;
+	restore_render(ctl_app(c), ctl_db(c), spec);
 	ss->all = false;
 	free(ss->dirty);
 	ss->dirty = NULL;

@@ -25,6 +25,7 @@
 #include "log.h"
 #include "outbox.h"
 #include "sandbox_exec.h"
+#include "sandbox_restore.h"
 #include "sandboxes.h"
 #include "sshcert.h"
 #include "util.h"
@@ -263,6 +264,7 @@ int sbx_exec(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret, bc_
 	}
 	if ((r = sbx_decide_brief(c, tenant, q->sandbox_id, "compute:sandboxes:exec", &b, err)) < 0 ||
 	    (r = sbx_exec_runnable(q->sandbox_id, &b, err)) < 0 ||
+	    (r = restore_shares_identity(ctl_db(c), q->sandbox_id, b.instance_id, err)) < 0 ||
 	    (r = read_host_cert(ctl_db(c), b.instance_id, &h, err)) < 0)
 		return r;
 	memset(&g, 0, sizeof(g));

@@ -12,7 +12,9 @@
  *      sandbox whose instance is being recreated goes back to starting;
  *   4. deleted: a sandbox whose instance is deleted is marked deleted,
  *      leaves the authorization projection, sandbox.deleted (expired);
- *   5. warm pools: drains and refills (warm.c).
+ *   5. warm pools: drains and refills (warm.c);
+ *   and the snapshots' settling, lifetime and purge (snapshots_pass.c),
+ *   woken by NOTIFY bc_command_settled too.
  * Also the sandbox figures of the controller's /metrics, read from the
  * database so every replica shows the same. */
 #include <errno.h>
@@ -30,6 +32,8 @@
 #include "sandbox_reconcile.h"
 #include "sandboxes.h"
 #include "secrets.h"
+#include "node_commands.h"
+#include "snapshots.h"
 #include "util.h"
 #include "warm.h"
 
@@ -147,6 +151,7 @@ static void pass(const struct ctl_app *app, struct db *d, int period)
 		log_warn("sandboxes: settle pass failed: %s", err.message);
 	if (expired)
 		log_info("sandboxes: %d expired", expired);
+	snap_pass(app, d);
 	warm_pass(d, app);
 	__atomic_store_n(&last_pass_us, mono_us() - t0, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&passes, 1, __ATOMIC_RELAXED);
@@ -162,7 +167,8 @@ static bool take_lead(struct db *d)
 	if (db_scalar(d, "SELECT pg_try_advisory_lock(" SBX_LEADER_LOCK ")", NULL, &v) < 0 ||
 	    !v || v[0] != 't')
 		return false;
-	r = PQexec(d->conn, "LISTEN " SBX_WAKE_CHANNEL);
+	/* a settled command may settle a snapshot */
+	r = PQexec(d->conn, "LISTEN " SBX_WAKE_CHANNEL "; LISTEN " CMD_SETTLED_CHANNEL);
 	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
 		PQclear(r);
 		return false;

@@ -36,8 +36,10 @@
 #include "quota.h"
 #include "rowmsg.h"
 #include "sandbox_exec.h"
+#include "sandbox_restore.h"
 #include "sandbox_ca.h"
 #include "sandboxes.h"
+#include "snapshots.h"
 #include "secrets.h"
 #include "sshcert.h"
 #include "util.h"
@@ -236,7 +238,7 @@ int sbx_decide_brief(rpc_call *c, const char *tenant, const char *id, const char
 
 static void *sbx_answer(struct sbx_row *o)
 {
-	o->x->snapshots = NULL; /* the snapshots issue: none yet */
+	o->x->snapshots = NULL; /* Get fills them (snap_list_of_sandbox) */
 	o->x->n_snapshots = 0;
 	return &o->x->base;
 }
@@ -252,6 +254,7 @@ struct screate {
 	char instance[64];
 	bool reused;
 	bool warm;               /* claimed from the template's warm pool */
+	struct restore_src src;  /* fromSnapshot: what it restores (sandbox_restore.c) */
 	PGresult *row;           /* the new sandbox (SBX_COLS), once inserted */
 };
 
@@ -269,10 +272,8 @@ static int check_create(const Bc__Compute__V1__CreateSandboxRequest *q, bc_error
 	if (q->wait && (q->wait->timeout_ms < 0 || q->wait->timeout_ms > WAIT_MAX_MS))
 		return invalid(err, "wait.timeoutMs", "wait.timeoutMs must be between 0 and %d",
 			       WAIT_MAX_MS);
-	if (*q->from_snapshot) {
-		bc_error_set(err, BC_UNSUPPORTED, "restoring from a snapshot is not supported yet");
-		return bc_error_detail(err, "field", "fromSnapshot");
-	}
+	if (*q->from_snapshot && (r = check_id(err, "fromSnapshot", "snap", q->from_snapshot)) < 0)
+		return r;
 	return idem_check_key(q->idempotency_key, err);
 }
 
@@ -405,7 +406,7 @@ static int stage_and_claim(struct db *d, struct screate *a, const PGresult *t, i
 			       .network = db_val(t, 0, TQ_NETWORK),
 			       .instance_version = (int)db_i64(t, 0, TQ_INSTANCE_VERSION),
 			       .ttl_seconds = ttl, .caller = p};
-	bool pool = db_i64(t, 0, TQ_WARM_MAX) > 0;
+	bool pool = db_i64(t, 0, TQ_WARM_MAX) > 0 && !*a->q->from_snapshot; /* never a claim */
 	struct dbp bp = {0}, cp = {0};
 	struct authz_stage_q sq;
 	struct authz_target at;
@@ -415,6 +416,8 @@ static int stage_and_claim(struct db *d, struct screate *a, const PGresult *t, i
 
 	a->warm = false;
 	sbx_target(&s, &at, parent);
+	if (*a->q->from_snapshot)
+		authz_attr(&at, "fromSnapshot", a->q->from_snapshot);
 	authz_stage_q(&sq, p, &at);
 	q[0] = (struct db_q){.sql = AUTHZ_STAGE_SQL, .p = &sq.p};
 	dbp_str(&bp, a->tenant);
@@ -538,6 +541,9 @@ static int screate_tx(struct db *d, void *arg, bc_error *err)
 		rc = host_key_needs_broker(err);
 		goto out;
 	}
+	if (*a->q->from_snapshot && (rc = restore_check(a->call, d, a->tenant, a->q->from_snapshot,
+							  a->q->template_id, &a->src, err)) < 0)
+		goto out;
 	if ((rc = before_claim(d, a, t, err)) < 0 || (rc = stage_and_claim(d, a, t, ttl, err)) < 0)
 		goto out;
 	n = (struct inst_new){.tenant = a->tenant, .pool_id = db_val(t, 0, TQ_POOL_ID),
@@ -545,11 +551,16 @@ static int screate_tx(struct db *d, void *arg, bc_error *err)
 			      .image_id = db_val(t, 0, TQ_IMAGE_ID),
 			      .policy = db_val(t, 0, TQ_NETWORK),
 			      .user_data = db_val(t, 0, TQ_USER_DATA),
-			      .sandbox_id = a->id, .ssh_from_host_only = true};
+			      .sandbox_id = a->id, .ssh_from_host_only = true,
+			      .restore_cpu_model = a->src.memory ? a->src.cpu_model : NULL};
 	if (!a->warm && (rc = create_cold(d, a, t, &n, err)) < 0)
 		goto out;
 	if (!a->warm)
 		snprintf(a->instance, sizeof(a->instance), "%s", n.id);
+	if (*a->q->from_snapshot && (rc = restore_bind(d, n.id, a->src.id)) < 0) {
+		rc = db_fail(err, rc);
+		goto out;
+	}
 	if (!a->warm && (rc = insert_sandbox(d, a, n.pool_id, ttl, err)) < 0)
 		goto out;
 	rc = idem_record(d, &a->k, a->id, err);
@@ -685,6 +696,8 @@ static int sbx_get(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **re
 	    (r = sbx_decide(c, "compute:sandboxes:read", &o, err)) < 0)
 		return r;
 	*ret = sbx_answer(&o);
+	if ((r = snap_list_of_sandbox(c, o.x->id, &o.x->n_snapshots, &o.x->snapshots)) < 0)
+		return db_fail(err, r);
 	return 0;
 }
 
@@ -1126,6 +1139,7 @@ const struct rpc_handler *sbx_handlers(size_t *ret_n)
 		{"Extend", RPC_UNARY, {.unary = sbx_extend}},
 		{"Delete", RPC_UNARY, {.unary = sbx_delete}},
 		{"Exec", RPC_UNARY, {.unary = sbx_exec}},
+		{"Snapshot", RPC_UNARY, {.unary = snap_take}},
 	};
 
 	*ret_n = ARRAY_SIZE(h);

@@ -48,6 +48,7 @@
 #include "tunnels.h"
 #include "util.h"
 #include "volumes.h"
+#include "snapshots.h"
 #include "waiter.h"
 #include "watch.h"
 
@@ -77,6 +78,7 @@ static const struct service_part {
 	{&bc__compute__v1__sandbox_templates__descriptor, tmpl_handlers},
 	{&bc__compute__v1__sandboxes__descriptor, sbx_handlers},
 	{&bc__compute__v1__sandbox_volumes__descriptor, vol_handlers},
+	{&bc__compute__v1__sandbox_snapshots__descriptor, snap_handlers},
 	{&bc__compute__v1__events__descriptor, events_handlers},
 	{&bc__compute__v1__usage__descriptor, usage_handlers},
 	{&bc__compute__v1__secrets__descriptor, secrets_handlers},

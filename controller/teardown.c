@@ -41,6 +41,7 @@
 #include "teardown.h"
 #include "util.h"
 #include "volumes.h"
+#include "snapshots.h"
 
 #define TEARDOWN_BATCH 100
 #define TEARDOWN_TENANTS 10
@@ -187,6 +188,9 @@ static int teardown_tx(struct db *d, void *arg, bc_error *err)
 	rc = 0;
 	for (size_t i = 0; rc == 0 && i < ARRAY_SIZE(access_steps); i++)
 		rc = step(d, a->tenant, &access_steps[i]);
+	/* every snapshot, kept ones too (purged once no restore lives) */
+	if (rc == 0)
+		rc = snap_delete_where(d, "p.tenant_id = $1", &p);
 	if (rc == 0)
 		rc = instances_step(d, a);
 	if (rc == 0)

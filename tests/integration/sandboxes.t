@@ -75,8 +75,8 @@ api_refused "$T" sandboxes/create "{\"templateId\":\"$tmpl\",\"ttlSeconds\":7201
 	maxTtlSeconds=7200 "ttlSeconds above the template's maxTtlSeconds"
 api_refused "$T" sandboxes/create "{\"templateId\":\"$tmpl\",\"wait\":{\"timeoutMs\":30001}}" 400 \
 	INVALID_INPUT field=wait.timeoutMs 'a wait above 30 s'
-api_refused "$T" sandboxes/create "{\"templateId\":\"$tmpl\",\"fromSnapshot\":\"snap_x\"}" 501 \
-	UNSUPPORTED field=fromSnapshot 'fromSnapshot (the snapshots issue)'
+api_refused "$T" sandboxes/create "{\"templateId\":\"$tmpl\",\"fromSnapshot\":\"snap_x\"}" 400 \
+	INVALID_INPUT field=fromSnapshot 'a malformed fromSnapshot (restores: snapshots.t)'
 api_refused "$T" sandboxes/create "{\"templateId\":\"sbxt_00000000000000000000000000\"}" 404 NOT_FOUND - \
 	'an unknown template'
 api_refused "$T" sandboxes/create "{\"templateId\":\"$tmpl\",\"bogus\":1}" 400 INVALID_INPUT - \

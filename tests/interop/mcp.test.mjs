@@ -171,7 +171,7 @@ test('the gate: a tenant identity without template read sees no create tools', a
 	assert.ok(!names.includes('create_sandbox'), 'create_sandbox hidden');
 	assert.ok(!names.includes('create_sandbox_volume'), 'create_sandbox_volume hidden');
 	assert.ok(names.includes('list_sandboxes'), 'the open tools listed');
-	assert.equal(names.length, 11);
+	assert.equal(names.length, 13);
 });
 
 const noExec = env.EXEC_SANDBOX ? false : 'no sshd to stand for the guest (mcp.t needs root)';
@@ -273,7 +273,7 @@ test('HTTP: the gate hides the creates from carol', async () => {
 	const carol = await connectHttp(env.CAROL_TOKEN);
 	const names = (await carol.listTools()).tools.map((t) => t.name);
 	assert.ok(!names.includes('create_sandbox') && !names.includes('create_sandbox_volume'));
-	assert.equal(names.length, 8);
+	assert.equal(names.length, 10);
 });
 
 // raw requests: the transport's own rules

@@ -234,7 +234,7 @@ static void test_tools(void)
 	const struct json *tools = j ? json_get(j, "tools") : NULL, *t, *props;
 	size_t destructive = 0;
 
-	ok(tools && tools->type == JSON_ARRAY && tools->n == 10, "ten tools without the gate");
+	ok(tools && tools->type == JSON_ARRAY && tools->n == 12, "twelve tools without the gate");
 	for (size_t i = 0; tools && i < tools->n; i++) {
 		const struct json *a;
 
@@ -245,13 +245,17 @@ static void test_tools(void)
 		if (a && json_get(a, "destructiveHint")->b)
 			destructive++;
 	}
-	is_int(destructive, 2, "two tools are destructive");
+	is_int(destructive, 3, "three tools are destructive");
 	ok(json_get(json_get(tool_named(tools, "delete_sandbox"), "annotations"),
 		    "destructiveHint")->b &&
 	   json_get(json_get(tool_named(tools, "delete_sandbox_volume"), "annotations"),
 		    "destructiveHint")->b, "delete_sandbox and delete_sandbox_volume");
-	ok(!tool_named(tools, "list_sandbox_snapshots") &&
-	   !tool_named(tools, "delete_sandbox_snapshot"), "no snapshot tools (no such service)");
+	ok(json_get(json_get(tool_named(tools, "delete_sandbox_snapshot"), "annotations"),
+		    "destructiveHint")->b &&
+	   json_get(json_get(tool_named(tools, "list_sandbox_snapshots"), "annotations"),
+		    "readOnlyHint")->b && !tool_named(tools, "snapshot_sandbox"),
+	   "delete_sandbox_snapshot destructive, list_sandbox_snapshots read-only, no "
+	   "snapshot_sandbox");
 	props = json_get(json_get(tool_named(tools, "get_sandbox"), "outputSchema"), "properties");
 	ok(props && json_get(props, "expiresAt") &&
 	   strcmp(json_get(json_get(props, "expiresAt"), "type")->str, "integer") == 0,
@@ -274,7 +278,7 @@ static void test_gate(void)
 	tools = json_get(j, "tools");
 	ok(!tool_named(tools, "create_sandbox") && !tool_named(tools, "create_sandbox_volume"),
 	   "no readable template, no pool: both creates hidden");
-	ok(tool_named(tools, "list_sandboxes") && tools->n == 8, "the other eight listed");
+	ok(tool_named(tools, "list_sandboxes") && tools->n == 10, "the other ten listed");
 	json_free(j);
 	F.templates = 1;
 	j = list(true);
@@ -512,9 +516,9 @@ static void test_exec_tools(void)
 	free(out);
 	tools = json_get(j, "tools");
 	ok(tool_named(tools, "run_command") && tool_named(tools, "write_file") &&
-	   tool_named(tools, "read_file") && tools->n == 13,
+	   tool_named(tools, "read_file") && tools->n == 15,
 	   "a transport that can run commands lists run_command, write_file, read_file");
-	for (size_t i = 10; tools && i < tools->n; i++)
+	for (size_t i = 12; tools && i < tools->n; i++)
 		ok(schema_ok(json_get(tools->kids[i], "inputSchema")) &&
 		   schema_ok(json_get(tools->kids[i], "outputSchema")), "%s: object schemas",
 		   json_get(tools->kids[i], "name")->str);
