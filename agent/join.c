@@ -18,6 +18,7 @@
 
 #include "log.h"
 #include "pki.h"
+#include "report.h"
 #include "runtime.h"
 #include "state.h"
 #include "util.h"
@@ -159,12 +160,18 @@ int join_save(const char *state_dir, const Bc__Node__V1__JoinResponse *resp, con
 	return write_file(state_dir, JOIN_CERT_FILE, resp->certificate_pem, 0644);
 }
 
-/* The JoinRequest of cfg; labels point into entries (n_labels of them). */
-static void join_request(const struct agent_config *cfg, const char *csr,
+/* The JoinRequest of cfg; labels point into entries (n_labels of them,
+ * plus cpu.model when the config names none: the host's model from
+ * /proc/cpuinfo, which memory restores are placed by; the controller takes
+ * a node's labels only from its join). */
+static void join_request(const struct agent_config *cfg, const char *csr, const char *cpu_model,
 			 Bc__Node__V1__JoinRequest *q, Bc__Node__V1__Capacity *cap,
 			 Bc__Node__V1__JoinRequest__LabelsEntry *entries,
 			 Bc__Node__V1__JoinRequest__LabelsEntry **ptrs)
 {
+	size_t n = cfg->n_labels;
+	bool has_cpu = false;
+
 	q->token = cfg->join_token;
 	q->csr_pem = (char *)csr;
 	q->hostname = cfg->hostname;
@@ -179,8 +186,16 @@ static void join_request(const struct agent_config *cfg, const char *csr,
 		entries[i].key = cfg->label_list[i].key;
 		entries[i].value = cfg->label_list[i].value;
 		ptrs[i] = &entries[i];
+		has_cpu = has_cpu || strcmp(entries[i].key, "cpu.model") == 0;
 	}
-	q->n_labels = cfg->n_labels;
+	if (!has_cpu && cpu_model && *cpu_model) {
+		bc__node__v1__join_request__labels_entry__init(&entries[n]);
+		entries[n].key = "cpu.model";
+		entries[n].value = (char *)cpu_model;
+		ptrs[n] = &entries[n];
+		n++;
+	}
+	q->n_labels = n;
 	q->labels = ptrs;
 }
 
@@ -214,7 +229,8 @@ static int join_call(const struct agent_config *cfg, const char *ca, bc_error *e
 {
 	Bc__Node__V1__JoinRequest q = BC__NODE__V1__JOIN_REQUEST__INIT;
 	Bc__Node__V1__Capacity cap = BC__NODE__V1__CAPACITY__INIT;
-	Bc__Node__V1__JoinRequest__LabelsEntry entries[CFG_MAX_LABELS], *ptrs[CFG_MAX_LABELS];
+	Bc__Node__V1__JoinRequest__LabelsEntry entries[CFG_MAX_LABELS + 1], *ptrs[CFG_MAX_LABELS + 1];
+	_cleanup_free_ char *cpuinfo = NULL, *cpu_model = NULL;
 	struct rpc_tls tls = {.ca_pem = ca};
 	struct rpc_client_opts o = {.target = cfg->controller, .tls = &tls,
 				    .max_message_bytes = CLIENT_MAX_MESSAGE};
@@ -231,7 +247,9 @@ static int join_call(const struct agent_config *cfg, const char *ca, bc_error *e
 		e = bc_error_set(err, BC_INVALID_CONFIG, "cannot make a client for %s", cfg->controller);
 		goto out;
 	}
-	join_request(cfg, csr, &q, &cap, entries, ptrs);
+	if (file_read_all("/proc/cpuinfo", 1 << 22, &cpuinfo, NULL) == 0)
+		cpu_model = report_cpu_model(cpuinfo);
+	join_request(cfg, csr, cpu_model, &q, &cap, entries, ptrs);
 	rpc_method_path(&bc__node__v1__node__descriptor, "Join", path, sizeof(path));
 	e = rpc_client_unary(cl, path, &q.base, &bc__node__v1__join_response__descriptor, &resp,
 			     JOIN_TIMEOUT_MS, err);
