@@ -14,8 +14,9 @@
  * when a readable template names one or Pools.List answers the operator.
  * The gate only hides: every call is still decided by the API.
  *
- * No tool takes a snapshot (the spec's choice: a snapshot holds memory and
- * secrets); list_sandbox_snapshots and delete_sandbox_snapshot manage them. */
+ * Beyond the spec's tools (issue 19), snapshot_sandbox takes a snapshot:
+ * Sandboxes.Snapshot decides it as compute:sandboxes:update on the sandbox
+ * like any caller's, and the snapshot belongs to the sandbox's owner. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +112,21 @@ static const struct mcp_tool tools[] = {
 	{"delete_sandbox", "Delete a sandbox", "Delete a sandbox: its guest and disk are gone.",
 	 OBJ(P_STR("sandboxId", "sbx_..."), REQ("\"sandboxId\"")), SBX_SVC, "Delete",
 	 {{"sandboxId", "sandboxId"}}, MCP_HINT_DESTRUCTIVE | MCP_HINT_IDEMPOTENT, GATE_NONE, NULL},
+	{"snapshot_sandbox", "Snapshot a sandbox",
+	 "Save a sandbox's disk and (includeMemory, default true) memory to the snapshot store; "
+	 "the sandbox keeps running. Answers {idempotencyKey, snapshot}: the snapshot is pending "
+	 "until the host uploaded it (see list_sandbox_snapshots). It holds the sandbox's "
+	 "processes, files and secrets; only the sandbox's owner can restore it.",
+	 OBJ(P_STR("sandboxId", "sbx_...") ","
+	     "\"includeMemory\":{\"type\":\"boolean\",\"default\":true,\"description\":"
+	     "\"memory and disk (true) or the disk only\"},"
+	     "\"keep\":{\"type\":\"boolean\",\"default\":false,\"description\":"
+	     "\"keep the snapshot after the sandbox is deleted\"}," P_KEY,
+	     REQ("\"sandboxId\"")),
+	 SBX_SVC, "Snapshot",
+	 {{"sandboxId", "sandboxId"}, {"includeMemory", "includeMemory"}, {"keep", "keep"},
+	  {"idempotencyKey", "idempotencyKey"}},
+	 MCP_HINT_IDEMPOTENT, GATE_NONE, "snapshot"},
 	{"list_sandbox_snapshots", "List sandbox snapshots",
 	 "Sandbox snapshots that are not deleted, newest first: state, includeMemory, keep, "
 	 "size, and ownerIdentityId (only the owner restores one).",

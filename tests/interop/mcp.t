@@ -12,17 +12,30 @@
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib/stack.sh"
 . "$here/../lib/sshd.sh"
+. "$here/../lib/s3.sh"
 
 command -v node >/dev/null || skip_all "node is not installed (contrib/install-deps.sh)"
 if [ ! -d "$here/node_modules/@modelcontextprotocol/sdk" ]; then
 	(cd "$here" && npm ci --no-audit --no-fund --silent) >&2 || bail_out "npm ci in tests/interop failed"
 fi
 
+# snapshot_sandbox: a real S3-compatible store (s3rver over http on
+# loopback, behind the test-only switches) that bcd's fake runtime uploads to
+S3D=$(mktemp -d /tmp/bc-mcp-s3.XXXXXX) || bail_out "no temp dir"
+s3_up "$S3D" snaps || bail_out "s3rver did not start"
 export BC_CTL_EXTRA_CONF="sandbox_account = root
 http_listen = 127.0.0.1:0
 mcp_max_sessions = 64
-mcp_allowed_origins = https://console.example"
+mcp_allowed_origins = https://console.example
+snapshot_store_endpoint = $S3_ENDPOINT
+snapshot_store_bucket = $S3_BUCKET
+snapshot_store_path_style = 1
+snapshot_store_access_key_id = $S3_ACCESS_KEY_ID
+snapshot_store_allow_http_loopback_for_tests = 1"
+export BC_AGENT_EXTRA_CONF="snapshot_store_allow_http_loopback_for_tests = 1"
 stack_up --controllers 1 --agents 1 --agent-capacity 16,32768,100 || bail_out "stack_up failed"
+"$BC_BIN/bc-controller" snapshot-store set-secret --config "$STACK_DIR/ctl-1.conf" <"$S3_SECRET_FILE" \
+	>/dev/null 2>&1 || bail_out "set-secret"
 img=$(stack_image_create mcp-img) || bail_out "no image"
 jid() { json_get "$1" id; }
 http_port=$(sed -n 's/.*serving JSON\/HTTP on .* (port \([0-9]*\)).*/\1/p' "$STACK_DIR/ctl-1.log" | tail -n1)
@@ -69,7 +82,7 @@ out=$STACK_DIR/mcp-node.out
 node_rc=$?
 
 node_results "$out"
-ok "$([ "$NODE_RESULTS" -ge 16 ]; echo $?)" "node ran the MCP subtests ($NODE_RESULTS)"
+ok "$([ "$NODE_RESULTS" -ge 17 ]; echo $?)" "node ran the MCP subtests ($NODE_RESULTS)"
 is "$node_rc" 0 'node --test exits 0'
 ok "$(! grep -q 'Sanitizer' "$out"; echo $?)" 'no sanitizer report from bcctl mcp (its stderr is in the output)'
 if tap_failed; then

@@ -50,12 +50,13 @@ after(async () => {
 	for (const c of clients) await c.close();
 });
 
-// the spec's tools (less the two snapshot tools: no SandboxSnapshots yet)
-// and, over stdio, the three that run code and move files
+// the spec's tools, snapshot_sandbox and, over stdio, the three that run
+// code and move files
 const stdioTools = [
-	'create_sandbox', 'create_sandbox_volume', 'delete_sandbox', 'delete_sandbox_volume',
-	'extend_sandbox', 'get_sandbox', 'list_sandbox_templates', 'list_sandbox_volumes',
-	'list_sandboxes', 'read_file', 'resize_sandbox_volume', 'run_command', 'write_file',
+	'create_sandbox', 'create_sandbox_volume', 'delete_sandbox', 'delete_sandbox_snapshot',
+	'delete_sandbox_volume', 'extend_sandbox', 'get_sandbox', 'list_sandbox_snapshots',
+	'list_sandbox_templates', 'list_sandbox_volumes', 'list_sandboxes', 'read_file',
+	'resize_sandbox_volume', 'run_command', 'snapshot_sandbox', 'write_file',
 ];
 
 // The error body of a refused call (a tool result with isError).
@@ -74,7 +75,7 @@ test('initialize over stdio: server info and the tools capability', async () => 
 	await alice.ping();
 });
 
-test('tools/list: the thirteen stdio tools, every schema compiles', async () => {
+test('tools/list: the sixteen stdio tools, every schema compiles', async () => {
 	const { tools } = await alice.listTools();
 	assert.deepEqual(tools.map((t) => t.name).sort(), stdioTools);
 	const ajv = new Ajv({ strict: false });
@@ -156,6 +157,35 @@ async function refusals(alice, carol) {
 }
 
 test('sandbox: create, extend, get, list, delete', () => sandboxLifecycle(alice));
+// snapshot_sandbox on the fake runtime: bcd captures and uploads to the
+// stack's s3rver; the snapshot becomes ready, is listed, then deleted
+async function snapshotLifecycle(alice) {
+	let res = await alice.callTool({
+		name: 'create_sandbox', arguments: { templateId: env.TEMPLATE_ID, ttlSeconds: 900, waitSeconds: 20 },
+	});
+	const sandboxId = res.structuredContent.sandbox.id;
+	res = await alice.callTool({ name: 'snapshot_sandbox', arguments: { sandboxId, includeMemory: false } });
+	assert.notEqual(res.isError, true, res.content?.[0]?.text);
+	const { idempotencyKey, snapshot } = res.structuredContent;
+	assert.match(snapshot.id, /^snap_/);
+	assert.equal(snapshot.includeMemory ?? false, false, 'disk only');
+	res = await alice.callTool({ name: 'snapshot_sandbox', arguments: { sandboxId, includeMemory: false, idempotencyKey } });
+	assert.equal(res.structuredContent.snapshot.id, snapshot.id, 'the same key, the same snapshot');
+	let state = snapshot.state;
+	for (let i = 0; i < 120 && state !== 'ready'; i++) {
+		await new Promise((r) => setTimeout(r, 500));
+		res = await alice.callTool({ name: 'list_sandbox_snapshots', arguments: { sandboxId } });
+		state = res.structuredContent.items?.find((x) => x.id === snapshot.id)?.state;
+		assert.notEqual(state, 'failed', JSON.stringify(res.structuredContent));
+	}
+	assert.equal(state, 'ready', 'the host uploaded it');
+	res = await alice.callTool({ name: 'delete_sandbox_snapshot', arguments: { snapshotId: snapshot.id } });
+	assert.notEqual(res.isError, true, res.content?.[0]?.text);
+	assert.equal(res.structuredContent.state, 'deleted');
+	await alice.callTool({ name: 'delete_sandbox', arguments: { sandboxId } });
+}
+test('snapshot_sandbox: taken, ready, listed, deleted', () => snapshotLifecycle(alice));
+
 test('volume: create, resize, delete', () => volumeLifecycle(alice));
 test('refusals are tool results with the API code and details',
 	async () => refusals(alice, await connect(env.CAROL_TOKEN)));
@@ -171,7 +201,7 @@ test('the gate: a tenant identity without template read sees no create tools', a
 	assert.ok(!names.includes('create_sandbox'), 'create_sandbox hidden');
 	assert.ok(!names.includes('create_sandbox_volume'), 'create_sandbox_volume hidden');
 	assert.ok(names.includes('list_sandboxes'), 'the open tools listed');
-	assert.equal(names.length, 13);
+	assert.equal(names.length, 14);
 });
 
 const noExec = env.EXEC_SANDBOX ? false : 'no sshd to stand for the guest (mcp.t needs root)';
@@ -251,7 +281,7 @@ test('write_file and read_file: a binary file byte for byte', { skip: noExec }, 
 
 let halice;
 
-test('HTTP /mcp: initialize, the ten API tools (none that needs ssh), schemas', async () => {
+test('HTTP /mcp: initialize, the thirteen API tools (none that needs ssh), schemas', async () => {
 	halice = await connectHttp(env.ALICE_TOKEN);
 	assert.equal(halice.getServerVersion().name, 'bc-controller');
 	const { tools } = await halice.listTools();
@@ -273,7 +303,7 @@ test('HTTP: the gate hides the creates from carol', async () => {
 	const carol = await connectHttp(env.CAROL_TOKEN);
 	const names = (await carol.listTools()).tools.map((t) => t.name);
 	assert.ok(!names.includes('create_sandbox') && !names.includes('create_sandbox_volume'));
-	assert.equal(names.length, 10);
+	assert.equal(names.length, 11);
 });
 
 // raw requests: the transport's own rules

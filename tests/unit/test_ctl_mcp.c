@@ -234,7 +234,7 @@ static void test_tools(void)
 	const struct json *tools = j ? json_get(j, "tools") : NULL, *t, *props;
 	size_t destructive = 0;
 
-	ok(tools && tools->type == JSON_ARRAY && tools->n == 12, "twelve tools without the gate");
+	ok(tools && tools->type == JSON_ARRAY && tools->n == 13, "thirteen tools without the gate");
 	for (size_t i = 0; tools && i < tools->n; i++) {
 		const struct json *a;
 
@@ -253,9 +253,11 @@ static void test_tools(void)
 	ok(json_get(json_get(tool_named(tools, "delete_sandbox_snapshot"), "annotations"),
 		    "destructiveHint")->b &&
 	   json_get(json_get(tool_named(tools, "list_sandbox_snapshots"), "annotations"),
-		    "readOnlyHint")->b && !tool_named(tools, "snapshot_sandbox"),
-	   "delete_sandbox_snapshot destructive, list_sandbox_snapshots read-only, no "
-	   "snapshot_sandbox");
+		    "readOnlyHint")->b && tool_named(tools, "snapshot_sandbox") &&
+	   !json_get(json_get(tool_named(tools, "snapshot_sandbox"), "annotations"),
+		     "destructiveHint")->b,
+	   "delete_sandbox_snapshot destructive, list_sandbox_snapshots read-only, "
+	   "snapshot_sandbox neither");
 	props = json_get(json_get(tool_named(tools, "get_sandbox"), "outputSchema"), "properties");
 	ok(props && json_get(props, "expiresAt") &&
 	   strcmp(json_get(json_get(props, "expiresAt"), "type")->str, "integer") == 0,
@@ -278,7 +280,7 @@ static void test_gate(void)
 	tools = json_get(j, "tools");
 	ok(!tool_named(tools, "create_sandbox") && !tool_named(tools, "create_sandbox_volume"),
 	   "no readable template, no pool: both creates hidden");
-	ok(tool_named(tools, "list_sandboxes") && tools->n == 10, "the other ten listed");
+	ok(tool_named(tools, "list_sandboxes") && tools->n == 11, "the other eleven listed");
 	json_free(j);
 	F.templates = 1;
 	j = list(true);
@@ -338,6 +340,24 @@ static void test_calls(void)
 	   strcmp(json_get(json_get(txt, "sandbox"), "id")->str, "sbx_1") == 0,
 	   "with a text copy of the structured result");
 	json_free(txt);
+	json_free(req);
+	json_free(j);
+
+	free(F.last_req);
+	F = (struct fake){.answer = "{\"id\":\"snap_1\",\"state\":\"pending\"}"};
+	r = call("snapshot_sandbox", "{\"sandboxId\":\"sbx_1\",\"includeMemory\":false,\"keep\":true}",
+		 &j);
+	is_str(F.method, "Sandboxes.Snapshot", "snapshot_sandbox calls Sandboxes.Snapshot");
+	req = NULL;
+	json_parse(F.last_req, strlen(F.last_req), &req, NULL);
+	ok(req && strcmp(json_get(req, "sandboxId")->str, "sbx_1") == 0 &&
+	   json_get(req, "includeMemory") && !json_get(req, "includeMemory")->b &&
+	   json_get(req, "keep")->b && strncmp(json_get(req, "idempotencyKey")->str, "mcp_", 4) == 0,
+	   "with sandboxId, includeMemory false, keep and a fresh idempotency key");
+	sc = r ? json_get(r, "structuredContent") : NULL;
+	ok(r && !json_get(r, "isError")->b && sc && json_get(sc, "idempotencyKey") &&
+	   strcmp(json_get(json_get(sc, "snapshot"), "id")->str, "snap_1") == 0,
+	   "answers {idempotencyKey, snapshot}");
 	json_free(req);
 	json_free(j);
 
@@ -516,9 +536,9 @@ static void test_exec_tools(void)
 	free(out);
 	tools = json_get(j, "tools");
 	ok(tool_named(tools, "run_command") && tool_named(tools, "write_file") &&
-	   tool_named(tools, "read_file") && tools->n == 15,
+	   tool_named(tools, "read_file") && tools->n == 16,
 	   "a transport that can run commands lists run_command, write_file, read_file");
-	for (size_t i = 12; tools && i < tools->n; i++)
+	for (size_t i = 13; tools && i < tools->n; i++)
 		ok(schema_ok(json_get(tools->kids[i], "inputSchema")) &&
 		   schema_ok(json_get(tools->kids[i], "outputSchema")), "%s: object schemas",
 		   json_get(tools->kids[i], "name")->str);
