@@ -44,6 +44,10 @@ struct inst_new {
 	 * reconciler creates for the template's author), else the caller */
 	const struct principal *owner;
 	bool ssh_from_host_only;         /* placed only on nodes that enforce it */
+	/* the volumes it attaches (volume_attach.h: locked and checked by
+	 * va_prepare_tx), or NULL: recorded before placement, in its
+	 * cloud-config, and it is placed only on their host */
+	const struct va_attach *volumes;
 	/* the action decided on the staged instance (compute:instances:create),
 	 * or NULL when the caller decided on its own resource (a sandbox) */
 	const char *decide_action;

@@ -107,6 +107,8 @@ struct place_req {
 	int64_t memory_mib, disk_gib;
 	int gpus;
 	const char *const *labels;   /* node labels required (keys), NULL-terminated */
+	const char *only_node;       /* NULL or "": any node of the pool; else only this one
+				      * (an instance's volumes' host) */
 };
 
 /* Book capacity for an instance on the best node of its pool that has room

@@ -45,13 +45,15 @@
 	"host(l.address) FROM ip_leases l WHERE l.instance_id = i.id LIMIT 1), ''), i.gpus, "   \
 	"i.tenant_id, coalesce(i.user_data_ref, ''), coalesce(masklen(p.ipam_subnet), 0), "               \
 	"coalesce(p.ipam_subnet6::text, ''), (i.warm_template_id IS NOT NULL AND "                \
-	"i.desired_state = 'paused')"
+	"i.desired_state = 'paused'), coalesce((SELECT string_agg(v.id || ' ' || v.serial || ' ' " \
+	"|| iv.read_only::text, E'\\n' ORDER BY v.id) FROM instance_volumes iv JOIN volumes v ON " \
+	"v.id = iv.volume_id WHERE iv.instance_id = i.id), '')"
 /* The columns of SPEC_INST_COLS, in order. */
 enum {
 	SI_ID, SI_RUNTIME, SI_DESIRED, SI_VCPUS, SI_MEMORY_MIB, SI_DISK_GIB, SI_HUGE_PAGES,
 	SI_NUMA_NODE, SI_IMAGE_ID, SI_IMAGE_URL, SI_IMAGE_SHA256, SI_IMAGE_FORMAT, SI_IMAGE_SIZE,
 	SI_NETWORK_POLICY, SI_SSH_HOST_ONLY, SI_MAC, SI_IPV4, SI_GPUS, SI_TENANT, SI_USER_DATA_REF,
-	SI_IPV4_PREFIX, SI_SUBNET6, SI_PAUSE_AFTER_READY
+	SI_IPV4_PREFIX, SI_SUBNET6, SI_PAUSE_AFTER_READY, SI_VOLUMES
 };
 
 /* The node's header, in order (build_tx). */
@@ -109,6 +111,31 @@ static Bc__Node__V1__NicSpec *nic(const PGresult *r, int i)
 	return n;
 }
 
+/* The instance's attachments from SI_VOLUMES' "id serial true|false" lines. */
+static void inst_volumes(Bc__Node__V1__InstanceSpec *s, const char *text)
+{
+	size_t n = *text ? 1 : 0;
+
+	for (const char *p = text; *p; p++)
+		n += *p == '\n';
+	s->volumes = xcalloc(n + 1, sizeof(*s->volumes));
+	for (const char *p = text; *p;) {
+		const char *end = strchr(p, '\n');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		char id[64] = "", serial[64] = "", ro[8] = "", line[160];
+		snprintf(line, sizeof(line), "%.*s", (int)(len < 159 ? len : 159), p);
+		if (sscanf(line, "%63s %63s %7s", id, serial, ro) == 3) {
+			Bc__Node__V1__VolumeAttachment *v = xmalloc(sizeof(*v));
+			bc__node__v1__volume_attachment__init(v);
+			v->volume_id = xstrdup(id);
+			v->serial = xstrdup(serial);
+			v->read_only = strcmp(ro, "true") == 0;
+			s->volumes[s->n_volumes++] = v;
+		}
+		p += len + (end ? 1 : 0);
+	}
+}
+
 static Bc__Node__V1__InstanceSpec *inst(const PGresult *r, int i)
 {
 	Bc__Node__V1__InstanceSpec *s = xmalloc(sizeof(*s));
@@ -144,6 +171,7 @@ static Bc__Node__V1__InstanceSpec *inst(const PGresult *r, int i)
 	/* a warm instance (unclaimed, desired paused): paused only once its
 	 * guest reported up, so the pool holds booted guests */
 	s->pause_after_ready = db_bool(r, i, SI_PAUSE_AFTER_READY);
+	inst_volumes(s, db_val(r, i, SI_VOLUMES));
 	return s;
 }
 

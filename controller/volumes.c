@@ -120,6 +120,31 @@ static int vol_decide(rpc_call *c, const char *action, const Bc__Compute__V1__Sa
 	return authz_decide(c, ctl_db(c), action, &t, err);
 }
 
+int vol_decide_on(rpc_call *c, const char *action, const Bc__Compute__V1__SandboxVolume *v,
+		  bc_error *err)
+{
+	return vol_decide(c, action, v, err);
+}
+
+int vol_lookup(rpc_call *c, const char *tenant, const char *id, const char *name,
+	       Bc__Compute__V1__SandboxVolume **ret, bc_error *err)
+{
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, tenant);
+	dbp_str(&p, id);
+	dbp_str(&p, name);
+	if ((rc = db_one(ctl_db(c), &r, "SELECT " VOL_COLS " FROM volumes v WHERE v.tenant_id = $1 "
+			 "AND v.state <> 'deleted' AND (v.id = $2 OR ($2 = '' AND v.name = $3))", &p,
+			 err, "sandbox volume %s not found", *id ? id : name)) < 0)
+		return rc;
+	*ret = vol_from_row(c, r, 0);
+	PQclear(r);
+	return 0;
+}
+
 /* One volume of tenant, deleted ones included (NOT_FOUND otherwise). */
 static int vol_fetch(rpc_call *c, const char *tenant, const char *id,
 		     Bc__Compute__V1__SandboxVolume **ret, bc_error *err)

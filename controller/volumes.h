@@ -5,6 +5,7 @@
 #include <stddef.h>
 
 #include "db.h"
+#include "bc/compute/v1/volumes.pb-c.h"
 #include "rpc.h"
 
 #define VOL_SIZE_MAX_GIB 16384
@@ -15,6 +16,15 @@
 
 /* The handlers of bc.compute.v1.SandboxVolumes (server.c's table). */
 const struct rpc_handler *vol_handlers(size_t *ret_n);
+
+/* Decide action on v (read by vol_lookup) as the API decides on a volume:
+ * compute-sandbox-volume/<id> under its pool, with its attributes. */
+int vol_decide_on(rpc_call *c, const char *action, const Bc__Compute__V1__SandboxVolume *v,
+		  bc_error *err);
+/* A volume of tenant that is not deleted, by id, or by name when id is "":
+ * into the call's arena; NOT_FOUND otherwise. */
+int vol_lookup(rpc_call *c, const char *tenant, const char *id, const char *name,
+	       Bc__Compute__V1__SandboxVolume **ret, bc_error *err);
 
 /* vol_ + 26 characters derived from tenant, caller and idempotency key. */
 void vol_derive_id(const char *tenant, const char *caller, const char *key, char out[32]);
