@@ -249,6 +249,7 @@ int cli_image_create(struct cli_ctx *ctx, int argc, char **argv);
 
 int cli_node_join_token(struct cli_ctx *ctx, int argc, char **argv);
 int cli_node_set_capacity(struct cli_ctx *ctx, int argc, char **argv);
+int cli_doctor_run(struct cli_ctx *ctx, int argc, char **argv);
 
 /* sandbox.c */
 /* secret.c */

@@ -63,15 +63,7 @@ enum {
 };
 COLS_CHECK(VOL_COLS, VOL_NCOLS)
 
-/* A host's volume-store headroom in bytes (bcd's rule): available less
- * reserved less outstanding, less what is booked for volumes on it beyond
- * the committed bytes it reported. NULL for a host that never reported its
- * store. Over nodes n. */
-#define HEADROOM_SQL                                                                       \
-	"(SELECT h.available_bytes - h.reserved_bytes - h.outstanding_bytes - greatest(0, "   \
-	"coalesce((SELECT sum(a.disk_gib) FROM allocations a WHERE a.node_id = n.id AND "     \
-	"a.owner_kind = 'volume' AND a.released_at IS NULL), 0) * 1073741824 - "             \
-	"h.committed_bytes) FROM host_volume_storage h WHERE h.node_id = n.id)"
+#define HEADROOM_SQL VOL_HEADROOM_SQL
 
 static Bc__Compute__V1__SandboxVolume *vol_from_row(rpc_call *c, const PGresult *r, int i)
 {

@@ -14,6 +14,17 @@
 /* the reconciler's fallback pass over deleting volumes */
 #define VOL_FINISH_PASS_MS 30000
 
+/* A host's volume-store headroom in bytes (bcd's rule): available less
+ * reserved less outstanding, less what is booked for volumes on it beyond
+ * the committed bytes it reported. NULL for a host that never reported its
+ * store; negative when more is booked than the store can hold. Over nodes
+ * n. */
+#define VOL_HEADROOM_SQL                                                                   \
+	"(SELECT h.available_bytes - h.reserved_bytes - h.outstanding_bytes - greatest(0, "   \
+	"coalesce((SELECT sum(a.disk_gib) FROM allocations a WHERE a.node_id = n.id AND "     \
+	"a.owner_kind = 'volume' AND a.released_at IS NULL), 0) * 1073741824 - "             \
+	"h.committed_bytes) FROM host_volume_storage h WHERE h.node_id = n.id)"
+
 /* The handlers of bc.compute.v1.SandboxVolumes (server.c's table). */
 const struct rpc_handler *vol_handlers(size_t *ret_n);
 

@@ -20,6 +20,10 @@ img=$(stack_image_create vol-img) || bail_out "no image"
 q() { psql -d bc -XAtq -c "$1"; }
 jid() { json_get "$1" id; }
 T=$BC_TOKEN
+adm() { # the admin API over JSON/HTTP: adm TOKEN PATH BODY
+	curl -sS --cacert "$BC_CA_FILE" -H "Authorization: Bearer $1" -H 'Content-Type: application/json' \
+		-w '\n%{http_code}' --data-binary "$3" "https://127.0.0.1:$HTTP_PORT/api/admin/$2"
+}
 n1=$(agent_node_id 1)
 n2=$(agent_node_id 2)
 
@@ -186,5 +190,23 @@ sbx_ready() { [ "$(json_get "$(bcctl --format json sandbox get "$1")" state)" = 
 eventually 90 sbx_ready "$s5"
 ok $? 'once the host reports the capability again, it is placed there and ready'
 is "$(json_get "$(bcctl --format json sandbox get "$s5")" node_id)" "$host" '... on the volumes host'
+
+# -- the doctor on the volume stores: stale and unreported (the other host,
+# stopped: it stays "connected" for 5 minutes after its last report)
+ano=$([ "$agent_no" = 1 ] && echo 2 || echo 1)
+agent_kill "$ano"
+"$BC_BIN/bc-controller" doctor --config "$STACK_DIR/ctl-1.conf" >"$STACK_DIR/doc" 2>&1
+is "$? $(cat "$STACK_DIR/doc")" '0 ok' 'doctor: ok while every store report is fresh'
+q "UPDATE host_volume_storage SET reported_at = now() - interval '2 hours' WHERE node_id = '$other'" >/dev/null
+out=$("$BC_BIN/bc-controller" doctor --config "$STACK_DIR/ctl-1.conf" 2>&1)
+is "$?" 0 'a stale report is a warning (exit 0)'
+like "$out" "warn vps.volumes.storage-stale $other: its volume store report is 1[0-9][0-9] minutes old" \
+	'... vps.volumes.storage-stale names the host'
+q "DELETE FROM host_volume_storage WHERE node_id = '$other'" >/dev/null
+out=$(adm "$T" doctor/run '{}')
+is "$(printf '%s\n' "$out" | sed '$d' | jq -r '[.findings[] | .severity + " " + .check + " " + .nodeId] | join(",")')" \
+	"warn vps.volumes.storage-unreported $other" 'POST /api/admin/doctor/run: storage-unreported for a host with the capability and no store'
+out=$(adm "$A" doctor/run '{}')
+is "$(printf '%s\n' "$out" | tail -n 1)" 403 '... refused to a tenant identity (operators only)'
 
 done_testing
