@@ -115,6 +115,22 @@ api_refused "$T" sandboxtemplates/update "{\"templateId\":\"$trw\",\"warm\":{\"m
 	400 INVALID_INPUT reason=volumes-warm 'update: a warm pool for a template with volumes'
 api_refused "$T" sandboxvolumes/delete "{\"volumeId\":\"$m1\"}" 409 CONFLICT reason=volume-named \
 	'a volume a live template names cannot be deleted'
+# an update that changes what the guest runs decides the current list; a
+# mount made writable meanwhile is CONFLICT volumes-changed
+psql -d bc -XAtq -c "BEGIN; SELECT 1 FROM sandbox_templates WHERE id = '$tro' FOR UPDATE;
+	SELECT pg_sleep(3); UPDATE template_volumes SET read_only = false WHERE template_id = '$tro';
+	COMMIT;" >/dev/null &
+racer=$!
+sleep 1
+v0=$(q "SELECT version FROM sandbox_templates WHERE id = '$tro'")
+bcctl sandbox-template update "$tro" --network egress >/dev/null 2>"$STACK_DIR/err"
+is "$?" 4 'an update decided on a read-only mount made writable meanwhile: CONFLICT'
+like "$(cat "$STACK_DIR/err")" 'volumes-changed' '... reason volumes-changed'
+wait "$racer"
+is "$(q "SELECT version FROM sandbox_templates WHERE id = '$tro'")" "$v0" '... and it wrote nothing'
+q "UPDATE template_volumes SET read_only = true WHERE template_id = '$tro'" >/dev/null
+out=$(bcctl --format json sandbox-template update "$tro" --network egress) || fail 'update again'
+is "$(json_get "$out" version)" "$((v0 + 1))" 'retried, it is decided again and written'
 
 # -- sandboxes attach
 srows() { q "SELECT (SELECT count(*) FROM sandboxes) || ' ' || (SELECT count(*) FROM instances) || ' ' || (SELECT count(*) FROM instance_volumes)"; }
@@ -159,9 +175,12 @@ inst4=$(json_get "$out" instance_id)
 is "$(json_get "$out" state)" ready 'a read-write sandbox again once the others are gone'
 ser1=$(q "SELECT serial FROM volumes WHERE id = '$m1'")
 agent_no=$([ "$host" = "$n1" ] && echo 1 || echo 2)
-spec_has() { grep -rqs "$ser1" "$STACK_DIR/agent-$agent_no"; }
+ser2=$(q "SELECT serial FROM volumes WHERE id = '$m2'")
+# the fake runtime's record of the instance lists its InstanceSpec.volumes
+spec_has() { grep -rqsF --exclude='*.raw' "volume=$m1|$ser1|rw" "$STACK_DIR/agent-$agent_no" &&
+	grep -rqsF --exclude='*.raw' "volume=$m2|$ser2|ro" "$STACK_DIR/agent-$agent_no"; }
 eventually 20 spec_has
-ok $? "the volumes' host holds the instance's attachment (its serial) from its spec"
+ok $? "the volumes' host runs the instance with its attachments (InstanceSpec.volumes: id, serial, rw/ro)"
 bcctl sandbox delete "$s4" >/dev/null
 eventually 60 inst_gone "$inst4"
 
