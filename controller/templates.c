@@ -9,6 +9,8 @@
  * version; one that changes what the guest runs also raises the internal
  * instance_version (warm instances of an older one are never claimed).
  * Delete hides the template and frees its name; its sandboxes live on.
+ * The volumes a template names are volume_attach.c's (checked, decided on
+ * each volume, written in the template's transaction).
  * None of these publishes an event. */
 #include <errno.h>
 #include <inttypes.h>
