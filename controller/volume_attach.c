@@ -86,6 +86,9 @@ int va_check(Bc__Compute__V1__TemplateVolume *const *v, size_t n, bc_error *err)
 		if (!str_is_printable(v[i]->volume_id, 39) || !str_is_printable(v[i]->name, 64))
 			return bad_volume(err, i, "", "volume-id-or-name", "%s",
 					  "a volume id or name of printable characters");
+		if (strcmp(m, "/") == 0)
+			return bad_volume(err, i, ".mountPath", "mount-path-system",
+					  "mountPath %s is a system path", m);
 		if (!bootdata_mount_path_ok(m))
 			return bad_volume(err, i, ".mountPath", "mount-path-invalid", "%s",
 					  "mountPath must be absolute, of [A-Za-z0-9._-] segments, "
