@@ -29,6 +29,9 @@
 #   warm claim -> port 22 /   real guests, median of 5       vs a cold create of the
 #     exec -- true            (bench/guest_ready.sh; root,       same guest (target
 #                             libvirtd, the guest image)        warm <= 1/20 of cold)
+#   sandbox volume dd         guest dd write/read on its     vs dd on the host on a raw
+#     write/read, create ->   volume (bench/volumes.sh; root,   file beside the volume's;
+#     file on the host        libvirtd, the guest image)        truncate -s 1G
 #   Sandboxes.Exec, exec      p50/p99; bcctl sandbox exec    vs Health.Check; ssh to the
 #     start to exit, 256 MiB  -- true; MiB/s; RSS per tunnel    same sshd; sshd's memory
 #     throughput, 100 tunnels with 100 open (bench/exec.sh;      per connection
@@ -49,6 +52,7 @@
 # spec push rows and the Instances.Create rows between them),
 # BENCH_ONLY=attack (only the API under attack rows; their knobs in
 # bench/attack.sh), BENCH_ONLY=seal (only the sealed store's rows),
+# BENCH_ONLY=volumes (only the sandbox volume rows, bench/volumes.sh),
 # BENCH_ONLY=exec (only the exec rows), BENCH_ONLY=guest (only the real-guest
 # warm/cold rows, bench/guest_ready.sh; BENCH_GUEST_N),
 # BC_BENCH (the C client; default $BC_SRC/build/bench/bc_bench), BC_BIN, BC_SRC.
@@ -199,6 +203,25 @@ guest_rows() {
 		tail -n 15 "$glog" >&2
 	fi
 }
+# The sandbox volume rows (bench/volumes.sh; real guests): dd in a guest
+# on its volume beside dd on the host's raw file, create -> file made.
+volume_rows() {
+	local before=${#rows[@]} vlog=$STACK_DIR/bench-volumes.log
+	log "volumes: guest dd on a volume vs host dd; create -> ready (bench/volumes.sh)"
+	while IFS=$'\t' read -r n m v pn pv; do
+		row "$n" "$m" "$v" "$pn" "$pv"
+	done < <(bash "$BC_SRC/bench/volumes.sh" 2>"$vlog")
+	cat "$vlog" >>"$STACK_DIR/bench-client.log"
+	if [ "${#rows[@]}" = "$before" ]; then
+		log "volumes: no rows; bench/volumes.sh said:"
+		tail -n 15 "$vlog" >&2
+	fi
+}
+if [ "${BENCH_ONLY:-}" = volumes ]; then # just the sandbox volume rows
+	volume_rows
+	print_rows
+	exit 0
+fi
 if [ "${BENCH_ONLY:-}" = guest ]; then # just the real-guest warm/cold rows
 	guest_rows
 	print_rows
@@ -293,6 +316,7 @@ while IFS=$'\t' read -r n m v pn pv; do
 	row "$n" "$m" "$v" "$pn" "$pv"
 done < <(bash "$BC_SRC/bench/libvirt.sh" 2>>"$STACK_DIR/bench-client.log")
 guest_rows
+volume_rows
 
 # shellcheck source=exec.sh
 . "$here/exec.sh"

@@ -249,6 +249,7 @@ int cli_image_create(struct cli_ctx *ctx, int argc, char **argv);
 
 int cli_node_join_token(struct cli_ctx *ctx, int argc, char **argv);
 int cli_node_set_capacity(struct cli_ctx *ctx, int argc, char **argv);
+int cli_doctor_run(struct cli_ctx *ctx, int argc, char **argv);
 
 /* sandbox.c */
 /* secret.c */
@@ -266,6 +267,11 @@ int cli_volume_create(struct cli_ctx *ctx, int argc, char **argv);
 int cli_volume_get(struct cli_ctx *ctx, int argc, char **argv);
 int cli_volume_resize(struct cli_ctx *ctx, int argc, char **argv);
 int cli_volume_delete(struct cli_ctx *ctx, int argc, char **argv);
+#define CLI_VOLUMES_MAX 16
+struct Bc__Compute__V1__TemplateVolume;
+int cli_volumes_parse(struct cli_ctx *ctx, char *list,
+		      struct Bc__Compute__V1__TemplateVolume *v,
+		      struct Bc__Compute__V1__TemplateVolume **vp, size_t *ret_n);
 /* sandbox_exec.c */
 int cli_sandbox_exec(struct cli_ctx *ctx, int argc, char **argv);
 int cli_sandbox_cp(struct cli_ctx *ctx, int argc, char **argv);

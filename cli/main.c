@@ -42,6 +42,9 @@ static const struct cli_verb verbs[] = {
 	{"node", "list", cli_res_list, "[--pool ID] [--limit N] [--cursor C]",
 	 "List nodes.", &cli_nodes},
 	{"node", "get", cli_res_call, "ID", "Show one node.", &cli_nodes},
+	{"doctor", "run", cli_doctor_run, "",
+	 "The control plane's self-check (Doctor.Run): warn and fail findings, e.g. a host "
+	 "whose volume store is full, unreported or stale."},
 	{"node", "retire", cli_res_call, "ID",
 	 "Retire a node: no new placements, certificate refused.", &cli_nodes},
 	{"node", "set-capacity", cli_node_set_capacity,
@@ -75,12 +78,14 @@ static const struct cli_verb verbs[] = {
 	{"sandbox-template", "create", cli_template_create,
 	 "--name N --pool ID --flavor F --image I [--user-data-file F] "
 	 "[--env NAME=secret://T/SECRET]... [--network egress|private|none] [--default-ttl 1h] "
-	 "[--max-ttl 24h] [--warm-min N [--warm-max N]] [--tenant T]",
+	 "[--max-ttl 24h] [--warm-min N [--warm-max N]] [--volumes NAME:/PATH[:ro],...] "
+	 "[--tenant T]",
 	 "Create a sandbox template (SandboxTemplates.Create)."},
 	{"sandbox-template", "update", cli_template_update,
 	 "ID [--flavor F] [--image I] [--user-data-file F | --no-user-data] "
 	 "[--env NAME=secret://T/SECRET... | --no-env] [--network P] "
-	 "[--default-ttl D] [--max-ttl D] [--warm-min N [--warm-max N]] [--tenant T]",
+	 "[--default-ttl D] [--max-ttl D] [--warm-min N [--warm-max N]] "
+	 "[--volumes NAME:/PATH[:ro],...] [--tenant T]",
 	 "Change only the fields given; raises the template's version."},
 	{"sandbox-template", "get", cli_res_call, "ID [--tenant T]",
 	 "Show one template.", &cli_templates},

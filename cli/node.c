@@ -128,3 +128,25 @@ const struct cli_resource cli_nodes = {
 	.svc = SVC, .id_field = "node_id", .id_help = "node id",
 	.list = list_flags, .n_list = ARRAY_SIZE(list_flags), .show_list = show_list,
 };
+
+static void show_doctor(const ProtobufCMessage *resp, FILE *out)
+{
+	const Bc__Admin__V1__DoctorReport *rep = (const void *)resp;
+
+	for (size_t i = 0; i < rep->n_findings; i++)
+		fprintf(out, "%s %s %s: %s\n", rep->findings[i]->severity, rep->findings[i]->check,
+			rep->findings[i]->node_id, rep->findings[i]->message);
+	if (rep->n_findings == 0)
+		fprintf(out, "ok\n");
+}
+
+/* bcctl doctor run: the control plane's self-check (Doctor.Run). */
+int cli_doctor_run(struct cli_ctx *ctx, int argc, char **argv)
+{
+	Bc__Admin__V1__RunDoctorRequest req = BC__ADMIN__V1__RUN_DOCTOR_REQUEST__INIT;
+	int r = cli_args_parse(ctx, NULL, 0, argc, argv);
+
+	if (r != 0)
+		return r;
+	return cli_run(ctx, &bc__admin__v1__doctor__descriptor, "Run", &req.base, show_doctor, 0);
+}

@@ -143,6 +143,8 @@ int cli_template_create(struct cli_ctx *ctx, int argc, char **argv)
 		BC__COMPUTE__V1__CREATE_SANDBOX_TEMPLATE_REQUEST__INIT;
 	Bc__Compute__V1__WarmPool warm = BC__COMPUTE__V1__WARM_POOL__INIT;
 	char *tenant = NULL, *name = NULL, *pool = NULL, *flavor = NULL, *image = NULL;
+	char *vols = NULL;
+	Bc__Compute__V1__TemplateVolume vv[CLI_VOLUMES_MAX], *vvp[CLI_VOLUMES_MAX];
 	_cleanup_free_ char *user_data = NULL;
 	int64_t ttl = 0, max_ttl = 0;
 	struct warm_args wa = {0};
@@ -170,6 +172,8 @@ int cli_template_create(struct cli_ctx *ctx, int argc, char **argv)
 		 .max = TTL_FLAG_MAX, .help = "default lifetime of a sandbox (default 1h)"},
 		{.name = "max-ttl", .type = CLI_DUR, .dst = &max_ttl, .meta = "D", .min = 1000,
 		 .max = TTL_FLAG_MAX, .help = "longest lifetime, extensions included (default 24h)"},
+		{.name = "volumes", .type = CLI_STR, .dst = &vols, .meta = "NAME:/PATH[:ro],...",
+		 .help = "volumes to mount, in order (a vol_... id or a name; :ro read-only)"},
 		WARM_FLAGS(&wa),
 		CLI_FLAG_TENANT(&tenant),
 	};
@@ -179,8 +183,11 @@ int cli_template_create(struct cli_ctx *ctx, int argc, char **argv)
 		r = warm_set(ctx, &wa, &warm, &req.warm);
 	if (r == 0)
 		r = env_split(ctx, &env, vals);
+	if (r == 0 && vols)
+		r = cli_volumes_parse(ctx, vols, vv, vvp, &req.n_volumes);
 	if (r != 0)
 		return r;
+	req.volumes = vvp;
 	ENV_FILL(&req, ev, evp, &env, vals,
 		 BC__COMPUTE__V1__CREATE_SANDBOX_TEMPLATE_REQUEST__ENV_ENTRY__INIT);
 	req.tenant_id = tenant ? tenant : (char *)"";
@@ -201,7 +208,8 @@ int cli_template_update(struct cli_ctx *ctx, int argc, char **argv)
 	Bc__Compute__V1__UpdateSandboxTemplateRequest req =
 		BC__COMPUTE__V1__UPDATE_SANDBOX_TEMPLATE_REQUEST__INIT;
 	Bc__Compute__V1__WarmPool warm = BC__COMPUTE__V1__WARM_POOL__INIT;
-	char *tenant = NULL, *id = NULL, *flavor = NULL, *image = NULL;
+	char *tenant = NULL, *id = NULL, *flavor = NULL, *image = NULL, *vols = NULL;
+	Bc__Compute__V1__TemplateVolume vv[CLI_VOLUMES_MAX], *vvp[CLI_VOLUMES_MAX];
 	_cleanup_free_ char *user_data = NULL;
 	int64_t ttl = 0, max_ttl = 0;
 	bool ttl_seen = false, max_seen = false, net_seen = false, no_ud = false, no_env = false;
@@ -230,6 +238,8 @@ int cli_template_update(struct cli_ctx *ctx, int argc, char **argv)
 		 .max = TTL_FLAG_MAX, .seen = &ttl_seen, .help = "new default lifetime"},
 		{.name = "max-ttl", .type = CLI_DUR, .dst = &max_ttl, .meta = "D", .min = 1000,
 		 .max = TTL_FLAG_MAX, .seen = &max_seen, .help = "new longest lifetime"},
+		{.name = "volumes", .type = CLI_STR, .dst = &vols, .meta = "NAME:/PATH[:ro],...",
+		 .help = "the volumes, replacing the list (\"\": none)"},
 		WARM_FLAGS(&wa),
 		CLI_FLAG_TENANT(&tenant),
 	};
@@ -244,8 +254,12 @@ int cli_template_update(struct cli_ctx *ctx, int argc, char **argv)
 	r = warm_set(ctx, &wa, &warm, &req.warm);
 	if (r == 0)
 		r = env_split(ctx, &env, vals);
+	if (r == 0 && vols)
+		r = cli_volumes_parse(ctx, vols, vv, vvp, &req.n_volumes);
 	if (r != 0)
 		return r;
+	req.volumes = vvp;
+	req.clear_volumes = vols && req.n_volumes == 0;
 	ENV_FILL(&req, ev, evp, &env, vals,
 		 BC__COMPUTE__V1__UPDATE_SANDBOX_TEMPLATE_REQUEST__ENV_ENTRY__INIT);
 	req.clear_env = no_env;

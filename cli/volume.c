@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "bc/compute/v1/sandboxes.pb-c.h"
 #include "bc/compute/v1/volumes.pb-c.h"
 #include "util.h"
 
@@ -153,3 +154,45 @@ const struct cli_resource cli_volumes = {
 	.list = volume_list_flags, .n_list = ARRAY_SIZE(volume_list_flags),
 	.show_list = show_volumes,
 };
+
+/* --volumes NAME:/path[:ro],... for sandbox-template create and update: in
+ * place (list is split), into v (and its pointers vp), at most
+ * CLI_VOLUMES_MAX entries. An entry that looks like a volume id (vol_...)
+ * is sent as volumeId, anything else as name. "" is no volume. 0, or a
+ * usage error for an entry without a name, an absolute path, or with a
+ * mode other than ro. */
+int cli_volumes_parse(struct cli_ctx *ctx, char *list, Bc__Compute__V1__TemplateVolume *v,
+		      Bc__Compute__V1__TemplateVolume **vp, size_t *ret_n)
+{
+	char *save = NULL, *e;
+	size_t n = 0;
+
+	for (e = strtok_r(list, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
+		char *path = strchr(e, ':'), *mode;
+		if (n == CLI_VOLUMES_MAX)
+			return cli_usage_error(ctx, "--volumes takes at most %d entries",
+					       CLI_VOLUMES_MAX);
+		if (!path || path == e || path[1] != '/')
+			return cli_usage_error(ctx, "--volumes wants NAME:/mount/path[:ro], not "
+					       "'%s'", e);
+		*path++ = '\0';
+		mode = strchr(path, ':');
+		if (mode) {
+			*mode++ = '\0';
+			if (strcmp(mode, "ro") != 0)
+				return cli_usage_error(ctx, "--volumes: mode '%s' of %s is not ro",
+						       mode, e);
+		}
+		bc__compute__v1__template_volume__init(&v[n]);
+		if (strncmp(e, "vol_", 4) == 0)
+			v[n].volume_id = e;
+		else
+			v[n].name = e;
+		v[n].mount_path = path;
+		v[n].read_only = mode != NULL;
+		vp[n] = &v[n];
+		n++;
+	}
+	*ret_n = n;
+	return 0;
+}

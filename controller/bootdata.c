@@ -366,6 +366,73 @@ static int ready_files(FILE *f, const struct bootdata_in *in)
 				CLOCK_SERVICE);
 }
 
+bool bootdata_mount_path_ok(const char *path)
+{
+	size_t n = strlen(path);
+	const char *seg = path;
+
+	if (n < 2 || n > BOOTDATA_MOUNT_PATH_MAX || path[0] != '/' || path[n - 1] == '/' ||
+	    strspn(path, "/abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != n)
+		return false;
+	while (seg) {
+		size_t len;
+		seg++;
+		len = strchr(seg, '/') ? (size_t)(strchr(seg, '/') - seg) : strlen(seg);
+		if (len == 0 || (len == 1 && seg[0] == '.') ||
+		    (len == 2 && seg[0] == '.' && seg[1] == '.'))
+			return false;
+		seg = strchr(seg, '/');
+	}
+	return true;
+}
+
+static bool serial_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	return n > 0 && n <= 20 && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+					  "0123456789-") == n;
+}
+
+#define VOLUME_DEV "/dev/disk/by-id/virtio-"
+
+/* Attached volumes: bootcmd formats a writable one only when blkid -p
+ * says there is nothing on it (exit 2; any other failure, a busybox blkid
+ * without -p included, leaves it alone), every boot, before cc_mounts;
+ * mounts adds each by its serial's link (nofail: a missing volume does not
+ * stop the boot; ro,noload: a journal needing recovery cannot be replayed
+ * on a read-only disk). fs_setup is not used: with partition: none it
+ * formats without looking at what is there. */
+static void volume_boot(FILE *f, const struct bootdata_in *in)
+{
+	bool rw = false;
+
+	for (size_t i = 0; i < in->n_volumes; i++)
+		rw = rw || !in->volumes[i].read_only;
+	if (rw)
+		fputs("bootcmd:\n", f);
+	for (size_t i = 0; rw && i < in->n_volumes; i++)
+		if (!in->volumes[i].read_only)
+			fprintf(f, "  - [sh, -c, \"d=" VOLUME_DEV "%s; [ -e \\\"$d\\\" ] || exit 0; "
+				"blkid -p \\\"$d\\\" >/dev/null 2>&1; [ $? -eq 2 ] || exit 0; "
+				"mkfs.ext4 -q \\\"$d\\\"\"]\n", in->volumes[i].serial);
+	fputs("mounts:\n", f);
+	for (size_t i = 0; i < in->n_volumes; i++)
+		fprintf(f, "  - [\"" VOLUME_DEV "%s\", \"%s\", ext4, \"defaults,nofail%s\", \"0\", "
+			"\"0\"]\n", in->volumes[i].serial, in->volumes[i].mount_path,
+			in->volumes[i].read_only ? ",ro,noload" : "");
+}
+
+/* runcmd entries (first boot of the instance): grow each writable
+ * volume's filesystem to its disk (a resize since the last sandbox). */
+static void volume_grow(FILE *f, const struct bootdata_in *in)
+{
+	for (size_t i = 0; i < in->n_volumes; i++)
+		if (!in->volumes[i].read_only)
+			fprintf(f, "  - [sh, -c, \"resize2fs " VOLUME_DEV "%s || true\"]\n",
+				in->volumes[i].serial);
+}
+
 static int cloud_config_body(FILE *f, const struct bootdata_in *in)
 {
 	char host[64];
@@ -394,8 +461,12 @@ static int cloud_config_body(FILE *f, const struct bootdata_in *in)
 		r = env_file(f, in);
 	if (r == 0 && in->ready_signal)
 		r = ready_files(f, in);
-	if (r == 0 && (in->ssh_ca || in->ready_signal))
+	if (r == 0 && in->n_volumes > 0)
+		volume_boot(f, in);
+	if (r == 0 && (in->ssh_ca || in->ready_signal || in->n_volumes > 0))
 		fputs("runcmd:\n", f);
+	if (r == 0)
+		volume_grow(f, in);
 	if (r == 0 && in->ssh_ca)
 		fputs("  - [sh, -c, \"systemctl reload ssh || systemctl reload sshd || true\"]\n", f);
 	/* after the reload above (runcmd runs in order); started now, the
@@ -421,6 +492,12 @@ int bootdata_cloud_config(const struct bootdata_in *in, char **ret)
 			    !*in->ssh_ca->ca_public_key ||
 			    !in->ssh_ca->host_key != !in->ssh_ca->host_cert)))
 		return -EINVAL;
+	if (in->n_volumes > BOOTDATA_VOLUMES_MAX)
+		return -EINVAL;
+	for (size_t i = 0; i < in->n_volumes; i++)
+		if (!serial_ok(in->volumes[i].serial) ||
+		    !bootdata_mount_path_ok(in->volumes[i].mount_path))
+			return -EINVAL;
 	f = open_memstream(&buf, &len);
 	if (!f)
 		return -ENOMEM;

@@ -48,6 +48,20 @@ struct bootdata_env {
 #define BOOTDATA_ENV_NAME_MAX 128       /* bytes of one variable name */
 #define BOOTDATA_ENV_PATH "/etc/sandbox/env"
 
+/* A volume the instance attaches (docs/volumes.md, "Attach"): the guest
+ * sees it as /dev/disk/by-id/virtio-<serial>. A writable one is formatted
+ * ext4 at boot only when blkid finds nothing on it (exit 2: never on a
+ * probe error), mounted defaults,nofail and grown (resize2fs) at the
+ * instance's first boot; a read-only one is mounted ro,noload and never
+ * written. serial: [A-Za-z0-9-]; mount_path: bootdata_mount_path_ok. */
+struct bootdata_volume {
+	const char *serial;
+	const char *mount_path;
+	bool read_only;
+};
+#define BOOTDATA_VOLUMES_MAX 8
+#define BOOTDATA_MOUNT_PATH_MAX 128
+
 struct bootdata_in {
 	const char *instance_id;
 	const char *const *ssh_keys;   /* OpenSSH public key lines */
@@ -70,6 +84,8 @@ struct bootdata_in {
 	 * signal goes there. NULL or "": the guest's IPv4 default gateway
 	 * (from /proc/net/route), for a pool without IPAM. */
 	const char *ready_gateway;
+	const struct bootdata_volume *volumes;   /* at most BOOTDATA_VOLUMES_MAX */
+	size_t n_volumes;
 };
 
 #define BOOTDATA_READY_UNIT "bc-guest-ready.service"
@@ -85,6 +101,12 @@ bool bootdata_env_name_ok(const char *name);
  * malloc'd (NUL-terminated), *ret_len its length. -EINVAL for a bad name
  * or a value holding a NUL byte (no shell variable can). */
 int bootdata_env_render(const struct bootdata_env *env, size_t n, char **ret, size_t *ret_len);
+
+/* A mount path the cloud-config can carry as it is: absolute, at most
+ * BOOTDATA_MOUNT_PATH_MAX bytes of [A-Za-z0-9._-] segments, none empty,
+ * "." or "..", no trailing '/'. The template's rules on top (system paths,
+ * nesting) are volume_attach.c's. */
+bool bootdata_mount_path_ok(const char *path);
 
 /* Check the caller's user data before anything is written: at most
  * BOOTDATA_USER_MAX bytes of UTF-8 whose first line names a type cloud-init

@@ -19,6 +19,7 @@
 #include "event_data.h"
 #include "idem.h"
 #include "instances.h"
+#include "volume_attach.h"
 #include "ipam.h"
 #include "log.h"
 #include "node.h"
@@ -265,7 +266,9 @@ static int seal_user_data(struct db *d, struct inst_new *n, char ref[SEALED_REF_
 	struct bootdata_in in = {.instance_id = n->id, .ssh_keys = n->ssh_keys,
 				 .n_ssh_keys = n->n_ssh_keys, .user_data = n->user_data,
 				 .ssh_ca = n->ssh_ca, .env = n->env, .n_env = n->n_env,
-				 .ready_signal = true, .ready_gateway = n->pool_gateway};
+				 .ready_signal = true, .ready_gateway = n->pool_gateway,
+				 .volumes = n->volumes ? n->volumes->boot : NULL,
+				 .n_volumes = n->volumes ? n->volumes->n : 0};
 	char *key = NULL, *cert = NULL;
 	int rc;
 
@@ -438,7 +441,7 @@ static int tenant_active(struct db *d, const char *tenant, bc_error *err)
 int instance_create_tx(rpc_call *c, struct db *d, struct inst_new *n, bc_error *err)
 {
 	_cleanup_free_ char *runtime = NULL, *data = NULL;
-	const char *labels[3] = {NULL, NULL, NULL};
+	const char *labels[4] = {NULL, NULL, NULL, NULL};
 	PGresult *shape = NULL;
 	struct place_req pr;
 	char subject[96];
@@ -465,6 +468,12 @@ int instance_create_tx(rpc_call *c, struct db *d, struct inst_new *n, bc_error *
 		labels[nl++] = CAP_NETWORK_POLICY;
 	if (n->ssh_from_host_only)
 		labels[nl++] = CAP_SSH_HOST_ONLY;
+	if (n->volumes && n->volumes->n > 0) {
+		labels[nl++] = CAP_INSTANCE_VOLUMES;
+		pr.only_node = n->volumes->node;
+		if ((rc = va_attach_tx(d, n->id, n->volumes, err)) < 0)
+			return rc;
+	}
 	if ((rc = lease_nic(d, n->pool_id, n->id, n->mac, err)) < 0 ||
 	    (rc = authz_commit(d, "compute-instance", n->id, err)) < 0)
 		return rc;

@@ -45,6 +45,10 @@ struct inst_new {
 	const struct principal *owner;
 	bool ssh_from_host_only;         /* placed only on nodes that enforce it */
 	const char *restore_cpu_model;   /* a memory restore: only nodes of this cpu.model */
+	/* the volumes it attaches (volume_attach.h: locked and checked by
+	 * va_prepare_tx), or NULL: recorded before placement, in its
+	 * cloud-config, and it is placed only on their host */
+	const struct va_attach *volumes;
 	/* the action decided on the staged instance (compute:instances:create),
 	 * or NULL when the caller decided on its own resource (a sandbox) */
 	const char *decide_action;

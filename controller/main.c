@@ -22,6 +22,7 @@
 #include "ipam.h"
 #include "kek.h"
 #include "log.h"
+#include "doctor.h"
 #include "meter.h"
 #include "migrate.h"
 #include "pki.h"
@@ -49,6 +50,7 @@ static void usage(void)
 		"  migrate                   apply migrations\n"
 		"  serve                     serve the API and the node API\n"
 		"  meter                     run one metering pass (usage of open windows)\n"
+		"  doctor                    self-check (volume stores, ...): findings, exit 1 on a fail\n"
 		"  secrets VERB              init-kek, rotate-kek, migrate, status (bc-controller\n"
 		"                            secrets --help)\n"
 		"  pki VERB                  add-sandbox-ca (bc-controller pki --help)\n"
@@ -255,6 +257,8 @@ int main(int argc, char **argv)
 		r = cmd_serve(&app);
 	else if (strcmp(cmd, "meter") == 0)
 		r = cmd_meter(&app);
+	else if (strcmp(cmd, "doctor") == 0)
+		r = doctor_command(&app);
 	else if (strcmp(cmd, "secrets") == 0)
 		r = kek_command(&app, verb ? 1 : 0, &verb) == 0 ? 0 : -EINVAL;
 	else if (strcmp(cmd, "pki") == 0)

@@ -113,6 +113,8 @@ struct place_req {
 	/* a memory restore: only nodes whose cpu.model label is this; NULL
 	 * or "": any (sandbox_restore.c) */
 	const char *cpu_model;
+	const char *only_node;       /* NULL or "": any node of the pool; else only this one
+				      * (an instance's volumes' host) */
 };
 
 /* Book capacity for an instance on the best node of its pool that has room

@@ -18,6 +18,7 @@
 #include "outbox.h"
 #include "sealed.h"
 #include "util.h"
+#include "volume_attach.h"
 
 #define FREE_SUMS                                                                          \
 	" LEFT JOIN LATERAL (SELECT coalesce(sum(a.vcpus), 0) v, coalesce(sum(a.memory_mib), 0) " \
@@ -106,9 +107,11 @@ int place_instance(struct db *d, const struct place_req *q, char **ret_node, bc_
 
 	*ret_node = NULL;
 	shape_params(&p, q, labels, q->pool_id);
+	dbp_str(&p, q->only_node ? q->only_node : "");
 	rc = db_exec(d, &r, "SELECT n.id FROM nodes n" FREE_SUMS "WHERE n.pool_id = $1 AND n.state = "
 		     "'ready' AND n.labels ?& string_to_array($2, E'\\n') AND NOT (n.id = ANY ("
-		     "SELECT unnest(refused_nodes) FROM instances WHERE id = $3))" PLACE_CPU_MODEL FITS
+		     "SELECT unnest(refused_nodes) FROM instances WHERE id = $3)) AND ($9 = '' OR "
+		     "n.id = $9)" PLACE_CPU_MODEL FITS
 		     "ORDER BY n.cap_memory_mib - b.m DESC, n.id LIMIT 4", &p);
 	if (rc < 0)
 		return db_fail(err, rc);
@@ -130,8 +133,11 @@ int place_instance(struct db *d, const struct place_req *q, char **ret_node, bc_
 	if (!*ret_node) {
 		p.n = 0;
 		dbp_str(&p, q->instance_id);
-		rc = db_exec(d, NULL, "UPDATE instances SET reason = 'Unschedulable: no node of the "
-			     "pool has room' || CASE WHEN cardinality(refused_nodes) > 0 THEN ' that "
+		dbp_str(&p, q->only_node ? q->only_node : "");
+		rc = db_exec(d, NULL, "UPDATE instances SET reason = 'Unschedulable: ' || CASE WHEN "
+			     "$2 <> '' THEN 'its volumes'' host ' || $2 || ' is not ready, has no room "
+			     "or lacks " CAP_INSTANCE_VOLUMES "' ELSE 'no node of the pool has room' END "
+			     "|| CASE WHEN cardinality(refused_nodes) > 0 THEN ' that "
 			     "has not refused it (' || array_to_string(refused_nodes, ', ') || ')' "
 			     "ELSE '' END, updated_at = now() WHERE id = $1", &p);
 		if (rc < 0)
@@ -143,12 +149,12 @@ int place_instance(struct db *d, const struct place_req *q, char **ret_node, bc_
 /* The columns of place_pending's SELECT. */
 enum {
 	PP_TENANT, PP_POOL, PP_VCPUS, PP_MEMORY_MIB, PP_DISK_GIB, PP_GPUS, PP_NETWORK_POLICY,
-	PP_SSH_HOST_ONLY, PP_SANDBOX_ID, PP_WARM_TEMPLATE_ID, PP_CPU_MODEL
+	PP_SSH_HOST_ONLY, PP_SANDBOX_ID, PP_WARM_TEMPLATE_ID, PP_CPU_MODEL, PP_VOLUMES_NODE
 };
 
 int place_pending(struct db *d, const char *id, char **ret_node, bc_error *err)
 {
-	const char *labels[3] = {NULL, NULL, NULL};
+	const char *labels[4] = {NULL, NULL, NULL, NULL};
 	struct place_req q;
 	char subject[96];
 	_cleanup_free_ char *data = NULL;
@@ -161,7 +167,10 @@ int place_pending(struct db *d, const char *id, char **ret_node, bc_error *err)
 	rc = db_exec(d, &r, "SELECT tenant_id, pool_id, vcpus, memory_mib, disk_gib, gpus, "
 		     "network_policy, ssh_from_host_only, sandbox_id, warm_template_id, coalesce(("
 		     "SELECT s.cpu_model FROM sandbox_snapshots s WHERE s.id = restore_snapshot_id "
-		     "AND s.include_memory), '') FROM instances WHERE id = $1 AND node_id IS "
+		     "AND s.include_memory), ''), "
+		     "coalesce((SELECT min(v.node_id) FROM instance_volumes iv JOIN volumes v ON "
+		     "v.id = iv.volume_id WHERE iv.instance_id = instances.id), '') FROM "
+		     "instances WHERE id = $1 AND node_id IS "
 		     "NULL AND desired_state <> 'deleted' AND state = 'provisioning' FOR UPDATE SKIP "
 		     "LOCKED", &p);
 	if (rc < 0)
@@ -174,12 +183,15 @@ int place_pending(struct db *d, const char *id, char **ret_node, bc_error *err)
 		labels[0] = CAP_NETWORK_POLICY;
 	if (db_bool(r, 0, PP_SSH_HOST_ONLY))
 		labels[labels[0] ? 1 : 0] = CAP_SSH_HOST_ONLY;
+	if (*db_val(r, 0, PP_VOLUMES_NODE))
+		labels[labels[0] ? (labels[1] ? 2 : 1) : 0] = CAP_INSTANCE_VOLUMES;
 	q = (struct place_req){.instance_id = id, .tenant_id = db_val(r, 0, PP_TENANT),
 			       .pool_id = db_val(r, 0, PP_POOL), .vcpus = (int)db_i64(r, 0, PP_VCPUS),
 			       .memory_mib = db_i64(r, 0, PP_MEMORY_MIB),
 			       .disk_gib = db_i64(r, 0, PP_DISK_GIB),
 			       .gpus = (int)db_i64(r, 0, PP_GPUS), .labels = labels,
-			       .cpu_model = db_val(r, 0, PP_CPU_MODEL)};
+			       .cpu_model = db_val(r, 0, PP_CPU_MODEL),
+			       .only_node = db_val(r, 0, PP_VOLUMES_NODE)};
 	rc = place_instance(d, &q, ret_node, err);
 	if (rc == 0 && *ret_node) {
 		snprintf(subject, sizeof(subject), "instance/%s", id);

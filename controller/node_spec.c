@@ -49,7 +49,9 @@
 	"i.desired_state = 'paused'), coalesce(rs.id, ''), coalesce(rs.sha256, ''), "           \
 	"coalesce(rs.size_bytes, 0), coalesce(rs.include_memory, false), "                     \
 	"coalesce(rs.principal_instance_id, ''), coalesce(rs.runtime, ''), "                   \
-	"coalesce(rs.cpu_model, '')"
+	"coalesce(rs.cpu_model, ''), coalesce((SELECT string_agg(v.id || ' ' || v.serial || ' ' " \
+	"|| iv.read_only::text, E'\\n' ORDER BY v.id) FROM instance_volumes iv JOIN volumes v ON " \
+	"v.id = iv.volume_id WHERE iv.instance_id = i.id), '')"
 /* what a restore reads of its snapshot (sandbox_restore.c) */
 #define SPEC_RESTORE_JOIN " LEFT JOIN sandbox_snapshots rs ON rs.id = i.restore_snapshot_id "
 /* The columns of SPEC_INST_COLS, in order. */
@@ -58,7 +60,8 @@ enum {
 	SI_NUMA_NODE, SI_IMAGE_ID, SI_IMAGE_URL, SI_IMAGE_SHA256, SI_IMAGE_FORMAT, SI_IMAGE_SIZE,
 	SI_NETWORK_POLICY, SI_SSH_HOST_ONLY, SI_MAC, SI_IPV4, SI_GPUS, SI_TENANT, SI_USER_DATA_REF,
 	SI_IPV4_PREFIX, SI_SUBNET6, SI_PAUSE_AFTER_READY, SI_RESTORE_ID, SI_RESTORE_SHA256,
-	SI_RESTORE_SIZE, SI_RESTORE_MEMORY, SI_RESTORE_PRINCIPAL, SI_RESTORE_RUNTIME, SI_RESTORE_CPU
+	SI_RESTORE_SIZE, SI_RESTORE_MEMORY, SI_RESTORE_PRINCIPAL, SI_RESTORE_RUNTIME, SI_RESTORE_CPU,
+	SI_VOLUMES
 };
 
 /* The node's header, in order (build_tx). */
@@ -116,6 +119,31 @@ static Bc__Node__V1__NicSpec *nic(const PGresult *r, int i)
 	return n;
 }
 
+/* The instance's attachments from SI_VOLUMES' "id serial true|false" lines. */
+static void inst_volumes(Bc__Node__V1__InstanceSpec *s, const char *text)
+{
+	size_t n = *text ? 1 : 0;
+
+	for (const char *p = text; *p; p++)
+		n += *p == '\n';
+	s->volumes = xcalloc(n + 1, sizeof(*s->volumes));
+	for (const char *p = text; *p;) {
+		const char *end = strchr(p, '\n');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		char id[64] = "", serial[64] = "", ro[8] = "", line[160];
+		snprintf(line, sizeof(line), "%.*s", (int)(len < 159 ? len : 159), p);
+		if (sscanf(line, "%63s %63s %7s", id, serial, ro) == 3) {
+			Bc__Node__V1__VolumeAttachment *v = xmalloc(sizeof(*v));
+			bc__node__v1__volume_attachment__init(v);
+			v->volume_id = xstrdup(id);
+			v->serial = xstrdup(serial);
+			v->read_only = strcmp(ro, "true") == 0;
+			s->volumes[s->n_volumes++] = v;
+		}
+		p += len + (end ? 1 : 0);
+	}
+}
+
 static Bc__Node__V1__InstanceSpec *inst(const PGresult *r, int i)
 {
 	Bc__Node__V1__InstanceSpec *s = xmalloc(sizeof(*s));
@@ -164,6 +192,7 @@ static Bc__Node__V1__InstanceSpec *inst(const PGresult *r, int i)
 		f->cpu_model = dup_col(r, i, SI_RESTORE_CPU);
 		s->restore_from = f;
 	}
+	inst_volumes(s, db_val(r, i, SI_VOLUMES));
 	return s;
 }
 

@@ -40,6 +40,7 @@
 #include "sandbox_ca.h"
 #include "sandboxes.h"
 #include "snapshots.h"
+#include "volume_attach.h"
 #include "secrets.h"
 #include "sshcert.h"
 #include "util.h"
@@ -514,6 +515,7 @@ static int screate_tx(struct db *d, void *arg, bc_error *err)
 	struct screate *a = arg;
 	_cleanup_free_ char *existing = NULL;
 	struct inst_new n = {0};
+	struct va_attach va;
 	PGresult *t = NULL;
 	int64_t ttl;
 	int rc;
@@ -553,6 +555,9 @@ static int screate_tx(struct db *d, void *arg, bc_error *err)
 			      .user_data = db_val(t, 0, TQ_USER_DATA),
 			      .sandbox_id = a->id, .ssh_from_host_only = true,
 			      .restore_cpu_model = a->src.memory ? a->src.cpu_model : NULL};
+	if (!a->warm && (rc = va_prepare_tx(d, a->q->template_id, &va, err)) < 0)
+		goto out;
+	n.volumes = a->warm ? NULL : &va;   /* attached before placement (volume_attach.c) */
 	if (!a->warm && (rc = create_cold(d, a, t, &n, err)) < 0)
 		goto out;
 	if (!a->warm)

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "admin_catalog.h"
+#include "doctor.h"
 #include "app.h"
 #include "auth.h"
 #include "bc/admin/v1/admin.pb-c.h"
@@ -73,6 +74,7 @@ static const struct service_part {
 	{&bc__admin__v1__policies__descriptor, pol_handlers},
 	{&bc__admin__v1__quotas__descriptor, quotas_handlers},
 	{&bc__admin__v1__offers__descriptor, offers_handlers},
+	{&bc__admin__v1__doctor__descriptor, doctor_handlers},
 	{&bc__compute__v1__instances__descriptor, inst_handlers},
 	{&bc__compute__v1__instances__descriptor, inst_actions},
 	{&bc__compute__v1__sandbox_templates__descriptor, tmpl_handlers},

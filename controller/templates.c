@@ -9,6 +9,8 @@
  * version; one that changes what the guest runs also raises the internal
  * instance_version (warm instances of an older one are never claimed).
  * Delete hides the template and frees its name; its sandboxes live on.
+ * The volumes a template names are volume_attach.c's (checked, decided on
+ * each volume, written in the template's transaction).
  * None of these publishes an event. */
 #include <errno.h>
 #include <inttypes.h>
@@ -31,6 +33,7 @@
 #include "templates.h"
 #include "util.h"
 #include "validate.h"
+#include "volume_attach.h"
 
 #define NAME_MAX_LEN 64
 #define WARM_MAX 64
@@ -51,13 +54,13 @@
 	"'provisioning', 'starting', 'running') OR w.desired_state = 'running' OR (w.state = " \
 	"'paused' AND w.guest_ready_at IS NULL)) FROM instances w WHERE "                      \
 	"w.warm_template_id = t.id AND w.desired_state <> 'deleted' AND "                    \
-	"w.warm_instance_version = t.instance_version), " ENV_LIST_SQL("t")
+	"w.warm_instance_version = t.instance_version), " ENV_LIST_SQL("t") ", " VA_TEMPLATE_SQL("t")
 /* The columns of TMPL_COLS, in its order: the two must stay in step. */
 enum {
 	TMPL_ID, TMPL_TENANT_ID, TMPL_NAME, TMPL_POOL_ID, TMPL_RUNTIME, TMPL_FLAVOR, TMPL_IMAGE_ID,
 	TMPL_USER_DATA, TMPL_NETWORK, TMPL_DEFAULT_TTL, TMPL_MAX_TTL, TMPL_WARM_MIN, TMPL_WARM_MAX,
 	TMPL_VERSION, TMPL_CREATED_BY, TMPL_CREATED_AT, TMPL_UPDATED_AT, TMPL_WARM_COUNTS,
-	TMPL_ENV, TMPL_NCOLS
+	TMPL_ENV, TMPL_VOLUMES, TMPL_NCOLS
 };
 COLS_CHECK(TMPL_COLS, TMPL_NCOLS)
 #define TMPL_FROM " FROM sandbox_templates t JOIN flavors f ON f.id = t.flavor_id "
@@ -188,6 +191,7 @@ static Bc__Compute__V1__SandboxTemplate *tmpl_from_row(rpc_call *c, const PGresu
 	if (sscanf(db_val(r, i, TMPL_WARM_COUNTS), "%u %u", &t->warm_ready, &t->warm_booting) != 2)
 		t->warm_ready = t->warm_booting = 0;
 	env_from_text(c, t, row_str(c, r, i, TMPL_ENV));
+	va_fill(c, t, row_str(c, r, i, TMPL_VOLUMES));
 	return t;
 }
 
@@ -239,14 +243,14 @@ static int check_network(const char *v, bc_error *err)
 	return 0;
 }
 
-/* Volumes arrive with their own issue: refused until then. */
-static int check_later(size_t n_volumes, bc_error *err)
+/* A template with volumes keeps no warm pool: a warm instance would hold
+ * them. */
+static int volumes_no_warm(size_t n_volumes, uint32_t warm_max, bc_error *err)
 {
-	if (n_volumes) {
-		bc_error_set(err, BC_UNSUPPORTED, "volumes are not supported yet");
-		return bc_error_detail(err, "field", "volumes");
-	}
-	return 0;
+	if (n_volumes == 0 || warm_max == 0)
+		return 0;
+	invalid(err, "warm", "a template with volumes keeps no warm pool (warm.max must be 0)");
+	return bc_error_detail(err, "reason", "volumes-warm");
 }
 
 static int check_ttls(int64_t def, int64_t max, bc_error *err)
@@ -293,9 +297,9 @@ static int check_create(const Bc__Compute__V1__CreateSandboxTemplateRequest *q,
 		return r;
 	if ((r = check_ttls(q->default_ttl_seconds ? q->default_ttl_seconds : SBX_TTL_DEFAULT,
 			    q->max_ttl_seconds ? q->max_ttl_seconds : SBX_TTL_MAX, err)) < 0 ||
-	    (r = check_warm(q->warm, err)) < 0)
+	    (r = check_warm(q->warm, err)) < 0 || (r = va_check(q->volumes, q->n_volumes, err)) < 0)
 		return r;
-	return check_later(q->n_volumes, err);
+	return volumes_no_warm(q->n_volumes, q->warm ? q->warm->max : 0, err);
 }
 
 /* The shape a template would have, resolved and checked against its pool. */
@@ -384,6 +388,7 @@ struct tcreate {
 	const char *tenant;
 	const struct secrets_env *env;
 	size_t n_env;
+	struct va_set vs;                /* the volumes as decided */
 	char id[64];
 };
 
@@ -422,7 +427,9 @@ static int tcreate_tx(struct db *d, void *arg, bc_error *err)
 		     "$6, $7, $8, $9, $10, $11, $12, $13, $14, $15::jsonb, $16)", &p);
 	if (rc == -EEXIST)
 		return name_taken(err, q->name);
-	return rc < 0 ? db_fail(err, rc) : 0;
+	if (rc < 0)
+		return db_fail(err, rc);
+	return va_write_tx(d, a->tenant, a->id, &a->vs, err);
 }
 
 /* Read one live template of tenant (NOT_FOUND otherwise). */
@@ -457,6 +464,7 @@ static int tmpl_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage 
 	    (r = check_create(q, a.env, a.n_env, err)) < 0 ||
 	    (r = secrets_decide_template(c, a.tenant, a.n_env, q->user_data, err)) < 0 ||
 	    (r = decide_manage(c, a.tenant, err)) < 0 ||
+	    (r = va_decide(c, a.tenant, q->pool_id, q->volumes, q->n_volumes, &a.vs, err)) < 0 ||
 	    (r = db_tx(ctl_db(c), "READ COMMITTED", tcreate_tx, &a, err)) < 0 ||
 	    (r = tmpl_fetch(c, a.tenant, a.id, &t, err)) < 0)
 		return r;
@@ -477,6 +485,9 @@ struct tupdate {
 	bool guest_asked;                /* a field of what the guest runs is given */
 	/* the template's references the secrets decision was made on */
 	const char *decided_env, *decided_user_data;
+	bool vols_given;                 /* volumes or clear_volumes: the list is replaced */
+	bool vols_current;               /* the current list was decided (vs) */
+	struct va_set vs;
 };
 
 #define Q_SET(q, f, F) ((q)->f##_set_case == BC__COMPUTE__V1__UPDATE_SANDBOX_TEMPLATE_REQUEST__##F##_SET_##F)
@@ -484,7 +495,7 @@ struct tupdate {
 /* The columns of the template tupdate_tx reads, in its SELECT's order. */
 enum {
 	UPD_POOL_ID, UPD_NAME, UPD_RUNTIME, UPD_FLAVOR, UPD_IMAGE_ID, UPD_USER_DATA, UPD_NETWORK,
-	UPD_DEFAULT_TTL, UPD_MAX_TTL, UPD_FLAVOR_ID, UPD_ENV
+	UPD_DEFAULT_TTL, UPD_MAX_TTL, UPD_FLAVOR_ID, UPD_ENV, UPD_WARM_MAX, UPD_N_VOLUMES
 };
 
 /* Under the template's lock: the references the secrets decision was made
@@ -541,7 +552,8 @@ static int tupdate_tx(struct db *d, void *arg, bc_error *err)
 	dbp_str(&p, a->tenant);
 	if ((rc = db_one(d, &r, "SELECT t.pool_id, t.name, t.runtime, f.name, t.image_id, "
 			 "t.user_data, t.network, t.default_ttl_seconds, t.max_ttl_seconds, "
-			 "t.flavor_id, " ENV_LIST_SQL("t") TMPL_FROM "WHERE t.id = $1 AND t.tenant_id = $2 AND "
+			 "t.flavor_id, " ENV_LIST_SQL("t") ", t.warm_max, (SELECT count(*) FROM "
+			 "template_volumes v WHERE v.template_id = t.id)" TMPL_FROM "WHERE t.id = $1 AND t.tenant_id = $2 AND "
 			 "t.deleted_at IS NULL FOR UPDATE OF t", &p, err,
 			 "sandbox template %s not found", q->template_id)) < 0)
 		return rc;
@@ -556,7 +568,12 @@ static int tupdate_tx(struct db *d, void *arg, bc_error *err)
 							  : db_i64(r, 0, UPD_MAX_TTL);
 	if ((rc = check_immutable(q, r, err)) < 0 || (rc = check_ttls(def, max, err)) < 0 ||
 	    (rc = resolve_shape(d, &s, err)) < 0 ||
-	    (rc = check_secrets_locked(d, a, r, err)) < 0) {
+	    (rc = check_secrets_locked(d, a, r, err)) < 0 ||
+	    (rc = volumes_no_warm(a->vols_given ? a->vs.n
+				  : (size_t)db_i64(r, 0, UPD_N_VOLUMES), q->warm ? q->warm->max
+				  : (uint32_t)db_i64(r, 0, UPD_WARM_MAX), err)) < 0 ||
+	    (a->vols_given && (rc = va_write_tx(d, a->tenant, q->template_id, &a->vs, err)) < 0) ||
+	    (a->vols_current && (rc = va_same_tx(d, q->template_id, &a->vs, err)) < 0)) {
 		PQclear(r);
 		return rc;
 	}
@@ -619,7 +636,24 @@ static int check_update(const Bc__Compute__V1__UpdateSandboxTemplateRequest *q,
 		return r;
 	if ((r = check_warm(q->warm, err)) < 0)
 		return r;
-	return check_later(q->n_volumes, err);
+	if (q->clear_volumes && q->n_volumes > 0)
+		return invalid(err, "clearVolumes", "clearVolumes and volumes exclude each other");
+	return va_check(q->volumes, q->n_volumes, err);
+}
+
+/* The volumes an update is decided on: a new list, or the current one
+ * when the update changes what the guest runs (it hands them to new
+ * code); a TTL or warm pool change decides nothing more. */
+static int decide_update_volumes(rpc_call *c, struct tupdate *a,
+				 const Bc__Compute__V1__SandboxTemplate *t, bc_error *err)
+{
+	if (a->vols_given)
+		return va_decide(c, a->tenant, t->pool_id, a->q->volumes, a->q->n_volumes, &a->vs,
+				 err);
+	a->vols_current = a->guest_asked && t->n_volumes > 0;
+	if (!a->vols_current)
+		return 0;
+	return va_decide(c, a->tenant, t->pool_id, t->volumes, t->n_volumes, &a->vs, err);
 }
 
 /* An update that changes what the guest runs is decided on the resulting
@@ -652,11 +686,13 @@ static int tmpl_update(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage 
 
 	a.env = ENV_OF(c, q, &a.n_env);
 	a.env_given = a.n_env > 0 || q->clear_env;
+	a.vols_given = q->n_volumes > 0 || q->clear_volumes;
 	if ((r = auth_tenant(c, q->tenant_id, &a.tenant, err)) < 0 ||
 	    (r = check_update(q, a.env, a.n_env, err)) < 0 ||
 	    (r = tmpl_fetch(c, a.tenant, q->template_id, &t, err)) < 0 ||
 	    (r = decide_update_secrets(c, &a, t, err)) < 0 ||
 	    (r = decide_manage(c, a.tenant, err)) < 0 ||
+	    (r = decide_update_volumes(c, &a, t, err)) < 0 ||
 	    (r = db_tx(ctl_db(c), "READ COMMITTED", tupdate_tx, &a, err)) < 0 ||
 	    (r = tmpl_fetch(c, a.tenant, q->template_id, &t, err)) < 0)
 		return r;

@@ -63,15 +63,7 @@ enum {
 };
 COLS_CHECK(VOL_COLS, VOL_NCOLS)
 
-/* A host's volume-store headroom in bytes (bcd's rule): available less
- * reserved less outstanding, less what is booked for volumes on it beyond
- * the committed bytes it reported. NULL for a host that never reported its
- * store. Over nodes n. */
-#define HEADROOM_SQL                                                                       \
-	"(SELECT h.available_bytes - h.reserved_bytes - h.outstanding_bytes - greatest(0, "   \
-	"coalesce((SELECT sum(a.disk_gib) FROM allocations a WHERE a.node_id = n.id AND "     \
-	"a.owner_kind = 'volume' AND a.released_at IS NULL), 0) * 1073741824 - "             \
-	"h.committed_bytes) FROM host_volume_storage h WHERE h.node_id = n.id)"
+#define HEADROOM_SQL VOL_HEADROOM_SQL
 
 static Bc__Compute__V1__SandboxVolume *vol_from_row(rpc_call *c, const PGresult *r, int i)
 {
@@ -118,6 +110,31 @@ static int vol_decide(rpc_call *c, const char *action, const Bc__Compute__V1__Sa
 	vol_target(&t, parent, v->id, v->tenant_id, v->pool_id, v->name, v->created_by,
 		   v->size_gib);
 	return authz_decide(c, ctl_db(c), action, &t, err);
+}
+
+int vol_decide_on(rpc_call *c, const char *action, const Bc__Compute__V1__SandboxVolume *v,
+		  bc_error *err)
+{
+	return vol_decide(c, action, v, err);
+}
+
+int vol_lookup(rpc_call *c, const char *tenant, const char *id, const char *name,
+	       Bc__Compute__V1__SandboxVolume **ret, bc_error *err)
+{
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, tenant);
+	dbp_str(&p, id);
+	dbp_str(&p, name);
+	if ((rc = db_one(ctl_db(c), &r, "SELECT " VOL_COLS " FROM volumes v WHERE v.tenant_id = $1 "
+			 "AND v.state <> 'deleted' AND (v.id = $2 OR ($2 = '' AND v.name = $3))", &p,
+			 err, "sandbox volume %s not found", *id ? id : name)) < 0)
+		return rc;
+	*ret = vol_from_row(c, r, 0);
+	PQclear(r);
+	return 0;
 }
 
 /* One volume of tenant, deleted ones included (NOT_FOUND otherwise). */

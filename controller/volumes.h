@@ -5,6 +5,7 @@
 #include <stddef.h>
 
 #include "db.h"
+#include "bc/compute/v1/volumes.pb-c.h"
 #include "rpc.h"
 
 #define VOL_SIZE_MAX_GIB 16384
@@ -13,8 +14,28 @@
 /* the reconciler's fallback pass over deleting volumes */
 #define VOL_FINISH_PASS_MS 30000
 
+/* A host's volume-store headroom in bytes (bcd's rule): available less
+ * reserved less outstanding, less what is booked for volumes on it beyond
+ * the committed bytes it reported. NULL for a host that never reported its
+ * store; negative when more is booked than the store can hold. Over nodes
+ * n. */
+#define VOL_HEADROOM_SQL                                                                   \
+	"(SELECT h.available_bytes - h.reserved_bytes - h.outstanding_bytes - greatest(0, "   \
+	"coalesce((SELECT sum(a.disk_gib) FROM allocations a WHERE a.node_id = n.id AND "     \
+	"a.owner_kind = 'volume' AND a.released_at IS NULL), 0) * 1073741824 - "             \
+	"h.committed_bytes) FROM host_volume_storage h WHERE h.node_id = n.id)"
+
 /* The handlers of bc.compute.v1.SandboxVolumes (server.c's table). */
 const struct rpc_handler *vol_handlers(size_t *ret_n);
+
+/* Decide action on v (read by vol_lookup) as the API decides on a volume:
+ * compute-sandbox-volume/<id> under its pool, with its attributes. */
+int vol_decide_on(rpc_call *c, const char *action, const Bc__Compute__V1__SandboxVolume *v,
+		  bc_error *err);
+/* A volume of tenant that is not deleted, by id, or by name when id is "":
+ * into the call's arena; NOT_FOUND otherwise. */
+int vol_lookup(rpc_call *c, const char *tenant, const char *id, const char *name,
+	       Bc__Compute__V1__SandboxVolume **ret, bc_error *err);
 
 /* vol_ + 26 characters derived from tenant, caller and idempotency key. */
 void vol_derive_id(const char *tenant, const char *caller, const char *key, char out[32]);

@@ -5,7 +5,8 @@
  * never lets it add a line, so never a key); the MIME boundary occurs
  * exactly once per part plus the closing delimiter; the bytes as an
  * /etc/sandbox/env value render as one X='...' assignment whose quoting,
- * undone, gives them back (a NUL is refused). The database side of
+ * undone, gives them back (a NUL is refused); a mount path the volume
+ * rules accept renders as one mounts entry. The database side of
  * bootdata.c (sealing) is stubbed: it is not reached here. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -128,6 +129,31 @@ static void check_env(const uint8_t *data, size_t size)
 	free(text);
 }
 
+/* A mount path bootdata_mount_path_ok accepts renders as one mounts entry,
+ * adds no line beyond what "/w" does, and has no "." or ".." segment. */
+static void check_mount(const char *s)
+{
+	struct bootdata_volume v = {.serial = "bcv-0123456789abcdef", .mount_path = "/w"};
+	struct bootdata_in in = {.instance_id = "inst_01jdzq3m5n8p9r7s6t5v4w3x2y", .volumes = &v,
+				 .n_volumes = 1};
+	char *base = NULL, *with = NULL;
+
+	if (!bootdata_mount_path_ok(s))
+		return;
+	if (strstr(s, "/./") || strstr(s, "/../") || strstr(s, "//") ||
+	    (strlen(s) >= 2 && strcmp(s + strlen(s) - 2, "/.") == 0) ||
+	    (strlen(s) >= 3 && strcmp(s + strlen(s) - 3, "/..") == 0))
+		abort();
+	if (bootdata_cloud_config(&in, &base) != 0)
+		abort();
+	v.mount_path = s;
+	if (bootdata_cloud_config(&in, &with) != 0 || count(with, "\n") != count(base, "\n") ||
+	    count(with, s) < 1)
+		abort();
+	free(base);
+	free(with);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char *s = malloc(size + 1);
@@ -139,6 +165,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check_key(s);
 	check_user(s);
 	check_env(data, size);
+	check_mount(s);
 	free(s);
 	return 0;
 }

@@ -2,7 +2,7 @@
 # create with defaults and every refusal (code and details): unknown pool,
 # another tenant's pool, unknown flavor and image, a runtime that passes no
 # GPUs through, private/none without the pool's IP range, TTL bounds, env
-# naming another tenant's secret, volumes not supported yet, unknown fields, a taken name; update
+# naming another tenant's secret, an unknown volume (volume_attach.t has the rest), unknown fields, a taken name; update
 # (only the fields given, version raised every time, instance_version only
 # by a change to what the guest runs, pool/name/runtime immutable); delete
 # hides the template and frees its name; list by name; the decision
@@ -53,7 +53,7 @@ api_refused "$T" sandboxtemplates/create "{\"name\":\"x\",\"poolId\":\"pool_0000
 api_refused "$T" sandboxtemplates/create "{\"name\":\"x\",$base,\"env\":{\"K\":\"secret://x/y\"}}" 400 \
 	INVALID_INPUT reason=secret-other-tenant "env naming another tenant's secret (secrets.t has the rest)"
 api_refused "$T" sandboxtemplates/create "{\"name\":\"x\",$base,\"volumes\":[{\"name\":\"v\",\"mountPath\":\"/w\"}]}" \
-	501 UNSUPPORTED field=volumes 'volumes (until the volumes issue)'
+	404 NOT_FOUND - 'a volume the tenant does not have (volume_attach.t has the rest)'
 api_refused "$T" sandboxtemplates/create "{\"name\":\"py-small\",$base}" 409 CONFLICT reason=name-taken \
 	'a name in use'
 # a pool without an IP range: private and none are INVALID_STATE

@@ -13,7 +13,8 @@
 # reserve of 99 % cannot make a volume booked while it was down; the volume
 # stays outstanding (no file, not committed), the node carries the warning
 # volume-storage naming it, and the controller books nothing more there;
-# with the reserve back, the volume is made and the warning ends.
+# with the reserve back, the volume is made and the warning ends. The
+# doctor (bc-controller doctor, Doctor.Run) says why: storage-full.
 . "$(dirname "$0")/../lib/stack.sh"
 
 stack_up --controllers 1 --agents 1 --agent-capacity 16,32768,100 || bail_out "stack_up failed"
@@ -136,6 +137,13 @@ out=$(bcctl --format json sandbox-volume create --pool "$POOL_ID" --name more --
 like "$out" 'CAPACITY_UNAVAILABLE' 'the full host takes no more volumes (CAPACITY_UNAVAILABLE)'
 is "$(q "SELECT count(*) FROM volumes WHERE name = 'more'")" 0 '... and leaves no row'
 ok "grep -q 'volume-storage: volume $v3 needs' '$STACK_DIR/bcd-1.log'" 'bcd logged why'
+out=$("$BC_BIN/bc-controller" doctor --config "$STACK_DIR/ctl-1.conf" 2>&1)
+is $? 1 'bc-controller doctor fails on the full host'
+like "$out" "fail vps.volumes.storage-full $node: the volumes booked on it exceed what its volume store can hold by [0-9]+ GiB" \
+	'... and says why: vps.volumes.storage-full on the host'
+out=$(bcctl --format json doctor run)
+is "$(printf '%s' "$out" | jq -r '[.findings[] | select(.check == "vps.volumes.storage-full") | .severity + " " + (.nodeId // .node_id)] | join(",")') $(printf '%s' "$out" | jq -r '.ok // false')" \
+	"fail $node false" 'Doctor.Run (bcctl doctor run) reports the same, ok false'
 
 agent_kill 1 TERM
 agent_start 1 || bail_out 'agent restart'
@@ -146,5 +154,7 @@ eventually 30 unwarned
 ok $? '... and the warning ends'
 eventually 20 committed $((15 * GIB))
 ok $? '... 15 GiB committed'
+out=$("$BC_BIN/bc-controller" doctor --config "$STACK_DIR/ctl-1.conf" 2>&1)
+is "$? $out" '0 ok' 'the doctor is content again'
 
 done_testing

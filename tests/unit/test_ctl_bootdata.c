@@ -583,6 +583,95 @@ static void test_ready_golden(void)
 	}
 }
 
+
+/* Attached volumes: golden, schema-checked; bootcmd's format line run
+ * (through sh, as cloud-init runs it) on a file standing for the disk:
+ * the first run formats, the second keeps the filesystem (same UUID) and
+ * the data; a read-only volume is never formatted, mounted ro,noload;
+ * writable ones are grown in runcmd; bad serials and paths are refused. */
+static const char VOL_SCRIPT[] =
+	"import sys, yaml\n"
+	"c = yaml.safe_load(open(sys.argv[1]))\n"
+	"print(c[\"bootcmd\"][0][2])\n";
+
+static char *blkid_uuid(const char *path)
+{
+	_cleanup_free_ char *cmd = xasprintf("blkid -p -s UUID -o value %s", path);
+	char *out = NULL;
+
+	if (run(cmd, &out) != 0) {
+		free(out);
+		return NULL;
+	}
+	out[strcspn(out, "\n")] = '\0';
+	return out;
+}
+
+static void test_volumes(void)
+{
+	const struct bootdata_volume v[] = {
+		{.serial = "bcv-0123456789abcdef", .mount_path = "/workspace"},
+		{.serial = "bcv-fedcba9876543210", .mount_path = "/data/sets", .read_only = true},
+	};
+	struct bootdata_in in = {.instance_id = ID, .volumes = v, .n_volumes = 2};
+	_cleanup_free_ char *a = NULL, *line = NULL, *disk = NULL, *cmd = NULL, *u1 = NULL,
+			    *u2 = NULL, *out = NULL;
+
+	ok(bootdata_cloud_config(&in, &a) == 0, "render two volumes, one read-only");
+	golden("bootdata_volumes.cfg", a);
+	is_int(schema("volumes.cfg", a), 0, "cloud-init schema accepts it");
+	ok(!strstr(a, "fs_setup") && !strstr(a, "bcv-fedcba9876543210; "),
+	   "no fs_setup, and the read-only volume has no format line");
+	ok(strstr(a, "\"defaults,nofail,ro,noload\"") && strstr(a, "\"defaults,nofail\""),
+	   "mounts: defaults,nofail, and ro,noload for the read-only one");
+	ok(strstr(a, "resize2fs /dev/disk/by-id/virtio-bcv-0123456789abcdef") &&
+	   !strstr(a, "resize2fs /dev/disk/by-id/virtio-bcv-fedcba"),
+	   "runcmd grows the writable volume only");
+	line = python(VOL_SCRIPT, "vol-line.cfg", a, strlen(a), "bootcmd line");
+	ok(line && strstr(line, "mkfs.ext4 -q"), "bootcmd holds the format line");
+	if (line) {
+		/* the same line, on a file standing for the disk */
+		char *dev = strstr(line, "/dev/disk/by-id/virtio-bcv-0123456789abcdef");
+		line[strcspn(line, "\n")] = '\0';
+		disk = xasprintf("%s/disk.raw", tmpdir);
+		cmd = xasprintf("truncate -s 64M %s && sh -c 'd=%s%s'", disk, disk,
+				dev ? dev + strlen("/dev/disk/by-id/virtio-bcv-0123456789abcdef") : "");
+		is_int(run(cmd, &out), 0, "the line runs on a blank disk");
+		free(out);
+		out = NULL;
+		u1 = blkid_uuid(disk);
+		ok(u1 && *u1, "... and formats it (blkid sees a filesystem)");
+		free(cmd);
+		cmd = xasprintf("debugfs -w -R 'write /etc/hostname note' %s >/dev/null 2>&1; "
+				"sh -c 'd=%s%s'", disk, disk,
+				dev ? dev + strlen("/dev/disk/by-id/virtio-bcv-0123456789abcdef") : "");
+		is_int(run(cmd, &out), 0, "a second run (the next sandbox's boot)");
+		free(out);
+		out = NULL;
+		u2 = blkid_uuid(disk);
+		ok(u1 && u2 && strcmp(u1, u2) == 0, "... keeps the filesystem (same UUID)");
+		free(cmd);
+		cmd = xasprintf("debugfs -R 'ls' %s 2>/dev/null", disk);
+		run(cmd, &out);
+		ok(out && strstr(out, "note"), "... and the file written on it");
+	}
+	{
+		struct bootdata_volume bad = {.serial = "bcv-1;reboot", .mount_path = "/w"};
+		struct bootdata_in b = {.instance_id = ID, .volumes = &bad, .n_volumes = 1};
+		_cleanup_free_ char *x = NULL;
+		ok(bootdata_cloud_config(&b, &x) == -EINVAL, "a serial outside [A-Za-z0-9-] is refused");
+		bad = (struct bootdata_volume){.serial = "bcv-1", .mount_path = "/a b"};
+		ok(bootdata_cloud_config(&b, &x) == -EINVAL, "a mount path with a space is refused");
+	}
+	ok(bootdata_mount_path_ok("/workspace") && bootdata_mount_path_ok("/a/b-c/d.e_f"),
+	   "mount paths: /workspace, /a/b-c/d.e_f");
+	ok(!bootdata_mount_path_ok("workspace") && !bootdata_mount_path_ok("/") &&
+	   !bootdata_mount_path_ok("/a/") && !bootdata_mount_path_ok("/a//b") &&
+	   !bootdata_mount_path_ok("/a/./b") && !bootdata_mount_path_ok("/a/..") &&
+	   !bootdata_mount_path_ok("/a\"b") && !bootdata_mount_path_ok("/a\nb"),
+	   "... not relative, /, trailing or double /, . or .., quotes or newlines");
+}
+
 int main(void)
 {
 	if (!mkdtemp(tmpdir))
@@ -596,6 +685,7 @@ int main(void)
 	test_host_key_sshd();
 	test_non_ascii_user_data();
 	test_types_and_refusals();
+	test_volumes();
 	{
 		_cleanup_free_ char *cmd = xasprintf("rm -rf %s", tmpdir);
 		if (system(cmd) != 0)
