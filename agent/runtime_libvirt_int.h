@@ -114,6 +114,11 @@ int lvsnap_write(int fd, const char *meta, const char *disk, const char *mem);
 /* Split the object at path: its meta text (*ret_meta malloc'd), its disk
  * into disk_out, its memory (if any) into mem_out (*ret_has_mem). -EBADMSG
  * for anything that is not such an object (written files removed). */
+/* Rewrite libvirt's save image in as out with xml (a domain definition) in
+ * its header in place of the saved domain's, the migration cookie and
+ * QEMU's stream unchanged. 0; -EBADMSG (not a version-2 save image) or
+ * -errno, with reason. */
+int lvsnap_save_rebind(const char *in, const char *out, const char *xml, char *reason);
 int lvsnap_read(const char *path, const char *disk_out, const char *mem_out, char **ret_meta,
 		bool *ret_has_mem);
 

@@ -29,10 +29,14 @@
  * disk checked by content like a tenant image (image_check_base: no
  * backing file, no data file), and the instance defined on it with its own
  * name, uuid, taps and seed (define_restored). A memory restore then
- * resumes the save image into that definition (virDomainRestoreFlags with
- * its XML as dxml): the NICs keep the source's MACs, which libvirt's ABI
- * check and the guest's memory require; the guest gets its own through
- * the identity rebind. A disk-only restore boots fresh from the disk. */
+ * resumes the save image into that definition. libvirt refuses a dxml
+ * whose uuid differs from the saved domain's ("Target domain uuid ... does
+ * not match source"), and the source may still run on this host under its
+ * uuid, so the save image is rewritten with the new definition's XML in
+ * its header (lvsnap_save_rebind; the memory stream after it is copied
+ * unchanged) and restored without dxml. The NICs keep the source's MACs,
+ * which the guest's memory and virtio device state hold; the guest gets its
+ * own through the identity rebind. A disk-only restore boots fresh. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -433,6 +437,86 @@ int lv_capture(struct rt *rt, const char *id, bool include_memory, const char *p
 	return 0;
 }
 
+/* ------------------------------------------------- the save image header */
+
+/* libvirt's qemu save image starts with this header (its
+ * src/qemu/qemu_saveimage.h, version 2, host byte order), then data_len
+ * bytes: the domain XML, NUL-terminated, and at cookie_offset (0: none)
+ * the migration cookie; then QEMU's migration stream. */
+#define SAVE_MAGIC "LibvirtQemudSave"
+#define SAVE_VERSION 2
+struct save_header {
+	char magic[16];
+	uint32_t version, data_len, was_running, compressed, cookie_offset, unused[15];
+};
+#define SAVE_DATA_MAX (64u << 20)
+
+/* n bytes to or from fd, through short transfers and EINTR: 0, or -errno
+ * (-EBADMSG: the file ended first). */
+static int fd_exact(int fd, void *buf, size_t n, bool out)
+{
+	for (size_t d = 0; d < n;) {
+		ssize_t k = out ? write(fd, (char *)buf + d, n - d) : read(fd, (char *)buf + d, n - d);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return k < 0 ? -errno : out ? -EIO : -EBADMSG;
+		d += (size_t)k;
+	}
+	return 0;
+}
+
+int lvsnap_save_rebind(const char *in, const char *out, const char *xml, char *reason)
+{
+	_cleanup_close_ int fi = -1, fo = -1;
+	_cleanup_free_ char *data = NULL;
+	struct save_header h, nh;
+	size_t xl = strlen(xml) + 1, tail = 0;
+	const char *why = NULL;
+	int e = 0;
+
+	if ((fi = open(in, O_RDONLY | O_CLOEXEC)) < 0) {
+		snprintf(reason, RT_REASON_MAX, "RestoreFailed: save image: %s", strerror(errno));
+		return -errno;
+	}
+	if (fd_exact(fi, &h, sizeof(h), false) < 0 || memcmp(h.magic, SAVE_MAGIC, sizeof(h.magic)) != 0)
+		why = "not a libvirt save image";
+	else if (h.version != SAVE_VERSION)
+		why = "save image version not 2 (or another byte order)";
+	else if (h.data_len == 0 || h.data_len > SAVE_DATA_MAX || h.cookie_offset >= h.data_len)
+		why = "save image header out of range";
+	if (!why) {
+		data = xmalloc(h.data_len);
+		if (fd_exact(fi, data, h.data_len, false) < 0)
+			why = "save image cut short";
+		else if (h.cookie_offset)
+			tail = h.data_len - h.cookie_offset;
+	}
+	if (why) {
+		snprintf(reason, RT_REASON_MAX, "SnapshotRefused: %s", why);
+		return -EBADMSG;
+	}
+	if (xl + tail > SAVE_DATA_MAX) {
+		snprintf(reason, RT_REASON_MAX, "RestoreFailed: the domain XML is too large");
+		return -E2BIG;
+	}
+	nh = h;
+	nh.data_len = (uint32_t)(xl + tail);
+	nh.cookie_offset = h.cookie_offset ? (uint32_t)xl : 0;
+	if ((fo = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
+		e = -errno;
+	if (e == 0 && (e = fd_exact(fo, &nh, sizeof(nh), true)) == 0 &&
+	    (e = fd_exact(fo, (void *)xml, xl, true)) == 0 &&
+	    (!tail || (e = fd_exact(fo, data + h.cookie_offset, tail, true)) == 0) &&
+	    (e = copy_fd(fi, fo, UINT64_MAX, NULL)) == 0 && fsync(fo) < 0)
+		e = -errno;
+	if (e < 0) {
+		snprintf(reason, RT_REASON_MAX, "RestoreFailed: save image: %s", strerror(-e));
+		unlink(out);
+	}
+	return e;
+}
+
 /* ------------------------------------------------------------ restore */
 
 /* The NICs' MACs in the save image's domain XML, in order. */
@@ -452,18 +536,25 @@ static size_t saved_macs(struct rt_libvirt *lv, const char *mem, char **macs)
 	return n;
 }
 
+/* Resume the save image mem into the defined domain id: its header gets
+ * the definition's XML (lvsnap_save_rebind), then a restore without dxml. */
 static int resume_saved(struct rt_libvirt *lv, const char *id, const char *mem, char *reason)
 {
 	virDomainPtr dom = virDomainLookupByName(conn_of(lv), id);
-	_cleanup_free_ char *xml = dom ? virDomainGetXMLDesc(dom, VIR_DOMAIN_XML_SECURE) : NULL;
-	int e = 0;
+	_cleanup_free_ char *xml = dom ? virDomainGetXMLDesc(dom, VIR_DOMAIN_XML_SECURE |
+							       VIR_DOMAIN_XML_MIGRATABLE) : NULL;
+	_cleanup_free_ char *bound = xasprintf("%s.bound", mem);
+	int e = xml ? lvsnap_save_rebind(mem, bound, xml, reason) : -EIO;
 
-	if (!xml || virDomainRestoreFlags(conn_of(lv), mem, xml, VIR_DOMAIN_SAVE_RUNNING) < 0) {
+	if (!xml)
+		snprintf(reason, RT_REASON_MAX, "RestoreFailed: %.140s", lv_err());
+	if (e == 0 && virDomainRestoreFlags(conn_of(lv), bound, NULL, VIR_DOMAIN_SAVE_RUNNING) < 0) {
 		snprintf(reason, RT_REASON_MAX, "RestoreFailed: %.140s", lv_err());
 		e = -EIO;
-		if (dom)
-			virDomainUndefineFlags(dom, VIR_DOMAIN_UNDEFINE_NVRAM);
 	}
+	unlink(bound);
+	if (e < 0 && dom)
+		virDomainUndefineFlags(dom, VIR_DOMAIN_UNDEFINE_NVRAM);
 	if (dom)
 		virDomainFree(dom);
 	return e;
