@@ -439,7 +439,7 @@ int lv_capture(struct rt *rt, const char *id, bool include_memory, const char *p
 
 /* ------------------------------------------------- the save image header */
 
-/* libvirt's qemu save image starts with this header (its
+/* libvirt's qemu save image starts with this 92-byte header (its
  * src/qemu/qemu_saveimage.h, version 2, host byte order), then data_len
  * bytes: the domain XML, NUL-terminated, and at cookie_offset (0: none)
  * the migration cookie; then QEMU's migration stream. */
@@ -447,8 +447,9 @@ int lv_capture(struct rt *rt, const char *id, bool include_memory, const char *p
 #define SAVE_VERSION 2
 struct save_header {
 	char magic[16];
-	uint32_t version, data_len, was_running, compressed, cookie_offset, unused[15];
+	uint32_t version, data_len, was_running, compressed, cookie_offset, unused[14];
 };
+_Static_assert(sizeof(struct save_header) == 92, "libvirt's save image header is 92 bytes");
 #define SAVE_DATA_MAX (64u << 20)
 
 /* n bytes to or from fd, through short transfers and EINTR: 0, or -errno
