@@ -290,6 +290,7 @@ int cli_sandbox_create(struct cli_ctx *ctx, int argc, char **argv)
 	Bc__Compute__V1__CreateSandboxRequest req = BC__COMPUTE__V1__CREATE_SANDBOX_REQUEST__INIT;
 	Bc__Compute__V1__Wait wait = BC__COMPUTE__V1__WAIT__INIT;
 	char *tenant = NULL, *tmpl = NULL, *key = NULL, *snap = NULL;
+	char *task = NULL, *run = NULL, *agent = NULL;
 	int64_t ttl = 0, wait_ms = 0;
 	bool waiting = false;
 	const struct cli_flag flags[] = {
@@ -304,6 +305,11 @@ int cli_sandbox_create(struct cli_ctx *ctx, int argc, char **argv)
 		 .help = "let the server wait up to this long for readiness (max 30s)"},
 		{.name = "from-snapshot", .type = CLI_STR, .dst = &snap, .meta = "ID",
 		 .help = "restore a snapshot (not supported yet)"},
+		{.name = "task", .type = CLI_STR, .dst = &task, .meta = "T",
+		 .help = "bind the sandbox to a task (deleted two days after)"},
+		{.name = "run", .type = CLI_STR, .dst = &run, .meta = "R", .help = "the task's run"},
+		{.name = "agent", .type = CLI_STR, .dst = &agent, .meta = "A",
+		 .help = "the agent working the task"},
 		CLI_FLAG_TENANT(&tenant),
 	};
 	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
@@ -317,6 +323,9 @@ int cli_sandbox_create(struct cli_ctx *ctx, int argc, char **argv)
 		req.idempotency_key = key;
 	if (snap)
 		req.from_snapshot = snap;
+	req.task = task ? task : (char *)"";
+	req.run = run ? run : (char *)"";
+	req.agent = agent ? agent : (char *)"";
 	if (waiting) {
 		wait.timeout_ms = (int32_t)wait_ms;
 		req.wait = &wait;

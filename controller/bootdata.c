@@ -394,6 +394,10 @@ static int cloud_config_body(FILE *f, const struct bootdata_in *in)
 		r = env_file(f, in);
 	if (r == 0 && in->ready_signal)
 		r = ready_files(f, in);
+	if (r == 0 && in->identity_bootstrap && *in->identity_bootstrap)
+		r = write_file_entry(f, BOOTDATA_BOOTSTRAP_PATH, "0600", in->identity_bootstrap);
+	if (r == 0 && in->sandbox_token && *in->sandbox_token)
+		r = write_file_entry(f, BOOTDATA_TOKEN_PATH, "0600", in->sandbox_token);
 	if (r == 0 && (in->ssh_ca || in->ready_signal))
 		fputs("runcmd:\n", f);
 	if (r == 0 && in->ssh_ca)

@@ -70,7 +70,15 @@ struct bootdata_in {
 	 * signal goes there. NULL or "": the guest's IPv4 default gateway
 	 * (from /proc/net/route), for a pool without IPAM. */
 	const char *ready_gateway;
+	/* Workload identity (docs/identity.md), root-only files: the
+	 * single-use bootstrap value the guest's identity client attests with
+	 * (BOOTDATA_BOOTSTRAP_PATH), or, without identity, the sandbox's 24 h
+	 * API token (BOOTDATA_TOKEN_PATH). NULL or "": no such file. */
+	const char *identity_bootstrap, *sandbox_token;
 };
+
+#define BOOTDATA_BOOTSTRAP_PATH "/etc/sandbox/identity/bootstrap"
+#define BOOTDATA_TOKEN_PATH "/etc/sandbox/token"
 
 #define BOOTDATA_READY_UNIT "bc-guest-ready.service"
 #define BOOTDATA_CLOCK_UNIT "bc-rtc-clock.service"

@@ -265,7 +265,9 @@ static int seal_user_data(struct db *d, struct inst_new *n, char ref[SEALED_REF_
 	struct bootdata_in in = {.instance_id = n->id, .ssh_keys = n->ssh_keys,
 				 .n_ssh_keys = n->n_ssh_keys, .user_data = n->user_data,
 				 .ssh_ca = n->ssh_ca, .env = n->env, .n_env = n->n_env,
-				 .ready_signal = true, .ready_gateway = n->pool_gateway};
+				 .ready_signal = true, .ready_gateway = n->pool_gateway,
+				 .identity_bootstrap = n->identity_bootstrap,
+				 .sandbox_token = n->sandbox_token};
 	char *key = NULL, *cert = NULL;
 	int rc;
 
