@@ -649,6 +649,7 @@ static int sbx_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 	Bc__Compute__V1__CreateSandboxRequest h = *q;
 	struct screate a = {.call = c, .q = q};
 	struct sbx_row o;
+	bool labelled;
 	int r;
 
 	if ((r = auth_tenant(c, q->tenant_id, &a.tenant, err)) < 0 || (r = check_create(q, err)) < 0)
@@ -660,8 +661,9 @@ static int sbx_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 			    .scope = "sandboxes.create", .key = q->idempotency_key};
 	idem_hash(&h.base, a.k.request_hash);
 	r = db_tx(ctl_db(c), "READ COMMITTED", screate_tx, &a, err);
+	labelled = a.mint.identity || *q->task; /* wid_bind changed the row after */
 	wid_mint_clear(&a.mint);
-	if (r == 0 && !a.reused)
+	if (r == 0 && !a.reused && !labelled)
 		sbx_from_row(c, a.row, 0, &o); /* as committed */
 	else if (r == 0)
 		r = sbx_fetch(c, a.tenant, a.id, &o, err);

@@ -90,7 +90,7 @@ is "$(q "SELECT state || ' ' || (bootstrap_expires_at > now()) FROM identity_epo
 is "$(q "SELECT count(*) FROM identity_epochs e WHERE e::text LIKE '%$b1%'")" 0 'the value itself is stored nowhere in the epoch'
 is "$(q "SELECT count(*) FROM events WHERE type = 'sandbox.created-on-demand' AND subject = 'sandbox/$s1'")" 1 \
 	'sandbox.created-on-demand published'
-event_keys sandbox.created-on-demand templateId instanceId poolId task run agent identity
+is "$(event_keys sandbox.created-on-demand "sandbox/$s1")" agent,identity,instanceId,poolId,run,task,templateId 'sandbox.created-on-demand: its keys'
 
 # -- the readiness gate: the guest is up, the epoch is not live
 eventually 60 eval '[ -n "$(q "SELECT 1 FROM instances WHERE id = '"'$i1'"' AND state = '"'running'"' AND guest_ready_at IS NOT NULL")" ]'
@@ -144,7 +144,7 @@ ok $? 'the sandbox is ready once its epoch is live'
 is "$(json_get "$(sbx "$s1")" lifecycle)" runtime-ready 'lifecycle runtime-ready'
 is "$(q "SELECT string_agg(type, ' ' ORDER BY id) FROM events WHERE subject = 'sandbox/$s1' AND type IN ('sandbox.identity.live', 'sandbox.ready')")" \
 	'sandbox.identity.live sandbox.ready' 'sandbox.identity.live, then sandbox.ready'
-event_keys sandbox.identity.live epochId instanceId address nodeId task run agent
+is "$(event_keys sandbox.identity.live "sandbox/$s1")" address,agent,epochId,instanceId,nodeId,run,task 'sandbox.identity.live: its keys'
 attest "$n1" "$b1" "$i1" "$a1"
 is "$(code)" 7 'a replayed bootstrap: PERMISSION_DENIED'
 like "$(msg)" 'already used' '... (bootstrap-used)'
@@ -223,7 +223,7 @@ ok $? 'right after the delete, Recognize no longer names it'
 is "$(q "SELECT desired_state FROM instances WHERE id = '$i1'")" running 'the instance is not deleted yet'
 is "$(q "SELECT count(*) FROM ip_leases WHERE instance_id = '$i1'")" 1 '... and keeps its address'
 is "$(json_get "$(sbx "$s1")" lifecycle)" identity-revoked 'lifecycle identity-revoked'
-event_keys sandbox.identity.revoked epochId instanceId address wasLive
+is "$(event_keys sandbox.identity.revoked "sandbox/$s1")" address,epochId,instanceId,wasLive 'sandbox.identity.revoked: its keys'
 eventually 30 eval '[ "$(q "SELECT desired_state FROM instances WHERE id = '"'$i1'"'")" = deleted ]'
 ok $? 'then the instance is deleted'
 order=$(q "SELECT string_agg(type || '@' || (extract(epoch FROM created_at) * 1000)::bigint, ' ' ORDER BY created_at, id) FROM events WHERE (subject = 'sandbox/$s1' AND type IN ('sandbox.identity.revoked', 'sandbox.deleting')) OR (subject = 'instance/$i1' AND type = 'instance.deleting')")
@@ -248,18 +248,19 @@ q "UPDATE sandbox_templates SET identity = 'off' WHERE id = '$wt'" >/dev/null
 out=$(bcctl --format json sandbox create --template "$wt" --task t-warm --run r-warm) || bail_out "create: $out"
 is "$(json_get "$out" warm)/$(json_get "$out" lifecycle)/$(json_get "$out" identity)" true/bound/ \
 	'identity off for the template: the claim binds (lifecycle bound)'
-event_keys sandbox.bound templateId instanceId poolId task run agent identity
+is "$(event_keys sandbox.bound "sandbox/$(jid "$out")")" agent,identity,instanceId,poolId,run,task,templateId 'sandbox.bound: its keys'
 
 # -- identity off: an agent's sandbox gets a 24 h token
 bcctl tenant create acme >/dev/null || bail_out "tenant"
-adm=$(tenant_identity acme user adm --admin)
-bot=$(tenant_identity acme agent bot)
-bcctl delegation create --agent "$bot" --user "$adm" >/dev/null || bail_out 'delegation'
-printf '{"effect":"allow","actions":"compute:*","resources":"*"}' >"$STACK_DIR/p.json"
-pol=$(jid "$(bcctl --format json policy create --tenant acme --name all --file "$STACK_DIR/p.json")")
-bcctl policy attach "$pol" --identity "$bot" >/dev/null || bail_out 'policy attach'
+adm=$(jid "$(bcctl --format json identity create --tenant acme --kind user --name adm --admin)")
+bot=$(jid "$(bcctl --format json identity create --tenant acme --kind agent --name bot)")
+ADM=$(tenant_token "$adm")
 BOT=$(tenant_token "$bot")
-t2=$(jid "$(as "$BOT" --format json sandbox-template create --name off --pool "$POOL_ID" \
+printf '{"effect":"allow","actions":"compute:*","resources":"*"}' >"$STACK_DIR/p.json"
+bcctl policy attach "$(jid "$(bcctl --format json policy create --tenant acme --name all --file "$STACK_DIR/p.json")")" \
+	--identity "$bot" >/dev/null || bail_out 'policy'
+bcctl delegation create --agent "$bot" --user "$adm" >/dev/null || bail_out 'delegation'
+t2=$(jid "$(as "$ADM" --format json sandbox-template create --name off --pool "$POOL_ID" \
 	--flavor "$FLAVOR_NAME" --image "$img")") || bail_out "template"
 q "UPDATE sandbox_templates SET identity = 'off' WHERE id = '$t2'" >/dev/null
 out=$(as "$BOT" --format json sandbox create --template "$t2" --task t-off --run r-off) || bail_out "create: $out"
@@ -272,7 +273,7 @@ like "$tok" '^bct_' 'the boot data carries a token at /etc/sandbox/token'
 printf '%s' "$bd" | grep -A3 'path: /etc/sandbox/token' | grep -q 'permissions: "0600"'
 ok $? '... root-only (0600)'
 is "$(q "SELECT identity_id || ' ' || run_id || ' ' || (expires_at BETWEEN now() + interval '23 hours 59 minutes' AND now() + interval '24 hours') FROM api_tokens WHERE sandbox_id = '$s5'")" \
-	"$bot r-off t" "the agent's token, for its run, expiring after 24 h"
+	"$bot r-off true" "the agent's token, for its run, expiring after 24 h"
 as "$tok" sandbox get "$s5" >/dev/null
 ok $? 'the token works'
 as "$BOT" sandbox delete "$s5" >/dev/null || fail 'delete'
