@@ -75,12 +75,13 @@ static const struct cli_verb verbs[] = {
 	{"sandbox-template", "create", cli_template_create,
 	 "--name N --pool ID --flavor F --image I [--user-data-file F] "
 	 "[--env NAME=secret://T/SECRET]... [--network egress|private|none] [--default-ttl 1h] "
-	 "[--max-ttl 24h] [--warm-min N [--warm-max N]] [--tenant T]",
+	 "[--max-ttl 24h] [--warm-min N [--warm-max N]] [--identity on|off|default] [--tenant T]",
 	 "Create a sandbox template (SandboxTemplates.Create)."},
 	{"sandbox-template", "update", cli_template_update,
 	 "ID [--flavor F] [--image I] [--user-data-file F | --no-user-data] "
 	 "[--env NAME=secret://T/SECRET... | --no-env] [--network P] "
-	 "[--default-ttl D] [--max-ttl D] [--warm-min N [--warm-max N]] [--tenant T]",
+	 "[--default-ttl D] [--max-ttl D] [--warm-min N [--warm-max N]] "
+	 "[--identity on|off|default] [--tenant T]",
 	 "Change only the fields given; raises the template's version."},
 	{"sandbox-template", "get", cli_res_call, "ID [--tenant T]",
 	 "Show one template.", &cli_templates},

@@ -151,6 +151,7 @@ int cli_template_create(struct cli_ctx *ctx, int argc, char **argv)
 	Bc__Compute__V1__CreateSandboxTemplateRequest__EnvEntry ev[CLI_MAX_REPEAT];
 	Bc__Compute__V1__CreateSandboxTemplateRequest__EnvEntry *evp[CLI_MAX_REPEAT];
 	int network = 0;
+	char *identity = NULL;
 	const struct cli_flag flags[] = {
 		{.name = "name", .type = CLI_STR, .dst = &name, .meta = "N", .required = true,
 		 .help = "template name, unique among the tenant's live templates"},
@@ -170,6 +171,8 @@ int cli_template_create(struct cli_ctx *ctx, int argc, char **argv)
 		 .max = TTL_FLAG_MAX, .help = "default lifetime of a sandbox (default 1h)"},
 		{.name = "max-ttl", .type = CLI_DUR, .dst = &max_ttl, .meta = "D", .min = 1000,
 		 .max = TTL_FLAG_MAX, .help = "longest lifetime, extensions included (default 24h)"},
+		{.name = "identity", .type = CLI_STR, .dst = &identity, .meta = "on|off|default",
+		 .help = "workload identity (default: the deployment's; docs/identity.md)"},
 		WARM_FLAGS(&wa),
 		CLI_FLAG_TENANT(&tenant),
 	};
@@ -193,6 +196,8 @@ int cli_template_create(struct cli_ctx *ctx, int argc, char **argv)
 	req.network = (char *)networks[network];
 	req.default_ttl_seconds = secs(ttl);
 	req.max_ttl_seconds = secs(max_ttl);
+	if (identity)
+		req.identity = identity;
 	return cli_run(ctx, TSVC, "Create", &req.base, NULL, 0);
 }
 
@@ -211,6 +216,7 @@ int cli_template_update(struct cli_ctx *ctx, int argc, char **argv)
 	Bc__Compute__V1__UpdateSandboxTemplateRequest__EnvEntry ev[CLI_MAX_REPEAT];
 	Bc__Compute__V1__UpdateSandboxTemplateRequest__EnvEntry *evp[CLI_MAX_REPEAT];
 	int network = 0;
+	char *identity = NULL;
 	const struct cli_flag flags[] = {
 		{.name = "ID", .type = CLI_ARG, .dst = &id, .required = true, .help = "template id"},
 		{.name = "flavor", .type = CLI_STR, .dst = &flavor, .meta = "F",
@@ -230,6 +236,8 @@ int cli_template_update(struct cli_ctx *ctx, int argc, char **argv)
 		 .max = TTL_FLAG_MAX, .seen = &ttl_seen, .help = "new default lifetime"},
 		{.name = "max-ttl", .type = CLI_DUR, .dst = &max_ttl, .meta = "D", .min = 1000,
 		 .max = TTL_FLAG_MAX, .seen = &max_seen, .help = "new longest lifetime"},
+		{.name = "identity", .type = CLI_STR, .dst = &identity, .meta = "on|off|default",
+		 .help = "workload identity (default: the deployment's; docs/identity.md)"},
 		WARM_FLAGS(&wa),
 		CLI_FLAG_TENANT(&tenant),
 	};
@@ -264,6 +272,11 @@ int cli_template_update(struct cli_ctx *ctx, int argc, char **argv)
 		req.user_data_set_case =
 			BC__COMPUTE__V1__UPDATE_SANDBOX_TEMPLATE_REQUEST__USER_DATA_SET_USER_DATA;
 		req.user_data = user_data ? user_data : (char *)"";
+	}
+	if (identity) {
+		req.identity_set_case =
+			BC__COMPUTE__V1__UPDATE_SANDBOX_TEMPLATE_REQUEST__IDENTITY_SET_IDENTITY;
+		req.identity = identity;
 	}
 	if (net_seen) {
 		req.network_set_case =

@@ -42,6 +42,22 @@ int wid_check_labels(const char *task, const char *run, const char *agent, bc_er
 	return 0;
 }
 
+int wid_check_switch(const char *v, bool required, bc_error *err)
+{
+	if ((!*v && !required) || !strcmp(v, "on") || !strcmp(v, "off") || !strcmp(v, "default"))
+		return 0;
+	return invalid(err, "identity", "identity must be on, off or default");
+}
+
+int wid_template_set(struct db *d, const char *template_id, const char *v)
+{
+	struct dbp p = {0};
+
+	dbp_str(&p, template_id);
+	dbp_str(&p, v);
+	return db_exec(d, NULL, "UPDATE sandbox_templates SET identity = $2 WHERE id = $1", &p);
+}
+
 static void secret_new(const char *prefix, char *out, size_t len)
 {
 	unsigned char raw[32];

@@ -70,6 +70,8 @@ new_sandbox() {
 
 tmpl=$(jid "$(bcctl --format json sandbox-template create --name idn --pool "$POOL_ID" \
 	--flavor "$FLAVOR_NAME" --image "$img")") || bail_out "template"
+is "$(json_get "$(bcctl --format json sandbox-template get "$tmpl")" identity)" default \
+	"a template leaves identity to the deployment by default (identity_enabled = 1 here)"
 
 # -- a task-bound create with identity on
 new_sandbox "$tmpl" --task task-1 --run run-1 --agent agent-1
@@ -244,7 +246,8 @@ out=$(bcctl --format json sandbox create --template "$wt" --task t-warm) || bail
 is "$(json_get "$out" warm)/$(json_get "$out" lifecycle)" /created-on-demand \
 	'identity on, no host advertises instance.identity: the bind check fails, created on demand'
 is "$(warm_ready "$wt")" 1 '... and the warm instance is left in the pool'
-q "UPDATE sandbox_templates SET identity = 'off' WHERE id = '$wt'" >/dev/null
+is "$(json_get "$(bcctl --format json sandbox-template update "$wt" --identity off)" identity)" off \
+	'the template switch set to off (SandboxTemplates.Update)'
 out=$(bcctl --format json sandbox create --template "$wt" --task t-warm --run r-warm) || bail_out "create: $out"
 is "$(json_get "$out" warm)/$(json_get "$out" lifecycle)/$(json_get "$out" identity)" true/bound/ \
 	'identity off for the template: the claim binds (lifecycle bound)'
@@ -260,9 +263,14 @@ printf '{"effect":"allow","actions":"compute:*","resources":"*"}' >"$STACK_DIR/p
 bcctl policy attach "$(jid "$(bcctl --format json policy create --tenant acme --name all --file "$STACK_DIR/p.json")")" \
 	--identity "$bot" >/dev/null || bail_out 'policy'
 bcctl delegation create --agent "$bot" --user "$adm" >/dev/null || bail_out 'delegation'
+as "$ADM" sandbox-template create --name bad --pool "$POOL_ID" --flavor "$FLAVOR_NAME" \
+	--image "$img" --identity maybe >/dev/null 2>"$STACK_DIR/err"
+grep -q 'INVALID_INPUT' "$STACK_DIR/err" && grep -q 'field: identity' "$STACK_DIR/err"
+ok $? 'a template switch other than on|off|default: INVALID_INPUT, field identity'
+is "$(q "SELECT count(*) FROM sandbox_templates WHERE name = 'bad'")" 0 '... and no row behind'
 t2=$(jid "$(as "$ADM" --format json sandbox-template create --name off --pool "$POOL_ID" \
-	--flavor "$FLAVOR_NAME" --image "$img")") || bail_out "template"
-q "UPDATE sandbox_templates SET identity = 'off' WHERE id = '$t2'" >/dev/null
+	--flavor "$FLAVOR_NAME" --image "$img" --identity off)") || bail_out "template"
+is "$(q "SELECT identity FROM sandbox_templates WHERE id = '$t2'")" off 'the switch given at create'
 out=$(as "$BOT" --format json sandbox create --template "$t2" --task t-off --run r-off) || bail_out "create: $out"
 s5=$(jid "$out")
 is "$(json_get "$out" identity)" "" 'a template with identity off: no identity'
