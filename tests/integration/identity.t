@@ -236,6 +236,23 @@ ok "$([ "$gap" -ge $((CACHE * 1000)) ] && echo 0 || echo 1)" "the instance was d
 eventually 30 eval '[ "$(json_get "$(sbx "$s1")" lifecycle)" = deleted ]'
 ok $? 'lifecycle deleted once gone'
 
+# -- a create with wait waits for the live epoch
+bcctl --format json sandbox create --template "$tmpl" --task task-6 --wait 30s >"$STACK_DIR/w.json" 2>&1 &
+wpid=$!
+eventually 30 eval '[ -n "$(q "SELECT s.id FROM sandboxes s JOIN instances i ON i.id = s.instance_id WHERE s.task_id = '"'task-6'"' AND i.state = '"'running'"' AND i.guest_ready_at IS NOT NULL")" ]'
+ok $? 'the waiting create: its guest is up'
+s6=$(q "SELECT id FROM sandboxes WHERE task_id = 'task-6'")
+i6=$(q "SELECT instance_id FROM sandboxes WHERE id = '$s6'")
+sleep 2
+kill -0 "$wpid" 2>/dev/null
+ok $? '... and the create still waits (the epoch is not live)'
+n6=$(agent_of "$(q "SELECT node_id FROM instances WHERE id = '$i6'")")
+a6=$(q "SELECT host(address) FROM ip_leases WHERE instance_id = '$i6'")
+attest "$n6" "$(bootdata "$s6" | grep -oE 'bcb_[0-9a-f]{64}' | head -1)" "$i6" "$a6"
+is "$(code)" ok '... attested'
+wait "$wpid"
+is "$(json_get "$(cat "$STACK_DIR/w.json")" state)" ready 'the waiting create answers ready once the epoch is live'
+
 # -- warm claims and the bind check
 wt=$(jid "$(bcctl --format json sandbox-template create --name idn-warm --pool "$POOL_ID" \
 	--flavor "$FLAVOR_NAME" --image "$img" --warm-min 1 --warm-max 1)") || bail_out "template"
