@@ -102,7 +102,8 @@ static const struct cli_verb verbs[] = {
 	{"sandbox", "templates", cli_res_list, "[--tenant T]",
 	 "List the tenant's sandbox templates, by name.", &cli_templates},
 	{"sandbox", "create", cli_sandbox_create,
-	 "--template ID [--ttl 15m] [--key IDEMPOTENCY] [--wait 20s] [--task T [--run R] [--agent A]] [--tenant T]",
+	 "--template ID [--ttl 15m] [--key IDEMPOTENCY] [--wait 20s] "
+	 "[--task T [--run R] [--agent A]] [--tenant T]",
 	 "Create a sandbox (Sandboxes.Create)."},
 	{"sandbox", "list", cli_res_list,
 	 "[--all] [--deleted] [--template ID] [--limit N] [--cursor C] [--tenant T]",

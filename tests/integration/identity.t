@@ -316,6 +316,24 @@ is "$(q "SELECT state FROM identity_epochs WHERE sandbox_id = '$s3' AND state = 
 grep -q "bound to its task for 172800 s: deleted" "$STACK_DIR"/ctl-*.log
 ok $? '... and logged'
 
+# -- a tenant torn down: its epochs are revoked
+bcctl tenant create gone >/dev/null || bail_out "tenant"
+gadm=$(jid "$(bcctl --format json identity create --tenant gone --kind user --name g --admin)")
+G=$(tenant_token "$gadm")
+gt=$(jid "$(as "$G" --format json sandbox-template create --name g --pool "$POOL_ID" \
+	--flavor "$FLAVOR_NAME" --image "$img")") || bail_out "template"
+out=$(as "$G" --format json sandbox create --template "$gt" --task t-gone) || bail_out "create: $out"
+s7=$(jid "$out")
+i7=$(json_get "$out" instance_id)
+eventually 30 eval '[ -n "$(q "SELECT node_id FROM instances WHERE id = '"'$i7'"'")" ]'
+attest "$(agent_of "$(q "SELECT node_id FROM instances WHERE id = '$i7'")")" \
+	"$(bootdata "$s7" | grep -oE 'bcb_[0-9a-f]{64}' | head -1)" "$i7" \
+	"$(q "SELECT host(address) FROM ip_leases WHERE instance_id = '$i7'")"
+is "$(code)" ok "the tenant's sandbox attests"
+bcctl tenant set-state gone deleting >/dev/null || fail 'tenant deleting'
+eventually 30 eval '[ "$(q "SELECT state || '"' '"' || revoke_reason FROM identity_epochs WHERE sandbox_id = '"'$s7'"'")" = "revoked tenant-deleted" ]'
+ok $? "tearing the tenant down revokes its sandboxes' epochs"
+
 # -- no identity without a task either: bcctl's labels checked
 bcctl sandbox create --template "$tmpl" --run r-alone >/dev/null 2>"$STACK_DIR/err"
 grep -q INVALID_INPUT "$STACK_DIR/err"
