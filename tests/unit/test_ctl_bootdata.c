@@ -695,6 +695,25 @@ static void test_identity_files(void)
 	in.sandbox_token = "";
 	ok(bootdata_cloud_config(&in, &c) == 0 && !strstr(c, "/etc/sandbox/"),
 	   "neither when not given");
+	{
+		/* beside volumes (their bootcmd/mounts keys follow write_files),
+		 * and without the ready signal (write_files opened for it alone) */
+		static const char script[] =
+			"import sys, yaml\n"
+			"c = yaml.safe_load(open(sys.argv[1]))\n"
+			"print(\" \".join(f[\"path\"] for f in c[\"write_files\"]), len(c[\"mounts\"]))\n";
+		const struct bootdata_volume v = {.serial = "bcv-0123456789abcdef",
+						  .mount_path = "/workspace"};
+		struct bootdata_in w = {.instance_id = ID, .identity_bootstrap = "bcb_0123abcd",
+					.volumes = &v, .n_volumes = 1};
+		_cleanup_free_ char *d = NULL, *out = NULL;
+
+		ok(bootdata_cloud_config(&w, &d) == 0, "render a bootstrap value beside a volume");
+		is_int(schema("identity-volumes.cfg", d), 0, "cloud-init schema accepts it");
+		out = python(script, "identity-volumes.cfg", d, strlen(d), "write_files and mounts");
+		is_str(out, BOOTDATA_BOOTSTRAP_PATH " 1\n",
+		       "the bootstrap file is a write_files entry, the volume a mount");
+	}
 }
 
 int main(void)
