@@ -320,6 +320,7 @@ int cli_pool_budget_check(struct cli_ctx *ctx, int argc, char **argv);
 
 int cli_identity_create(struct cli_ctx *ctx, int argc, char **argv);
 int cli_identity_set_state(struct cli_ctx *ctx, int argc, char **argv);
+int cli_identity_recognize(struct cli_ctx *ctx, int argc, char **argv);
 int cli_delegation_create(struct cli_ctx *ctx, int argc, char **argv);
 
 int cli_events_list(struct cli_ctx *ctx, int argc, char **argv);

@@ -79,13 +79,13 @@ static const struct cli_verb verbs[] = {
 	 "--name N --pool ID --flavor F --image I [--user-data-file F] "
 	 "[--env NAME=secret://T/SECRET]... [--network egress|private|none] [--default-ttl 1h] "
 	 "[--max-ttl 24h] [--warm-min N [--warm-max N]] [--volumes NAME:/PATH[:ro],...] "
-	 "[--tenant T]",
+	 "[--identity on|off|default] [--tenant T]",
 	 "Create a sandbox template (SandboxTemplates.Create)."},
 	{"sandbox-template", "update", cli_template_update,
 	 "ID [--flavor F] [--image I] [--user-data-file F | --no-user-data] "
 	 "[--env NAME=secret://T/SECRET... | --no-env] [--network P] "
 	 "[--default-ttl D] [--max-ttl D] [--warm-min N [--warm-max N]] "
-	 "[--volumes NAME:/PATH[:ro],...] [--tenant T]",
+	 "[--volumes NAME:/PATH[:ro],...] [--identity on|off|default] [--tenant T]",
 	 "Change only the fields given; raises the template's version."},
 	{"sandbox-template", "get", cli_res_call, "ID [--tenant T]",
 	 "Show one template.", &cli_templates},
@@ -106,7 +106,8 @@ static const struct cli_verb verbs[] = {
 	{"sandbox", "templates", cli_res_list, "[--tenant T]",
 	 "List the tenant's sandbox templates, by name.", &cli_templates},
 	{"sandbox", "create", cli_sandbox_create,
-	 "--template ID [--ttl 15m] [--key IDEMPOTENCY] [--wait 20s] [--tenant T]",
+	 "--template ID [--ttl 15m] [--key IDEMPOTENCY] [--wait 20s] "
+	 "[--task T [--run R] [--agent A]] [--tenant T]",
 	 "Create a sandbox (Sandboxes.Create)."},
 	{"sandbox", "list", cli_res_list,
 	 "[--all] [--deleted] [--template ID] [--limit N] [--cursor C] [--tenant T]",
@@ -157,6 +158,8 @@ static const struct cli_verb verbs[] = {
 	{"identity", "get", cli_res_call, "ID", "Show one identity.", &cli_identities},
 	{"identity", "set-state", cli_identity_set_state, "ID active|suspended|deleted",
 	 "Suspend, reactivate or delete an identity."},
+	{"identity", "recognize", cli_identity_recognize, "ADDR",
+	 "Which sandbox holds a live workload identity for an address (Identity.Recognize)."},
 	{"token", "create", cli_token_create, "--identity ID [--name N] [--ttl D]",
 	 "Mint an API token for an identity; it is printed once."},
 	{"token", "list", cli_res_list, "--identity ID",

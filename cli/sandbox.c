@@ -153,6 +153,7 @@ int cli_template_create(struct cli_ctx *ctx, int argc, char **argv)
 	Bc__Compute__V1__CreateSandboxTemplateRequest__EnvEntry ev[CLI_MAX_REPEAT];
 	Bc__Compute__V1__CreateSandboxTemplateRequest__EnvEntry *evp[CLI_MAX_REPEAT];
 	int network = 0;
+	char *identity = NULL;
 	const struct cli_flag flags[] = {
 		{.name = "name", .type = CLI_STR, .dst = &name, .meta = "N", .required = true,
 		 .help = "template name, unique among the tenant's live templates"},
@@ -174,6 +175,8 @@ int cli_template_create(struct cli_ctx *ctx, int argc, char **argv)
 		 .max = TTL_FLAG_MAX, .help = "longest lifetime, extensions included (default 24h)"},
 		{.name = "volumes", .type = CLI_STR, .dst = &vols, .meta = "NAME:/PATH[:ro],...",
 		 .help = "volumes to mount, in order (a vol_... id or a name; :ro read-only)"},
+		{.name = "identity", .type = CLI_STR, .dst = &identity, .meta = "on|off|default",
+		 .help = "workload identity (default: the deployment's; docs/identity.md)"},
 		WARM_FLAGS(&wa),
 		CLI_FLAG_TENANT(&tenant),
 	};
@@ -200,6 +203,8 @@ int cli_template_create(struct cli_ctx *ctx, int argc, char **argv)
 	req.network = (char *)networks[network];
 	req.default_ttl_seconds = secs(ttl);
 	req.max_ttl_seconds = secs(max_ttl);
+	if (identity)
+		req.identity = identity;
 	return cli_run(ctx, TSVC, "Create", &req.base, NULL, 0);
 }
 
@@ -219,6 +224,7 @@ int cli_template_update(struct cli_ctx *ctx, int argc, char **argv)
 	Bc__Compute__V1__UpdateSandboxTemplateRequest__EnvEntry ev[CLI_MAX_REPEAT];
 	Bc__Compute__V1__UpdateSandboxTemplateRequest__EnvEntry *evp[CLI_MAX_REPEAT];
 	int network = 0;
+	char *identity = NULL;
 	const struct cli_flag flags[] = {
 		{.name = "ID", .type = CLI_ARG, .dst = &id, .required = true, .help = "template id"},
 		{.name = "flavor", .type = CLI_STR, .dst = &flavor, .meta = "F",
@@ -240,6 +246,8 @@ int cli_template_update(struct cli_ctx *ctx, int argc, char **argv)
 		 .max = TTL_FLAG_MAX, .seen = &max_seen, .help = "new longest lifetime"},
 		{.name = "volumes", .type = CLI_STR, .dst = &vols, .meta = "NAME:/PATH[:ro],...",
 		 .help = "the volumes, replacing the list (\"\": none)"},
+		{.name = "identity", .type = CLI_STR, .dst = &identity, .meta = "on|off|default",
+		 .help = "workload identity (default: the deployment's; docs/identity.md)"},
 		WARM_FLAGS(&wa),
 		CLI_FLAG_TENANT(&tenant),
 	};
@@ -279,6 +287,11 @@ int cli_template_update(struct cli_ctx *ctx, int argc, char **argv)
 			BC__COMPUTE__V1__UPDATE_SANDBOX_TEMPLATE_REQUEST__USER_DATA_SET_USER_DATA;
 		req.user_data = user_data ? user_data : (char *)"";
 	}
+	if (identity) {
+		req.identity_set_case =
+			BC__COMPUTE__V1__UPDATE_SANDBOX_TEMPLATE_REQUEST__IDENTITY_SET_IDENTITY;
+		req.identity = identity;
+	}
 	if (net_seen) {
 		req.network_set_case =
 			BC__COMPUTE__V1__UPDATE_SANDBOX_TEMPLATE_REQUEST__NETWORK_SET_NETWORK;
@@ -304,6 +317,7 @@ int cli_sandbox_create(struct cli_ctx *ctx, int argc, char **argv)
 	Bc__Compute__V1__CreateSandboxRequest req = BC__COMPUTE__V1__CREATE_SANDBOX_REQUEST__INIT;
 	Bc__Compute__V1__Wait wait = BC__COMPUTE__V1__WAIT__INIT;
 	char *tenant = NULL, *tmpl = NULL, *key = NULL, *snap = NULL;
+	char *task = NULL, *run = NULL, *agent = NULL;
 	int64_t ttl = 0, wait_ms = 0;
 	bool waiting = false;
 	const struct cli_flag flags[] = {
@@ -318,6 +332,11 @@ int cli_sandbox_create(struct cli_ctx *ctx, int argc, char **argv)
 		 .help = "let the server wait up to this long for readiness (max 30s)"},
 		{.name = "from-snapshot", .type = CLI_STR, .dst = &snap, .meta = "ID",
 		 .help = "restore one of your ready snapshots (snap_...)"},
+		{.name = "task", .type = CLI_STR, .dst = &task, .meta = "T",
+		 .help = "bind the sandbox to a task (deleted two days after)"},
+		{.name = "run", .type = CLI_STR, .dst = &run, .meta = "R", .help = "the task's run"},
+		{.name = "agent", .type = CLI_STR, .dst = &agent, .meta = "A",
+		 .help = "the agent working the task"},
 		CLI_FLAG_TENANT(&tenant),
 	};
 	int r = cli_args_parse(ctx, flags, ARRAY_SIZE(flags), argc, argv);
@@ -331,6 +350,9 @@ int cli_sandbox_create(struct cli_ctx *ctx, int argc, char **argv)
 		req.idempotency_key = key;
 	if (snap)
 		req.from_snapshot = snap;
+	req.task = task ? task : (char *)"";
+	req.run = run ? run : (char *)"";
+	req.agent = agent ? agent : (char *)"";
 	if (waiting) {
 		wait.timeout_ms = (int32_t)wait_ms;
 		req.wait = &wait;

@@ -453,7 +453,9 @@ static int cloud_config_body(FILE *f, const struct bootdata_in *in)
 	fputs("users:\n  - default\n", f);
 	if (in->ssh_ca)
 		ssh_ca_user(f, in);
-	if (r == 0 && (in->ssh_ca || in->n_env > 0 || in->ready_signal))
+	if (r == 0 && (in->ssh_ca || in->n_env > 0 || in->ready_signal ||
+		       (in->identity_bootstrap && *in->identity_bootstrap) ||
+		       (in->sandbox_token && *in->sandbox_token)))
 		fputs("write_files:\n", f);
 	if (r == 0 && in->ssh_ca)
 		r = ssh_ca_files(f, in);
@@ -461,6 +463,11 @@ static int cloud_config_body(FILE *f, const struct bootdata_in *in)
 		r = env_file(f, in);
 	if (r == 0 && in->ready_signal)
 		r = ready_files(f, in);
+	if (r == 0 && in->identity_bootstrap && *in->identity_bootstrap)
+		r = write_file_entry(f, BOOTDATA_BOOTSTRAP_PATH, "0600", in->identity_bootstrap);
+	if (r == 0 && in->sandbox_token && *in->sandbox_token)
+		r = write_file_entry(f, BOOTDATA_TOKEN_PATH, "0600", in->sandbox_token);
+	/* top-level keys after the write_files entries above */
 	if (r == 0 && in->n_volumes > 0)
 		volume_boot(f, in);
 	if (r == 0 && (in->ssh_ca || in->ready_signal || in->n_volumes > 0))

@@ -86,7 +86,15 @@ struct bootdata_in {
 	const char *ready_gateway;
 	const struct bootdata_volume *volumes;   /* at most BOOTDATA_VOLUMES_MAX */
 	size_t n_volumes;
+	/* Workload identity (docs/identity.md), root-only files: the
+	 * single-use bootstrap value the guest's identity client attests with
+	 * (BOOTDATA_BOOTSTRAP_PATH), or, without identity, the sandbox's 24 h
+	 * API token (BOOTDATA_TOKEN_PATH). NULL or "": no such file. */
+	const char *identity_bootstrap, *sandbox_token;
 };
+
+#define BOOTDATA_BOOTSTRAP_PATH "/etc/sandbox/identity/bootstrap"
+#define BOOTDATA_TOKEN_PATH "/etc/sandbox/token"
 
 #define BOOTDATA_READY_UNIT "bc-guest-ready.service"
 #define BOOTDATA_CLOCK_UNIT "bc-rtc-clock.service"

@@ -53,6 +53,11 @@ static const struct conf_key keys[] = {
 	/* the tunnel gateway (tunnels.c, docs/operations.md) */
 	I(max_tunnels, "512", 0, 100000),
 	I(tunnel_recheck_seconds, "60", 1, 3600),
+	/* workload identity (identity.c, docs/identity.md) */
+	I(identity_enabled, "0", 0, 1),
+	I(identity_cache_seconds, "2", 0, 10),
+	I(identity_bootstrap_seconds, "300", 10, 3600),
+	I(sandbox_task_max_age_seconds, "172800", 60, 31536000),
 	I(events_watch_max_seconds, "3600", 1, 604800),
 	I(http_max_connections, "4096", 1, 1000000),
 	I(http_max_connections_per_address, "128", 1, 1000000),

@@ -35,6 +35,11 @@ struct ctl_config {
 	int max_unauthenticated_streams;
 	int max_tunnels;
 	int tunnel_recheck_seconds;
+	/* workload identity (identity.c): on for every template that leaves
+	 * it to the deployment; recognition cache bound; bootstrap expiry;
+	 * a task-bound sandbox's whole life */
+	int identity_enabled, identity_cache_seconds, identity_bootstrap_seconds;
+	int sandbox_task_max_age_seconds;
 	int stream_db_connections;
 	int events_watch_max_seconds;
 	/* JSON/HTTP connection limits (rpc_server_opts http_*) */

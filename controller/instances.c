@@ -268,7 +268,9 @@ static int seal_user_data(struct db *d, struct inst_new *n, char ref[SEALED_REF_
 				 .ssh_ca = n->ssh_ca, .env = n->env, .n_env = n->n_env,
 				 .ready_signal = true, .ready_gateway = n->pool_gateway,
 				 .volumes = n->volumes ? n->volumes->boot : NULL,
-				 .n_volumes = n->volumes ? n->volumes->n : 0};
+				 .n_volumes = n->volumes ? n->volumes->n : 0,
+				 .identity_bootstrap = n->identity_bootstrap,
+				 .sandbox_token = n->sandbox_token};
 	char *key = NULL, *cert = NULL;
 	int rc;
 

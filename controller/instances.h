@@ -17,6 +17,7 @@
 
 #define CAP_NETWORK_POLICY "bc.dev/cap.instance.network-policy"
 #define CAP_SSH_HOST_ONLY "bc.dev/cap.instance.ssh-host-only"
+#define CAP_IDENTITY "bc.dev/cap.instance.identity"   /* workload identity (identity.c) */
 
 /* One instance to create, already validated by the caller. */
 struct inst_new {
@@ -35,6 +36,9 @@ struct inst_new {
 	const char *const *ssh_keys;
 	size_t n_ssh_keys;
 	const char *sandbox_id;          /* the sandbox it drives, or NULL */
+	/* workload identity (identity.h), in the sealed boot data only: the
+	 * bootstrap value, or the 24 h token; "" or NULL for none */
+	const char *identity_bootstrap, *sandbox_token;
 	/* a warm instance: its template and the instance_version it is made
 	 * from (never both with sandbox_id); the budget is the pool's to
 	 * check (warm.c), not the create's */

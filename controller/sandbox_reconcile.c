@@ -27,6 +27,7 @@
 #include "app.h"
 #include "db.h"
 #include "event_data.h"
+#include "identity.h"
 #include "log.h"
 #include "metrics.h"
 #include "sandbox_reconcile.h"
@@ -72,7 +73,7 @@ static int expire_tx(struct db *d, void *arg, bc_error *err)
 	*count = 0;
 	dbp_i64(&p, EXPIRE_BATCH);
 	rc = db_exec(d, &r, "WITH c AS (SELECT id FROM sandboxes WHERE deleting_at IS NULL AND "
-		     "expires_at <= now() ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED), s AS "
+		     "identity_revoked_at IS NULL AND expires_at <= now() ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED), s AS "
 		     "(UPDATE sandboxes s SET expired_at = now(), updated_at = now() FROM c WHERE "
 		     "s.id = c.id RETURNING s.id, s.tenant_id, s.template_id, s.instance_id, "
 		     "s.pool_id, s.expires_at), e AS (INSERT INTO events (type, subject, tenant_id, "
@@ -152,6 +153,7 @@ static void pass(const struct ctl_app *app, struct db *d, int period)
 	if (expired)
 		log_info("sandboxes: %d expired", expired);
 	snap_pass(app, d);
+	wid_pass(d, app); /* held deletions, task age, lapsed leases (identity.c) */
 	warm_pass(d, app);
 	__atomic_store_n(&last_pass_us, mono_us() - t0, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&passes, 1, __ATOMIC_RELAXED);

@@ -27,6 +27,7 @@
 #include "db.h"
 #include "event_data.h"
 #include "idem.h"
+#include "identity.h"
 #include "jsonw.h"
 #include "instances.h"
 #include "ipam.h"
@@ -59,7 +60,7 @@
 	"i.state, i.reason, coalesce(s.agent_id, ''), i.flavor_name, i.image_id, "            \
 	"i.network_policy, i.vcpus, i.memory_mib, i.disk_gib, i.gpus, coalesce(i.mac::text, " \
 	"''), coalesce((SELECT host(l.address) FROM ip_leases l WHERE l.instance_id = i.id "  \
-	"LIMIT 1), ''), coalesce(" MS("i.guest_ready_at") ", 0)"
+	"LIMIT 1), ''), coalesce(" MS("i.guest_ready_at") ", 0)" WID_SBX_COLS
 #define SBX_FROM " FROM sandboxes s JOIN instances i ON i.id = s.instance_id "
 
 /* The columns of SBX_COLS, in its order: the two must stay in step. */
@@ -68,7 +69,8 @@ enum {
 	SBX_TTL_SECONDS, SBX_EXPIRES_AT, SBX_CREATED_AT, SBX_UPDATED_AT, SBX_READY_AT,
 	SBX_EXPIRED_AT, SBX_DELETED_AT, SBX_CREATED_BY, SBX_OWNER_ID, SBX_NODE_ID,
 	SBX_INSTANCE_STATE, SBX_REASON, SBX_AGENT, SBX_FLAVOR, SBX_IMAGE, SBX_NET, SBX_VCPUS,
-	SBX_MEM, SBX_DISK, SBX_GPUS, SBX_MAC, SBX_IPV4, SBX_GUEST_READY_AT, SBX_NCOLS
+	SBX_MEM, SBX_DISK, SBX_GPUS, SBX_MAC, SBX_IPV4, SBX_GUEST_READY_AT, SBX_IDN,
+	SBX_NCOLS = SBX_IDN + WID_SBX_NCOLS
 };
 COLS_CHECK(SBX_COLS, SBX_NCOLS)
 
@@ -103,6 +105,7 @@ static void sbx_from_row(rpc_call *c, const PGresult *r, int i, struct sbx_row *
 	x->instance_state = row_str(c, r, i, SBX_INSTANCE_STATE);
 	x->reason = row_str(c, r, i, SBX_REASON);
 	x->guest_ready_at = db_i64(r, i, SBX_GUEST_READY_AT);
+	wid_sbx_fill(c, r, i, SBX_IDN, x);
 	if (*db_val(r, i, SBX_MAC) || *db_val(r, i, SBX_IPV4)) {
 		Bc__Compute__V1__Nic *n = rpc_new(c, &bc__compute__v1__nic__descriptor);
 		char tap[16];
@@ -256,6 +259,7 @@ struct screate {
 	bool reused;
 	bool warm;               /* claimed from the template's warm pool */
 	struct restore_src src;  /* fromSnapshot: what it restores (sandbox_restore.c) */
+	struct wid_mint mint;    /* identity.h: the bootstrap value or the token */
 	PGresult *row;           /* the new sandbox (SBX_COLS), once inserted */
 };
 
@@ -274,6 +278,8 @@ static int check_create(const Bc__Compute__V1__CreateSandboxRequest *q, bc_error
 		return invalid(err, "wait.timeoutMs", "wait.timeoutMs must be between 0 and %d",
 			       WAIT_MAX_MS);
 	if (*q->from_snapshot && (r = check_id(err, "fromSnapshot", "snap", q->from_snapshot)) < 0)
+		return r;
+	if ((r = wid_check_labels(q->task, q->run, q->agent, err)) < 0)
 		return r;
 	return idem_check_key(q->idempotency_key, err);
 }
@@ -406,7 +412,7 @@ static int stage_and_claim(struct db *d, struct screate *a, const PGresult *t, i
 	struct warm_claim w = {.template_id = a->q->template_id, .sandbox_id = a->id,
 			       .network = db_val(t, 0, TQ_NETWORK),
 			       .instance_version = (int)db_i64(t, 0, TQ_INSTANCE_VERSION),
-			       .ttl_seconds = ttl, .caller = p};
+			       .ttl_seconds = ttl, .caller = p, .identity = a->mint.identity};
 	bool pool = db_i64(t, 0, TQ_WARM_MAX) > 0 && !*a->q->from_snapshot; /* never a claim */
 	struct dbp bp = {0}, cp = {0};
 	struct authz_stage_q sq;
@@ -546,7 +552,9 @@ static int screate_tx(struct db *d, void *arg, bc_error *err)
 	if (*a->q->from_snapshot && (rc = restore_check(a->call, d, a->tenant, a->q->from_snapshot,
 							  a->q->template_id, &a->src, err)) < 0)
 		goto out;
-	if ((rc = before_claim(d, a, t, err)) < 0 || (rc = stage_and_claim(d, a, t, ttl, err)) < 0)
+	if ((rc = wid_prepare(d, ctl_app(a->call), a->q->template_id, ctl_principal(a->call),
+			      &a->mint, err)) < 0 || (rc = before_claim(d, a, t, err)) < 0 ||
+	    (rc = stage_and_claim(d, a, t, ttl, err)) < 0)
 		goto out;
 	n = (struct inst_new){.tenant = a->tenant, .pool_id = db_val(t, 0, TQ_POOL_ID),
 			      .flavor = db_val(t, 0, TQ_FLAVOR),
@@ -554,7 +562,8 @@ static int screate_tx(struct db *d, void *arg, bc_error *err)
 			      .policy = db_val(t, 0, TQ_NETWORK),
 			      .user_data = db_val(t, 0, TQ_USER_DATA),
 			      .sandbox_id = a->id, .ssh_from_host_only = true,
-			      .restore_cpu_model = a->src.memory ? a->src.cpu_model : NULL};
+			      .restore_cpu_model = a->src.memory ? a->src.cpu_model : NULL,
+			      .identity_bootstrap = a->mint.bootstrap, .sandbox_token = a->mint.token};
 	if (!a->warm && (rc = va_prepare_tx(d, a->q->template_id, &va, err)) < 0)
 		goto out;
 	n.volumes = a->warm ? NULL : &va;   /* attached before placement (volume_attach.c) */
@@ -567,6 +576,11 @@ static int screate_tx(struct db *d, void *arg, bc_error *err)
 		goto out;
 	}
 	if (!a->warm && (rc = insert_sandbox(d, a, n.pool_id, ttl, err)) < 0)
+		goto out;
+	if ((rc = wid_bind(d, ctl_app(a->call), &a->mint, &(struct wid_bind_in){.sandbox_id = a->id,
+			   .instance_id = a->instance, .tenant_id = a->tenant, .task = a->q->task,
+			   .run = a->q->run, .agent = a->q->agent, .warm = a->warm,
+			   .creator = ctl_principal(a->call)}, err)) < 0)
 		goto out;
 	rc = idem_record(d, &a->k, a->id, err);
 out:
@@ -651,6 +665,7 @@ static int sbx_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 	Bc__Compute__V1__CreateSandboxRequest h = *q;
 	struct screate a = {.call = c, .q = q};
 	struct sbx_row o;
+	bool labelled;
 	int r;
 
 	if ((r = auth_tenant(c, q->tenant_id, &a.tenant, err)) < 0 || (r = check_create(q, err)) < 0)
@@ -662,7 +677,9 @@ static int sbx_create(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage *
 			    .scope = "sandboxes.create", .key = q->idempotency_key};
 	idem_hash(&h.base, a.k.request_hash);
 	r = db_tx(ctl_db(c), "READ COMMITTED", screate_tx, &a, err);
-	if (r == 0 && !a.reused)
+	labelled = a.mint.identity || *q->task; /* wid_bind changed the row after */
+	wid_mint_clear(&a.mint);
+	if (r == 0 && !a.reused && !labelled)
 		sbx_from_row(c, a.row, 0, &o); /* as committed */
 	else if (r == 0)
 		r = sbx_fetch(c, a.tenant, a.id, &o, err);
@@ -793,6 +810,8 @@ int sbx_delete_locked(struct db *d, const char *id, bool expired)
 	char subject[96];
 	int rc;
 
+	if ((rc = wid_revoke_first(d, id)) != 0) /* revoke before delete */
+		return rc < 0 ? rc : wake(d, id);
 	dbp_str(&p, id);
 	rc = db_exec(d, &r, "WITH s AS (UPDATE sandboxes SET state = 'deleting', deleting_at = now(), "
 		     "updated_at = now() WHERE id = $1 AND deleting_at IS NULL RETURNING "

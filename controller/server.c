@@ -18,6 +18,7 @@
 #include "bc/admin/v1/admin.pb-c.h"
 #include "bc/admin/v1/iam.pb-c.h"
 #include "bc/compute/v1/events.pb-c.h"
+#include "bc/compute/v1/identity.pb-c.h"
 #include "bc/compute/v1/instances.pb-c.h"
 #include "bc/compute/v1/sandboxes.pb-c.h"
 #include "bc/compute/v1/secrets.pb-c.h"
@@ -28,6 +29,7 @@
 #include "db.h"
 #include "events_api.h"
 #include "iam_offers.h"
+#include "identity.h"
 #include "iam_policies.h"
 #include "iam_tenants.h"
 #include "instance_actions.h"
@@ -63,6 +65,7 @@ static const struct service_part {
 	{&bc__node__v1__node__descriptor, node_join_handlers},
 	{&bc__node__v1__node__descriptor, node_spec_handlers},
 	{&bc__node__v1__node__descriptor, node_report_handlers},
+	{&bc__node__v1__node__descriptor, wid_node_handlers},
 	{&bc__admin__v1__nodes__descriptor, node_admin_handlers},
 	{&bc__admin__v1__pools__descriptor, pools_handlers},
 	{&bc__admin__v1__flavors__descriptor, flavors_handlers},
@@ -85,6 +88,7 @@ static const struct service_part {
 	{&bc__compute__v1__usage__descriptor, usage_handlers},
 	{&bc__compute__v1__secrets__descriptor, secrets_handlers},
 	{&bc__compute__v1__tunnels__descriptor, tunnels_handlers},
+	{&bc__compute__v1__identity__descriptor, wid_handlers},
 };
 
 /* WebSockets of the JSON/HTTP transport: the exec tunnel (tunnels.c). */

@@ -2,6 +2,7 @@
  * leader, one transaction per tenant per pass (the spec's tenancy
  * reconciler calling tenantDeleted until it answers DONE):
  *
+ *   - its sandboxes' identity epochs are revoked (sandbox.identity.revoked);
  *   - its API tokens and delegations are revoked (token.revoked,
  *     delegation.revoked with reason "tenant deleted"; every event's
  *     data is built by event_data.c, as the API's are);
@@ -71,6 +72,13 @@ static const struct td_step access_steps[] = {
 	 "IS NULL RETURNING id) INSERT INTO events (type, subject, tenant_id, data) SELECT $3, "
 	 "'delegation/' || id, $1, $2::jsonb FROM g",
 	 "delegation.revoked", NULL, "tenant deleted"},
+	/* workload identity revoked before anything of the tenant goes (identity.c) */
+	{"WITH e AS (UPDATE identity_epochs SET state = 'revoked', revoked_at = now(), "
+	 "revoke_reason = 'tenant-deleted' WHERE tenant_id = $1 AND state <> 'revoked' RETURNING "
+	 "*) INSERT INTO events (type, subject, tenant_id, data) SELECT "
+	 "'sandbox.identity.revoked', 'sandbox/' || sandbox_id, $1, jsonb_build_object('epochId', "
+	 "id, 'instanceId', instance_id, 'address', host(address), 'wasLive', live_at IS NOT "
+	 "NULL) FROM e", NULL, NULL, NULL},
 	/* templates (their warm pools drain), drafts, open sandboxes */
 	{"WITH t AS (UPDATE sandbox_templates SET deleted_at = now(), updated_at = now() WHERE "
 	 "tenant_id = $1 AND deleted_at IS NULL RETURNING id) DELETE FROM authz_resources WHERE "

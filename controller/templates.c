@@ -26,6 +26,7 @@
 #include "bootdata.h"
 #include "db.h"
 #include "jsonw.h"
+#include "identity.h"
 #include "log.h"
 #include "rowmsg.h"
 #include "sandboxes.h"
@@ -54,13 +55,14 @@
 	"'provisioning', 'starting', 'running') OR w.desired_state = 'running' OR (w.state = " \
 	"'paused' AND w.guest_ready_at IS NULL)) FROM instances w WHERE "                      \
 	"w.warm_template_id = t.id AND w.desired_state <> 'deleted' AND "                    \
-	"w.warm_instance_version = t.instance_version), " ENV_LIST_SQL("t") ", " VA_TEMPLATE_SQL("t")
+	"w.warm_instance_version = t.instance_version), " ENV_LIST_SQL("t") ", " VA_TEMPLATE_SQL("t")    \
+	", t.identity"
 /* The columns of TMPL_COLS, in its order: the two must stay in step. */
 enum {
 	TMPL_ID, TMPL_TENANT_ID, TMPL_NAME, TMPL_POOL_ID, TMPL_RUNTIME, TMPL_FLAVOR, TMPL_IMAGE_ID,
 	TMPL_USER_DATA, TMPL_NETWORK, TMPL_DEFAULT_TTL, TMPL_MAX_TTL, TMPL_WARM_MIN, TMPL_WARM_MAX,
 	TMPL_VERSION, TMPL_CREATED_BY, TMPL_CREATED_AT, TMPL_UPDATED_AT, TMPL_WARM_COUNTS,
-	TMPL_ENV, TMPL_VOLUMES, TMPL_NCOLS
+	TMPL_ENV, TMPL_VOLUMES, TMPL_IDENTITY, TMPL_NCOLS
 };
 COLS_CHECK(TMPL_COLS, TMPL_NCOLS)
 #define TMPL_FROM " FROM sandbox_templates t JOIN flavors f ON f.id = t.flavor_id "
@@ -177,6 +179,7 @@ static Bc__Compute__V1__SandboxTemplate *tmpl_from_row(rpc_call *c, const PGresu
 	t->image_id = row_str(c, r, i, TMPL_IMAGE_ID);
 	t->user_data = row_str(c, r, i, TMPL_USER_DATA);
 	t->network = row_str(c, r, i, TMPL_NETWORK);
+	t->identity = row_str(c, r, i, TMPL_IDENTITY);
 	t->default_ttl_seconds = db_i64(r, i, TMPL_DEFAULT_TTL);
 	t->max_ttl_seconds = db_i64(r, i, TMPL_MAX_TTL);
 	if (db_i64(r, i, TMPL_WARM_MAX) > 0) {
@@ -297,7 +300,8 @@ static int check_create(const Bc__Compute__V1__CreateSandboxTemplateRequest *q,
 		return r;
 	if ((r = check_ttls(q->default_ttl_seconds ? q->default_ttl_seconds : SBX_TTL_DEFAULT,
 			    q->max_ttl_seconds ? q->max_ttl_seconds : SBX_TTL_MAX, err)) < 0 ||
-	    (r = check_warm(q->warm, err)) < 0 || (r = va_check(q->volumes, q->n_volumes, err)) < 0)
+	    (r = check_warm(q->warm, err)) < 0 || (r = va_check(q->volumes, q->n_volumes, err)) < 0 ||
+	    (r = wid_check_switch(q->identity, false, err)) < 0)
 		return r;
 	return volumes_no_warm(q->n_volumes, q->warm ? q->warm->max : 0, err);
 }
@@ -427,6 +431,8 @@ static int tcreate_tx(struct db *d, void *arg, bc_error *err)
 		     "$6, $7, $8, $9, $10, $11, $12, $13, $14, $15::jsonb, $16)", &p);
 	if (rc == -EEXIST)
 		return name_taken(err, q->name);
+	if (rc == 0 && *q->identity)
+		rc = wid_template_set(d, a->id, q->identity);
 	if (rc < 0)
 		return db_fail(err, rc);
 	return va_write_tx(d, a->tenant, a->id, &a->vs, err);
@@ -610,6 +616,8 @@ static int tupdate_tx(struct db *d, void *arg, bc_error *err)
 		     "END, version = version + 1, instance_version = instance_version + CASE WHEN "
 		     "$12 THEN 1 ELSE 0 END, updated_at = now() WHERE id = $1", &p);
 	PQclear(r); /* s.network may point into it */
+	if (rc == 0 && Q_SET(q, identity, IDENTITY))
+		rc = wid_template_set(d, q->template_id, q->identity);
 	return rc < 0 ? db_fail(err, rc) : 0;
 }
 
@@ -634,7 +642,8 @@ static int check_update(const Bc__Compute__V1__UpdateSandboxTemplateRequest *q,
 		return r;
 	if (Q_SET(q, network, NETWORK) && (r = check_network(q->network, err)) < 0)
 		return r;
-	if ((r = check_warm(q->warm, err)) < 0)
+	if ((r = check_warm(q->warm, err)) < 0 ||
+	    (Q_SET(q, identity, IDENTITY) && (r = wid_check_switch(q->identity, true, err)) < 0))
 		return r;
 	if (q->clear_volumes && q->n_volumes > 0)
 		return invalid(err, "clearVolumes", "clearVolumes and volumes exclude each other");

@@ -47,12 +47,17 @@
 
 void warm_claim_params(struct dbp *q, const struct warm_claim *w)
 {
+	/* the bind check: with identity, only a host advertising it */
+	static const char *const caps[2][2] = {
+		{CAP_SSH_HOST_ONLY, CAP_SSH_HOST_ONLY "\n" CAP_NETWORK_POLICY},
+		{CAP_SSH_HOST_ONLY "\n" CAP_IDENTITY,
+		 CAP_SSH_HOST_ONLY "\n" CAP_NETWORK_POLICY "\n" CAP_IDENTITY},
+	};
 	const struct principal *p = w->caller;
 
 	dbp_str(q, w->template_id);
 	dbp_i64(q, w->instance_version);
-	dbp_str(q, strcmp(w->network, "egress") != 0 ? CAP_SSH_HOST_ONLY "\n" CAP_NETWORK_POLICY
-						    : CAP_SSH_HOST_ONLY);
+	dbp_str(q, caps[w->identity][strcmp(w->network, "egress") != 0]);
 	dbp_i64(q, w->ttl_seconds);
 	dbp_str(q, w->sandbox_id);
 	dbp_str(q, *p->user_id ? p->user_id : p->id);

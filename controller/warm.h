@@ -31,6 +31,7 @@ struct warm_claim {
 	int instance_version;
 	int64_t ttl_seconds;
 	const struct principal *caller;
+	bool identity;     /* the bind check: its host must advertise instance.identity */
 };
 
 /* The claim, as the CTEs a statement in the caller's READ COMMITTED

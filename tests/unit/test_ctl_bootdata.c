@@ -583,7 +583,6 @@ static void test_ready_golden(void)
 	}
 }
 
-
 /* Attached volumes: golden, schema-checked; bootcmd's format line run
  * (through sh, as cloud-init runs it) on a file standing for the disk:
  * the first run formats, the second keeps the filesystem (same UUID) and
@@ -672,6 +671,51 @@ static void test_volumes(void)
 	   "... not relative, /, trailing or double /, . or .., quotes or newlines");
 }
 
+/* Workload identity: the bootstrap value, or the 24 h token, each in a
+ * root-only file; neither when not given. */
+static void test_identity_files(void)
+{
+	struct bootdata_in in = {.instance_id = ID, .ready_signal = true,
+				 .identity_bootstrap = "bcb_0123abcd"};
+	_cleanup_free_ char *a = NULL, *b = NULL, *c = NULL;
+
+	ok(bootdata_cloud_config(&in, &a) == 0, "render with a bootstrap value");
+	ok(strstr(a, "  - path: " BOOTDATA_BOOTSTRAP_PATH "\n    owner: \"root:root\"\n"
+		     "    permissions: \"0600\"\n    content: \"bcb_0123abcd\"") != NULL,
+	   "the bootstrap value in " BOOTDATA_BOOTSTRAP_PATH ", root, 0600");
+	ok(strstr(a, BOOTDATA_TOKEN_PATH) == NULL, "no token file");
+	is_int(schema("identity.cfg", a), 0, "cloud-init schema accepts it");
+	in.identity_bootstrap = NULL;
+	in.sandbox_token = "bct_beef";
+	ok(bootdata_cloud_config(&in, &b) == 0, "render with a token");
+	ok(strstr(b, "  - path: " BOOTDATA_TOKEN_PATH "\n    owner: \"root:root\"\n"
+		     "    permissions: \"0600\"\n    content: \"bct_beef\"") != NULL,
+	   "the token in " BOOTDATA_TOKEN_PATH ", root, 0600");
+	ok(strstr(b, BOOTDATA_BOOTSTRAP_PATH) == NULL, "no bootstrap file");
+	in.sandbox_token = "";
+	ok(bootdata_cloud_config(&in, &c) == 0 && !strstr(c, "/etc/sandbox/"),
+	   "neither when not given");
+	{
+		/* beside volumes (their bootcmd/mounts keys follow write_files),
+		 * and without the ready signal (write_files opened for it alone) */
+		static const char script[] =
+			"import sys, yaml\n"
+			"c = yaml.safe_load(open(sys.argv[1]))\n"
+			"print(\" \".join(f[\"path\"] for f in c[\"write_files\"]), len(c[\"mounts\"]))\n";
+		const struct bootdata_volume v = {.serial = "bcv-0123456789abcdef",
+						  .mount_path = "/workspace"};
+		struct bootdata_in w = {.instance_id = ID, .identity_bootstrap = "bcb_0123abcd",
+					.volumes = &v, .n_volumes = 1};
+		_cleanup_free_ char *d = NULL, *out = NULL;
+
+		ok(bootdata_cloud_config(&w, &d) == 0, "render a bootstrap value beside a volume");
+		is_int(schema("identity-volumes.cfg", d), 0, "cloud-init schema accepts it");
+		out = python(script, "identity-volumes.cfg", d, strlen(d), "write_files and mounts");
+		is_str(out, BOOTDATA_BOOTSTRAP_PATH " 1\n",
+		       "the bootstrap file is a write_files entry, the volume a mount");
+	}
+}
+
 int main(void)
 {
 	if (!mkdtemp(tmpdir))
@@ -686,6 +730,7 @@ int main(void)
 	test_non_ascii_user_data();
 	test_types_and_refusals();
 	test_volumes();
+	test_identity_files();
 	{
 		_cleanup_free_ char *cmd = xasprintf("rm -rf %s", tmpdir);
 		if (system(cmd) != 0)
