@@ -121,12 +121,14 @@ sleep 1
 is "$(runs "$ns")" 1 '... and it never ran again'
 
 # -- bcd killed during a retry-safe command
-rs=$(cmd_id "$(enqueue --node "$node1" --kind fake.sleep --retry-safe --args '{"ms":2000}')")
+# (10 s: the kill must land during the first run; on a loaded machine with
+# the ASan build 2 s had passed before it, and the first run succeeded)
+rs=$(cmd_id "$(enqueue --node "$node1" --kind fake.sleep --retry-safe --args '{"ms":10000}')")
 eventually 20 started "$rs" 1
 ok $? "a retry-safe fake.sleep ($rs) started"
 agent_kill 1 KILL
 agent_start 1 || bail_out 'bcd 1 did not start again'
-eventually 30 cstate_is "$rs" succeeded
+eventually 60 cstate_is "$rs" succeeded
 ok $? 'bcd killed during it and started again: it succeeded'
 is "$(cshow "$rs" | jq -r .result.run)" 2 '... in its second run'
 is "$(runs "$rs")" 2 '... run again once'
