@@ -72,6 +72,7 @@ struct ctl_config {
 	int snapshot_store_timeout_seconds;
 	int snapshot_store_allow_http_loopback_for_tests;
 	char *snapshot_runtimes;   /* comma-separated runtimes with the snapshot trait */
+	char *snapshot_memory_runtimes; /* ... of them, those whose memory snapshots restore */
 };
 
 /* Load defaults, then the file at path (if not NULL), then argv flags

@@ -187,6 +187,12 @@ static int take_refusals(struct stake *a, const PGresult *s, bc_error *err)
 			     db_val(s, 0, ST_RUNTIME));
 		return bc_error_detail(err, "runtime", "%s", db_val(s, 0, ST_RUNTIME));
 	}
+	if (a->memory && !snap_runtime_capable(cfg->snapshot_memory_runtimes, db_val(s, 0, ST_RUNTIME))) {
+		bc_error_set(err, BC_UNSUPPORTED, "the %s runtime cannot restore memory snapshots: "
+			     "take a disk-only snapshot (includeMemory false)", db_val(s, 0, ST_RUNTIME));
+		bc_error_detail(err, "reason", "memory-snapshot");
+		return bc_error_detail(err, "runtime", "%s", db_val(s, 0, ST_RUNTIME));
+	}
 	if (a->memory && db_bool(s, 0, ST_RW_VOLUME)) {
 		bc_error_set(err, BC_INVALID_STATE, "sandbox %s has a read-write volume attached: "
 			     "take a disk-only snapshot (includeMemory false)", a->q->sandbox_id);

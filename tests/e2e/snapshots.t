@@ -13,13 +13,13 @@
 #   - a disk-only snapshot succeeds the same way.
 # The controller's side (Sandboxes.Snapshot, create --from-snapshot), when
 # this bcctl has it (`bcctl sandbox snapshot`; else skipped, saying so):
-#   - a memory restore: ready, the process still runs and the file is
-#     there (through exec once the restore has its own identity);
+#   - a memory snapshot is refused UNSUPPORTED memory-snapshot (on libvirt
+#     a memory restore crashed libvirtd 9.0: snapshot_memory_runtimes);
 #   - a disk-only restore boots fresh: the file, not the process;
 #   - one byte flipped in the stored object: the restore fails with
 #     SnapshotDigestMismatch and no domain is defined for it.
-# Note for helpers: ssh (and bcctl exec) joins its arguments into ONE remote
-# command line: quote the whole remote command as one word.
+# ssh (and bcctl exec) joins its arguments into ONE remote command line:
+# the whole remote command is one word.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/../lib/s3.sh"
 
@@ -124,22 +124,16 @@ is "$(e2e_domstate "$inst")" running '... the source runs'
 
 # ------------------------------------------------ through the controller
 if ! abc sandbox snapshot --help >/dev/null 2>&1; then
-	skip 'this bcctl has no `sandbox snapshot` yet (the controller side of issue 16)' 10
+	skip 'this bcctl has no `sandbox snapshot` yet (the controller side of issue 16)' 7
 	done_testing
 	exit 0
 fi
-snap=$(jid "$(abc --format json sandbox snapshot "$sbx")")
+# a memory snapshot of a libvirt sandbox is refused up front
+# (snapshot_memory_runtimes: restoring one crashed libvirtd 9.0 here)
+out=$(abc --format json sandbox snapshot "$sbx" 2>&1)
+like "$out" 'UNSUPPORTED' 'Sandboxes.Snapshot with memory on libvirt: UNSUPPORTED'
+like "$out" 'memory-snapshot' '... reason memory-snapshot'
 snap_ready() { [ "$(abc --format json sandbox-snapshot get "$snap" | jq -r .state)" = ready ]; }
-eventually 1800 snap_ready
-ok $? "Sandboxes.Snapshot with memory: $snap ready"
-rm=$(jid "$(abc --format json sandbox create --template "$tmpl" --ttl 1h --from-snapshot "$snap")")
-eventually "$E2E_BOOT_TIMEOUT" ready "$rm"
-ok $? "a memory restore ($rm) is ready"
-eventually "$E2E_BOOT_TIMEOUT" up "$rm"
-ok $? '... exec reaches it (its own identity)'
-ok "rx '$rm' 'pgrep -f \"sleep 4242424\"' >/dev/null" '... the process still runs in it'
-is "$(rx "$rm" 'cat /home/sandbox/marker')" snap-marker-42 '... the file is there'
-
 snapd=$(jid "$(abc --format json sandbox snapshot "$sbx" --no-memory)")
 snap=$snapd
 eventually 1800 snap_ready
@@ -149,8 +143,8 @@ ok $? "a disk-only restore ($rd) boots and exec reaches it"
 is "$(rx "$rd" 'cat /home/sandbox/marker')" snap-marker-42 '... the file is there'
 ok "! rx '$rd' 'pgrep -f \"sleep 4242424\"' >/dev/null" '... the process is not (a fresh boot)'
 
-# one byte flipped in the store's copy of the memory snapshot
-snapx=$(jid "$(abc --format json sandbox snapshot "$sbx")")
+# one byte flipped in the store's copy of a snapshot
+snapx=$(jid "$(abc --format json sandbox snapshot "$sbx" --no-memory)")
 snap=$snapx
 eventually 1800 snap_ready
 objf=$(find "$S3W/data" -type f -path "*$snapx*" -size +1M | head -n1)

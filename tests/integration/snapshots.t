@@ -5,7 +5,8 @@
 #   snapshot, authorization row, command or event: a malformed or unknown
 #   sandbox, a sandbox being deleted, a memory snapshot of a sandbox with a
 #   read-write volume attached (read-write-volume), a runtime not in
-#   snapshot_runtimes (UNSUPPORTED), no store (INVALID_CONFIG
+#   snapshot_runtimes (UNSUPPORTED), a memory snapshot on a runtime not in
+#   snapshot_memory_runtimes (UNSUPPORTED memory-snapshot), no store (INVALID_CONFIG
 #   no-snapshot-store);
 # - a take: pending, sandbox.snapshot.created, one instance.snapshot command
 #   (lane bulk, not retry-safe, key sandboxes:<id>:snapshot) carrying a
@@ -148,6 +149,10 @@ restart_ctl "$STORE_CONF
 snapshot_runtimes = libvirt"
 api_refused "$T" sandboxes/snapshot "{\"sandboxId\":\"$s1\"}" 501 UNSUPPORTED runtime=fake \
 	'a runtime without the snapshot trait (snapshot_runtimes = libvirt)'
+restart_ctl "$STORE_CONF
+snapshot_memory_runtimes = libvirt"
+api_refused "$T" sandboxes/snapshot "{\"sandboxId\":\"$s1\"}" 501 UNSUPPORTED reason=memory-snapshot \
+	'a memory snapshot on a runtime whose memory snapshots do not restore (snapshot_memory_runtimes)'
 restart_ctl ""
 api_refused "$T" sandboxes/snapshot "{\"sandboxId\":\"$s1\"}" 500 INVALID_CONFIG reason=no-snapshot-store \
 	'no snapshot store'
