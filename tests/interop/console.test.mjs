@@ -221,8 +221,8 @@ test('Snapshot shows the API answer (no store here: not configured, or the API e
 	provoked = null;
 });
 
-// Two answers this stack cannot give yet (no snapshot method or store, no
-// memory restore on the fake runtime) are stood in for by intercepting the
+// Two answers this stack does not give (it has no snapshot store, and no
+// memory restore with an identity to rebind) are stood in for by intercepting the
 // page's own request; everything else still goes to the controller.
 async function withAnswer(match, answer, fn) {
 	const handler = async (req) => {
@@ -244,6 +244,11 @@ async function withAnswer(match, answer, fn) {
 }
 
 test('INVALID_CONFIG from Snapshot (stood in): snapshots not configured, the button hidden for the session', async () => {
+	// the real answer above (no store on this stack) may have hidden the
+	// buttons already: a new session shows them again
+	await page.evaluate(() => sessionStorage.removeItem('bc.snapshots-off'));
+	await page.reload();
+	await page.waitForSelector(`${rowSel('sandboxes', sbx)} button.snapshot:not([hidden])`, wait);
 	provoked = new URL('/api/compute/sandboxes/snapshot', base).href;
 	await withAnswer('/api/compute/sandboxes/snapshot', () => ({
 		status: 500, contentType: 'application/json',
