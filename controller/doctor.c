@@ -67,6 +67,9 @@ static void add(struct doctor_finding **v, size_t *n, const struct check *c, con
 	snprintf(f->message, sizeof(f->message), "%s", msg ? msg : "");
 }
 
+/* The columns every check's SELECT answers, in order. */
+enum { DC_SUBJECT, DC_DETAIL };
+
 int doctor_run(struct db *d, struct doctor_finding **ret, size_t *ret_n)
 {
 	struct doctor_finding *v = NULL;
@@ -80,7 +83,7 @@ int doctor_run(struct db *d, struct doctor_finding **ret, size_t *ret_n)
 			return rc;
 		}
 		for (int k = 0; k < PQntuples(r); k++)
-			add(&v, &n, &checks[i], db_val(r, k, 0), db_val(r, k, 1));
+			add(&v, &n, &checks[i], db_val(r, k, DC_SUBJECT), db_val(r, k, DC_DETAIL));
 		PQclear(r);
 	}
 	*ret = v;

@@ -25,6 +25,11 @@
 #include "snapstore.h"
 #include "util.h"
 
+/* The purge read's columns (p.id, p.object_key), and the settle pass's
+ * answer (the snapshot, what became of it). */
+enum { PG_ID, PG_OBJECT_KEY };
+enum { SE_SNAPSHOT, SE_WHAT };
+
 
 /* The result's checks, in order; '' when it is a usable snapshot. */
 #define SETTLE_WHY                                                                          \
@@ -98,14 +103,14 @@ static void purge(const struct ctl_app *app, struct db *d)
 			 PQntuples(r), err.message);
 	for (int i = 0; store && i < PQntuples(r); i++) {
 		bc_error e = {0};
-		if (snapstore_delete(store, db_val(r, i, 1), &e) < 0) {
+		if (snapstore_delete(store, db_val(r, i, PG_OBJECT_KEY), &e) < 0) {
 			log_warn("sandbox snapshot %s: the store's delete failed: %s",
-				 db_val(r, i, 0), e.message);
+				 db_val(r, i, PG_ID), e.message);
 			continue;
 		}
-		if (purge_one(d, db_val(r, i, 0)) < 0)
+		if (purge_one(d, db_val(r, i, PG_ID)) < 0)
 			log_warn("sandbox snapshot %s: purged from the store, not marked",
-				 db_val(r, i, 0));
+				 db_val(r, i, PG_ID));
 		else
 			n++;
 	}
@@ -123,7 +128,7 @@ void snap_pass(const struct ctl_app *app, struct db *d)
 	if (db_tx(d, "READ COMMITTED", settle_tx, &r, &err) < 0)
 		log_warn("sandbox snapshots: settle pass failed: %s", err.message);
 	for (int i = 0; r && i < PQntuples(r); i++)
-		log_info("%s: %s", db_val(r, i, 0), db_val(r, i, 1));
+		log_info("%s: %s", db_val(r, i, SE_SNAPSHOT), db_val(r, i, SE_WHAT));
 	PQclear(r);
 	purge(app, d);
 }

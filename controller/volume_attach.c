@@ -214,6 +214,9 @@ int va_write_tx(struct db *d, const char *tenant, const char *template_id,
 	return 0;
 }
 
+/* va_same_tx's columns. */
+enum { VS_VOLUME_ID, VS_READ_ONLY };
+
 int va_same_tx(struct db *d, const char *template_id, const struct va_set *s, bc_error *err)
 {
 	struct dbp p = {0};
@@ -227,9 +230,9 @@ int va_same_tx(struct db *d, const char *template_id, const struct va_set *s, bc
 		return db_fail(err, rc);
 	same = (size_t)PQntuples(r) == s->n;
 	for (int i = 0; same && i < PQntuples(r); i++)
-		same = strcmp(db_val(r, i, 0), s->v[i].id) == 0 &&
-		       (s->v[i].read_only || !db_bool(r, i, 1)) &&
-		       (!s->v[i].read_only || db_bool(r, i, 1));
+		same = strcmp(db_val(r, i, VS_VOLUME_ID), s->v[i].id) == 0 &&
+		       (s->v[i].read_only || !db_bool(r, i, VS_READ_ONLY)) &&
+		       (!s->v[i].read_only || db_bool(r, i, VS_READ_ONLY));
 	PQclear(r);
 	return same ? 0 : changed(err, template_id);
 }
