@@ -207,9 +207,9 @@ check: deps
 # make expands this recipe.
 check-unit:
 	$(Q)$(MAKE) --no-print-directory asan unit-bins
-	$(Q)ASAN_OPTIONS=detect_leaks=1 prove --exec '' \
+	$(Q)ASAN_OPTIONS=detect_leaks=1 prove $(PROVE_FLAGS) --exec '' \
 		$(patsubst tests/unit/%.c,$(ASAN_BUILD)/tests/unit/%,$(sort $(UNIT_SRC)))
-	$(Q)prove --exec '$(VALGRIND)' $(BUILD)/tests/unit/test_rpc $(BUILD)/tests/unit/test_rpc_read
+	$(Q)prove $(PROVE_FLAGS) --exec '$(VALGRIND)' $(BUILD)/tests/unit/test_rpc $(BUILD)/tests/unit/test_rpc_read
 
 # Rewrite the golden files of the unit tests (tests/unit/golden) from the
 # current code; review the diff before committing it.
@@ -235,18 +235,21 @@ $(NODE_DEPS): tests/interop/package-lock.json tests/interop/package.json
 # stack. The net and e2e layers share the host's nftables tables and run one
 # file at a time.
 CHECK_JOBS ?= 3
+# --timer: every test file prints its wall time, so a slow layer shows in a
+# CI log.
+PROVE_FLAGS ?= --timer
 check-integration: bins node-deps
 	$(Q)$(MAKE) --no-print-directory asan
-	$(Q)BC_BIN=$(CURDIR)/$(ASAN_BUILD)/bin prove -j$(CHECK_JOBS) --exec bash $(sort $(wildcard tests/lib/*.t)) \
+	$(Q)BC_BIN=$(CURDIR)/$(ASAN_BUILD)/bin prove $(PROVE_FLAGS) -j$(CHECK_JOBS) --exec bash $(sort $(wildcard tests/lib/*.t)) \
 		$(sort $(wildcard tests/integration/*.t))
 
 check-net: $(NETDRV)
-	$(Q)prove --exec bash $(sort $(wildcard tests/net/*.t))
+	$(Q)prove $(PROVE_FLAGS) --exec bash $(sort $(wildcard tests/net/*.t))
 
 # The e2e layer boots the guest image under libvirt (KVM, or TCG without a
 # usable /dev/kvm).
 check-e2e: bins $(RTDRV) guest
-	$(Q)prove --exec bash $(sort $(wildcard tests/e2e/*.t))
+	$(Q)prove $(PROVE_FLAGS) --exec bash $(sort $(wildcard tests/e2e/*.t))
 
 # The guest image (contrib/guest/build.sh): built from Debian packages once
 # per set of build inputs, cached under /var/cache/bc/guest (BC_GUEST_CACHE).
@@ -254,7 +257,7 @@ guest:
 	$(Q)bash contrib/guest/build.sh $(CURDIR)/build/guest
 
 check-interop: bins unit-bins node-deps
-	$(Q)BC_BIN=$(CURDIR)/$(BUILD)/bin prove --exec bash tests/interop/run.t tests/interop/ws.t \
+	$(Q)BC_BIN=$(CURDIR)/$(BUILD)/bin prove $(PROVE_FLAGS) --exec bash tests/interop/run.t tests/interop/ws.t \
 		tests/interop/mcp.t tests/interop/console.t
 
 fuzz:
