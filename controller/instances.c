@@ -646,19 +646,15 @@ static int inst_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 	const char *tenant;
 	struct dbp p = {0};
 	PGresult *r = NULL;
-	int limit = q->limit ? q->limit : 50, rc;
-	bool all = strcmp(q->scope, "all") == 0;
+	int limit = 0, rc;
+	bool all = false;
 
 	if ((rc = auth_tenant(c, q->tenant_id, &tenant, err)) < 0)
 		return rc;
-	if (q->limit < 0 || q->limit > 200)
-		return invalid(err, "limit", "limit must be between 1 and 200");
+	if ((rc = check_page(err, q->limit, q->cursor, "inst", q->scope, &limit, &all)) < 0)
+		return rc;
 	if (*q->pool_id && (rc = check_id(err, "poolId", "pool", q->pool_id)) < 0)
 		return rc;
-	if (*q->cursor && (rc = check_id(err, "cursor", "inst", q->cursor)) < 0)
-		return rc;
-	if (*q->scope && !all && strcmp(q->scope, "mine") != 0)
-		return invalid(err, "scope", "scope must be mine or all");
 	dbp_str(&p, tenant);
 	dbp_str(&p, q->pool_id);
 	dbp_str(&p, q->cursor);
@@ -683,10 +679,9 @@ static int inst_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 		/* each item is checked; one the caller may not read is left out */
 		if (inst_decide(c, "compute:instances:read", x, db_val(r, i, INST_AGENT),
 				&skip) < 0) {
-			if (skip.code == BC_UNAVAILABLE || skip.code == BC_INTERNAL) {
+			if ((rc = list_left_out(&skip, err)) < 0) {
 				PQclear(r);
-				*err = skip;
-				return -BC_EDOMAIN;
+				return rc;
 			}
 			continue;
 		}

@@ -723,20 +723,15 @@ static int sbx_get(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **re
 	return 0;
 }
 
-static int check_list(const Bc__Compute__V1__ListSandboxesRequest *q, bool *ret_all,
-		      bc_error *err)
+static int check_list(const Bc__Compute__V1__ListSandboxesRequest *q, int *ret_limit,
+		      bool *ret_all, bc_error *err)
 {
 	int r;
 
-	if (q->limit < 0 || q->limit > 200)
-		return invalid(err, "limit", "limit must be between 1 and 200");
+	if ((r = check_page(err, q->limit, q->cursor, "sbx", q->scope, ret_limit, ret_all)) < 0)
+		return r;
 	if (*q->template_id && (r = check_id(err, "templateId", "sbxt", q->template_id)) < 0)
 		return r;
-	if (*q->cursor && (r = check_id(err, "cursor", "sbx", q->cursor)) < 0)
-		return r;
-	*ret_all = strcmp(q->scope, "all") == 0;
-	if (*q->scope && !*ret_all && strcmp(q->scope, "mine") != 0)
-		return invalid(err, "scope", "scope must be mine or all");
 	return 0;
 }
 
@@ -745,14 +740,14 @@ static int sbx_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **r
 {
 	const Bc__Compute__V1__ListSandboxesRequest *q = (const void *)m;
 	Bc__Compute__V1__ListSandboxesResponse *resp;
-	int limit = q->limit ? q->limit : 50, rc;
+	int limit = 0, rc;
 	const char *tenant;
 	struct dbp p = {0};
 	PGresult *r = NULL;
 	bool all = false;
 
 	if ((rc = auth_tenant(c, q->tenant_id, &tenant, err)) < 0 ||
-	    (rc = check_list(q, &all, err)) < 0)
+	    (rc = check_list(q, &limit, &all, err)) < 0)
 		return rc;
 	dbp_str(&p, tenant);
 	dbp_str(&p, q->template_id);
@@ -775,10 +770,9 @@ static int sbx_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **r
 		bc_error skip = {0};
 		sbx_from_row(c, r, i, &o);
 		if (sbx_decide(c, "compute:sandboxes:read", &o, &skip) < 0) {
-			if (skip.code == BC_UNAVAILABLE || skip.code == BC_INTERNAL) {
+			if ((rc = list_left_out(&skip, err)) < 0) {
 				PQclear(r);
-				*err = skip;
-				return -BC_EDOMAIN;
+				return rc;
 			}
 			continue; /* one the caller may not read is left out */
 		}

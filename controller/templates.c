@@ -780,10 +780,9 @@ static int tmpl_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 		Bc__Compute__V1__SandboxTemplate *t = tmpl_from_row(c, r, i);
 		bc_error skip = {0};
 		if (decide_read(c, t, &skip) < 0) {
-			if (skip.code == BC_UNAVAILABLE || skip.code == BC_INTERNAL) {
+			if ((rc = list_left_out(&skip, err)) < 0) {
 				PQclear(r);
-				*err = skip;
-				return -BC_EDOMAIN;
+				return rc;
 			}
 			continue; /* one the caller may not read is left out */
 		}

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "util.h"
 #include "validate.h"
@@ -45,4 +46,28 @@ int check_id(bc_error *err, const char *field, const char *prefix, const char *v
 	if (!id_valid(prefix, value))
 		return invalid(err, field, "%s is not a valid %s_ id", field, prefix);
 	return 0;
+}
+
+int check_page(bc_error *err, int32_t limit, const char *cursor, const char *cursor_prefix,
+	       const char *scope, int *ret_limit, bool *ret_all)
+{
+	int r;
+
+	if (limit < 0 || limit > 200)
+		return invalid(err, "limit", "limit must be between 1 and 200");
+	if (*cursor && (r = check_id(err, "cursor", cursor_prefix, cursor)) < 0)
+		return r;
+	*ret_all = strcmp(scope, "all") == 0;
+	if (*scope && !*ret_all && strcmp(scope, "mine") != 0)
+		return invalid(err, "scope", "scope must be mine or all");
+	*ret_limit = limit ? limit : 50;
+	return 0;
+}
+
+int list_left_out(const bc_error *skip, bc_error *err)
+{
+	if (skip->code != BC_UNAVAILABLE && skip->code != BC_INTERNAL)
+		return 0;
+	*err = *skip;
+	return -BC_EDOMAIN;
 }

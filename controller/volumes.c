@@ -502,23 +502,18 @@ static int vol_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **r
 {
 	const Bc__Compute__V1__ListSandboxVolumesRequest *q = (const void *)m;
 	Bc__Compute__V1__ListSandboxVolumesResponse *resp;
-	int limit = q->limit ? q->limit : 50, rc;
+	int limit = 0, rc;
 	const char *tenant;
 	struct dbp p = {0};
 	PGresult *r = NULL;
-	bool all;
+	bool all = false;
 
 	if ((rc = auth_tenant(c, q->tenant_id, &tenant, err)) < 0)
 		return rc;
-	if (q->limit < 0 || q->limit > 200)
-		return invalid(err, "limit", "limit must be between 1 and 200");
+	if ((rc = check_page(err, q->limit, q->cursor, "vol", q->scope, &limit, &all)) < 0)
+		return rc;
 	if (*q->pool_id && (rc = check_id(err, "poolId", "pool", q->pool_id)) < 0)
 		return rc;
-	if (*q->cursor && (rc = check_id(err, "cursor", "vol", q->cursor)) < 0)
-		return rc;
-	all = strcmp(q->scope, "all") == 0;
-	if (*q->scope && !all && strcmp(q->scope, "mine") != 0)
-		return invalid(err, "scope", "scope must be mine or all");
 	dbp_str(&p, tenant);
 	dbp_str(&p, q->pool_id);
 	dbp_str(&p, q->cursor);
@@ -541,10 +536,9 @@ static int vol_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **r
 		Bc__Compute__V1__SandboxVolume *v = vol_from_row(c, r, i);
 		bc_error skip = {0};
 		if (vol_decide(c, "compute:sandboxes:read", v, &skip) < 0) {
-			if (skip.code == BC_UNAVAILABLE || skip.code == BC_INTERNAL) {
+			if ((rc = list_left_out(&skip, err)) < 0) {
 				PQclear(r);
-				*err = skip;
-				return -BC_EDOMAIN;
+				return rc;
 			}
 			continue; /* one the caller may not read is left out */
 		}
