@@ -6,7 +6,11 @@
  *   rpc     --target ADDR [--seconds S] [--concurrency C] [--call list]
  *                                          Health.Check round trips; with
  *                                          --call list (and --ca/--token)
- *                                          Instances.List instead
+ *                                          Instances.List instead; --call
+ *                                          recognize --address A [--cache S]
+ *                                          Identity.Recognize(A), through
+ *                                          idc_recognize's cache of S s (0:
+ *                                          none, every call asks)
  *   create  --target ADDR --ca F --token T --pool P --flavor F --image I
  *           [--concurrency C] [--count N]  Instances.Create throughput
  *   push    (same flags) [--count N]       create -> agent reports running
@@ -27,12 +31,14 @@
 
 #include "bc/compute/v1/instances.pb-c.h"
 #include "grpc/health/v1/health.pb-c.h"
+#include "identity_client.h"
 #include "rpc.h"
 #include "util.h"
 
 struct opts {
 	const char *mode, *target, *listen, *ca, *token, *pool, *flavor, *image, *conninfo, *call;
-	int seconds, concurrency, count;
+	const char *address;
+	int seconds, concurrency, count, cache;
 };
 
 static struct opts o = {.seconds = 3, .concurrency = 1, .count = 200};
@@ -51,6 +57,8 @@ static void parse(int argc, char **argv)
 		else if (!strcmp(k, "image")) o.image = v;
 		else if (!strcmp(k, "conninfo")) o.conninfo = v;
 		else if (!strcmp(k, "call")) o.call = v;
+		else if (!strcmp(k, "address")) o.address = v;
+		else if (!strcmp(k, "cache")) o.cache = atoi(v);
 		else if (!strcmp(k, "seconds")) o.seconds = atoi(v);
 		else if (!strcmp(k, "concurrency")) o.concurrency = atoi(v);
 		else if (!strcmp(k, "count")) o.count = atoi(v);
@@ -123,6 +131,35 @@ struct worker {
 	pthread_t t;
 };
 
+/* Identity.Recognize(--address) through the recognition cache of an
+ * enforcement point (identity_client.h), shared by the workers as a
+ * service's would be; --cache 0 keeps nothing: every call asks. */
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+static struct idc_cache *cache;
+
+static void cache_new(void)
+{
+	cache = idc_new(1024, o.cache);
+}
+
+static void *recognize_worker(void *arg)
+{
+	struct worker *w = arg;
+
+	pthread_once(&cache_once, cache_new);
+	while (mono_us() < w->end_us) {
+		struct idc_answer a;
+		bc_error err;
+		int64_t t0 = mono_us();
+		if (idc_recognize(cache, w->c, o.address, t0 / 1000, 5000, &a, &err) != 1) {
+			w->errors++;
+			continue;
+		}
+		lat_add(w->lat, mono_us() - t0);
+	}
+	return NULL;
+}
+
 static void *rpc_worker(void *arg)
 {
 	struct worker *w = arg;
@@ -182,13 +219,19 @@ static int mode_rpc(void)
 
 	int seconds = o.seconds < 1 ? 1 : o.seconds;
 
+	void *(*fn)(void *) = o.call && !strcmp(o.call, "recognize") ? recognize_worker : rpc_worker;
+
+	if (fn == recognize_worker && !o.address) {
+		fprintf(stderr, "bc_bench: --call recognize needs --address\n");
+		return 1;
+	}
 	/* warm the channel up first */
 	o.seconds = 1;
-	run_workers(rpc_worker, &lat, &el, &errors);
+	run_workers(fn, &lat, &el, &errors);
 	lat.n = 0;
 	errors = 0;
 	o.seconds = seconds;
-	run_workers(rpc_worker, &lat, &el, &errors);
+	run_workers(fn, &lat, &el, &errors);
 	printf("p50_us=%lld p99_us=%lld calls_per_s=%.0f calls=%zu errors=%d\n",
 	       (long long)pct(&lat, 0.50), (long long)pct(&lat, 0.99),
 	       (double)lat.n * 1e6 / (double)el, lat.n, errors);

@@ -40,6 +40,9 @@
 #                             while a stranger holds calls,     idle stack; nodes declared
 #                             streams and idle connections      lost meanwhile
 #                             (bench/attack.sh)
+#   Identity.Recognize        an address's live identity, no    Health.Check on the same
+#                             cache and the 2 s cache           channel
+#                             (bench/identity.sh)
 #
 # and prints one table: each bc figure, its peer's, and bc / peer.
 #
@@ -53,7 +56,8 @@
 # BENCH_ONLY=attack (only the API under attack rows; their knobs in
 # bench/attack.sh), BENCH_ONLY=seal (only the sealed store's rows),
 # BENCH_ONLY=volumes (only the sandbox volume rows, bench/volumes.sh),
-# BENCH_ONLY=exec (only the exec rows), BENCH_ONLY=guest (only the real-guest
+# BENCH_ONLY=exec (only the exec rows), BENCH_ONLY=identity (only the
+# workload identity rows, bench/identity.sh), BENCH_ONLY=guest (only the real-guest
 # warm/cold rows, bench/guest_ready.sh; BENCH_GUEST_N),
 # BC_BENCH (the C client; default $BC_SRC/build/bench/bc_bench), BC_BIN, BC_SRC.
 set -uo pipefail
@@ -227,6 +231,12 @@ if [ "${BENCH_ONLY:-}" = guest ]; then # just the real-guest warm/cold rows
 	print_rows
 	exit 0
 fi
+if [ "${BENCH_ONLY:-}" = identity ]; then # just the workload identity rows
+	# shellcheck source=identity.sh
+	. "$here/identity.sh"
+	print_rows
+	exit 0
+fi
 if [ "${BENCH_ONLY:-}" = seal ]; then # just the sealed store's rows
 	# shellcheck source=seal.sh
 	. "$here/seal.sh"
@@ -305,6 +315,8 @@ push_row loaded
 . "$here/warm.sh"
 # shellcheck source=sandboxes.sh
 . "$here/sandboxes.sh"
+# shellcheck source=identity.sh
+. "$here/identity.sh"
 
 log "nftables: full ruleset loads and per-packet cost (bench/net.sh)"
 while IFS=$'\t' read -r n m v pn pv; do

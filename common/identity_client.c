@@ -5,8 +5,11 @@
 #include "identity_client.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "bc/compute/v1/identity.pb-c.h"
 
 struct idc_slot {
 	struct idc_answer a;
@@ -114,4 +117,35 @@ void idc_forget(struct idc_cache *c, const char *address)
 	if ((s = find(c, address)))
 		s->used = 0;
 	pthread_mutex_unlock(&c->lock);
+}
+
+int idc_recognize(struct idc_cache *c, rpc_client *client, const char *address,
+		  int64_t now_ms, int timeout_ms, struct idc_answer *ret, bc_error *err)
+{
+	Bc__Compute__V1__RecognizeRequest q = BC__COMPUTE__V1__RECOGNIZE_REQUEST__INIT;
+	Bc__Compute__V1__Recognition *a = NULL;
+	struct idc_answer got = {0};
+	char path[96];
+	int r;
+
+	if (idc_get(c, address, now_ms, ret))
+		return 1;
+	q.address = (char *)address;
+	if ((r = rpc_method_path(&bc__compute__v1__identity__descriptor, "Recognize", path,
+				 sizeof(path))) < 0)
+		return bc_error_set(err, BC_INTERNAL, "no Identity.Recognize method (%d)", r);
+	if (rpc_client_unary(client, path, &q.base, &bc__compute__v1__recognition__descriptor,
+			     (ProtobufCMessage **)&a, timeout_ms, err) < 0)
+		return err->code == BC_NOT_FOUND ? 0 : -BC_EDOMAIN;
+	snprintf(got.address, sizeof(got.address), "%s", address);
+	snprintf(got.sandbox_id, sizeof(got.sandbox_id), "%s", a->sandbox_id);
+	snprintf(got.tenant_id, sizeof(got.tenant_id), "%s", a->tenant_id);
+	snprintf(got.epoch_id, sizeof(got.epoch_id), "%s", a->epoch_id);
+	snprintf(got.agent, sizeof(got.agent), "%s", a->agent);
+	snprintf(got.task, sizeof(got.task), "%s", a->task);
+	snprintf(got.run, sizeof(got.run), "%s", a->run);
+	idc_put(c, &got, a->cache_seconds, now_ms);
+	protobuf_c_message_free_unpacked(&a->base, NULL);
+	*ret = got;
+	return 1;
 }

@@ -13,6 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "err.h"
+#include "rpc.h"
+
 #define IDC_MAX_SECONDS 10           /* the spec's upper bound on the cache */
 #define IDC_DEFAULT_SECONDS 2
 
@@ -41,5 +44,16 @@ void idc_put(struct idc_cache *c, const struct idc_answer *a, int64_t cache_seco
 int idc_get(struct idc_cache *c, const char *address, int64_t now_ms, struct idc_answer *ret);
 /* Forget address (a service told of a revocation out of band). */
 void idc_forget(struct idc_cache *c, const char *address);
+
+/* Who is address? From the cache while it holds a live answer, else by
+ * Identity.Recognize on client (whose bearer may decide
+ * compute:identity:recognize), keeping the answer for its cacheSeconds.
+ * 1 and *ret when a live identity holds address, 0 when none does
+ * (NOT_FOUND, not kept), <0 (-BC_EDOMAIN, err filled) when the call
+ * failed: the caller must not take a failure for "nobody". now_ms is the
+ * caller's monotonic clock, as for idc_get; timeout_ms as
+ * rpc_client_unary's. */
+int idc_recognize(struct idc_cache *c, rpc_client *client, const char *address,
+		  int64_t now_ms, int timeout_ms, struct idc_answer *ret, bc_error *err);
 
 #endif
