@@ -31,7 +31,8 @@ const struct principal *ctl_principal(const rpc_call *call)
 /* See app.h. */
 bool auth_is_operator(const struct principal *p)
 {
-	return p && p->kind == PRINCIPAL_IDENTITY && p->is_admin &&
+	/* a sandbox's own token is never the operator's, whoever made it */
+	return p && p->kind == PRINCIPAL_IDENTITY && p->is_admin && !*p->token_sandbox &&
 	       strcmp(p->tenant_id, AUTH_ROOT_TENANT) == 0;
 }
 

@@ -53,6 +53,12 @@ struct principal {
 	 * (epoch seconds, 0: none) */
 	char token_hash[65];
 	int64_t token_expires_at;
+	/* a sandbox's own token (docs/identity.md, "Without workload
+	 * identity"): the sandbox it was given to and its run ("" if none);
+	 * "" for every other token. authz_decide holds such a token to the
+	 * sandboxes of its run. */
+	char token_sandbox[64];
+	char token_run[129];
 };
 
 /* From a call: the app, this thread's database (or the stream pool's

@@ -77,7 +77,7 @@ static int auth_node(rpc_call *call, struct principal *p, bc_error *err)
 enum {
 	TOKEN_IDENTITY_ID, TOKEN_TENANT_ID, TOKEN_IS_ADMIN, TOKEN_TENANT_STATE,
 	TOKEN_IDENTITY_STATE, TOKEN_KIND, TOKEN_USER_ID, TOKEN_DELEGATION_ID, TOKEN_USER_STATE,
-	TOKEN_EXPIRES_AT
+	TOKEN_EXPIRES_AT, TOKEN_SANDBOX_ID, TOKEN_RUN_ID
 };
 
 /* A token of an inactive tenant or identity, of an agent whose delegation
@@ -120,7 +120,8 @@ int auth_token_hash(struct db *d, const char *hash, struct principal *p, bc_erro
 	rc = db_exec(d, &r,
 		     "SELECT i.id, i.tenant_id, i.is_admin, t.state, i.state, i.kind, "
 		     "coalesce(d.user_id, ''), coalesce(d.id, ''), coalesce(u.state, ''), "
-		     "coalesce(floor(extract(epoch FROM k.expires_at))::bigint, 0) FROM "
+		     "coalesce(floor(extract(epoch FROM k.expires_at))::bigint, 0), "
+		     "coalesce(k.sandbox_id, ''), coalesce(k.run_id, '') FROM "
 		     "api_tokens k JOIN identities i ON i.id = k.identity_id JOIN tenants t ON t.id = "
 		     "i.tenant_id LEFT JOIN delegations d ON d.agent_id = i.id AND d.revoked_at IS "
 		     "NULL LEFT JOIN identities u ON u.id = d.user_id "
@@ -146,6 +147,8 @@ int auth_token_hash(struct db *d, const char *hash, struct principal *p, bc_erro
 		 db_val(r, 0, TOKEN_DELEGATION_ID));
 	snprintf(p->token_hash, sizeof(p->token_hash), "%s", hash);
 	p->token_expires_at = db_i64(r, 0, TOKEN_EXPIRES_AT);
+	snprintf(p->token_sandbox, sizeof(p->token_sandbox), "%s", db_val(r, 0, TOKEN_SANDBOX_ID));
+	snprintf(p->token_run, sizeof(p->token_run), "%s", db_val(r, 0, TOKEN_RUN_ID));
 	p->is_admin = db_bool(r, 0, TOKEN_IS_ADMIN);
 	PQclear(r);
 	return 0;

@@ -254,6 +254,34 @@ static int decide_for(struct db *d, const char *id, const char *tenant,
 	return rc;
 }
 
+/* A sandbox's own token acts for its agent on the sandboxes of its run
+ * only: a sandbox whose run label is the token's run (creating one
+ * included, so the new sandbox must carry the run), or, for a token without
+ * a run, the sandbox it was given to. Everything else (instances, images,
+ * volumes, snapshots, secrets, tokens, policies, events) is refused:
+ * ACCESS_DENIED reason token-run-scope. 0 when within its scope. */
+static int token_scope(const struct principal *p, const char *action,
+		       const struct authz_target *t, const char *resource, bc_error *err)
+{
+	const char *run = "";
+
+	if (!*p->token_sandbox)
+		return 0;
+	for (size_t i = 0; i < t->n_attrs; i++)
+		if (strcmp(t->attrs[i].name, "run") == 0)
+			run = t->attrs[i].value;
+	if (strcmp(t->type, "compute-sandbox") == 0 &&
+	    (*p->token_run ? strcmp(run, p->token_run) == 0 : strcmp(t->id, p->token_sandbox) == 0))
+		return 0;
+	log_info("identity %s: %s on %s refused: the token of sandbox %s (run '%s') reaches only "
+		 "its run's sandboxes", p->id, action, resource, p->token_sandbox, p->token_run);
+	bc_error_set(err, BC_ACCESS_DENIED, "this token belongs to sandbox %s and acts only on "
+		     "the sandboxes of its run", p->token_sandbox);
+	bc_error_detail(err, "action", "%s", action);
+	bc_error_detail(err, "resource", "%s", resource);
+	return bc_error_detail(err, "reason", "token-run-scope");
+}
+
 int authz_decide(rpc_call *c, struct db *d, const char *action, const struct authz_target *t,
 		 bc_error *err)
 {
@@ -274,6 +302,8 @@ int authz_decide(rpc_call *c, struct db *d, const char *action, const struct aut
 	if (strcmp(p->tenant_id, t->tenant_id) != 0 ||
 	    (*p->user_id && (!t->agent_id || strcmp(t->agent_id, p->id) != 0)))
 		return bc_error_set(err, BC_NOT_FOUND, "%s not found", resource);
+	if ((rc = token_scope(p, action, t, resource, err)) < 0)
+		return rc;
 	if (t->parent && *t->parent) {
 		snprintf(ancestors_buf, sizeof(ancestors_buf), "%s", t->parent);
 		anc[n_anc++] = ancestors_buf;

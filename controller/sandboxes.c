@@ -141,7 +141,7 @@ static void attr_i64(struct authz_target *t, const char *name, int64_t v)
  * template, pool, lifetime and creator. */
 struct sbx_shape {
 	const char *id, *tenant, *pool, *template_id, *flavor, *image, *network, *created_by;
-	const char *agent;
+	const char *agent, *run;
 	int64_t ttl, vcpus, memory_mib, disk_gib, gpus;
 };
 
@@ -157,6 +157,8 @@ static void sbx_target(const struct sbx_shape *s, struct authz_target *t, char p
 	authz_attr(t, "imageId", s->image);
 	authz_attr(t, "networkPolicy", s->network);
 	authz_attr(t, "createdBy", s->created_by);
+	if (s->run && *s->run)
+		authz_attr(t, "run", s->run);
 	attr_i64(t, "ttlSeconds", s->ttl);
 	attr_i64(t, "vcpus", s->vcpus);
 	attr_i64(t, "memoryMib", s->memory_mib);
@@ -170,7 +172,7 @@ static int sbx_decide(rpc_call *c, const char *action, const struct sbx_row *o, 
 	struct sbx_shape s = {.id = x->id, .tenant = x->tenant_id, .pool = x->pool_id,
 			      .template_id = x->template_id, .flavor = o->flavor,
 			      .image = o->image, .network = o->network,
-			      .created_by = x->created_by, .agent = o->agent,
+			      .created_by = x->created_by, .agent = o->agent, .run = x->run,
 			      .ttl = x->ttl_seconds, .vcpus = o->vcpus,
 			      .memory_mib = o->memory_mib, .disk_gib = o->disk_gib, .gpus = o->gpus};
 	struct authz_target t;
@@ -223,6 +225,7 @@ int sbx_decide_brief(rpc_call *c, const char *tenant, const char *id, const char
 			       .network = db_val(r, 0, SBX_NET),
 			       .created_by = db_val(r, 0, SBX_CREATED_BY),
 			       .agent = db_val(r, 0, SBX_AGENT),
+			       .run = db_val(r, 0, SBX_IDN + WID_SBX_RUN),
 			       .ttl = db_i64(r, 0, SBX_TTL_SECONDS), .vcpus = db_i64(r, 0, SBX_VCPUS),
 			       .memory_mib = db_i64(r, 0, SBX_MEM), .disk_gib = db_i64(r, 0, SBX_DISK),
 			       .gpus = db_i64(r, 0, SBX_GPUS)};
@@ -405,7 +408,8 @@ static int stage_and_claim(struct db *d, struct screate *a, const PGresult *t, i
 			      .flavor = db_val(t, 0, TQ_FLAVOR),
 			      .image = db_val(t, 0, TQ_IMAGE_ID),
 			      .network = db_val(t, 0, TQ_NETWORK),
-			      .created_by = p->id, .ttl = ttl, .vcpus = db_i64(t, 0, TQ_VCPUS),
+			      .created_by = p->id, .run = a->q->run, .ttl = ttl,
+			      .vcpus = db_i64(t, 0, TQ_VCPUS),
 			      .memory_mib = db_i64(t, 0, TQ_MEMORY_MIB),
 			      .disk_gib = db_i64(t, 0, TQ_DISK_GIB),
 			      .gpus = db_i64(t, 0, TQ_GPUS)};

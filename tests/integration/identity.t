@@ -19,7 +19,8 @@
 #   instance is deleted only after the recognition cache lifetime, and the
 #   address stays leased until then (the order is logged);
 # - identity off: an agent's sandbox gets a 24 h token in its boot data
-#   (/etc/sandbox/token, 0600) that works, and is revoked when it ends;
+#   (/etc/sandbox/token, 0600) that works for its agent on the sandboxes of
+#   its run only (token-run-scope), and is revoked when it ends;
 # - task-bound sandboxes are deleted sandbox_task_max_age_seconds after bound.
 . "$(dirname "$0")/../lib/stack.sh"
 . "$(dirname "$0")/../lib/tenant.sh"
@@ -301,6 +302,39 @@ is "$(q "SELECT identity_id || ' ' || run_id || ' ' || (expires_at BETWEEN now()
 	"$bot r-off true" "the agent's token, for its run, expiring after 24 h"
 as "$tok" sandbox get "$s5" >/dev/null
 ok $? 'the token works'
+# ... for its agent, on the sandboxes of its run only (token-run-scope)
+out=$(as "$tok" --format json sandbox create --template "$t2" --task t-off --run r-off) ||
+	fail "the token creates a sandbox of its run: $out"
+s6=$(jid "$out")
+is "$(json_get "$out" run)/$(json_get "$(as "$tok" --format json sandbox get "$s6")" id)" "r-off/$s6" \
+	'the token creates, and reads, a sandbox of its own run'
+other=$(jid "$(as "$BOT" --format json sandbox create --template "$t2" --task t-x --run r-x)") ||
+	bail_out 'a sandbox of another run'
+n_before=$(q "SELECT count(*) FROM sandboxes")
+scoped_refused() { # WHAT CLI-ARGS...: ACCESS_DENIED token-run-scope
+	local what=$1
+	shift
+	as "$tok" "$@" >/dev/null 2>"$STACK_DIR/err"
+	grep -q 'ACCESS_DENIED' "$STACK_DIR/err" && grep -q 'reason: token-run-scope' "$STACK_DIR/err"
+	ok $? "the sandbox's token: $what refused (token-run-scope)"
+	grep -q 'reason: token-run-scope' "$STACK_DIR/err" || diag "$(cat "$STACK_DIR/err")"
+}
+scoped_refused 'a sandbox of another run of its agent' sandbox get "$other"
+scoped_refused 'deleting a sandbox of another run' sandbox delete "$other"
+scoped_refused 'creating a sandbox for another run' sandbox create --template "$t2" --task t-y --run r-y
+scoped_refused 'creating a sandbox without its run' sandbox create --template "$t2"
+scoped_refused 'creating a volume' sandbox-volume create --pool "$POOL_ID" --name v-tok --size 1
+scoped_refused 'creating an instance' instance create --pool "$POOL_ID" --flavor "$FLAVOR_NAME" \
+	--image "$img"
+is "$(q "SELECT count(*) FROM sandboxes")" "$n_before" '... the refused creates left no sandbox'
+out=$(as "$tok" --format json sandbox list)
+is "$(printf '%s' "$out" | jq -r '[.items[].run] | unique | join(",")')" r-off \
+	'its list shows the sandboxes of its run only' || diag "$out"
+is "$(as "$tok" --format json instance list | jq -r '.items | length')" 0 '... and no instance'
+as "$BOT" sandbox get "$other" >/dev/null
+ok $? "the agent's own token is not narrowed"
+as "$BOT" sandbox delete "$other" >/dev/null
+as "$BOT" sandbox delete "$s6" >/dev/null
 as "$BOT" sandbox delete "$s5" >/dev/null || fail 'delete'
 as "$tok" sandbox get "$s5" >/dev/null 2>&1
 is "$?" 14 'revoked when the sandbox ends: UNAUTHENTICATED (exit 14)'
