@@ -76,12 +76,13 @@ NETDRV   := $(BUILD)/tests/net/netdrv
 RTDRV    := $(BUILD)/tests/e2e/rtdrv
 TUNDRV   := $(BUILD)/tests/integration/tunneldrv
 SIGDRV   := $(BUILD)/tests/integration/sigv4drv
+DBDRV    := $(BUILD)/tests/integration/dbdrv
 
 .PHONY: all gen bins unit-bins bench-bins node-deps check check-unit check-integration check-net check-e2e \
 	check-interop fuzz fuzz-smoke asan bench update-golden demo stop install clean deps guest
 .SECONDARY:
 
-all: bins unit-bins bench-bins $(NETDRV) $(RTDRV) $(TUNDRV) $(SIGDRV)
+all: bins unit-bins bench-bins $(NETDRV) $(RTDRV) $(TUNDRV) $(SIGDRV) $(DBDRV)
 
 bins: $(BINS)
 unit-bins: $(UNIT_BIN)
@@ -178,6 +179,13 @@ $(TUNDRV): $(BUILD)/obj/tests/integration/tunneldrv.o $(LIBCTL) $(LIBBC)
 # The boto3 comparison's driver of the SigV4 signer (sigv4_boto3.py).
 $(call obj,tests/integration/sigv4drv.c): | $(GEN_H)
 $(SIGDRV): $(BUILD)/obj/tests/integration/sigv4drv.o $(LIBBC)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The integration tests' driver of the controller's statement cache (db_cache.t).
+$(call obj,tests/integration/dbdrv.c): | $(GEN_H)
+$(DBDRV): $(BUILD)/obj/tests/integration/dbdrv.o $(LIBCTL) $(LIBBC)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

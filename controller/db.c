@@ -123,20 +123,40 @@ static bool is_tx_control(const char *sql, const struct dbp *p)
 /* The slot of sql's prepared statement on this connection; *fresh when it
  * is new: the slot is then d->n_stmts, taken by stmt_prepared once its
  * PREPARE was sent. */
+static uint64_t text_hash(const char *s)
+{
+	uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+	return h;
+}
+
 static size_t stmt_of(struct db *d, const char *sql, bool *fresh)
 {
+	uint64_t h = text_hash(sql);
 	struct db_stmt *n;
 
-	for (size_t i = 0; i < d->n_stmts; i++)
-		if (d->stmts[i].sql == sql) {
+	for (size_t i = 0; i < d->n_stmts; i++) {
+		if (d->stmts[i].sql != sql)
+			continue;
+		if (d->stmts[i].text_hash == h) {
 			*fresh = false;
 			return i;
 		}
+		/* the key is the text's address: another text at an address a
+		 * freed one had (a statement built at run time) must never run
+		 * the old one's prepared statement */
+		log_error("database: statement %s's address now holds another text (a statement "
+			  "that is not a string literal?); preparing it anew", d->stmts[i].name);
+		d->stmts[i].sql = NULL;
+	}
 	d->stmts = realloc(d->stmts, (d->n_stmts + 1) * sizeof(*d->stmts));
 	if (!d->stmts)
 		abort();
 	n = &d->stmts[d->n_stmts];
 	n->sql = sql;
+	n->text_hash = h;
 	snprintf(n->name, sizeof(n->name), "s%zu", d->n_stmts);
 	*fresh = true;
 	return d->n_stmts;

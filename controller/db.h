@@ -17,6 +17,7 @@
  * SQL text: every statement is a string literal, so the address names it. */
 struct db_stmt {
 	const char *sql;
+	uint64_t text_hash;  /* of the text it was prepared from (stmt_of) */
 	char name[16];
 };
 

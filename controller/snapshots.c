@@ -458,17 +458,6 @@ static int snap_list(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 	return 0;
 }
 
-int snap_delete_where(struct db *d, const char *where, const struct dbp *p)
-{
-	_cleanup_free_ char *sql = xasprintf(
-		"WITH n AS (UPDATE sandbox_snapshots p SET deleted_at = now() WHERE "
-		"p.deleted_at IS NULL AND (%s) RETURNING *) INSERT INTO events (type, subject, "
-		"tenant_id, data) SELECT 'sandbox.snapshot.deleted', 'sandbox/' || sandbox_id, "
-		"tenant_id, " SNAP_EVD_SQL " FROM n", where);
-
-	return db_exec(d, NULL, sql, p);
-}
-
 struct sdel {
 	const char *tenant, *id;
 };

@@ -41,8 +41,15 @@ void snap_derive_id(const char *tenant, const char *caller, const char *key, cha
 
 /* In the caller's transaction: mark deleted the live snapshots matching
  * the condition `where` over sandbox_snapshots p (parameters p), each
- * publishing sandbox.snapshot.deleted; their objects are purged later. */
-int snap_delete_where(struct db *d, const char *where, const struct dbp *p);
+ * publishing sandbox.snapshot.deleted; their objects are purged later.
+ * `where` must be a string literal: the statement is one literal per call
+ * site (db_exec keys its prepared statements by the text's address). */
+#define SNAP_DELETE_SQL(where)                                                             \
+	"WITH n AS (UPDATE sandbox_snapshots p SET deleted_at = now() WHERE "                \
+	"p.deleted_at IS NULL AND (" where ") RETURNING *) INSERT INTO events (type, "       \
+	"subject, tenant_id, data) SELECT 'sandbox.snapshot.deleted', 'sandbox/' || "        \
+	"sandbox_id, tenant_id, " SNAP_EVD_SQL " FROM n"
+#define snap_delete_where(d, where, p) db_exec((d), NULL, SNAP_DELETE_SQL(where), (p))
 
 /* The sandbox reconciler's snapshot work (snapshots_pass.c): settle pending
  * snapshots whose command settled (or is gone), delete the unkept
