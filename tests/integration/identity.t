@@ -25,7 +25,7 @@
 . "$(dirname "$0")/../lib/stack.sh"
 . "$(dirname "$0")/../lib/tenant.sh"
 
-CACHE=3
+CACHE=8
 export BC_CTL_EXTRA_CONF="sandbox_reconcile_seconds = 1
 identity_enabled = 1
 identity_cache_seconds = $CACHE
