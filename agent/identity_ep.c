@@ -470,7 +470,7 @@ static void run_fetch(struct identity_ep *e, struct job *j)
 	struct inst *in;
 
 	rc = bootdata_fetch(e->o.client, j->id, j->arg, (void **)&data, &len, reason);
-	ok = rc == 0 && len > 0 && len <= IE_BODY_MAX && strlen(data) == len;
+	ok = rc == 0 && len > 0 && len <= IE_BODY_MAX;
 	for (size_t i = 0; ok && i < len; i++)
 		ok = data[i] > ' ' && data[i] <= '~';
 	pthread_mutex_lock(&e->lock);
@@ -480,8 +480,8 @@ static void run_fetch(struct identity_ep *e, struct job *j)
 			memcpy(in->value, data, len);
 			in->value[len] = '\0';
 			in->fetch = F_HELD;
-		} else if (rc == 0) {
-			in->fetch = F_GONE;   /* not a value: never handed out */
+		} else if (rc == 0 || strncmp(reason, "NOT_FOUND", 9) == 0) {
+			in->fetch = F_GONE;   /* not a value, or used and deleted: never handed out */
 		} else {
 			in->fetch = F_WANTED;
 			in->fetch_at = mono_ms() + IE_FETCH_RETRY_MS;
@@ -493,8 +493,8 @@ static void run_fetch(struct identity_ep *e, struct job *j)
 		free(data);
 	}
 	if (rc < 0)
-		log_warn("instance %s: identity bootstrap %s not fetched: %s (retrying)", j->id, j->arg,
-			 reason);
+		log_warn("instance %s: identity bootstrap %s not fetched: %s%s", j->id, j->arg, reason,
+			 strncmp(reason, "NOT_FOUND", 9) ? " (retrying)" : "");
 	else if (!ok)
 		log_warn("instance %s: identity bootstrap %s is not a value: ignored", j->id, j->arg);
 	else
