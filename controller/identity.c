@@ -51,17 +51,18 @@ int wid_check_switch(const char *v, bool required, bc_error *err)
 	return invalid(err, "identity", "identity must be on, off or default");
 }
 
-int wid_template_set(struct db *d, const char *template_id, const char *v)
+int wid_template_set(struct db *d, const char *template_id, const char *v, bool renew)
 {
 	struct dbp p = {0};
 
 	dbp_str(&p, template_id);
 	dbp_str(&p, v);
+	dbp_bool(&p, renew);
 	/* a changed switch is a new instance_version: warm instances made
 	 * before have (or lack) the identity client's wait-for-the-host marker
 	 * and are never claimed (the bind check) */
 	return db_exec(d, NULL, "UPDATE sandbox_templates SET identity = $2, instance_version = "
-		       "instance_version + CASE WHEN identity <> $2 THEN 1 ELSE 0 END WHERE id = $1",
+		       "instance_version + CASE WHEN $3 AND identity <> $2 THEN 1 ELSE 0 END WHERE id = $1",
 		       &p);
 }
 
