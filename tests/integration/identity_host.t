@@ -229,6 +229,42 @@ ok "$([ "$(metric busy)" -ge 1 ] && echo 0 || echo 1)" 'counted busy'
 ok "$([ "$(metric attested)" = 1 ] && [ "$(metric renewed)" = 1 ] && echo 0 || echo 1)" 'counted attested 1, renewed 1'
 ok "$([ "$(metric refused)" -ge 6 ] && echo 0 || echo 1)" "counted the broker's refusals ($(metric refused))"
 
+# -- the guest's identity client (contrib/guest/bc-identity.c) against bcd
+DRV=$BC_BIN/../tests/integration/bc-identity
+[ -x "$DRV" ] || DRV=$BC_SRC/build/tests/integration/bc-identity
+[ -x "$DRV" ] || bail_out "no $DRV: make builds it"
+new_sandbox "$tmpl" --task t4
+s4=$S i4=$I a4=$A
+G=$STACK_DIR/guest4
+mkdir -p "$G/etc" "$G/run" "$G/none"
+bootdata "$i4" | grep -oE 'bcb_[0-9a-f]{64}' | head -1 >"$G/etc/bootstrap"
+echo "$GW:$EP_PORT" >"$G/etc/endpoint"
+guest() { BC_IDENTITY_DIR=$G/etc BC_IDENTITY_RUN=$1 BC_IDENTITY_SOURCE=$a4 "$DRV"; }
+BC_IDENTITY_DIR=$G/none BC_IDENTITY_RUN=$G/run BC_IDENTITY_SOURCE=$a4 "$DRV" >"$G/none.log" 2>&1
+is "$?/$(cat "$G/none.log")" 0/ 'no bootstrap and no host marker: the client exits 0, quietly'
+guest "$G/run" >"$G/client.log" 2>&1 &
+cpid=$!
+eventually 30 eval '[ "$(json_get "$(sbx "$s4")" state)" = ready ]'
+ok $? 'the client attests through bcd from its instance address: the sandbox is ready'
+like "$(cat "$G/client.log")" "identity live: sandbox $s4" '... and says so'
+is "$(stat -c %a "$G/run/token" 2>/dev/null)" 600 'it keeps the capability token in its run dir, 0600'
+like "$(cat "$G/run/token")" '^bcc_' '... the token'
+grep -q -e "$(cat "$G/etc/bootstrap")" -e "$(cat "$G/run/token")" "$G/client.log"
+ok $((! $?)) 'it prints neither the value nor the token'
+kill "$cpid" 2>/dev/null
+wait "$cpid" 2>/dev/null
+r0=$(metric renewed)
+guest "$G/run" >"$G/restart.log" 2>&1 &
+cpid=$!
+eventually 20 eval '[ "$(metric renewed)" -gt "$r0" ]'
+ok $? 'restarted with its token kept, it renews (not attests again)'
+kill "$cpid" 2>/dev/null
+wait "$cpid" 2>/dev/null
+mkdir -p "$G/run2"
+guest "$G/run2" >"$G/replay.log" 2>&1
+is "$?" 2 'a client replaying a used value ends with status 2 (no restart)'
+like "$(cat "$G/replay.log")" 'attestation refused: 403 ACCESS_DENIED bootstrap-used' '... saying why'
+
 # -- a warm claim with identity: bound, the value through the host
 wt=$(jid "$(bcctl --format json sandbox-template create --name idh-warm --pool "$POOL_ID" \
 	--flavor "$FLAVOR_NAME" --image "$img" --warm-min 1 --warm-max 1)") || bail_out "warm template"
