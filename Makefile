@@ -77,12 +77,13 @@ RTDRV    := $(BUILD)/tests/e2e/rtdrv
 TUNDRV   := $(BUILD)/tests/integration/tunneldrv
 SIGDRV   := $(BUILD)/tests/integration/sigv4drv
 DBDRV    := $(BUILD)/tests/integration/dbdrv
+GUESTID  := $(BUILD)/tests/integration/bc-identity
 
 .PHONY: all gen bins unit-bins bench-bins node-deps check check-unit check-integration check-net check-e2e \
 	check-interop fuzz fuzz-smoke asan bench update-golden demo stop install clean deps guest
 .SECONDARY:
 
-all: bins unit-bins bench-bins $(NETDRV) $(RTDRV) $(TUNDRV) $(SIGDRV) $(DBDRV)
+all: bins unit-bins bench-bins $(NETDRV) $(RTDRV) $(TUNDRV) $(SIGDRV) $(DBDRV) $(GUESTID)
 
 bins: $(BINS)
 unit-bins: $(UNIT_BIN)
@@ -189,6 +190,13 @@ $(DBDRV): $(BUILD)/obj/tests/integration/dbdrv.o $(LIBCTL) $(LIBBC)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The guest's identity client (libc only), built here for identity_host.t;
+# the guest image compiles its own copy (contrib/guest/customize.sh).
+$(GUESTID): contrib/guest/bc-identity.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) -std=gnu17 $(OPT) $(WARN) -o $@ $<
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBBC)
 	@mkdir -p $(@D)

@@ -11,6 +11,7 @@
 
 #include "converge.h"
 #include "guestsig.h"
+#include "identity_ep.h"
 #include "metrics.h"
 #include "net.h"
 #include "report.h"
@@ -80,4 +81,5 @@ void agent_metrics_render(FILE *out, void *arg)
 		render_net(out, m->net);
 	tunnel_metrics_render(out, m->tunnel);
 	gs_metrics_render(out, m->guestsig);
+	ie_metrics_render(out, m->identity);
 }

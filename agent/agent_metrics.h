@@ -9,6 +9,7 @@ struct net;
 struct report;
 struct tunnel_srv;
 struct guestsig;
+struct identity_ep;
 
 struct agent_metrics {
 	struct conv *conv;            /* may be NULL */
@@ -16,6 +17,7 @@ struct agent_metrics {
 	const struct report *report;  /* may be NULL */
 	struct tunnel_srv *tunnel;    /* NULL: the tunnel port is off */
 	struct guestsig *guestsig;    /* NULL: no guest-up listener */
+	struct identity_ep *identity; /* NULL: no identity endpoint */
 };
 
 /* metrics_render_fn for common/metrics.c: arg is a struct agent_metrics. */

@@ -75,6 +75,12 @@ static const struct conf_key keys[] = {
 	S(guest_ready, "auto",
 	  "the guest-up signal's listener on the pool gateway, tcp/9469: on, off, or auto "
 	  "(on with network = nftables, the bcd that owns the bridge)"),
+	S(identity_endpoint, "auto",
+	  "the workload-identity endpoint on the pool gateway, tcp/9470 (docs/identity.md): on, "
+	  "off, or auto (on with network = nftables); while it runs bcd advertises "
+	  "instance.identity"),
+	U32(identity_port, "9470", 1, 65535,
+	    "the identity endpoint's port: guests are told 9470, change it only in tests"),
 	U32(runtime_concurrency, "2", 0, 64,
 	    "slow runtime calls (create, first start, destroy) run at once off the converge pass "
 	    "(0: inline in the pass)"),
@@ -313,6 +319,10 @@ int cfg_finish(struct agent_config *c, char *err, size_t errlen)
 	if (strcmp(c->guest_ready, "auto") && strcmp(c->guest_ready, "on") &&
 	    strcmp(c->guest_ready, "off"))
 		return fail(err, errlen, "guest_ready '%.32s': auto, on or off", c->guest_ready);
+	if (strcmp(c->identity_endpoint, "auto") && strcmp(c->identity_endpoint, "on") &&
+	    strcmp(c->identity_endpoint, "off"))
+		return fail(err, errlen, "identity_endpoint '%.32s': auto, on or off",
+			    c->identity_endpoint);
 	if (*c->data_dir && *c->data_dir != '/')
 		return fail(err, errlen, "data_dir '%.64s' must be an absolute path", c->data_dir);
 	if (*c->volumes_dir && *c->volumes_dir != '/')

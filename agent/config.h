@@ -59,6 +59,8 @@ struct agent_config {
 	uint32_t tunnel_max;            /* tunnels open at once */
 	char *tunnel_protocol;          /* "raw" or "grpc" */
 	char *guest_ready;              /* auto | on | off: the guest-up listener */
+	char *identity_endpoint;        /* auto | on | off: identity_ep.h */
+	uint32_t identity_port;         /* BC_IDENTITY_PORT; tests only */
 	/* derived by cfg_finish */
 	struct cfg_label label_list[CFG_MAX_LABELS];
 	size_t n_labels;

@@ -179,6 +179,7 @@ struct conv_guest {
 	char id[RT_ID_MAX + 1];
 	char addr[64];
 	char state[CONV_STATE_MAX];
+	char idref[80];   /* InstanceSpec.identity_bootstrap_ref ("": none) */
 };
 void conv_guests(struct conv *c, char gw[64], struct conv_guest **ret, size_t *ret_n);
 

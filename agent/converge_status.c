@@ -143,6 +143,8 @@ void conv_guests(struct conv *c, char gw[64], struct conv_guest **ret, size_t *r
 				snprintf(v[n].id, sizeof(v[n].id), "%s", in->id);
 				snprintf(v[n].addr, sizeof(v[n].addr), "%s", a[j]);
 				snprintf(v[n].state, sizeof(v[n].state), "%s", state);
+				snprintf(v[n].idref, sizeof(v[n].idref), "%s",
+					 in->identity_bootstrap_ref ? in->identity_bootstrap_ref : "");
 				n++;
 			}
 		}

@@ -104,21 +104,28 @@ static bool addr_bytes(const char *a, unsigned char out[16])
 	return true;
 }
 
-enum gs_result gs_attribute(const struct gs_addr *v, size_t n, const char *src, const char *id,
-			    bool marked)
+const struct gs_addr *gs_source(const struct gs_addr *v, size_t n, const char *src)
 {
 	unsigned char s[16], a[16];
 	const struct gs_addr *who = NULL;
 
 	if (!addr_bytes(src, s))
-		return GS_UNKNOWN_SOURCE;
+		return NULL;
 	for (size_t i = 0; i < n; i++) {
 		if (!addr_bytes(v[i].addr, a) || memcmp(a, s, 16) != 0)
 			continue;
 		if (who && strcmp(who->id, v[i].id) != 0)
-			return GS_UNKNOWN_SOURCE;   /* two instances claim it */
+			return NULL;   /* two instances claim it */
 		who = &v[i];
 	}
+	return who;
+}
+
+enum gs_result gs_attribute(const struct gs_addr *v, size_t n, const char *src, const char *id,
+			    bool marked)
+{
+	const struct gs_addr *who = gs_source(v, n, src);
+
 	if (!who)
 		return GS_UNKNOWN_SOURCE;
 	if (strcmp(who->id, id) != 0)
@@ -126,6 +133,29 @@ enum gs_result gs_attribute(const struct gs_addr *v, size_t n, const char *src, 
 	if (strcmp(who->state, "running") != 0)
 		return GS_EARLY;
 	return marked ? GS_REPEATED : GS_ACCEPTED;
+}
+
+bool gs_source_instance(struct conv *c, const char *src, char ret_id[RT_ID_MAX + 1],
+			char ret_gw[64])
+{
+	struct conv_guest *cg = NULL;
+	const struct gs_addr *who;
+	struct gs_addr *v;
+	size_t n = 0;
+	char gw[64];
+
+	conv_guests(c, gw, &cg, &n);
+	v = xcalloc(n ? n : 1, sizeof(*v));
+	for (size_t i = 0; i < n; i++)
+		v[i] = (struct gs_addr){cg[i].id, cg[i].addr, cg[i].state};
+	who = gs_source(v, n, src);
+	if (who)
+		snprintf(ret_id, RT_ID_MAX + 1, "%s", who->id);
+	if (ret_gw)
+		snprintf(ret_gw, 64, "%s", gw);
+	free(v);
+	free(cg);
+	return who != NULL;
 }
 
 /* --------------------------------------------------------- the thread */
@@ -330,15 +360,36 @@ static void unbind(struct guestsig *g)
 	g->bound[0] = '\0';
 }
 
+int gs_listen(const char *gw, uint16_t port, struct in_addr *ret_addr)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+	int one = 1, fd, e = 0;
+
+	if (!gw || !*gw || inet_pton(AF_INET, gw, &sa.sin_addr) != 1)
+		return -EINVAL;
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    setsockopt(fd, IPPROTO_IP, IP_FREEBIND, &one, sizeof(one)) < 0 ||
+	    bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 16) < 0)
+		e = errno;
+	if (e) {
+		if (fd >= 0)
+			close(fd);
+		return -e;
+	}
+	*ret_addr = sa.sin_addr;
+	return fd;
+}
+
 /* Follow the spec's gateway: (re)bind when it changed or the last bind
  * failed. */
 static void rebind(struct guestsig *g)
 {
 	struct conv_guest *cg = NULL;
-	struct sockaddr_in sa = {.sin_family = AF_INET};
+	uint16_t port = g->o.port ? g->o.port : BC_GUEST_READY_PORT;
 	size_t n = 0;
 	char gw[64];
-	int one = 1, fd, e = 0;
+	int fd;
 
 	if (mono_ms() < g->rebind_at)
 		return;
@@ -348,28 +399,19 @@ static void rebind(struct guestsig *g)
 	if (g->lfd >= 0 && strcmp(gw, g->bound) == 0)
 		return;
 	unbind(g);
-	if (!*gw || inet_pton(AF_INET, gw, &sa.sin_addr) != 1)
+	if (!*gw)
 		return;
-	sa.sin_port = htons(g->o.port ? g->o.port : BC_GUEST_READY_PORT);
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-	    setsockopt(fd, IPPROTO_IP, IP_FREEBIND, &one, sizeof(one)) < 0 ||
-	    bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, GS_CONNS) < 0)
-		e = errno;
-	if (e) {
-		if (fd >= 0)
-			close(fd);
-		if (e != g->bind_err)
-			log_warn("guest-up signal: cannot listen on %s:%d: %s (retrying)", gw,
-				 ntohs(sa.sin_port), strerror(e));
-		g->bind_err = e;
+	if ((fd = gs_listen(gw, port, &g->gw)) < 0) {
+		if (fd != -g->bind_err)
+			log_warn("guest-up signal: cannot listen on %s:%d: %s (retrying)", gw, port,
+				 strerror(-fd));
+		g->bind_err = -fd;
 		return;
 	}
 	g->bind_err = 0;
 	g->lfd = fd;
-	g->gw = sa.sin_addr;
 	snprintf(g->bound, sizeof(g->bound), "%s", gw);
-	log_info("guest-up signal: listening on %s:%d", gw, ntohs(sa.sin_port));
+	log_info("guest-up signal: listening on %s:%d", gw, port);
 }
 
 static void probe_done(struct guestsig *g, struct probe *p, bool up)

@@ -53,6 +53,10 @@ struct gs_addr {
 	const char *state;   /* as the last pass published: "running", ... */
 };
 
+/* The one instance whose address src is (compared as addresses, not
+ * text), or NULL when no instance or more than one has it. Pure. */
+const struct gs_addr *gs_source(const struct gs_addr *v, size_t n, const char *src);
+
 /* The attribution rule. src: the request's source address (textual);
  * id: the instance the path names; marked: that instance's boot was
  * already marked up (or is being checked). GS_UNKNOWN_SOURCE unless src is
@@ -66,6 +70,19 @@ enum gs_result gs_attribute(const struct gs_addr *v, size_t n, const char *src, 
 struct conv;
 struct guestready;
 struct guestsig;
+
+/* gs_source over the applied spec's instances (conv_guests): true with
+ * the instance's id in ret_id when src is the address of exactly one; the
+ * spec's gateway in ret_gw (64 bytes; NULL: not wanted) either way. Any
+ * thread (agent/identity_ep.c uses it too). */
+bool gs_source_instance(struct conv *c, const char *src, char ret_id[RT_ID_MAX + 1],
+			char ret_gw[64]);
+
+/* A non-blocking listening socket on gw (dotted quad) tcp port, with
+ * IP_FREEBIND (the bridge's address need not be up yet): the fd, with the
+ * address in *ret_addr, or -errno (-EINVAL: gw is not an IPv4 address). */
+struct in_addr;
+int gs_listen(const char *gw, uint16_t port, struct in_addr *ret_addr);
 
 struct gs_opts {
 	struct conv *conv;        /* the applied spec and the instances' states */

@@ -41,6 +41,7 @@
 #include "agent/converge.h"
 #include "agent/guestready.h"
 #include "agent/guestsig.h"
+#include "agent/identity_ep.h"
 #include "agent/hostcheck.h"
 #include "agent/join.h"
 #include "agent/net.h"
@@ -85,6 +86,7 @@ struct agent {
 	metrics_srv *metrics_srv;
 	struct tunnel_srv *tunnel;      /* NULL: tunnel port off */
 	struct guestsig *gsig;          /* the guest-up signal's listener */
+	struct identity_ep *idep;       /* the workload-identity endpoint */
 	int lock_fd;
 };
 
@@ -375,6 +377,30 @@ static void start_guestsig(struct agent *a)
 		log_warn("guest-up signal: no listener: %s", strerror(-e));
 }
 
+/* The workload-identity endpoint (identity_ep.h), as the guest-up
+ * listener: with identity_endpoint = auto only in the bcd that owns the
+ * bridge. While it runs, the reports advertise instance.identity (the
+ * controller's bind check for warm claims with identity). */
+static void start_identity(struct agent *a)
+{
+	struct ie_opts o = {.conv = a->conv, .client = a->client,
+			    .port = (uint16_t)a->cfg.identity_port};
+	int e;
+
+	if (strcmp(a->cfg.identity_endpoint, "off") == 0 ||
+	    (strcmp(a->cfg.identity_endpoint, "auto") == 0 && !net_enforces(a->net))) {
+		log_info("identity endpoint: off (identity_endpoint = %s, network = %s)",
+			 a->cfg.identity_endpoint, a->cfg.network);
+		return;
+	}
+	if ((e = ie_start(&o, &a->idep)) < 0) {
+		log_warn("identity endpoint: not started: %s", strerror(-e));
+		return;
+	}
+	if (a->report.info.n_caps < REPORT_MAX_CAPS)
+		a->report.info.caps[a->report.info.n_caps++] = IE_CAPABILITY;
+}
+
 /* Agent.Tunnel on tunnel_listen, with tunnel.pem; a failure is logged and
  * bcd runs without (its instances matter more). */
 static void start_tunnel(struct agent *a)
@@ -485,6 +511,7 @@ static int start_up(struct agent *a)
 	report_set_cert(&a->report, a->creds.cert_pem, a->cfg.cert_warn_seconds);
 	start_tunnel(a);
 	start_guestsig(a);
+	start_identity(a);
 	a->renew = (struct renew){.state_dir = a->cfg.state_dir,
 				  .percent = a->cfg.cert_renew_percent, .client = a->client,
 				  .creds = &a->creds, .stop = &a->stop, .renewed = renewed, .ctx = a};
@@ -541,7 +568,7 @@ static int run(struct agent *a)
 		int port = 0, err = 0;
 		a->metrics = (struct agent_metrics){.conv = a->conv, .net = a->net,
 						 .report = &a->report, .tunnel = a->tunnel,
-						 .guestsig = a->gsig};
+						 .guestsig = a->gsig, .identity = a->idep};
 		a->metrics_srv = metrics_serve(a->cfg.metrics_listen, agent_metrics_render,
 					       &a->metrics, &port, &err);
 		if (!a->metrics_srv)
@@ -561,6 +588,8 @@ static int run(struct agent *a)
 	tunnel_stop(a->tunnel);
 	gs_stop(a->gsig);
 	a->gsig = NULL;
+	ie_stop(a->idep);
+	a->idep = NULL;
 	a->tunnel = NULL;
 	backoff_stop_request(&a->stop);
 	conv_stop(a->conv);
@@ -574,6 +603,8 @@ static void tear_down(struct agent *a)
 {
 	gs_stop(a->gsig);   /* it reads the conv and the marks */
 	a->gsig = NULL;
+	ie_stop(a->idep);   /* it reads the conv and calls the client */
+	a->idep = NULL;
 	if (a->conv) {
 		report_fini(&a->report);
 		backoff_stop_destroy(&a->stop);

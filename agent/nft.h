@@ -70,8 +70,9 @@ struct nft_net {
 	char bridge[IFNAMSIZ];
 	uint16_t host_tcp[NFT_PORTS_MAX], host_udp[NFT_PORTS_MAX];
 	size_t n_host_tcp, n_host_udp;
-	/* the pool's IPAM gateway: guests also reach BC_GUEST_READY_PORT
-	 * (tcp) on it and on nothing else (the guest-up signal, guestsig.h) */
+	/* the pool's IPAM gateway: guests also reach BC_GUEST_READY_PORT and
+	 * BC_IDENTITY_PORT (tcp) on it and on nothing else (the guest-up
+	 * signal, guestsig.h; the identity endpoint, identity_ep.h) */
 	bool has_gw4;
 	struct in_addr gw4;
 };

@@ -31,11 +31,12 @@
  * inet bcd_taps: iifname/oifname @taps drop in input, forward, output;
  * in input, from the pool's bridge to the host itself only ICMP, replies
  * (ct state established/related), the ports of @host_tcp/@host_udp and
- * tcp BC_GUEST_READY_PORT on the pool's IPv4 gateway (the guest-up signal,
- * guestsig.h; whatever the instance's network_policy: the bridge table's
+ * tcp BC_GUEST_READY_PORT and BC_IDENTITY_PORT on the pool's IPv4 gateway
+ * (the guest-up signal, guestsig.h; the identity endpoint, identity_ep.h;
+ * whatever the instance's network_policy: the bridge table's
  * private/none policies let a guest reach its subnet's gateway / the
- * host's addresses). That port is "opened" like the others, by the drop
- * rules not naming it: nothing accepts.
+ * host's addresses). Those ports are "opened" like the others, by the drop
+ * rules not naming them: nothing accepts.
  *
  * Two halves, "a_" and "b_" (parity): every set and regular chain carries
  * its half's prefix; a load fills the half the base chains do not use,
@@ -530,7 +531,8 @@ static void host_input(struct nft_out *o, const struct nft_net *n)
 {
 	static const uint8_t allowed[] = { IPPROTO_TCP, IPPROTO_UDP, IPPROTO_ICMP, IPPROTO_ICMPV6 };
 	static const uint8_t ipv4 = NFPROTO_IPV4;
-	const uint16_t ready = htons(BC_GUEST_READY_PORT);
+	const uint16_t ready = htons(BC_GUEST_READY_PORT), ident = htons(BC_IDENTITY_PORT);
+	static const uint16_t gw_ports[] = { BC_GUEST_READY_PORT, BC_IDENTITY_PORT };
 	struct nft_rule r;
 
 	nft_emit_set(o, NFPROTO_INET, NFT_TABLE_INET, SETN(SID_HTCP), SID_HTCP, DT_INET_SERVICE, 2,
@@ -549,18 +551,22 @@ static void host_input(struct nft_out *o, const struct nft_net *n)
 		if (!udp) {
 			nft_x_payload(&r, L4, 2, 2);
 			nft_x_cmp(&r, NFT_CMP_NEQ, &ready, 2);
+			nft_x_payload(&r, L4, 2, 2);
+			nft_x_cmp(&r, NFT_CMP_NEQ, &ident, 2);
 		}
 		nft_x_payload(&r, L4, 2, 2);
 		nft_x_lookup(&r, SETN(udp ? SID_HUDP : SID_HTCP), udp ? SID_HUDP : SID_HTCP, true,
 			     false);
 		nft_drop(o, &r);
 	}
-	/* the guest-up signal's port (unless the operator opened it): only
-	 * over IPv4, only to the gateway */
-	for (int v4 = 0; v4 < 2; v4++) {
+	/* the guest-up signal's and the identity endpoint's ports (unless the
+	 * operator opened them): only over IPv4, only to the gateway */
+	for (int k = 0; k < 4; k++) {
+		const int v4 = k % 2;
+
 		r = from_bridge_new(n->bridge);
 		nft_m_l4(&r, IPPROTO_TCP);
-		nft_m_port(&r, 2, BC_GUEST_READY_PORT);
+		nft_m_port(&r, 2, gw_ports[k / 2]);
 		nft_x_payload(&r, L4, 2, 2);
 		nft_x_lookup(&r, SETN(SID_HTCP), SID_HTCP, true, false);
 		nft_x_meta(&r, NFT_META_NFPROTO);

@@ -433,8 +433,28 @@ static void volume_grow(FILE *f, const struct bootdata_in *in)
 				in->volumes[i].serial);
 }
 
+/* The identity client's files (entries of write_files:): where bcd's
+ * endpoint is, and on a warm instance the marker that makes it wait for
+ * the host. The bootstrap value itself is written by the caller. */
+static int identity_files(FILE *f, const struct bootdata_in *in)
+{
+	int r = 0;
+
+	if (in->ready_gateway && *in->ready_gateway) {
+		_cleanup_free_ char *ep = xasprintf("%s:%d\n", in->ready_gateway, BC_IDENTITY_PORT);
+
+		r = write_file_entry(f, BOOTDATA_IDENTITY_ENDPOINT_PATH, "0644", ep);
+	}
+	if (r == 0 && in->identity_host)
+		r = write_file_entry(f, BOOTDATA_IDENTITY_HOST_PATH, "0644",
+				     "the bootstrap value comes from the host\n");
+	return r;
+}
+
 static int cloud_config_body(FILE *f, const struct bootdata_in *in)
 {
+	const bool identity = (in->identity_bootstrap && *in->identity_bootstrap) ||
+			      in->identity_host;
 	char host[64];
 	int r = 0;
 
@@ -453,8 +473,7 @@ static int cloud_config_body(FILE *f, const struct bootdata_in *in)
 	fputs("users:\n  - default\n", f);
 	if (in->ssh_ca)
 		ssh_ca_user(f, in);
-	if (r == 0 && (in->ssh_ca || in->n_env > 0 || in->ready_signal ||
-		       (in->identity_bootstrap && *in->identity_bootstrap) ||
+	if (r == 0 && (in->ssh_ca || in->n_env > 0 || in->ready_signal || identity ||
 		       (in->sandbox_token && *in->sandbox_token)))
 		fputs("write_files:\n", f);
 	if (r == 0 && in->ssh_ca)
@@ -467,10 +486,12 @@ static int cloud_config_body(FILE *f, const struct bootdata_in *in)
 		r = write_file_entry(f, BOOTDATA_BOOTSTRAP_PATH, "0600", in->identity_bootstrap);
 	if (r == 0 && in->sandbox_token && *in->sandbox_token)
 		r = write_file_entry(f, BOOTDATA_TOKEN_PATH, "0600", in->sandbox_token);
+	if (r == 0 && identity)
+		r = identity_files(f, in);
 	/* top-level keys after the write_files entries above */
 	if (r == 0 && in->n_volumes > 0)
 		volume_boot(f, in);
-	if (r == 0 && (in->ssh_ca || in->ready_signal || in->n_volumes > 0))
+	if (r == 0 && (in->ssh_ca || in->ready_signal || in->n_volumes > 0 || identity))
 		fputs("runcmd:\n", f);
 	if (r == 0)
 		volume_grow(f, in);
@@ -482,6 +503,11 @@ static int cloud_config_body(FILE *f, const struct bootdata_in *in)
 		fputs("  - [systemctl, enable, " BOOTDATA_READY_UNIT ", " BOOTDATA_CLOCK_UNIT "]\n"
 		      "  - [systemctl, start, --no-block, " BOOTDATA_READY_UNIT ", "
 		      BOOTDATA_CLOCK_UNIT "]\n", f);
+	/* the image enables it already (after cloud-init wrote the files
+	 * above); started here too, for an image that does not: never fatal */
+	if (r == 0 && identity)
+		fputs("  - [sh, -c, \"systemctl start --no-block " BOOTDATA_IDENTITY_UNIT
+		      " || true\"]\n", f);
 	return r;
 }
 

@@ -13,6 +13,7 @@
 
 #include "db.h"
 #include "err.h"
+#include "guest_ready.h"
 #include "sealed.h"
 
 #define BOOTDATA_USER_MAX (64 * 1024)   /* the caller's user data, bytes */
@@ -91,10 +92,20 @@ struct bootdata_in {
 	 * (BOOTDATA_BOOTSTRAP_PATH), or, without identity, the sandbox's 24 h
 	 * API token (BOOTDATA_TOKEN_PATH). NULL or "": no such file. */
 	const char *identity_bootstrap, *sandbox_token;
+	/* A warm instance of a template with identity: no value yet (it comes
+	 * through the host at claim), BOOTDATA_IDENTITY_HOST_PATH tells the
+	 * identity client to wait for it. With this or identity_bootstrap and
+	 * a ready_gateway, BOOTDATA_IDENTITY_ENDPOINT_PATH holds
+	 * "GATEWAY:BC_IDENTITY_PORT", and runcmd starts BOOTDATA_IDENTITY_UNIT
+	 * (the image's, contrib/guest/). */
+	bool identity_host;
 };
 
 #define BOOTDATA_BOOTSTRAP_PATH "/etc/sandbox/identity/bootstrap"
 #define BOOTDATA_TOKEN_PATH "/etc/sandbox/token"
+#define BOOTDATA_IDENTITY_ENDPOINT_PATH BC_IDENTITY_ENDPOINT_FILE
+#define BOOTDATA_IDENTITY_HOST_PATH BC_IDENTITY_HOST_FILE
+#define BOOTDATA_IDENTITY_UNIT "bc-identity.service"
 
 #define BOOTDATA_READY_UNIT "bc-guest-ready.service"
 #define BOOTDATA_CLOCK_UNIT "bc-rtc-clock.service"

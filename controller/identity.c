@@ -24,6 +24,8 @@
 #include "log.h"
 #include "rowmsg.h"
 #include "sandboxes.h"
+#include "sealed.h"
+#include "secrets.h"
 #include "util.h"
 #include "validate.h"
 
@@ -49,13 +51,19 @@ int wid_check_switch(const char *v, bool required, bc_error *err)
 	return invalid(err, "identity", "identity must be on, off or default");
 }
 
-int wid_template_set(struct db *d, const char *template_id, const char *v)
+int wid_template_set(struct db *d, const char *template_id, const char *v, bool renew)
 {
 	struct dbp p = {0};
 
 	dbp_str(&p, template_id);
 	dbp_str(&p, v);
-	return db_exec(d, NULL, "UPDATE sandbox_templates SET identity = $2 WHERE id = $1", &p);
+	dbp_bool(&p, renew);
+	/* a changed switch is a new instance_version: warm instances made
+	 * before have (or lack) the identity client's wait-for-the-host marker
+	 * and are never claimed (the bind check) */
+	return db_exec(d, NULL, "UPDATE sandbox_templates SET identity = $2, instance_version = "
+		       "instance_version + CASE WHEN $3 AND identity <> $2 THEN 1 ELSE 0 END WHERE id = $1",
+		       &p);
 }
 
 static void secret_new(const char *prefix, char *out, size_t len)
@@ -119,6 +127,31 @@ static int insert_epoch(struct db *d, const struct ctl_app *app, const struct wi
 		       "$5, now() + make_interval(secs => $6::int))", &p);
 }
 
+/* A warm claim: the value goes through the host. Sealed for the instance
+ * (never in the NodeSpec, a log, an event or a commands row), named by
+ * instances.identity_bootstrap_ref, which the NodeSpec carries; bcd
+ * fetches it with Node.GetBootData bound to the instance. The spec
+ * generation is bumped by the claim itself. */
+static int seal_for_host(struct db *d, const struct wid_mint *m, const struct wid_bind_in *in)
+{
+	const struct sealed_owner o = {.kind = "instance", .id = in->instance_id,
+				       .tenant_id = in->tenant_id};
+	char ref[SEALED_REF_MAX], name[96];
+	struct dbp p = {0};
+	int rc;
+
+	if ((rc = sealed_put(d, &o, m->bootstrap, strlen(m->bootstrap), ref)) < 0)
+		return rc;
+	/* recorded as platform-minted, so that no template can name it */
+	snprintf(name, sizeof(name), "identity-bootstrap.%s", in->instance_id);
+	if ((rc = secrets_record_minted(d, in->tenant_id, "sealed-user-data", name, ref)) < 0)
+		return rc;
+	dbp_str(&p, in->instance_id);
+	dbp_str(&p, ref);
+	return db_exec(d, NULL, "UPDATE instances SET identity_bootstrap_ref = $2 WHERE id = $1",
+		       &p);
+}
+
 /* The 24 h token of a sandbox without identity, for its creator. */
 static int insert_token(struct db *d, const struct wid_mint *m, const struct wid_bind_in *in)
 {
@@ -167,13 +200,16 @@ int wid_bind(struct db *d, const struct ctl_app *app, const struct wid_mint *m,
 		     "agent_label, 'identity', identity) FROM s WHERE $7", &p);
 	if (rc == 0 && m->identity)
 		rc = insert_epoch(d, app, m, in);
+	if (rc == 0 && m->identity && in->warm)
+		rc = seal_for_host(d, m, in);
 	else if (rc == 0 && *m->token)
 		rc = insert_token(d, m, in);
 	if (rc < 0)
 		return db_fail(err, rc);
 	if (m->identity)
-		log_info("sandbox %s: identity epoch pending (bootstrap expires in %d s)",
-			 in->sandbox_id, app->cfg.identity_bootstrap_seconds);
+		log_info("sandbox %s: identity epoch pending (bootstrap expires in %d s%s)",
+			 in->sandbox_id, app->cfg.identity_bootstrap_seconds,
+			 in->warm ? "; delivered through the host" : "");
 	return 0;
 }
 

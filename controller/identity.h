@@ -31,9 +31,11 @@ struct wid_mint {
 /* A template's switch: on, off or default; "" only when not required (not
  * given: default). INVALID_INPUT, field identity, otherwise. */
 int wid_check_switch(const char *v, bool required, bc_error *err);
-/* Set template_id's switch to v (checked), in the caller's transaction.
- * 0 or a db_exec error. */
-int wid_template_set(struct db *d, const char *template_id, const char *v);
+/* Set template_id's switch to v (checked), in the caller's transaction;
+ * with renew (an update), a changed switch also bumps the template's
+ * instance_version (a warm instance's boot data depends on it). 0 or a
+ * db_exec error. */
+int wid_template_set(struct db *d, const char *template_id, const char *v, bool renew);
 
 /* The task labels of a create: INVALID_INPUT (field task, run or agent)
  * for a label that is not printable or longer than WID_LABEL_MAX. */

@@ -34,6 +34,7 @@
 #include "log.h"
 #include "rowmsg.h"
 #include "sandboxes.h"
+#include "sealed.h"
 #include "util.h"
 #include "validate.h"
 
@@ -129,6 +130,28 @@ static int attest_check(const struct attest *a, const PGresult *r, bc_error *err
 	return 0;
 }
 
+/* A warm claim's value, sealed for the host (identity.c), is of no more
+ * use once its epoch goes live: the reference cleared, the blob deleted.
+ * First in the commit, so the instance row is locked before the sandbox,
+ * in the order a report takes them. */
+static int drop_host_bootstrap(struct db *d, const char *instance)
+{
+	_cleanup_free_ char *ref = NULL;
+	struct dbp p = {0};
+	int rc;
+
+	dbp_str(&p, instance);
+	rc = db_scalar(d, "UPDATE instances i SET identity_bootstrap_ref = NULL FROM (SELECT id, "
+		       "identity_bootstrap_ref AS r FROM instances WHERE id = $1) o WHERE i.id = o.id "
+		       "AND o.r IS NOT NULL RETURNING o.r", &p, &ref);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc < 0)
+		return rc;
+	rc = sealed_delete(d, ref);
+	return rc < 0 ? rc : 0;
+}
+
 /* The epoch live, sandbox.identity.live, the lifecycle, and readiness when
  * the instance already runs with its guest up (the gate of 0023 let
  * nothing through before). CONFLICT when the address holds a live epoch. */
@@ -138,6 +161,8 @@ static int attest_commit(struct db *d, struct attest *a, bc_error *err)
 	PGresult *r = NULL;
 	int rc;
 
+	if ((rc = drop_host_bootstrap(d, a->q->instance_id)) < 0)
+		return db_fail(err, rc);
 	dbp_str(&p, a->epoch);
 	dbp_str(&p, a->node);
 	dbp_str(&p, a->q->address);

@@ -270,6 +270,7 @@ static int seal_user_data(struct db *d, struct inst_new *n, char ref[SEALED_REF_
 				 .volumes = n->volumes ? n->volumes->boot : NULL,
 				 .n_volumes = n->volumes ? n->volumes->n : 0,
 				 .identity_bootstrap = n->identity_bootstrap,
+				 .identity_host = n->identity_host,
 				 .sandbox_token = n->sandbox_token};
 	char *key = NULL, *cert = NULL;
 	int rc;

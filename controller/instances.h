@@ -39,6 +39,7 @@ struct inst_new {
 	/* workload identity (identity.h), in the sealed boot data only: the
 	 * bootstrap value, or the 24 h token; "" or NULL for none */
 	const char *identity_bootstrap, *sandbox_token;
+	bool identity_host;              /* a warm instance of a template with identity */
 	/* a warm instance: its template and the instance_version it is made
 	 * from (never both with sandbox_id); the budget is the pool's to
 	 * check (warm.c), not the create's */

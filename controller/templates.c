@@ -432,7 +432,7 @@ static int tcreate_tx(struct db *d, void *arg, bc_error *err)
 	if (rc == -EEXIST)
 		return name_taken(err, q->name);
 	if (rc == 0 && *q->identity)
-		rc = wid_template_set(d, a->id, q->identity);
+		rc = wid_template_set(d, a->id, q->identity, false);
 	if (rc < 0)
 		return db_fail(err, rc);
 	return va_write_tx(d, a->tenant, a->id, &a->vs, err);
@@ -617,7 +617,7 @@ static int tupdate_tx(struct db *d, void *arg, bc_error *err)
 		     "$12 THEN 1 ELSE 0 END, updated_at = now() WHERE id = $1", &p);
 	PQclear(r); /* s.network may point into it */
 	if (rc == 0 && Q_SET(q, identity, IDENTITY))
-		rc = wid_template_set(d, q->template_id, q->identity);
+		rc = wid_template_set(d, q->template_id, q->identity, true);
 	return rc < 0 ? db_fail(err, rc) : 0;
 }
 

@@ -275,7 +275,7 @@ struct refill {
  * same instance_version as the pass saw. */
 enum {
 	RT_TENANT_ID, RT_POOL_ID, RT_FLAVOR, RT_IMAGE_ID, RT_NETWORK, RT_USER_DATA,
-	RT_CREATED_BY, RT_CREATOR_KIND, RT_ENV, RT_NAMES_SECRETS
+	RT_CREATED_BY, RT_CREATOR_KIND, RT_ENV, RT_NAMES_SECRETS, RT_IDENTITY
 }; /* refill_template's columns, in its SELECT's order */
 static int refill_template(struct db *d, const struct pool *pl, PGresult **ret, bc_error *err)
 {
@@ -285,7 +285,7 @@ static int refill_template(struct db *d, const struct pool *pl, PGresult **ret, 
 	dbp_i64(&p, pl->version);
 	return db_one(d, ret, "SELECT t.tenant_id, t.pool_id, f.name, t.image_id, t.network, "
 		      "t.user_data, t.created_by, coalesce(idn.kind, 'user'), t.env::text, "
-		      "t.names_secrets FROM sandbox_templates t "
+		      "t.names_secrets, t.identity FROM sandbox_templates t "
 		      "JOIN flavors f ON f.id = t.flavor_id LEFT JOIN identities idn ON idn.id = "
 		      "t.created_by WHERE t.id = $1 AND t.deleted_at IS NULL AND t.instance_version = "
 		      "$2::int FOR SHARE OF t", &p, err, "template %s was deleted or changed since the "
@@ -335,7 +335,11 @@ static int refill_tx(struct db *d, void *arg, bc_error *err)
 			      .user_data = sec.user_data ? sec.user_data : db_val(t, 0, RT_USER_DATA),
 			      .env = sec.env, .n_env = sec.n_env,
 			      .ssh_from_host_only = true, .warm_template_id = a->pl->id,
-			      .warm_instance_version = a->pl->version, .owner = &owner};
+			      .warm_instance_version = a->pl->version, .owner = &owner,
+			      /* a claim with identity delivers its value through the host */
+			      .identity_host = !strcmp(db_val(t, 0, RT_IDENTITY), "on") ||
+					       (!strcmp(db_val(t, 0, RT_IDENTITY), "default") &&
+						a->pl->app->cfg.identity_enabled)};
 	if ((rc = sbx_guest_trust(a->pl->app, &n, &ca, err)) == 0)
 		rc = instance_create_tx(NULL, d, &n, err);
 	if (rc == 0 && sec.versions)

@@ -13,7 +13,9 @@
 # an ext4 root (last, so cloud-init's growpart can grow it). The root is a
 # Debian system made by mmdebstrap from Debian packages only: systemd,
 # linux-image-cloud-amd64, OpenSSH's sshd and Debian's cloud-init (NoCloud
-# datasource only), ifupdown for the static network-config cloud-init writes.
+# datasource only), ifupdown for the static network-config cloud-init writes,
+# and bc's workload-identity client (bc-identity.c, compiled by customize.sh
+# with the host's cc; its unit bc-identity.service, its user bc-identity).
 # The kernel command line has console=ttyS0, so the serial log shows the boot
 # and cloud-init's output.
 #
@@ -24,8 +26,9 @@
 #
 # Cache: a build takes minutes, so its result is kept outside the clone in
 # BC_GUEST_CACHE (default /var/cache/bc/guest)/<hash>/, where <hash> is the
-# SHA-256 of the build inputs (this script, the files under
-# contrib/guest/files, the suite and the apt sources). A fresh clone with the
+# SHA-256 of the build inputs (this script, customize.sh, the identity
+# client's source bc-identity.c, the files under contrib/guest/files, the
+# suite and the apt sources). A fresh clone with the
 # same inputs copies the cached image in seconds. BC_GUEST_REBUILD=1 forces a
 # build. Runs as root (mmdebstrap's root mode, ownership in the image).
 set -euo pipefail
@@ -79,7 +82,8 @@ inputs_hash() {
 		echo "suite=$suite"
 		echo "packages=${PACKAGES[*]}"
 		# relative names only: every clone of the same inputs hits the cache
-		(cd "$here" && find build.sh customize.sh files -type f | LC_ALL=C sort | xargs -r sha256sum)
+		(cd "$here" && find build.sh customize.sh bc-identity.c files -type f | LC_ALL=C sort |
+			xargs -r sha256sum)
 		# shellcheck disable=SC2046
 		cat $(apt_sources) 2>/dev/null
 	} | sha256sum | cut -d' ' -f1
@@ -87,7 +91,7 @@ inputs_hash() {
 
 need_tools() {
 	local t missing=()
-	for t in mmdebstrap unshare mke2fs mkfs.vfat mcopy mmd sfdisk objcopy qemu-img sha256sum flock; do
+	for t in mmdebstrap unshare mke2fs mkfs.vfat mcopy mmd sfdisk objcopy qemu-img sha256sum flock cc; do
 		command -v "$t" >/dev/null || missing+=("$t")
 	done
 	[ -f /usr/lib/systemd/boot/efi/linuxx64.efi.stub ] || missing+=(systemd-boot-efi)

@@ -5,6 +5,7 @@
 set -euo pipefail
 root=$1
 files=$2
+here=$(cd "$(dirname "$0")" && pwd)
 
 # root by partition UUID (fixed in build.sh); the ESP is not mounted
 cat >"$root/etc/fstab" <<EOT
@@ -15,6 +16,17 @@ echo bc-guest >"$root/etc/hostname"
 printf '127.0.0.1\tlocalhost\n127.0.1.1\tbc-guest\n::1\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
 
 install -m 0644 "$files/90-bc-guest.cfg" "$root/etc/cloud/cloud.cfg.d/90-bc-guest.cfg"
+
+# the workload-identity client (docs/identity.md): compiled with the host's
+# cc (Debian 12, as the guest; libc only), run by its own system user, its
+# unit enabled (it starts only where the boot data gives it an identity)
+install -d -m 0755 "$root/usr/local/lib/bc"
+cc -std=gnu17 -O2 -Wall -Wextra -o "$root/usr/local/lib/bc/bc-identity" "$here/bc-identity.c"
+chmod 0755 "$root/usr/local/lib/bc/bc-identity"
+chroot "$root" useradd --system --user-group --no-create-home --home-dir /nonexistent \
+	--shell /usr/sbin/nologin bc-identity
+install -m 0644 "$files/bc-identity.service" "$root/etc/systemd/system/bc-identity.service"
+chroot "$root" systemctl enable bc-identity.service >/dev/null 2>&1
 
 # every instance makes its own identity at first boot: no host keys, no
 # machine id, no random seed in the image (cloud-init's ssh module makes the

@@ -266,6 +266,13 @@ is "$(json_get "$out" warm)/$(json_get "$out" lifecycle)" /created-on-demand \
 is "$(warm_ready "$wt")" 1 '... and the warm instance is left in the pool'
 is "$(json_get "$(bcctl --format json sandbox-template update "$wt" --identity off)" identity)" off \
 	'the template switch set to off (SandboxTemplates.Update)'
+# a changed switch is a new instance_version (the boot data of a warm
+# instance differs with identity: identity_host.t): the pool is remade
+warm_current() { q "SELECT count(*) FROM instances i JOIN sandbox_templates t ON t.id = i.warm_template_id
+	WHERE t.id = '$1' AND i.warm_instance_version = t.instance_version AND i.state = 'paused'
+	AND i.guest_ready_at IS NOT NULL AND i.desired_state <> 'deleted'"; }
+eventually 90 eval '[ "$(warm_current "$wt")" = 1 ]'
+ok $? '... which remakes the warm pool at the new instance version'
 out=$(bcctl --format json sandbox create --template "$wt" --task t-warm --run r-warm) || bail_out "create: $out"
 is "$(json_get "$out" warm)/$(json_get "$out" lifecycle)/$(json_get "$out" identity)" true/bound/ \
 	'identity off for the template: the claim binds (lifecycle bound)'

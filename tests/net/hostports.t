@@ -1,7 +1,7 @@
 # hostports.t: from the pool's bridge, guests reach only the host ports the
 # operator opened (guest_host_ports; here tcp/2222 and udp/5001) on any of
-# the host's addresses, and tcp/9469 (the guest-up signal) on the pool's
-# IPv4 gateway only, whatever their policy; ICMP, neighbour discovery and
+# the host's addresses, and tcp/9469 (the guest-up signal) and tcp/9470
+# (the identity endpoint) on the pool's IPv4 gateway only, whatever their policy; ICMP, neighbour discovery and
 # replies to the host's own connections still pass. Listeners run in the
 # host namespace.
 . "$(dirname "$0")/../lib/tap.sh"
@@ -37,7 +37,7 @@ sys.exit(0 if s.recv(100) == b"ping" else 1)
 ' "$2" "$3" 2>/dev/null
 }
 
-listen h 2222 8080 9469 9470
+listen h 2222 8080 9469 9470 9471
 host_udp_echo 5001 5002
 listen a 80
 
@@ -65,7 +65,12 @@ tcp_ok b 10.77.0.1 9469;      ok $? 'and a private guest'
 tcp_ok c 10.77.0.1 9469;      ok $? 'and a none guest'
 tcp_ok a 192.0.2.1 9469;      ok $((! $?)) 'but not tcp/9469 on a host address off the bridge'
 tcp_ok a fd77::1 9469;        ok $((! $?)) 'nor over IPv6'
-tcp_ok a 10.77.0.1 9470;      ok $((! $?)) 'and no port beside it (tcp/9470)'
+tcp_ok a 10.77.0.1 9470;      ok $? 'the identity port: an egress guest reaches tcp/9470 on the gateway'
+tcp_ok b 10.77.0.1 9470;      ok $? 'and a private guest'
+tcp_ok c 10.77.0.1 9470;      ok $? 'and a none guest'
+tcp_ok a 192.0.2.1 9470;      ok $((! $?)) 'but not tcp/9470 on a host address off the bridge'
+tcp_ok a fd77::1 9470;        ok $((! $?)) 'nor over IPv6'
+tcp_ok a 10.77.0.1 9471;      ok $((! $?)) 'and no port beside them (tcp/9471)'
 tcp_ok h 10.77.0.10 80;       ok $? "the host's own connections to a guest still work (replies pass)"
 in_g a ping -c1 -W2 -q 10.77.0.13 >/dev/null;     ok $? 'guest to guest traffic is not affected'
 
@@ -74,6 +79,7 @@ out=$(NETDRV_HOST_PORTS=none net_apply "$NET_TMP/spec.json")
 ok $? 'reloaded with no host port open'
 tcp_ok a 10.77.0.1 2222;      ok $((! $?)) 'no port open: tcp/2222 closed to guests'
 tcp_ok a 10.77.0.1 9469;      ok $? 'the guest-up port stays open on the gateway'
+tcp_ok a 10.77.0.1 9470;      ok $? 'and the identity port'
 tcp_ok h 10.77.0.10 80;       ok $? 'the host still reaches a guest'
 
 done_testing

@@ -78,6 +78,10 @@ static void test_attribute(void)
 	is_int(gs_attribute(NULL, 0, "10.77.0.10", "inst_a", false), GS_UNKNOWN_SOURCE,
 	       "no spec");
 	is_str(gs_result_name(GS_OTHER_INSTANCE), "other-instance", "result names");
+	/* the rule identity_ep.c shares: the source's one instance */
+	ok(gs_source(v, n, "fd77::a") == &v[1], "gs_source: the entry holding the address");
+	ok(gs_source(v, n, "10.77.0.20") == NULL, "gs_source: none when two instances hold it");
+	ok(gs_source(v, n, "10.77.0.98") == NULL, "gs_source: none for a stranger");
 }
 
 int main(void)

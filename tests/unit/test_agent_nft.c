@@ -93,7 +93,8 @@ static void test_golden(void)
 	is_int((long)(n.n_host_tcp * 10 + n.n_host_udp), 11, "one tcp, one udp port (duplicates once)");
 	nft_build(&n, 0, 1, true, &b);
 	golden("nft_policies.txt", b.text);
-	is_int(b.rules_inet, 9, "backstop: 4 rules; host input from bcbr0: 3, and 2 for the guest-up port");
+	is_int(b.rules_inet, 11, "backstop: 4 rules; host input from bcbr0: 3, 2 for the guest-up port "
+	       "and 2 for the identity endpoint's");
 	is_int(b.chains_bridge, 13, "bridge chains: marker, tapguard, base x4, f- x4, t- x3");
 	nft_batch_free(&b);
 	nft_net_clear(&n);

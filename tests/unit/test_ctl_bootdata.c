@@ -716,6 +716,37 @@ static void test_identity_files(void)
 	}
 }
 
+/* The identity client's files: where bcd's endpoint is, and on a warm
+ * instance of a template with identity the marker that makes it wait for
+ * the host (no value: it comes at claim); started from runcmd. */
+static void test_identity_host(void)
+{
+	struct bootdata_in in = {.instance_id = ID, .ready_signal = true,
+				 .ready_gateway = "10.77.0.1", .identity_host = true};
+	_cleanup_free_ char *a = NULL, *b = NULL, *c = NULL;
+
+	ok(bootdata_cloud_config(&in, &a) == 0, "render a warm instance of an identity template");
+	ok(strstr(a, "  - path: " BOOTDATA_IDENTITY_ENDPOINT_PATH "\n    owner: \"root:root\"\n"
+		     "    permissions: \"0644\"\n    content: \"10.77.0.1:9470\\n\"") != NULL,
+	   "the endpoint, the pool's gateway and BC_IDENTITY_PORT, in "
+	   BOOTDATA_IDENTITY_ENDPOINT_PATH);
+	ok(strstr(a, "  - path: " BOOTDATA_IDENTITY_HOST_PATH "\n") != NULL,
+	   "the wait-for-the-host marker " BOOTDATA_IDENTITY_HOST_PATH);
+	ok(strstr(a, BOOTDATA_BOOTSTRAP_PATH) == NULL, "no bootstrap value");
+	ok(strstr(a, "systemctl start --no-block " BOOTDATA_IDENTITY_UNIT " || true") != NULL,
+	   "runcmd starts " BOOTDATA_IDENTITY_UNIT " (never fatal)");
+	is_int(schema("identity-host.cfg", a), 0, "cloud-init schema accepts it");
+	in.identity_host = false;
+	in.identity_bootstrap = "bcb_0123abcd";
+	ok(bootdata_cloud_config(&in, &b) == 0, "render a cold sandbox with a bootstrap value");
+	ok(strstr(b, BOOTDATA_IDENTITY_ENDPOINT_PATH) && !strstr(b, BOOTDATA_IDENTITY_HOST_PATH) &&
+	   strstr(b, BOOTDATA_IDENTITY_UNIT),
+	   "the endpoint and the unit, no host marker");
+	in.identity_bootstrap = NULL;
+	ok(bootdata_cloud_config(&in, &c) == 0 && !strstr(c, "/etc/sandbox/identity") &&
+	   !strstr(c, BOOTDATA_IDENTITY_UNIT), "without identity: none of it");
+}
+
 int main(void)
 {
 	if (!mkdtemp(tmpdir))
@@ -731,6 +762,7 @@ int main(void)
 	test_types_and_refusals();
 	test_volumes();
 	test_identity_files();
+	test_identity_host();
 	{
 		_cleanup_free_ char *cmd = xasprintf("rm -rf %s", tmpdir);
 		if (system(cmd) != 0)
