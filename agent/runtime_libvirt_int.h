@@ -53,6 +53,7 @@ struct rt_libvirt {
 	rt_boot_data_fn boot_data;
 	void *boot_data_ctx;
 	struct imgfetch *fetch;       /* image downloads (worker threads) */
+	struct guestready *gr;        /* the guests' up marks (may be NULL) */
 	/* Several converge workers call at once (runtime.h), never two for
 	 * one instance: mu guards the connections' table, shut and
 	 * gateway4; admit_mu the admission and its bookings; fetch_mu

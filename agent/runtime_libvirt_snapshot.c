@@ -4,7 +4,7 @@
  * The object is one self-contained file (LVSNAP_MAGIC, then sections):
  *
  *	bc-libvirt-snapshot 1
- *	section meta <n>      source=<id> memory=0|1 vcpus= memory_mib= (text)
+ *	section meta <n>      source=<id> memory=0|1 vcpus= memory_mib= guest_up=0|1
  *	section disk <n>      the disk, flattened to a qcow2 with no backing file
  *	section memory <n>    libvirt's save image (memory captures only)
  *	end
@@ -40,7 +40,9 @@
  * part of it: its MACs are read by bcd, not virDomainSaveImageGetXMLDesc.
  * The NICs keep the source's MACs,
  * which the guest's memory and virtio device state hold; the guest gets its
- * own through the identity rebind. A disk-only restore boots fresh. */
+ * own through the identity rebind. A memory restore of a guest that had
+ * announced itself up (guest_up in the meta) is marked up at once: it will
+ * not announce again. A disk-only restore boots fresh. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -54,6 +56,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "guestready.h"
 #include "image.h"
 #include "log.h"
 #include "runtime.h"
@@ -370,8 +373,9 @@ static int capture_dom(struct rt_libvirt *lv, virDomainPtr dom, const char *id, 
 		: capture_disk(lv, dom, st == RT_STATE_RUNNING, &f, overlay, paused, reason);
 	if (e == 0)
 		e = flatten(f.copy, f.flat, reason);
-	meta = xasprintf("source=%s\nmemory=%d\nvcpus=%u\nmemory_mib=%lu\n", id, mem,
-			 info.nrVirtCpu, info.maxMem / 1024);
+	/* guest_up: the guest the memory holds had announced itself up */
+	meta = xasprintf("source=%s\nmemory=%d\nvcpus=%u\nmemory_mib=%lu\nguest_up=%d\n", id, mem,
+			 info.nrVirtCpu, info.maxMem / 1024, mem && gr_get(lv->gr, id) > 0);
 	if (e == 0 && (out = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0)
 		e = -errno;
 	if (e == 0 && (e = lvsnap_write(out, meta, f.flat, mem ? f.mem : NULL)) < 0)
@@ -511,7 +515,7 @@ static int check_disk(const char *disk, char *reason)
 
 static int restore_files(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s,
 			 const char *path, const char *disk, const char *mem, bool *has_mem,
-			 char *reason)
+			 bool *guest_up, char *reason)
 {
 	_cleanup_free_ char *dir = inst_path(lv, s->id, NULL), *meta = NULL;
 	int e;
@@ -525,6 +529,7 @@ static int restore_files(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec
 		snprintf(reason, RT_REASON_MAX, "SnapshotRefused: not a libvirt runtime snapshot");
 		return e;
 	}
+	*guest_up = *has_mem && strstr(meta, "\nguest_up=1\n");
 	if (*has_mem && s->n_volumes) {
 		snprintf(reason, RT_REASON_MAX, "SnapshotRefused: a memory restore attaches no "
 			 "volumes");
@@ -540,7 +545,7 @@ int lv_restore(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, const char *p
 	_cleanup_free_ char *disk = NULL, *mem = NULL;
 	char *macs[LVSNAP_MACS_MAX] = {0};
 	size_t n_macs = 0;
-	bool has_mem = false;
+	bool has_mem = false, guest_up = false;
 	virDomainPtr dom;
 	int e;
 
@@ -559,7 +564,7 @@ int lv_restore(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, const char *p
 	disk = inst_path(lv, s->id, "disk.qcow2");
 	mem = inst_path(lv, s->id, "restore.save");
 	rt_libvirt_call_begin(rt, s->id);
-	e = restore_files(lv, s, path, disk, mem, &has_mem, reason);
+	e = restore_files(lv, s, path, disk, mem, &has_mem, &guest_up, reason);
 	if (e == 0 && has_mem)
 		e = saved_macs(mem, macs, &n_macs, reason);
 	if (e == 0)
@@ -576,6 +581,10 @@ int lv_restore(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, const char *p
 	}
 	*ret_state = has_mem ? RT_STATE_RUNNING : RT_STATE_STOPPED;
 	known_set(lv, s->id, *ret_state, true);
+	/* resumed, its guest does not announce itself again: up if it was
+	 * up when its memory was captured (guestready.h) */
+	if (guest_up && lv->gr)
+		gr_mark(lv->gr, s->id, now_ms());
 	log_info("libvirt: %s restored (%s)", s->id, has_mem ? "resumed from memory" : "disk, boots fresh");
 	return 0;
 }

@@ -22,6 +22,9 @@
  *                                         "ok paused_ms=N"
  *   rtdrv STATE_DIR restore SPEC.json PATH  a new instance from the object;
  *                                         "ok <state>"
+ *   rtdrv STATE_DIR mark ID               the guest-up mark (guestready.h in
+ *                                         STATE_DIR) bcd's listener would set
+ *   rtdrv STATE_DIR up ID                 "up" or "down": that mark
  *
  * Every operation prints "ok" or "error <errno name> <reason>" (exit 1).
  * A stop (or pass) under way (a guest shutting down) is asked again until
@@ -39,6 +42,7 @@
 #include <string.h>
 
 #include "agent/converge.h"
+#include "agent/guestready.h"
 #include "agent/runtime.h"
 #include "agent/volumes.h"
 #include "log.h"
@@ -84,6 +88,8 @@ static const char *env(const char *k, const char *def)
 	return v && *v ? v : def;
 }
 
+static struct guestready *gr;
+
 static struct rt *open_rt(const char *state_dir)
 {
 	struct rt_config c = {
@@ -103,6 +109,8 @@ static struct rt *open_rt(const char *state_dir)
 		c.capacity_vcpus = (uint32_t)strtoul(cap, NULL, 10);
 		c.capacity_memory_mib = strtoull(strchr(cap, ',') ? strchr(cap, ',') + 1 : "0", NULL, 10);
 	}
+	if (gr_open(state_dir, &gr) == 0)
+		c.guest_ready = gr;
 	if (getenv("RTDRV_USER_DATA")) {
 		c.boot_data = user_data;
 		c.boot_data_ctx = getenv("RTDRV_USER_DATA");
@@ -279,6 +287,10 @@ int main(int argc, char **argv)
 		rc = do_list(rt);
 	else if (argc < 4)
 		rc = 2;
+	else if (strcmp(argv[2], "mark") == 0)
+		rc = outcome(gr_mark(gr, argv[3], now_ms()), NULL);
+	else if (strcmp(argv[2], "up") == 0)
+		printf("%s\n", gr_get(gr, argv[3]) > 0 ? "up" : "down");
 	else if (strcmp(argv[2], "capture") == 0)
 		rc = argc < 6 ? 2 : do_capture(rt, argv[3], argv[4], argv[5]);
 	else if (strcmp(argv[2], "restore") == 0)
@@ -291,5 +303,6 @@ int main(int argc, char **argv)
 	else
 		rc = do_id_op(rt, argv[2], argv[3]);
 	rt_close(rt);
+	gr_close(gr);
 	return rc;
 }

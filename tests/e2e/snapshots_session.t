@@ -17,7 +17,13 @@
 # loader, while the source keeps running and the daemon stays the same
 # process; damaged save images inside an object (a huge data_len, a partial
 # save, no QEMU stream) are refused by bcd before libvirtd is asked, with
-# nothing left defined; a disk-only snapshot restores stopped.
+# nothing left defined; a disk-only snapshot restores stopped; a memory
+# restore is marked up (guestready.h) only when its source's guest had
+# announced itself up before the capture. With the guest image
+# (build/guest, `make guest`; else those tests are skipped, saying so): a
+# real guest's process (started by its user data, writing "BC-ALIVE <pid>
+# <file> <n>" to the serial console every 2 s) runs on in the memory
+# restore, the same pid, on the restore's own console log.
 . "$(dirname "$0")/../lib/tap.sh"
 
 : "${BC_SRC:=$(cd "$(dirname "$0")/../.." && pwd)}"
@@ -36,7 +42,7 @@ W=$(mktemp -d /tmp/bc-lvs.XXXXXX)
 chmod 0711 "$W"
 mkdir -p "$W/home" "$W/run" "$W/st/data/images"
 TAG=$$
-S=e2e_s$TAG R=e2e_r$TAG D=e2e_d$TAG X=e2e_x$TAG
+S=e2e_s$TAG R=e2e_r$TAG D=e2e_d$TAG X=e2e_x$TAG U=e2e_u$TAG G=e2e_g$TAG GR=e2e_h$TAG
 as_user() {
 	runuser -u nobody -- env -i PATH="$PATH" HOME="$W/home" XDG_RUNTIME_DIR="$W/run" \
 		RTDRV_URI=qemu:///session RTDRV_NODE=node_lvs$TAG RTDRV_USER_DATA="$W/user-data" \
@@ -53,7 +59,7 @@ alive() {
 }
 cleanup() {
 	local d p
-	for d in $S $R $D $X; do
+	for d in $S $R $D $X $U $G $GR; do
 		V destroy "$d" >/dev/null 2>&1
 		V undefine --nvram "$d" >/dev/null 2>&1
 	done
@@ -102,6 +108,11 @@ like "$XML" "<loader[^>]*>/[^<]+</loader>" "... with the source's firmware loade
 ok "test -f '$W/st/data/instances/$R/nvram.fd'" "... its NVRAM file made from the template"
 isnt "$(V domuuid $R)" "$(V domuuid $S)" "... its own uuid"
 ok "! test -e '$W/st/data/instances/$R/restore.save'" "... no save image left behind"
+is "$(drv up $R)" down "... not marked up: its source's guest had not announced itself"
+is "$(drv mark $S)" ok "the source's guest announces itself up"
+like "$(drv capture $S "$W/mem2.obj" memory)" '^ok paused_ms=[0-9]+$' "... captured with memory again"
+is "$(drv restore "$(spec $U)" "$W/mem2.obj")" "ok running" "... restored"
+is "$(drv up $U)" up "... and that restore is marked up at once (it will not announce again)"
 
 # ---------------------------------------------- damaged save images
 # damage OFFSET_IN_SAVE HEX NAME: a copy of mem.obj with bytes of its save
@@ -132,7 +143,48 @@ ok "alive '$P0'" "... alive"
 # ------------------------------------------------------ disk only
 like "$(drv capture $S "$W/disk.obj" disk)" '^ok paused_ms=[0-9]+$' "capture the disk only"
 is "$(drv restore "$(spec $D)" "$W/disk.obj")" "ok stopped" "a disk-only restore: defined, boots fresh"
-is "$(drv list | sort)" "$(printf '%s running\n%s running\n%s stopped' $S $R $D | sort)" \
-	"the runtime lists the source, the memory restore and the disk restore"
+is "$(drv list | sort)" "$(printf '%s running\n%s running\n%s running\n%s stopped' $S $R $U $D | sort)" \
+	"the runtime lists the source, the memory restores and the disk restore"
+
+# ------------------------------------------------------ a real guest
+: "${BC_GUEST_DIR:=$BC_BUILD/guest}"
+GI=$BC_GUEST_DIR/guest.qcow2
+if [ ! -s "$GI" ] || [ ! -s "$GI.sha256" ]; then
+	skip "no guest image in $BC_GUEST_DIR (make guest)" 6
+else
+	for d in $S $R $D $U; do drv destroy "$d" >/dev/null; done  # room for the guests
+	GSHA=$(cut -d' ' -f1 "$GI.sha256")
+	cp "$GI" "$W/st/data/images/$GSHA" && chown nobody "$W/st/data/images/$GSHA"
+	gspec() {
+		cat >"$W/$1.json" <<EOF
+{"id":"$1","vcpus":1,"memoryMib":"512","diskGib":"4","numaNode":-1,
+ "image":{"url":"https://127.0.0.1:9/guest.qcow2","sha256":"$GSHA","format":"qcow2"},
+ "userDataRef":"ud/$1"}
+EOF
+		chown nobody "$W/$1.json"
+		echo "$W/$1.json"
+	}
+	cat >"$W/user-data" <<'EOF'
+#!/bin/sh
+echo snap-marker-42 > /root/marker
+setsid sh -c 'n=0; while :; do n=$((n + 1)); echo "BC-ALIVE $$ $(cat /root/marker) $n" > /dev/ttyS0; sleep 2; done' >/dev/null 2>&1 </dev/null &
+EOF
+	con() { echo "$W/st/data/instances/$1/console.log"; }
+	alive_pid() { grep -a -o -E 'BC-ALIVE [0-9]+ snap-marker-42 [0-9]+' "$(con "$1")" 2>/dev/null | tail -n1 | cut -d' ' -f2; }
+	has_alive() { [ -n "$(alive_pid "$1")" ]; }
+	alive_n() { grep -a -c -E "BC-ALIVE $2 snap-marker-42" "$(con "$1")" 2>/dev/null; }
+	is "$(drv create "$(gspec $G)")$(drv start $G)" okok "a real guest created and started"
+	eventually "${BC_E2E_BOOT_TIMEOUT:-900}" has_alive $G
+	ok $? "... its process reports on the console (pid $(alive_pid $G))"
+	GPID=$(alive_pid $G)
+	like "$(drv capture $G "$W/guest.obj" memory)" '^ok paused_ms=[0-9]+$' "the real guest captured with memory"
+	is "$(drv restore "$(gspec $GR)" "$W/guest.obj")" "ok running" "... restored into a new instance"
+	eventually 120 has_alive $GR
+	is "$(alive_pid $GR)" "$GPID" "... where the same process (pid $GPID) reports on the restore's own console"
+	n1=$(alive_n $GR "$GPID")
+	sleep 6
+	n2=$(alive_n $GR "$GPID")
+	ok "[ '$n2' -gt '$n1' ]" "... and goes on running ($n1 then $n2 lines)"
+fi
 ok "! grep -q 'Sanitizer\|runtime error' '$W/rtdrv.log'" "no sanitizer report"
 done_testing
