@@ -143,7 +143,7 @@ is "$(e2e_domstate "$inst")" running '... the source runs'
 
 # ------------------------------------------------ through the controller
 if ! abc sandbox snapshot --help >/dev/null 2>&1; then
-	skip 'this bcctl has no `sandbox snapshot` yet (the controller side of issue 16)' 16
+	skip 'this bcctl has no `sandbox snapshot` yet (the controller side of issue 16)' 17
 	done_testing
 	exit 0
 fi
@@ -160,6 +160,8 @@ irunning() { [ "$(q "SELECT state FROM instances WHERE id = '$1'")" = running ];
 eventually 1800 irunning "$im"
 ok $? "the memory restore ($rm_, $im) runs" || diag "$(q "SELECT state, reason FROM instances WHERE id = '$im'")"
 is "$(e2e_domstate "$im")" running '... its domain runs'
+eventually 120 ready "$rm_"
+ok $? '... its sandbox is ready (its guest was up when captured, and is not asked again)'
 # lines on the restore's own console log were written after the restore
 eventually 120 has_alive "$im"
 ok $? "... the process reports on the restore's console"
