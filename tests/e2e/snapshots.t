@@ -15,8 +15,8 @@
 # this bcctl has it (`bcctl sandbox snapshot`; else skipped, saying so):
 #   - a memory snapshot (the default) restores into a new sandbox: the
 #     process started before the snapshot still runs there, as the same
-#     process, and reads the file; exec into the restore is refused
-#     restore-shares-identity while its source is live. The restore's only
+#     process, and reads the file; exec into the restore, and into the
+#     source, is refused restore-shares-identity while both are live. The restore's only
 #     channel to the host before its identity rebind is its serial console
 #     (it still holds its source's MAC and address, which its tap's guard
 #     drops): the process writes "BC-ALIVE <pid> <the file> <n>" there every
@@ -143,7 +143,7 @@ is "$(e2e_domstate "$inst")" running '... the source runs'
 
 # ------------------------------------------------ through the controller
 if ! abc sandbox snapshot --help >/dev/null 2>&1; then
-	skip 'this bcctl has no `sandbox snapshot` yet (the controller side of issue 16)' 17
+	skip 'this bcctl has no `sandbox snapshot` yet (the controller side of issue 16)' 18
 	done_testing
 	exit 0
 fi
@@ -171,10 +171,14 @@ sleep 6
 n2=$(grep -a -c -E "BC-ALIVE $APID snap-marker-42" "$(e2e_console "$im")")
 ok "[ '$n2' -gt '$n1' ]" "... and goes on running ($n1 then $n2 lines)"
 is "$(e2e_domstate "$inst")" running '... while the source runs'
-ok "rx '$sbx' 'pgrep -f \"sleep 4242424\"' >/dev/null" '... and its process too'
 out=$(rx "$rm_" true 2>&1)
 like "$out" 'restore-shares-identity' 'exec into the memory restore: refused restore-shares-identity while its source is live'
+out=$(rx "$sbx" true 2>&1)
+like "$out" 'restore-shares-identity' '... and into the source while the restore is live'
 abc sandbox delete "$rm_" >/dev/null
+src_proc() { rx "$sbx" 'pgrep -f "sleep 4242424"' >/dev/null 2>&1; }
+eventually 120 src_proc
+ok $? "once the restore is deleted, exec reaches the source again, its process still there"
 snapd=$(jid "$(abc --format json sandbox snapshot "$sbx" --no-memory)")
 snap=$snapd
 eventually 1800 snap_ready
