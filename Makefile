@@ -182,6 +182,12 @@ $(SIGDRV): $(BUILD)/obj/tests/integration/sigv4drv.o $(LIBBC)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# bcd's upload code (agent/xfer.c) timed by bench/snapshots.sh
+$(BUILD)/bench/bench_xfer: $(BUILD)/obj/bench/bench_xfer.o $(LIBAGENT) $(LIBBC)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBBC)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
