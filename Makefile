@@ -191,6 +191,12 @@ $(DBDRV): $(BUILD)/obj/tests/integration/dbdrv.o $(LIBCTL) $(LIBBC)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# bcd's upload code (agent/xfer.c) timed by bench/snapshots.sh
+$(BUILD)/bench/bench_xfer: $(BUILD)/obj/bench/bench_xfer.o $(LIBAGENT) $(LIBBC)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 # The guest's identity client (libc only), built here for identity_host.t;
 # the guest image compiles its own copy (contrib/guest/customize.sh).
 $(GUESTID): contrib/guest/bc-identity.c

@@ -388,6 +388,7 @@ static int lv_open(const struct rt_config *cfg, struct rt **ret)
 	lv->stop_ms = cfg->stop_timeout_ms ? cfg->stop_timeout_ms : DEFAULT_STOP_MS;
 	lv->boot_data = cfg->boot_data;
 	lv->boot_data_ctx = cfg->boot_data_ctx;
+	lv->gr = cfg->guest_ready;
 	lv->type = pick_type(cfg->domain_type, &why);
 	virSetErrorFunc(NULL, quiet);
 	if ((e = make_dirs(lv, cfg->state_dir)) < 0) {

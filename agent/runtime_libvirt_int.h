@@ -53,6 +53,7 @@ struct rt_libvirt {
 	rt_boot_data_fn boot_data;
 	void *boot_data_ctx;
 	struct imgfetch *fetch;       /* image downloads (worker threads) */
+	struct guestready *gr;        /* the guests' up marks (may be NULL) */
 	/* Several converge workers call at once (runtime.h), never two for
 	 * one instance: mu guards the connections' table, shut and
 	 * gateway4; admit_mu the admission and its bookings; fetch_mu
@@ -114,10 +115,20 @@ int lvsnap_write(int fd, const char *meta, const char *disk, const char *mem);
 /* Split the object at path: its meta text (*ret_meta malloc'd), its disk
  * into disk_out, its memory (if any) into mem_out (*ret_has_mem). -EBADMSG
  * for anything that is not such an object (written files removed). */
-/* Rewrite libvirt's save image in as out with xml (a domain definition) in
- * its header in place of the saved domain's, the migration cookie and
- * QEMU's stream unchanged. 0; -EBADMSG (not a version-2 save image) or
- * -errno, with reason. */
+/* runtime_libvirt_save.c: libvirt's save image (pure). Check the image at
+ * path (header, its XML and cookie, QEMU's stream) before libvirtd sees it;
+ * *ret_xml (malloc'd, NULL: not wanted) is the saved domain's XML. 0;
+ * -EBADMSG or -errno, with reason. */
+int lvsnap_save_check(const char *path, char **ret_xml, char *reason);
+/* xml (a new instance's definition) with its <os> replaced by the saved
+ * domain XML's (its resolved firmware), naming xml's NVRAM file; NULL with
+ * reason when they cannot be combined safely. */
+char *lvsnap_save_bind_xml(const char *saved, const char *xml, char *reason);
+/* Rewrite libvirt's save image in as out with xml (a domain definition,
+ * through lvsnap_save_bind_xml) in its header in place of the saved
+ * domain's, the cookie and QEMU's stream unchanged. 0; -EBADMSG (an image
+ * lvsnap_save_check refuses, or XML that cannot be bound) or -errno, with
+ * reason. */
 int lvsnap_save_rebind(const char *in, const char *out, const char *xml, char *reason);
 int lvsnap_read(const char *path, const char *disk_out, const char *mem_out, char **ret_meta,
 		bool *ret_has_mem);

@@ -4,7 +4,7 @@
  * The object is one self-contained file (LVSNAP_MAGIC, then sections):
  *
  *	bc-libvirt-snapshot 1
- *	section meta <n>      source=<id> memory=0|1 vcpus= memory_mib= (text)
+ *	section meta <n>      source=<id> memory=0|1 vcpus= memory_mib= guest_up=0|1
  *	section disk <n>      the disk, flattened to a qcow2 with no backing file
  *	section memory <n>    libvirt's save image (memory captures only)
  *	end
@@ -33,10 +33,16 @@
  * whose uuid differs from the saved domain's ("Target domain uuid ... does
  * not match source"), and the source may still run on this host under its
  * uuid, so the save image is rewritten with the new definition's XML in
- * its header (lvsnap_save_rebind; the memory stream after it is copied
- * unchanged) and restored without dxml. The NICs keep the source's MACs,
+ * its header (lvsnap_save_rebind in runtime_libvirt_save.c: the saved
+ * <os>, i.e. the firmware the memory ran, with the new NVRAM file; the
+ * memory stream after it is copied unchanged) and restored without dxml.
+ * The image is checked (lvsnap_save_check) before libvirtd is given any
+ * part of it: its MACs are read by bcd, not virDomainSaveImageGetXMLDesc.
+ * The NICs keep the source's MACs,
  * which the guest's memory and virtio device state hold; the guest gets its
- * own through the identity rebind. A disk-only restore boots fresh. */
+ * own through the identity rebind. A memory restore of a guest that had
+ * announced itself up (guest_up in the meta) is marked up at once: it will
+ * not announce again. A disk-only restore boots fresh. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -50,6 +56,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "guestready.h"
 #include "image.h"
 #include "log.h"
 #include "runtime.h"
@@ -366,8 +373,9 @@ static int capture_dom(struct rt_libvirt *lv, virDomainPtr dom, const char *id, 
 		: capture_disk(lv, dom, st == RT_STATE_RUNNING, &f, overlay, paused, reason);
 	if (e == 0)
 		e = flatten(f.copy, f.flat, reason);
-	meta = xasprintf("source=%s\nmemory=%d\nvcpus=%u\nmemory_mib=%lu\n", id, mem,
-			 info.nrVirtCpu, info.maxMem / 1024);
+	/* guest_up: the guest the memory holds had announced itself up */
+	meta = xasprintf("source=%s\nmemory=%d\nvcpus=%u\nmemory_mib=%lu\nguest_up=%d\n", id, mem,
+			 info.nrVirtCpu, info.maxMem / 1024, mem && gr_get(lv->gr, id) > 0);
 	if (e == 0 && (out = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0)
 		e = -errno;
 	if (e == 0 && (e = lvsnap_write(out, meta, f.flat, mem ? f.mem : NULL)) < 0)
@@ -391,7 +399,11 @@ void lv_capture_recover(struct rt *rt, const char *workdir)
 	    !(dom = virDomainLookupByName(conn_of(lv), id)))
 		return;
 	if (dom_ours(lv, dom) && !virDomainIsActive(dom) && file_exists(mem)) {
-		if (virDomainRestoreFlags(conn_of(lv), mem, NULL,
+		char why[RT_REASON_MAX];
+		if (lvsnap_save_check(mem, NULL, why) < 0)
+			log_error("libvirt: %s: left saved by an earlier bcd's capture in an image "
+				  "not restorable (%s): the converge pass boots it again", id, why);
+		else if (virDomainRestoreFlags(conn_of(lv), mem, NULL,
 					  flags & (VIR_DOMAIN_SAVE_RUNNING | VIR_DOMAIN_SAVE_PAUSED)) == 0)
 			log_warn("libvirt: %s: restored from the save of a capture an earlier bcd "
 				 "did not finish", id);
@@ -437,104 +449,27 @@ int lv_capture(struct rt *rt, const char *id, bool include_memory, const char *p
 	return 0;
 }
 
-/* ------------------------------------------------- the save image header */
-
-/* libvirt's qemu save image starts with this 92-byte header (its
- * src/qemu/qemu_saveimage.h, version 2, host byte order), then data_len
- * bytes: the domain XML, NUL-terminated, and at cookie_offset (0: none)
- * the migration cookie; then QEMU's migration stream. */
-#define SAVE_MAGIC "LibvirtQemudSave"
-#define SAVE_VERSION 2
-struct save_header {
-	char magic[16];
-	uint32_t version, data_len, was_running, compressed, cookie_offset, unused[14];
-};
-_Static_assert(sizeof(struct save_header) == 92, "libvirt's save image header is 92 bytes");
-#define SAVE_DATA_MAX (64u << 20)
-
-/* n bytes to or from fd, through short transfers and EINTR: 0, or -errno
- * (-EBADMSG: the file ended first). */
-static int fd_exact(int fd, void *buf, size_t n, bool out)
-{
-	for (size_t d = 0; d < n;) {
-		ssize_t k = out ? write(fd, (char *)buf + d, n - d) : read(fd, (char *)buf + d, n - d);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return k < 0 ? -errno : out ? -EIO : -EBADMSG;
-		d += (size_t)k;
-	}
-	return 0;
-}
-
-int lvsnap_save_rebind(const char *in, const char *out, const char *xml, char *reason)
-{
-	_cleanup_close_ int fi = -1, fo = -1;
-	_cleanup_free_ char *data = NULL;
-	struct save_header h, nh;
-	size_t xl = strlen(xml) + 1, tail = 0;
-	const char *why = NULL;
-	int e = 0;
-
-	if ((fi = open(in, O_RDONLY | O_CLOEXEC)) < 0) {
-		snprintf(reason, RT_REASON_MAX, "RestoreFailed: save image: %s", strerror(errno));
-		return -errno;
-	}
-	if (fd_exact(fi, &h, sizeof(h), false) < 0 || memcmp(h.magic, SAVE_MAGIC, sizeof(h.magic)) != 0)
-		why = "not a libvirt save image";
-	else if (h.version != SAVE_VERSION)
-		why = "save image version not 2 (or another byte order)";
-	else if (h.data_len == 0 || h.data_len > SAVE_DATA_MAX || h.cookie_offset >= h.data_len)
-		why = "save image header out of range";
-	if (!why) {
-		data = xmalloc(h.data_len);
-		if (fd_exact(fi, data, h.data_len, false) < 0)
-			why = "save image cut short";
-		else if (h.cookie_offset)
-			tail = h.data_len - h.cookie_offset;
-	}
-	if (why) {
-		snprintf(reason, RT_REASON_MAX, "SnapshotRefused: %s", why);
-		return -EBADMSG;
-	}
-	if (xl + tail > SAVE_DATA_MAX) {
-		snprintf(reason, RT_REASON_MAX, "RestoreFailed: the domain XML is too large");
-		return -E2BIG;
-	}
-	nh = h;
-	nh.data_len = (uint32_t)(xl + tail);
-	nh.cookie_offset = h.cookie_offset ? (uint32_t)xl : 0;
-	if ((fo = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
-		e = -errno;
-	if (e == 0 && (e = fd_exact(fo, &nh, sizeof(nh), true)) == 0 &&
-	    (e = fd_exact(fo, (void *)xml, xl, true)) == 0 &&
-	    (!tail || (e = fd_exact(fo, data + h.cookie_offset, tail, true)) == 0) &&
-	    (e = copy_fd(fi, fo, UINT64_MAX, NULL)) == 0 && fsync(fo) < 0)
-		e = -errno;
-	if (e < 0) {
-		snprintf(reason, RT_REASON_MAX, "RestoreFailed: save image: %s", strerror(-e));
-		unlink(out);
-	}
-	return e;
-}
-
 /* ------------------------------------------------------------ restore */
 
-/* The NICs' MACs in the save image's domain XML, in order. */
-static size_t saved_macs(struct rt_libvirt *lv, const char *mem, char **macs)
+/* The NICs' MACs in the save image's domain XML (checked, read by bcd:
+ * libvirtd is given no image before lvsnap_save_check accepts it), in
+ * order. */
+static int saved_macs(const char *mem, char **macs, size_t *ret_n, char *reason)
 {
-	_cleanup_free_ char *xml = virDomainSaveImageGetXMLDesc(conn_of(lv), mem, 0);
-	const char *p = xml;
+	_cleanup_free_ char *xml = NULL;
+	const char *p;
 	size_t n = 0;
+	int e = lvsnap_save_check(mem, &xml, reason);
 
-	while (p && n < LVSNAP_MACS_MAX && (p = strstr(p, "<mac address='"))) {
+	for (p = xml; e == 0 && n < LVSNAP_MACS_MAX && (p = strstr(p, "<mac address='"));) {
 		p += strlen("<mac address='");
 		if (strlen(p) > 17 && p[17] == '\'') {
 			macs[n] = xcalloc(1, 18);
 			memcpy(macs[n++], p, 17);
 		}
 	}
-	return n;
+	*ret_n = n;
+	return e;
 }
 
 /* Resume the save image mem into the defined domain id: its header gets
@@ -580,7 +515,7 @@ static int check_disk(const char *disk, char *reason)
 
 static int restore_files(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec *s,
 			 const char *path, const char *disk, const char *mem, bool *has_mem,
-			 char *reason)
+			 bool *guest_up, char *reason)
 {
 	_cleanup_free_ char *dir = inst_path(lv, s->id, NULL), *meta = NULL;
 	int e;
@@ -594,6 +529,7 @@ static int restore_files(struct rt_libvirt *lv, const Bc__Node__V1__InstanceSpec
 		snprintf(reason, RT_REASON_MAX, "SnapshotRefused: not a libvirt runtime snapshot");
 		return e;
 	}
+	*guest_up = *has_mem && strstr(meta, "\nguest_up=1\n");
 	if (*has_mem && s->n_volumes) {
 		snprintf(reason, RT_REASON_MAX, "SnapshotRefused: a memory restore attaches no "
 			 "volumes");
@@ -609,7 +545,7 @@ int lv_restore(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, const char *p
 	_cleanup_free_ char *disk = NULL, *mem = NULL;
 	char *macs[LVSNAP_MACS_MAX] = {0};
 	size_t n_macs = 0;
-	bool has_mem = false;
+	bool has_mem = false, guest_up = false;
 	virDomainPtr dom;
 	int e;
 
@@ -628,9 +564,9 @@ int lv_restore(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, const char *p
 	disk = inst_path(lv, s->id, "disk.qcow2");
 	mem = inst_path(lv, s->id, "restore.save");
 	rt_libvirt_call_begin(rt, s->id);
-	e = restore_files(lv, s, path, disk, mem, &has_mem, reason);
+	e = restore_files(lv, s, path, disk, mem, &has_mem, &guest_up, reason);
 	if (e == 0 && has_mem)
-		n_macs = saved_macs(lv, mem, macs);
+		e = saved_macs(mem, macs, &n_macs, reason);
 	if (e == 0)
 		e = define_restored(lv, s, has_mem ? macs : NULL, n_macs, reason);
 	if (e == 0 && has_mem)
@@ -645,6 +581,10 @@ int lv_restore(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, const char *p
 	}
 	*ret_state = has_mem ? RT_STATE_RUNNING : RT_STATE_STOPPED;
 	known_set(lv, s->id, *ret_state, true);
+	/* resumed, its guest does not announce itself again: up if it was
+	 * up when its memory was captured (guestready.h) */
+	if (guest_up && lv->gr)
+		gr_mark(lv->gr, s->id, now_ms());
 	log_info("libvirt: %s restored (%s)", s->id, has_mem ? "resumed from memory" : "disk, boots fresh");
 	return 0;
 }

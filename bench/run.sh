@@ -58,7 +58,8 @@
 # BENCH_ONLY=volumes (only the sandbox volume rows, bench/volumes.sh),
 # BENCH_ONLY=exec (only the exec rows), BENCH_ONLY=identity (only the
 # workload identity rows, bench/identity.sh), BENCH_ONLY=guest (only the real-guest
-# warm/cold rows, bench/guest_ready.sh; BENCH_GUEST_N),
+# warm/cold rows, bench/guest_ready.sh; BENCH_GUEST_N), BENCH_ONLY=snapshots
+# (only the snapshot rows, bench/snapshots.sh; BENCH_SNAP_MIB, BENCH_SNAP_N),
 # BC_BENCH (the C client; default $BC_SRC/build/bench/bc_bench), BC_BIN, BC_SRC.
 set -uo pipefail
 
@@ -221,6 +222,23 @@ volume_rows() {
 		tail -n 15 "$vlog" >&2
 	fi
 }
+snapshot_rows() {
+	local before=${#rows[@]} slog=$STACK_DIR/bench-snapshots.log
+	log "snapshots: xfer.c upload vs curl -T to s3rver; memory restore vs cold create -> ready (bench/snapshots.sh)"
+	while IFS=$'\t' read -r n m v pn pv; do
+		row "$n" "$m" "$v" "$pn" "$pv"
+	done < <(bash "$BC_SRC/bench/snapshots.sh" 2>"$slog")
+	cat "$slog" >>"$STACK_DIR/bench-client.log"
+	if [ "${#rows[@]}" = "$before" ]; then
+		log "snapshots: no rows; bench/snapshots.sh said:"
+		tail -n 15 "$slog" >&2
+	fi
+}
+if [ "${BENCH_ONLY:-}" = snapshots ]; then # just the snapshot rows
+	snapshot_rows
+	print_rows
+	exit 0
+fi
 if [ "${BENCH_ONLY:-}" = volumes ]; then # just the sandbox volume rows
 	volume_rows
 	print_rows
@@ -329,6 +347,7 @@ while IFS=$'\t' read -r n m v pn pv; do
 done < <(bash "$BC_SRC/bench/libvirt.sh" 2>>"$STACK_DIR/bench-client.log")
 guest_rows
 volume_rows
+snapshot_rows
 
 # shellcheck source=exec.sh
 . "$here/exec.sh"

@@ -100,9 +100,8 @@ static const struct conf_key keys[] = {
 	I(snapshot_store_path_style, "0", 0, 1),
 	I(snapshot_store_timeout_seconds, "30", 1, 3600),
 	S(snapshot_runtimes, "fake,libvirt"),
-	/* the runtimes whose memory snapshots restore (a memory restore on
-	 * libvirt crashed libvirtd 9.0 in our e2e run: disk only there) */
-	S(snapshot_memory_runtimes, "fake"),
+	/* the runtimes whose memory snapshots restore */
+	S(snapshot_memory_runtimes, "fake,libvirt"),
 	/* tests only: an http:// endpoint on a loopback address */
 	I(snapshot_store_allow_http_loopback_for_tests, "0", 0, 1),
 };

@@ -17,6 +17,14 @@
  *                                         (agent/volumes.c, reserve 5 %, at
  *                                         least 2 GiB), then a line
  *                                         "volumes committed=N warning=TEXT"
+ *   rtdrv STATE_DIR capture ID PATH memory|disk   the snapshot object
+ *                                         (agent/runtime_libvirt_snapshot.c);
+ *                                         "ok paused_ms=N"
+ *   rtdrv STATE_DIR restore SPEC.json PATH  a new instance from the object;
+ *                                         "ok <state>"
+ *   rtdrv STATE_DIR mark ID               the guest-up mark (guestready.h in
+ *                                         STATE_DIR) bcd's listener would set
+ *   rtdrv STATE_DIR up ID                 "up" or "down": that mark
  *
  * Every operation prints "ok" or "error <errno name> <reason>" (exit 1).
  * A stop (or pass) under way (a guest shutting down) is asked again until
@@ -34,6 +42,7 @@
 #include <string.h>
 
 #include "agent/converge.h"
+#include "agent/guestready.h"
 #include "agent/runtime.h"
 #include "agent/volumes.h"
 #include "log.h"
@@ -79,6 +88,8 @@ static const char *env(const char *k, const char *def)
 	return v && *v ? v : def;
 }
 
+static struct guestready *gr;
+
 static struct rt *open_rt(const char *state_dir)
 {
 	struct rt_config c = {
@@ -98,6 +109,8 @@ static struct rt *open_rt(const char *state_dir)
 		c.capacity_vcpus = (uint32_t)strtoul(cap, NULL, 10);
 		c.capacity_memory_mib = strtoull(strchr(cap, ',') ? strchr(cap, ',') + 1 : "0", NULL, 10);
 	}
+	if (gr_open(state_dir, &gr) == 0)
+		c.guest_ready = gr;
 	if (getenv("RTDRV_USER_DATA")) {
 		c.boot_data = user_data;
 		c.boot_data_ctx = getenv("RTDRV_USER_DATA");
@@ -197,6 +210,37 @@ static int do_spec_op(struct rt *rt, const char *op, const char *path)
 	return outcome(e, reason);
 }
 
+static int do_capture(struct rt *rt, const char *id, const char *path, const char *what)
+{
+	char reason[RT_REASON_MAX] = "";
+	int64_t paused = 0;
+	int e = rt->ops->capture ? rt->ops->capture(rt, id, strcmp(what, "memory") == 0, path,
+						    &paused, reason)
+				 : -EOPNOTSUPP;
+
+	if (e == 0) {
+		printf("ok paused_ms=%" PRId64 "\n", paused);
+		return 0;
+	}
+	return outcome(e, reason);
+}
+
+static int do_restore(struct rt *rt, const char *spec, const char *path)
+{
+	Bc__Node__V1__InstanceSpec *s = (Bc__Node__V1__InstanceSpec *)load(
+		&bc__node__v1__instance_spec__descriptor, spec);
+	char reason[RT_REASON_MAX] = "";
+	enum rt_state st = RT_STATE_STOPPED;
+	int e = rt->ops->restore ? rt->ops->restore(rt, s, path, &st, reason) : -EOPNOTSUPP;
+
+	bc__node__v1__instance_spec__free_unpacked(s, NULL);
+	if (e == 0) {
+		printf("ok %s\n", rt_state_name(st));
+		return 0;
+	}
+	return outcome(e, reason);
+}
+
 static const struct {
 	const char *name;
 	size_t off;
@@ -234,7 +278,7 @@ int main(int argc, char **argv)
 
 	if (argc < 3) {
 		fprintf(stderr, "usage: rtdrv STATE_DIR create|adopt|start|pause|resume|stop|"
-				"destroy|list|pass [ARG]\n");
+				"destroy|list|pass|capture|restore [ARG]\n");
 		return 2;
 	}
 	log_init("rtdrv", LOG_LVL_INFO);
@@ -243,6 +287,14 @@ int main(int argc, char **argv)
 		rc = do_list(rt);
 	else if (argc < 4)
 		rc = 2;
+	else if (strcmp(argv[2], "mark") == 0)
+		rc = outcome(gr_mark(gr, argv[3], now_ms()), NULL);
+	else if (strcmp(argv[2], "up") == 0)
+		printf("%s\n", gr_get(gr, argv[3]) > 0 ? "up" : "down");
+	else if (strcmp(argv[2], "capture") == 0)
+		rc = argc < 6 ? 2 : do_capture(rt, argv[3], argv[4], argv[5]);
+	else if (strcmp(argv[2], "restore") == 0)
+		rc = argc < 5 ? 2 : do_restore(rt, argv[3], argv[4]);
 	else if (strcmp(argv[2], "pass") == 0)
 		rc = do_pass(rt, argv[1], argv[3]);
 	else if (strcmp(argv[2], "create") == 0 || strcmp(argv[2], "adopt") == 0)
@@ -251,5 +303,6 @@ int main(int argc, char **argv)
 	else
 		rc = do_id_op(rt, argv[2], argv[3]);
 	rt_close(rt);
+	gr_close(gr);
 	return rc;
 }

@@ -6,8 +6,8 @@
 #   sandbox, a sandbox being deleted, a memory snapshot of a sandbox with a
 #   read-write volume attached (read-write-volume), a runtime not in
 #   snapshot_runtimes (UNSUPPORTED), a memory snapshot on a runtime not in
-#   snapshot_memory_runtimes (UNSUPPORTED memory-snapshot), no store (INVALID_CONFIG
-#   no-snapshot-store);
+#   snapshot_memory_runtimes (UNSUPPORTED memory-snapshot; libvirt is in it by
+#   default), no store (INVALID_CONFIG no-snapshot-store);
 # - a take: pending, sandbox.snapshot.created, one instance.snapshot command
 #   (lane bulk, not retry-safe, key sandboxes:<id>:snapshot) carrying a
 #   presigned PUT the store accepts, includeMemory; the answer never holds a
@@ -156,6 +156,12 @@ api_refused "$T" sandboxes/snapshot "{\"sandboxId\":\"$s1\"}" 501 UNSUPPORTED re
 restart_ctl ""
 api_refused "$T" sandboxes/snapshot "{\"sandboxId\":\"$s1\"}" 500 INVALID_CONFIG reason=no-snapshot-store \
 	'no snapshot store'
+# the default snapshot_memory_runtimes has libvirt: a memory snapshot of a
+# sandbox of a libvirt pool passes both runtime checks (the store is next)
+q "UPDATE pools SET runtime = 'libvirt' WHERE id = '$POOL_ID'"
+api_refused "$T" sandboxes/snapshot "{\"sandboxId\":\"$s1\"}" 500 INVALID_CONFIG reason=no-snapshot-store \
+	'a memory snapshot on libvirt is not refused memory-snapshot by default'
+q "UPDATE pools SET runtime = 'fake' WHERE id = '$POOL_ID'"
 restart_ctl "$STORE_CONF"
 is "$(rows)" "$before" '... nothing left behind either'
 

@@ -604,68 +604,6 @@ static void test_lvsnap(void)
 	is_int(lvsnap_read(cut, d2, m2, &meta, &has_mem), -EBADMSG, "another runtime's object: refused");
 }
 
-/* libvirt's save image header, as lvsnap_save_rebind reads it */
-struct test_save_header {
-	char magic[16];
-	uint32_t version, data_len, was_running, compressed, cookie_offset, unused[14];
-};
-
-/* A save image: header, "<domain>old</domain>\0<cookie/>\0" padded with
- * zeros to data_len, then the stream. */
-static void write_save(const char *path, uint32_t version, const char *stream, size_t ns)
-{
-	const char xml[] = "<domain><name>old</name><uuid>u-old</uuid></domain>", cookie[] = "<cookie/>";
-	struct test_save_header h = {.version = version, .was_running = 1,
-				     .cookie_offset = sizeof(xml), .data_len = sizeof(xml) + sizeof(cookie) + 100};
-	_cleanup_free_ char *buf = xcalloc(1, sizeof(h) + h.data_len + ns);
-
-	memcpy(h.magic, "LibvirtQemudSave", 16);
-	memcpy(buf, &h, sizeof(h));
-	memcpy(buf + sizeof(h), xml, sizeof(xml));
-	memcpy(buf + sizeof(h) + sizeof(xml), cookie, sizeof(cookie));
-	memcpy(buf + sizeof(h) + h.data_len, stream, ns);
-	file_write_atomic(path, buf, sizeof(h) + h.data_len + ns, 0600);
-}
-
-static void test_save_rebind(void)
-{
-	_cleanup_free_ char *in = xasprintf("%s/save.in", dir), *out = xasprintf("%s/save.out", dir);
-	_cleanup_free_ char *got = NULL, *stream = xmalloc(3 << 20);
-	const char *nx = "<domain><name>inst_new</name><uuid>u-new</uuid><devices/></domain>";
-	struct test_save_header h;
-	char reason[RT_REASON_MAX];
-	size_t n = 0, nx1 = strlen(nx) + 1;
-
-	for (size_t i = 0; i < (3u << 20); i++)
-		stream[i] = (char)(i * 7 + (i >> 13));
-	write_save(in, 2, stream, 3 << 20);
-	is_int(lvsnap_save_rebind(in, out, nx, reason), 0, "save rebind: a version-2 image");
-	file_read_all(out, 8 << 20, &got, &n);
-	memcpy(&h, got, sizeof(h));
-	ok(memcmp(h.magic, "LibvirtQemudSave", 16) == 0 && h.version == 2 && h.was_running == 1,
-	   "... the header's magic, version and was_running kept");
-	ok(h.cookie_offset == nx1 && h.data_len == nx1 + 10 + 100,
-	   "... data_len and cookie_offset follow the new XML (%u, %u)", h.data_len, h.cookie_offset);
-	ok(strcmp(got + 92, nx) == 0, "... the new domain XML right after the 92-byte header");
-	ok(strcmp(got + sizeof(h) + h.cookie_offset, "<cookie/>") == 0, "... the cookie kept");
-	ok(n == sizeof(h) + h.data_len + (3u << 20) &&
-	   memcmp(got + sizeof(h) + h.data_len, stream, 3u << 20) == 0,
-	   "... and the memory stream after it byte for byte");
-	unlink(out);
-	write_save(in, 3, stream, 10);
-	is_int(lvsnap_save_rebind(in, out, nx, reason), -EBADMSG, "another version: refused");
-	ok(strstr(reason, "SnapshotRefused") != NULL && access(out, F_OK) < 0,
-	   "... with SnapshotRefused, and no output file");
-	file_write_atomic(in, "LibvirtQemudPart", 16, 0600);
-	is_int(lvsnap_save_rebind(in, out, nx, reason), -EBADMSG, "a partial save image: refused");
-	write_save(in, 2, stream, 0);
-	free(got);
-	got = NULL;
-	file_read_all(in, 1 << 20, &got, &n);
-	file_write_atomic(in, got, sizeof(h) + 20, 0600);
-	is_int(lvsnap_save_rebind(in, out, nx, reason), -EBADMSG, "a header cut short of its data: refused");
-}
-
 int main(void)
 {
 	_cleanup_free_ char *snapdir = NULL;
@@ -680,7 +618,6 @@ int main(void)
 	test_urls();
 	test_check();
 	test_lvsnap();
-	test_save_rebind();
 	rt = fake_with("i1");
 	s = snap_for(rt, "CPU A");
 	test_take(rt, s, snapdir);
