@@ -182,7 +182,7 @@ eventually 300 ready "$sw" || console "$w" >&2
 ok $? 'the claimed guest attests with the value the host handed over, and is ready'
 is "$(q "SELECT state FROM identity_epochs WHERE sandbox_id = '$sw'")" live '... its epoch live'
 ok "$([ "$(metric served)" -ge 1 ] && echo 0 || echo 1)" 'bcd handed the value over (served)'
-is "$(grep -c 'Linux version' "$(e2e_console "$w")")" 1 'one boot on its serial console: no reboot'
+is "$(grep -a -c 'BdsDxe: starting Boot' "$(e2e_console "$w")")" 1 'one boot on its serial console (the firmware starts the boot loader once): no reboot'
 up=$(gx "$sw" "date -d \"\$(uptime -s)\" +%s")
 ok "$([ -n "$up" ] && [ "$up" -lt "$t_claim" ] && echo 0 || echo 1)" "the guest booted before the claim ($up < $t_claim)"
 is "$(json_get "$(bcctl --format json identity recognize "$(addr_of "$w")")" sandbox_id)" "$sw" 'Recognize names the warm sandbox'
