@@ -72,6 +72,8 @@ $(FZ)/fuzz_%: $(call fz_obj,tests/fuzz/fuzz_%.c) $(call fz_obj,$(FZ_COMMON)) \
 $(FZ)/fuzz_bootdata: $(call fz_obj,controller/bootdata.c)
 # fuzz_snapshot_args links bcd's pure parser of instance.snapshot's args.
 $(FZ)/fuzz_snapshot_args: $(call fz_obj,agent/snapshot_args.c)
+# fuzz_lvsave links bcd's pure libvirt save image check and rewrite.
+$(FZ)/fuzz_lvsave: $(call fz_obj,agent/runtime_libvirt_save.c)
 
 $(FZ)/obj/$(FZ_GEN)/%.o: $(FZ_GEN)/%.c
 	@mkdir -p $(@D)
