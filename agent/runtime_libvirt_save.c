@@ -176,9 +176,9 @@ int lvsnap_save_check(const char *path, char **ret_xml, char *reason)
 
 /* ---------------------------------------------- the rewritten XML */
 
-/* The element <name ...>...</name> starting in [from, lim), and its end
- * past </name> (NULL: none, or self-closing). Names are matched whole (<os>
- * is not <osinfo>). */
+/* The element <name> or <name ...>...</name> starting in [from, lim), and
+ * its end past </name> (NULL: none, or self-closing). Names are matched
+ * whole (<os> is not <osinfo>). */
 static const char *elem(const char *from, const char *lim, const char *name,
 			const char **ret_end)
 {
@@ -187,8 +187,7 @@ static const char *elem(const char *from, const char *lim, const char *name,
 
 	for (const char *p = from; (p = strchr(p, '<')) && p < lim; p++) {
 		const char *e, *gt;
-		if (strncmp(p + 1, name, n) != 0 || (p[1 + n] != '>' && p[1 + n] != ' ' &&
-						      p[1 + n] != '/'))
+		if (strncmp(p + 1, name, n) != 0 || (p[1 + n] != '>' && p[1 + n] != ' '))
 			continue;
 		if (!(gt = strchr(p, '>')) || gt[-1] == '/' || !(e = strstr(gt, tag)))
 			return NULL;
@@ -199,7 +198,8 @@ static const char *elem(const char *from, const char *lim, const char *name,
 }
 
 /* The text of <name ...>TEXT</name> in [b, lim): [*ret_b, *ret_e), or
- * false (none, self-closing or empty). */
+ * false (none, self-closing, empty, or holding markup: a file name has no
+ * '<', and replacing one must not swallow other elements). */
 static bool elem_text(const char *b, const char *lim, const char *name, const char **ret_b,
 		      const char **ret_e)
 {
@@ -209,16 +209,18 @@ static bool elem_text(const char *b, const char *lim, const char *name, const ch
 		return false;
 	*ret_b = strchr(p, '>') + 1;
 	*ret_e = end - strlen(name) - 3;
-	return *ret_e > *ret_b;
+	return *ret_e > *ret_b && !memchr(*ret_b, '<', (size_t)(*ret_e - *ret_b));
 }
 
-/* Whether a <name> tag (any form) starts in [b, lim). */
+/* Whether "<name" starts in [b, lim): any tag beginning so (<nvram>,
+ * <nvram/>, even a malformed <nvramx), which then has to be an <nvram>
+ * element with a file in it, or the XML is refused. */
 static bool has_tag(const char *b, const char *lim, const char *name)
 {
 	size_t n = strlen(name);
 
 	for (const char *p = b; (p = strchr(p, '<')) && p < lim; p++)
-		if (strncmp(p + 1, name, n) == 0 && strchr(" />", p[1 + n]))
+		if (strncmp(p + 1, name, n) == 0)
 			return true;
 	return false;
 }

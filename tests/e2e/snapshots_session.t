@@ -23,7 +23,9 @@
 # (build/guest, `make guest`; else those tests are skipped, saying so): a
 # real guest's process (started by its user data, writing "BC-ALIVE <pid>
 # <file> <n>" to the serial console every 2 s) runs on in the memory
-# restore, the same pid, on the restore's own console log.
+# restore, the same pid, on the restore's own console log, and its NVRAM
+# file holds its source's UEFI variables (QEMU's flash travels in the
+# memory stream).
 . "$(dirname "$0")/../lib/tap.sh"
 
 : "${BC_SRC:=$(cd "$(dirname "$0")/../.." && pwd)}"
@@ -150,7 +152,7 @@ is "$(drv list | sort)" "$(printf '%s running\n%s running\n%s running\n%s stoppe
 : "${BC_GUEST_DIR:=$BC_BUILD/guest}"
 GI=$BC_GUEST_DIR/guest.qcow2
 if [ ! -s "$GI" ] || [ ! -s "$GI.sha256" ]; then
-	skip "no guest image in $BC_GUEST_DIR (make guest)" 6
+	skip "no guest image in $BC_GUEST_DIR (make guest)" 8
 else
 	for d in $S $R $D $U; do drv destroy "$d" >/dev/null; done  # room for the guests
 	GSHA=$(cut -d' ' -f1 "$GI.sha256")
@@ -178,7 +180,15 @@ EOF
 	ok $? "... its process reports on the console (pid $(alive_pid $G))"
 	GPID=$(alive_pid $G)
 	like "$(drv capture $G "$W/guest.obj" memory)" '^ok paused_ms=[0-9]+$' "the real guest captured with memory"
+	cp "$W/st/data/instances/$G/nvram.fd" "$W/g.nvram"
 	is "$(drv restore "$(gspec $GR)" "$W/guest.obj")" "ok running" "... restored into a new instance"
+	# QEMU's flash is RAM the stream carries: on resume it writes it to the
+	# new NVRAM file, which libvirt had made from the template
+	tmplv=$(V dumpxml $GR | sed -n "s/.*<nvram template='\([^']*\)'.*/\1/p")
+	cmp -s "$W/g.nvram" "$W/st/data/instances/$GR/nvram.fd"
+	ok $? "... its NVRAM file holds the source's UEFI variables"
+	! cmp -s "$W/g.nvram" "$tmplv"
+	ok $? "... which are not the firmware's template (${tmplv:-none named})"
 	eventually 120 has_alive $GR
 	is "$(alive_pid $GR)" "$GPID" "... where the same process (pid $GPID) reports on the restore's own console"
 	n1=$(alive_n $GR "$GPID")

@@ -74,6 +74,8 @@ $(FZ)/fuzz_bootdata: $(call fz_obj,controller/bootdata.c)
 $(FZ)/fuzz_snapshot_args: $(call fz_obj,agent/snapshot_args.c)
 # fuzz_identity_req links bcd's pure parser of identity endpoint requests.
 $(FZ)/fuzz_identity_req: $(call fz_obj,agent/identity_req.c)
+# fuzz_lvsave links bcd's pure libvirt save image check and rewrite.
+$(FZ)/fuzz_lvsave: $(call fz_obj,agent/runtime_libvirt_save.c)
 
 $(FZ)/obj/$(FZ_GEN)/%.o: $(FZ_GEN)/%.c
 	@mkdir -p $(@D)

@@ -206,6 +206,9 @@ static void test_bind_xml(void)
 	bind_refused(saved, no_nvram, "a new XML without an NVRAM file for the saved NVRAM");
 	bind_refused("<domain><os><loader>/l</loader><nvram template='/t'/></os></domain>", new_xml,
 		     "a saved <nvram/> naming no file");
+	/* found by fuzz_lvsave: an <nvram> whose "text" spans the <loader> */
+	bind_refused("<domain><os><nvram><loader>/l</loader><nvram template='/t'>/s</nvram></os>"
+		     "</domain>", new_xml, "a saved <nvram> holding other elements");
 	got = lvsnap_save_bind_xml(bios, newer, reason);
 	ok(got && strcmp(got, "<domain><name>n</name><metadata><osinfo/></metadata>"
 			      "<os><type>hvm</type><boot dev='hd'/></os></domain>") == 0,
