@@ -21,8 +21,14 @@
 #   instead of being created on demand; the bootstrap is delivered through
 #   the host: bcd fetches it bound to the instance and hands it once to the
 #   long-poll from that instance's address (never to another address, never
-#   twice), it is in no log, event or spec in plaintext; it attests and the
-#   warm sandbox becomes ready;
+#   twice; GetBootData of its reference for another instance is NOT_FOUND),
+#   it is in no log, event, commands row or spec in plaintext; it attests,
+#   the warm sandbox becomes ready, the reference is cleared and the sealed
+#   value deleted;
+# - the guest's client (contrib/guest/bc-identity.c, bound to the
+#   instance's address) attests, keeps its token 0600, renews after a
+#   restart, exits 0 without identity and 2 on a used value;
+# - identity_endpoint = off: the capability is no longer advertised;
 # - every refusal is counted in bcd_identity_requests_total.
 . "$(dirname "$0")/../lib/stack.sh"
 . "$(dirname "$0")/../lib/tenant.sh"
@@ -90,6 +96,13 @@ bootdata() {
 	node "$BC_SRC/tests/integration/grpc_call.js" "$(ctl_url 1)" "$dir/ca.pem" "$dir/node.pem" \
 		"$dir/node.key" bc/node/v1/node.proto bc.node.v1.Node GetBootData \
 		"{\"instance_id\": \"$1\", \"ref\": \"$ref\"}" 2>/dev/null | jq -r .user_data | base64 -d
+}
+# gbd INSTANCE REF: Node.GetBootData as the node; the gRPC code ("ok" on success)
+gbd() {
+	local dir=$STACK_DIR/agent-1
+	node "$BC_SRC/tests/integration/grpc_call.js" "$(ctl_url 1)" "$dir/ca.pem" "$dir/node.pem" \
+		"$dir/node.key" bc/node/v1/node.proto bc.node.v1.Node GetBootData \
+		"{\"instance_id\": \"$1\", \"ref\": \"$2\"}" 2>/dev/null | jq -r '.code // "ok"'
 }
 # new_sandbox TEMPLATE [FLAGS]: a sandbox whose instance runs; sets S I A
 new_sandbox() {
@@ -296,6 +309,7 @@ is "$(q "SELECT count(*) FROM events WHERE type = 'sandbox.bound' AND subject = 
 	'sandbox.bound published'
 ref=$(q "SELECT identity_bootstrap_ref FROM instances WHERE id = '$w'")
 like "$ref" '^sealed_' 'the value is sealed for the instance and named by a reference'
+is "$(gbd "$i1" "$ref")" 5 "GetBootData of that reference for another instance of the node: NOT_FOUND"
 wait "$wpoll"
 is "$(cat "$STACK_DIR/warm.code")" 200 "the long-poll from the warm instance's address gets the value once claimed"
 bw=$(cat "$STACK_DIR/warm.out")
@@ -321,6 +335,7 @@ is "$(json_get "$(bcctl --format json identity recognize "$wa")" sandbox_id)" "$
 is "$(q "SELECT coalesce(identity_bootstrap_ref, 'none') FROM instances WHERE id = '$w'")" none \
 	'the reference is cleared once the epoch is live'
 is "$(q "SELECT count(*) FROM sealed_blobs WHERE ref = '$ref'")" 0 '... and the sealed value deleted'
+is "$(gbd "$w" "$ref")" 5 '... GetBootData of it: NOT_FOUND'
 ok "$([ "$(metric served)" = 1 ] && [ "$(metric no-bootstrap)" -ge 1 ] && echo 0 || echo 1)" \
 	'counted served 1, no-bootstrap'
 
