@@ -29,7 +29,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,6 +157,48 @@ static bool find_endpoint(struct endpoint *ep)
 	return true;
 }
 
+static int64_t clock_ms(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Read until the peer closes, max-1 bytes, IO_TIMEOUT_S: the length read.
+ * A paused guest's clocks stand still, and bc-rtc-clock.service steps the
+ * wall clock within ~2 s of a resume: a jump of the wall clock against the
+ * monotonic one means the connection may be long dead (bcd answered a
+ * long-poll while this guest was paused, as a warm instance before its
+ * claim), so it is dropped (0) and the caller asks again at once rather
+ * than waiting out the timeout. */
+static size_t read_answer(int fd, char *buf, size_t max)
+{
+	const int64_t skew0 = clock_ms(CLOCK_REALTIME) - clock_ms(CLOCK_MONOTONIC);
+	const int64_t deadline = clock_ms(CLOCK_MONOTONIC) + IO_TIMEOUT_S * 1000;
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	size_t len = 0;
+	ssize_t k;
+
+	while (len < max - 1 && clock_ms(CLOCK_MONOTONIC) < deadline) {
+		int r = poll(&p, 1, 1000);
+		int64_t skew = clock_ms(CLOCK_REALTIME) - clock_ms(CLOCK_MONOTONIC);
+
+		if (r < 0 && errno != EINTR)
+			return 0;
+		if (skew - skew0 > 3000 || skew0 - skew > 3000) {
+			say("the clock jumped (a resume?): asking again");
+			return 0;
+		}
+		if (r <= 0)
+			continue;
+		if ((k = recv(fd, buf + len, max - 1 - len, 0)) <= 0)
+			break;
+		len += (size_t)k;
+	}
+	return len;
+}
+
 /* One HTTP/1.1 exchange; a->status 0 when there was no whole answer. */
 static void http(const struct endpoint *ep, const char *method, const char *path,
 		 const char *body, struct answer *a)
@@ -163,7 +207,6 @@ static void http(const struct endpoint *ep, const char *method, const char *path
 	char req[VALUE_MAX + 512], *sep;
 	size_t len = 0, bl = body ? strlen(body) : 0;
 	int fd = -1, n;
-	ssize_t k;
 
 	a->status = 0;
 	a->body[0] = '\0';
@@ -187,9 +230,7 @@ static void http(const struct endpoint *ep, const char *method, const char *path
 	if (connect(fd, (const struct sockaddr *)&ep->sa, sizeof(ep->sa)) < 0 ||
 	    send(fd, req, (size_t)n, MSG_NOSIGNAL) != n)
 		goto out;
-	while (len < sizeof(a->body) - 1 &&
-	       (k = recv(fd, a->body + len, sizeof(a->body) - 1 - len, 0)) > 0)
-		len += (size_t)k;
+	len = read_answer(fd, a->body, sizeof(a->body));
 	a->body[len] = '\0';
 	if (sscanf(a->body, "HTTP/1.%*d %d", &a->status) != 1 ||
 	    !(sep = strstr(a->body, "\r\n\r\n"))) {
