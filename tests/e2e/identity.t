@@ -182,7 +182,7 @@ eventually 300 ready "$sw" || console "$w" >&2
 ok $? 'the claimed guest attests with the value the host handed over, and is ready'
 is "$(q "SELECT state FROM identity_epochs WHERE sandbox_id = '$sw'")" live '... its epoch live'
 ok "$([ "$(metric served)" -ge 1 ] && echo 0 || echo 1)" 'bcd handed the value over (served)'
-is "$(grep -c 'BdsDxe: starting Boot' "$(e2e_console "$w")")" 1 'one boot on its serial console (the firmware started it once): no reboot'
+is "$(grep -a -c 'BdsDxe: starting Boot' "$(e2e_console "$w")")" 1 'one boot on its serial console (the firmware started it once): no reboot'
 # boot time = now - uptime (the guest's clocks stood still while paused, so
 # this is later than the real boot, and still before the claim)
 up=$(gx "$sw" 'echo $(( $(date +%s) - $(cut -d. -f1 /proc/uptime) ))')
