@@ -194,45 +194,34 @@ if [ "${BENCH_ONLY:-}" = exec ]; then # just the exec rows
 	print_rows
 	exit 0
 fi
-# A run that adds no row says why (the script's own lines: skipped, or
-# where it stopped), here and not only in the stack's log.
-guest_rows() {
-	local before=${#rows[@]} glog=$STACK_DIR/bench-guest.log
-	log "real guests: warm claim vs cold create until port 22 / exec answers (bench/guest_ready.sh)"
+# script_rows NAME SCRIPT WHAT: the rows a bench script prints (tab-separated:
+# name, metric, bc value, peer name, peer value). A run that adds no row
+# says why (the script's own lines: skipped, or where it stopped), here and
+# not only in the stack's log.
+script_rows() {
+	local name=$1 script=$2 before=${#rows[@]} slog=$STACK_DIR/bench-${2%.sh}.log
+	log "$name: $3 (bench/$script)"
 	while IFS=$'\t' read -r n m v pn pv; do
 		row "$n" "$m" "$v" "$pn" "$pv"
-	done < <(bash "$BC_SRC/bench/guest_ready.sh" 2>"$glog")
-	cat "$glog" >>"$STACK_DIR/bench-client.log"
-	if [ "${#rows[@]}" = "$before" ]; then
-		log "real guests: no rows; bench/guest_ready.sh said:"
-		tail -n 15 "$glog" >&2
-	fi
-}
-# The sandbox volume rows (bench/volumes.sh; real guests): dd in a guest
-# on its volume beside dd on the host's raw file, create -> file made.
-volume_rows() {
-	local before=${#rows[@]} vlog=$STACK_DIR/bench-volumes.log
-	log "volumes: guest dd on a volume vs host dd; create -> ready (bench/volumes.sh)"
-	while IFS=$'\t' read -r n m v pn pv; do
-		row "$n" "$m" "$v" "$pn" "$pv"
-	done < <(bash "$BC_SRC/bench/volumes.sh" 2>"$vlog")
-	cat "$vlog" >>"$STACK_DIR/bench-client.log"
-	if [ "${#rows[@]}" = "$before" ]; then
-		log "volumes: no rows; bench/volumes.sh said:"
-		tail -n 15 "$vlog" >&2
-	fi
-}
-snapshot_rows() {
-	local before=${#rows[@]} slog=$STACK_DIR/bench-snapshots.log
-	log "snapshots: xfer.c upload vs curl -T to s3rver; memory restore vs cold create -> ready (bench/snapshots.sh)"
-	while IFS=$'\t' read -r n m v pn pv; do
-		row "$n" "$m" "$v" "$pn" "$pv"
-	done < <(bash "$BC_SRC/bench/snapshots.sh" 2>"$slog")
+	done < <(bash "$BC_SRC/bench/$script" 2>"$slog")
 	cat "$slog" >>"$STACK_DIR/bench-client.log"
 	if [ "${#rows[@]}" = "$before" ]; then
-		log "snapshots: no rows; bench/snapshots.sh said:"
+		log "$name: no rows; bench/$script said:"
 		tail -n 15 "$slog" >&2
 	fi
+}
+# real guests: warm claim vs cold create until port 22 / exec answers
+guest_rows() {
+	script_rows "real guests" guest_ready.sh "warm claim vs cold create until port 22 / exec answers"
+}
+# The sandbox volume rows (real guests): dd in a guest on its volume beside
+# dd on the host's raw file, create -> file made.
+volume_rows() {
+	script_rows volumes volumes.sh "guest dd on a volume vs host dd; create -> ready"
+}
+snapshot_rows() {
+	script_rows snapshots snapshots.sh \
+		"xfer.c upload vs curl -T to s3rver; memory restore vs cold create -> ready"
 }
 if [ "${BENCH_ONLY:-}" = snapshots ]; then # just the snapshot rows
 	snapshot_rows
