@@ -721,7 +721,7 @@ static void *run(void *arg)
 int ie_start(const struct ie_opts *o, struct identity_ep **ret)
 {
 	struct identity_ep *e = xcalloc(1, sizeof(*e));
-	int rc;
+	int rc = 0;
 
 	e->o = *o;
 	e->lfd = -1;
