@@ -120,7 +120,7 @@ make_rootfs() {
 		--dpkgopt='path-exclude=/usr/share/doc/*' \
 		--dpkgopt='path-include=/usr/share/doc/*/copyright' \
 		--dpkgopt='path-exclude=/usr/share/info/*' \
-		--essential-hook="mkdir -p \"\$1/etc/initramfs-tools/conf.d\" && cp '$here/files/initramfs.conf' \"\$1/etc/initramfs-tools/conf.d/bc-guest.conf\"" \
+		--essential-hook="mkdir -p \"\$1/etc/initramfs-tools/conf.d\" \"\$1/usr/share/initramfs-tools/modules.d\" && cp '$here/files/initramfs.conf' \"\$1/etc/initramfs-tools/conf.d/bc-guest.conf\" && cp '$here/files/initramfs-modules' \"\$1/usr/share/initramfs-tools/modules.d/bc-guest\"" \
 		--customize-hook="'$here/customize.sh' \"\$1\" '$here/files'" \
 		"$suite" "$dir" "${srcs[@]}"
 }
