@@ -103,6 +103,13 @@ default_quota_instances = 0
 default_quota_unplaced_instances = 0
 default_quota_sandboxes = 0
 sandbox_account = root"
+# the identity rows (bench/identity.sh): a sandbox with identity goes only
+# to a host whose attestation endpoint runs (instance.identity); its
+# listener on 10.64.0.1 is never reached here (the bench attests as the node)
+BENCH_IDENTITY_PORT=$(free_tcp_port) || exit 1
+export BC_AGENT_EXTRA_CONF="${BC_AGENT_EXTRA_CONF:+$BC_AGENT_EXTRA_CONF
+}identity_endpoint = on
+identity_port = $BENCH_IDENTITY_PORT"
 # room for every instance the create and push rows make
 stack_up --controllers 1 --agents 1 --agent-capacity 4096,4194304,100000 ||
 	{ log "stack_up failed"; exit 1; }

@@ -301,6 +301,15 @@ static const struct principal *create_owner(rpc_call *c, const struct inst_new *
 	return n->owner ? n->owner : ctl_principal(c);
 }
 
+/* A workload identity travels in its boot data (a cold sandbox's
+ * bootstrap value) or comes from its host (a warm instance of a template
+ * with identity): either way only a host running the attestation endpoint
+ * can serve its guest. */
+static bool inst_needs_identity(const struct inst_new *n)
+{
+	return (n->identity_bootstrap && *n->identity_bootstrap) || n->identity_host;
+}
+
 /* The shape insert_instance returns, in its RETURNING's order. */
 enum { SHAPE_VCPUS, SHAPE_MEMORY_MIB, SHAPE_DISK_GIB, SHAPE_GPUS, SHAPE_FLAVOR, SHAPE_IMAGE_ID };
 
@@ -343,16 +352,17 @@ static int insert_instance(struct db *d, rpc_call *c, struct inst_new *n, PGresu
 		dbp_i64(&p, n->host_cert_valid_before);
 	else
 		dbp_nstr(&p, NULL);
+	dbp_bool(&p, inst_needs_identity(n));
 	rc = db_exec(d, ret_shape,
 		     "INSERT INTO instances (id, tenant_id, pool_id, flavor_id, flavor_name, image_id, "
 		     "vcpus, memory_mib, disk_gib, gpus, huge_pages, numa_node, pin_vcpus, "
 		     "network_policy, ssh_keys, user_data_ref, created_by, mac, sandbox_id, "
 		     "ssh_from_host_only, warm_template_id, warm_instance_version, host_certified, "
-		     "host_cert_valid_before) SELECT $1, $2, $3, f.id, "
+		     "host_cert_valid_before, needs_identity) SELECT $1, $2, $3, f.id, "
 		     "f.name, im.id, f.vcpus, f.memory_mib, f.disk_gib, f.gpus, f.huge_pages, "
 		     "f.numa_node, f.pin_vcpus, $6, coalesce(string_to_array(nullif($7, ''), E'\\n'), '{}'), $8, $9, "
-		     "$10::macaddr, $11, $12, $13, $14::int, $15::bigint IS NOT NULL, to_timestamp($15::bigint) "
-		     "FROM flavors f, images im WHERE (f.id = $4 OR f.name = $4) AND f.deleted_at IS "
+		     "$10::macaddr, $11, $12, $13, $14::int, $15::bigint IS NOT NULL, to_timestamp($15::bigint), "
+		     "$16 FROM flavors f, images im WHERE (f.id = $4 OR f.name = $4) AND f.deleted_at IS "
 		     "NULL AND (im.id = $5 OR im.name = $5) AND im.deleted_at IS NULL "
 		     "RETURNING vcpus, memory_mib, disk_gib, gpus, flavor_name, image_id", &p);
 	if (rc < 0)
@@ -444,7 +454,7 @@ static int tenant_active(struct db *d, const char *tenant, bc_error *err)
 int instance_create_tx(rpc_call *c, struct db *d, struct inst_new *n, bc_error *err)
 {
 	_cleanup_free_ char *runtime = NULL, *data = NULL;
-	const char *labels[4] = {NULL, NULL, NULL, NULL};
+	const char *labels[5] = {NULL, NULL, NULL, NULL, NULL};
 	PGresult *shape = NULL;
 	struct place_req pr;
 	char subject[96];
@@ -471,6 +481,8 @@ int instance_create_tx(rpc_call *c, struct db *d, struct inst_new *n, bc_error *
 		labels[nl++] = CAP_NETWORK_POLICY;
 	if (n->ssh_from_host_only)
 		labels[nl++] = CAP_SSH_HOST_ONLY;
+	if (inst_needs_identity(n))
+		labels[nl++] = CAP_IDENTITY;
 	if (n->volumes && n->volumes->n > 0) {
 		labels[nl++] = CAP_INSTANCE_VOLUMES;
 		pr.only_node = n->volumes->node;

@@ -134,10 +134,12 @@ int place_instance(struct db *d, const struct place_req *q, char **ret_node, bc_
 		p.n = 0;
 		dbp_str(&p, q->instance_id);
 		dbp_str(&p, q->only_node ? q->only_node : "");
+		dbp_str(&p, labels);
 		rc = db_exec(d, NULL, "UPDATE instances SET reason = 'Unschedulable: ' || CASE WHEN "
 			     "$2 <> '' THEN 'its volumes'' host ' || $2 || ' is not ready, has no room "
-			     "or lacks " CAP_INSTANCE_VOLUMES "' ELSE 'no node of the pool has room' END "
-			     "|| CASE WHEN cardinality(refused_nodes) > 0 THEN ' that "
+			     "or lacks ' || replace($3, E'\\n', ', ') ELSE 'no node of the pool has room' "
+			     "|| CASE WHEN $3 <> '' THEN ' and carries ' || replace($3, E'\\n', ', ') ELSE "
+			     "'' END END || CASE WHEN cardinality(refused_nodes) > 0 THEN ' that "
 			     "has not refused it (' || array_to_string(refused_nodes, ', ') || ')' "
 			     "ELSE '' END, updated_at = now() WHERE id = $1", &p);
 		if (rc < 0)
@@ -149,13 +151,15 @@ int place_instance(struct db *d, const struct place_req *q, char **ret_node, bc_
 /* The columns of place_pending's SELECT. */
 enum {
 	PP_TENANT, PP_POOL, PP_VCPUS, PP_MEMORY_MIB, PP_DISK_GIB, PP_GPUS, PP_NETWORK_POLICY,
-	PP_SSH_HOST_ONLY, PP_SANDBOX_ID, PP_WARM_TEMPLATE_ID, PP_CPU_MODEL, PP_VOLUMES_NODE
+	PP_SSH_HOST_ONLY, PP_SANDBOX_ID, PP_WARM_TEMPLATE_ID, PP_CPU_MODEL, PP_VOLUMES_NODE,
+	PP_NEEDS_IDENTITY
 };
 
 int place_pending(struct db *d, const char *id, char **ret_node, bc_error *err)
 {
-	const char *labels[4] = {NULL, NULL, NULL, NULL};
+	const char *labels[5] = {NULL, NULL, NULL, NULL, NULL};
 	struct place_req q;
+	size_t nl = 0;
 	char subject[96];
 	_cleanup_free_ char *data = NULL;
 	struct dbp p = {0};
@@ -169,7 +173,7 @@ int place_pending(struct db *d, const char *id, char **ret_node, bc_error *err)
 		     "SELECT s.cpu_model FROM sandbox_snapshots s WHERE s.id = restore_snapshot_id "
 		     "AND s.include_memory), ''), "
 		     "coalesce((SELECT min(v.node_id) FROM instance_volumes iv JOIN volumes v ON "
-		     "v.id = iv.volume_id WHERE iv.instance_id = instances.id), '') FROM "
+		     "v.id = iv.volume_id WHERE iv.instance_id = instances.id), ''), needs_identity FROM "
 		     "instances WHERE id = $1 AND node_id IS "
 		     "NULL AND desired_state <> 'deleted' AND state = 'provisioning' FOR UPDATE SKIP "
 		     "LOCKED", &p);
@@ -180,11 +184,13 @@ int place_pending(struct db *d, const char *id, char **ret_node, bc_error *err)
 		return 0;
 	}
 	if (strcmp(db_val(r, 0, PP_NETWORK_POLICY), "egress") != 0)
-		labels[0] = CAP_NETWORK_POLICY;
+		labels[nl++] = CAP_NETWORK_POLICY;
 	if (db_bool(r, 0, PP_SSH_HOST_ONLY))
-		labels[labels[0] ? 1 : 0] = CAP_SSH_HOST_ONLY;
+		labels[nl++] = CAP_SSH_HOST_ONLY;
 	if (*db_val(r, 0, PP_VOLUMES_NODE))
-		labels[labels[0] ? (labels[1] ? 2 : 1) : 0] = CAP_INSTANCE_VOLUMES;
+		labels[nl++] = CAP_INSTANCE_VOLUMES;
+	if (db_bool(r, 0, PP_NEEDS_IDENTITY))
+		labels[nl++] = CAP_IDENTITY;
 	q = (struct place_req){.instance_id = id, .tenant_id = db_val(r, 0, PP_TENANT),
 			       .pool_id = db_val(r, 0, PP_POOL), .vcpus = (int)db_i64(r, 0, PP_VCPUS),
 			       .memory_mib = db_i64(r, 0, PP_MEMORY_MIB),

@@ -28,7 +28,8 @@
 # - the guest's client (contrib/guest/bc-identity.c, bound to the
 #   instance's address) attests, keeps its token 0600, renews after a
 #   restart, exits 0 without identity and 2 on a used value;
-# - identity_endpoint = off: the capability is no longer advertised;
+# - identity_endpoint = off: the capability is no longer advertised, and a
+#   cold sandbox with identity is not placed on the host until it is again;
 # - every refusal is counted in bcd_identity_requests_total.
 . "$(dirname "$0")/../lib/stack.sh"
 . "$(dirname "$0")/../lib/tenant.sh"
@@ -358,5 +359,19 @@ BC_AGENT_EXTRA_CONF=${BC_AGENT_EXTRA_CONF/identity_endpoint = on/identity_endpoi
 agent_start 1 || bail_out "agent restart"
 eventually 30 eval '[ "$(q "SELECT '"'instance.identity'"' = ANY (capabilities) FROM nodes")" = f ]'
 ok $? 'identity_endpoint = off: bcd no longer advertises instance.identity'
+
+# -- ... and takes no sandbox with identity: its guest could never attest
+out=$(bcctl --format json sandbox create --template "$tmpl" --task t9) || bail_out "create: $out"
+s9=$(jid "$out") i9=$(json_get "$out" instance_id)
+sleep 3 # three reconcile passes (sandbox_reconcile_seconds = 1)
+is "$(q "SELECT coalesce(node_id, 'none') || ' ' || needs_identity FROM instances WHERE id = '$i9'")" \
+	'none true' 'a cold identity sandbox is not placed on a host without the capability'
+like "$(q "SELECT reason FROM instances WHERE id = '$i9'")" '^Unschedulable' '... its instance says Unschedulable'
+agent_kill 1 TERM
+BC_AGENT_EXTRA_CONF=${BC_AGENT_EXTRA_CONF/identity_endpoint = off/identity_endpoint = on}
+agent_start 1 || bail_out "agent restart"
+eventually 60 eval '[ "$(q "SELECT state FROM instances WHERE id = '"'$i9'"'")" = running ]'
+ok $? '... and is placed, and runs, once the host advertises it again'
+bcctl sandbox delete "$s9" >/dev/null || fail 'delete'
 
 done_testing
