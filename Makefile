@@ -262,7 +262,7 @@ CHECK_JOBS ?= 3
 PROVE_FLAGS ?= --timer
 check-integration: bins node-deps
 	$(Q)$(MAKE) --no-print-directory asan
-	$(Q)BC_BIN=$(CURDIR)/$(ASAN_BUILD)/bin prove $(PROVE_FLAGS) -j$(CHECK_JOBS) --exec bash $(sort $(wildcard tests/lib/*.t)) \
+	$(Q)BC_BIN=$(CURDIR)/$(ASAN_BUILD)/bin BC_LOAD_BIN=$(CURDIR)/$(BUILD)/bin prove $(PROVE_FLAGS) -j$(CHECK_JOBS) --exec bash $(sort $(wildcard tests/lib/*.t)) \
 		$(sort $(wildcard tests/integration/*.t))
 
 check-net: $(NETDRV)

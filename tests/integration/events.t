@@ -14,9 +14,9 @@ w1=$STACK_DIR/watch1 w2=$STACK_DIR/watch2
 bcctl events watch --tenant evt >"$w1" 2>"$STACK_DIR/watch1.err" &
 watch1=$!
 
-change() { BC_TOKEN=$BC_TOKEN bcctl_n 2 tenant quota evt --vcpus "$1" >/dev/null; }
-export -f change bcctl_n ctl_url
-export BC_URL_2 BC_CA_FILE BC_TOKEN
+change() { BC_TOKEN=$BC_TOKEN bcctl_load 2 tenant quota evt --vcpus "$1" >/dev/null; }
+export -f change bcctl_load bcctl_n ctl_url
+export BC_URL_2 BC_CA_FILE BC_TOKEN BC_BIN BC_LOAD_BIN
 
 seq 1 $((N / 2)) | xargs -P 8 -I{} bash -c 'change {}' 2>"$STACK_DIR/change.err"
 got_half() { [ "$(wc -l <"$w1")" -ge $((N / 2 + 1)) ]; }

@@ -26,6 +26,12 @@
 . "$(dirname "$0")/../lib/tenant.sh"
 
 CACHE=8
+# identity sandboxes go only to hosts that advertise instance.identity: the
+# endpoint on (its listener is not what this file tests; it calls
+# Node.Attest as the node itself)
+IEP=$(free_tcp_port) || bail_out "no free port"
+export BC_AGENT_EXTRA_CONF="identity_endpoint = on
+identity_port = $IEP"
 export BC_CTL_EXTRA_CONF="sandbox_reconcile_seconds = 1
 identity_enabled = 1
 identity_cache_seconds = $CACHE
@@ -237,22 +243,40 @@ ok "$([ "$gap" -ge $((CACHE * 1000)) ] && echo 0 || echo 1)" "the instance was d
 eventually 30 eval '[ "$(json_get "$(sbx "$s1")" lifecycle)" = deleted ]'
 ok $? 'lifecycle deleted once gone'
 
-# -- a create with wait waits for the live epoch
-bcctl --format json sandbox create --template "$tmpl" --task task-6 --wait 30s >"$STACK_DIR/w.json" 2>&1 &
-wpid=$!
-eventually 30 eval '[ -n "$(q "SELECT s.id FROM sandboxes s JOIN instances i ON i.id = s.instance_id WHERE s.task_id = '"'task-6'"' AND i.state = '"'running'"' AND i.guest_ready_at IS NOT NULL")" ]'
-ok $? 'the waiting create: its guest is up'
-s6=$(q "SELECT id FROM sandboxes WHERE task_id = 'task-6'")
-i6=$(q "SELECT instance_id FROM sandboxes WHERE id = '$s6'")
-sleep 2
-kill -0 "$wpid" 2>/dev/null
-ok $? '... and the create still waits (the epoch is not live)'
-n6=$(agent_of "$(q "SELECT node_id FROM instances WHERE id = '$i6'")")
-a6=$(q "SELECT host(address) FROM ip_leases WHERE instance_id = '$i6'")
-attest "$n6" "$(bootdata "$s6" | grep -oE 'bcb_[0-9a-f]{64}' | head -1)" "$i6" "$a6"
+# -- a create with wait waits for the live epoch. The wait is at most 30 s
+# from the create (the server's cap) and must cover placement, the guest's
+# boot and the attest below: on a loaded machine that can run out first,
+# which says nothing about the epoch, so such a try is made again (at most
+# three; a create answered before the attest is a failure whatever the time)
+wait_try() { # N: one try with task task-N; sets W_ENDED W_STATE W_SLOW
+	local t0 now wpid s i n a b
+	t0=$(date +%s)
+	bcctl --format json sandbox create --template "$tmpl" --task "task-$1" --wait 30s \
+		>"$STACK_DIR/w.json" 2>&1 &
+	wpid=$!
+	eventually 30 eval '[ -n "$(q "SELECT s.id FROM sandboxes s JOIN instances i ON i.id = s.instance_id WHERE s.task_id = '"'task-$1'"' AND i.state = '"'running'"' AND i.guest_ready_at IS NOT NULL")" ]'
+	s=$(q "SELECT id FROM sandboxes WHERE task_id = 'task-$1'")
+	i=$(q "SELECT instance_id FROM sandboxes WHERE id = '$s'")
+	n=$(agent_of "$(q "SELECT node_id FROM instances WHERE id = '$i'")")
+	a=$(q "SELECT host(address) FROM ip_leases WHERE instance_id = '$i'")
+	b=$(bootdata "$s" | grep -oE 'bcb_[0-9a-f]{64}' | head -1)
+	sleep 1
+	W_ENDED=0
+	kill -0 "$wpid" 2>/dev/null || W_ENDED=1
+	attest "$n" "$b" "$i" "$a"
+	now=$(date +%s)
+	wait "$wpid"
+	W_STATE=$(json_get "$(cat "$STACK_DIR/w.json")" state)
+	W_SLOW=$([ $((now - t0)) -ge 29 ] && echo 1 || echo 0)
+}
+for try in 6 7 8; do
+	wait_try "$try"
+	[ "$W_STATE" = ready ] || [ "$W_SLOW" = 0 ] && break
+	diag "try $try: the 30 s wait ran out before the attest (loaded machine); again"
+done
+is "$W_ENDED" 0 'the waiting create: its guest is up, and the create still waits (the epoch is not live)'
 is "$(code)" ok '... attested'
-wait "$wpid"
-is "$(json_get "$(cat "$STACK_DIR/w.json")" state)" ready 'the waiting create answers ready once the epoch is live'
+is "$W_STATE" ready 'the waiting create answers ready once the epoch is live'
 
 # -- warm claims and the bind check
 wt=$(jid "$(bcctl --format json sandbox-template create --name idn-warm --pool "$POOL_ID" \
@@ -260,10 +284,27 @@ wt=$(jid "$(bcctl --format json sandbox-template create --name idn-warm --pool "
 warm_ready() { q "SELECT count(*) FROM instances WHERE warm_template_id = '$1' AND state = 'paused' AND guest_ready_at IS NOT NULL"; }
 eventually 90 eval '[ "$(warm_ready "$wt")" = 1 ]'
 ok $? 'a warm instance is claimable'
+# endpoint FROM TO: both agents restarted with identity_endpoint = TO
+endpoint() {
+	agent_kill 1 TERM
+	agent_kill 2 TERM
+	BC_AGENT_EXTRA_CONF=${BC_AGENT_EXTRA_CONF/identity_endpoint = $1/identity_endpoint = $2}
+	agent_start 1 && agent_start 2 || bail_out "agent restart"
+}
+advertising() { q "SELECT count(*) FROM nodes WHERE 'instance.identity' = ANY (capabilities)"; }
+endpoint on off
+eventually 30 eval '[ "$(advertising)" = 0 ]'
+ok $? 'both hosts restarted with identity_endpoint = off: neither advertises instance.identity'
 out=$(bcctl --format json sandbox create --template "$wt" --task t-warm) || bail_out "create: $out"
 is "$(json_get "$out" warm)/$(json_get "$out" lifecycle)" /created-on-demand \
 	'identity on, no host advertises instance.identity: the bind check fails, created on demand'
 is "$(warm_ready "$wt")" 1 '... and the warm instance is left in the pool'
+sleep 2 # two reconcile passes
+is "$(q "SELECT coalesce(node_id, 'none') FROM instances WHERE id = '$(json_get "$out" instance_id)'")" none \
+	'... and its instance is not placed on a host without instance.identity either'
+endpoint off on
+eventually 30 eval '[ "$(advertising)" = 2 ]'
+ok $? 'both hosts advertise it again'
 is "$(json_get "$(bcctl --format json sandbox-template update "$wt" --identity off)" identity)" off \
 	'the template switch set to off (SandboxTemplates.Update)'
 # a changed switch is a new instance_version (the boot data of a warm

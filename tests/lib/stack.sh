@@ -158,6 +158,15 @@ bcctl_n() {
 # bcctl ARGS...: bcctl_n 1.
 bcctl() { bcctl_n 1 "$@"; }
 
+# bcctl_load N ARGS...: bcctl_n with BC_LOAD_BIN's bcctl when it is set
+# (make check: the optimized build beside the sanitized one). For a test's
+# bulk clients only (hundreds of calls that load the stack): every process
+# of a sanitized bcctl costs a second of CPU, and the servers under test
+# stay sanitized.
+bcctl_load() {
+	BC_BIN=${BC_LOAD_BIN:-$BC_BIN} bcctl_n "$@"
+}
+
 # event_keys TYPE SUBJECT: the keys of the data of the newest TYPE event
 # about SUBJECT, sorted and comma-separated ("(none)" without such an event):
 # is "$(event_keys instance.lost "instance/$id")" nodeId,reason "..."
