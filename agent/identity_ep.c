@@ -5,11 +5,11 @@
  * shares): at most IE_CONNS connections with an IE_REQUEST_MAX buffer each
  * (2 s to send a whole request), the bootstrap long-polls parked among
  * them. What waits on the controller (Node.Attest, Node.RenewIdentity,
- * Node.ReportActivity, Node.GetBootData of a warm claim's bootstrap value) runs on IE_WORKERS
- * worker threads fed from a bounded queue, so no guest and no slow
- * controller call holds the loop. The lock guards the per-instance table
- * (in flight, rate bucket, the held value), the queue and the log-once
- * ring; nothing blocking runs under it. */
+ * Node.ReportActivity, Node.GetBootData of a warm claim's bootstrap value)
+ * runs on IE_WORKERS worker threads fed from a bounded queue, so no guest
+ * and no slow controller call holds the loop. The lock guards the
+ * per-instance table (in flight, rate bucket, the held value), the queue
+ * and the log-once ring; nothing blocking runs under it. */
 #include "identity_ep.h"
 
 #include <arpa/inet.h>
@@ -533,13 +533,14 @@ static void job_of(const struct ie_req *q, int fd, struct job *ret)
 	const char *colon = strchr(q->body, ':');
 
 	*ret = (struct job){.kind = q->route == IE_ROUTE_ATTEST ? J_ATTEST : J_RENEW, .fd = fd};
-	if (q->route != IE_ROUTE_STATE || !colon) {
+	if (q->route != IE_ROUTE_STATE) {
 		snprintf(ret->arg, sizeof(ret->arg), "%s", q->body);
 		return;
 	}
-	ret->kind = J_STATE;
-	snprintf(ret->state, sizeof(ret->state), "%.*s", (int)(colon - q->body), q->body);
-	snprintf(ret->arg, sizeof(ret->arg), "%s", colon + 1);
+	ret->kind = J_STATE;   /* without a ':' (never: ie_parse) the state is "": refused */
+	if (colon)
+		snprintf(ret->state, sizeof(ret->state), "%.*s", (int)(colon - q->body), q->body);
+	snprintf(ret->arg, sizeof(ret->arg), "%s", colon ? colon + 1 : q->body);
 }
 
 static void handle(struct identity_ep *e, struct conn *c, const struct ie_req *q)
