@@ -5,11 +5,11 @@
  * shares): at most IE_CONNS connections with an IE_REQUEST_MAX buffer each
  * (2 s to send a whole request), the bootstrap long-polls parked among
  * them. What waits on the controller (Node.Attest, Node.RenewIdentity,
- * Node.GetBootData of a warm claim's bootstrap value) runs on IE_WORKERS
- * worker threads fed from a bounded queue, so no guest and no slow
- * controller call holds the loop. The lock guards the per-instance table
- * (in flight, rate bucket, the held value), the queue and the log-once
- * ring; nothing blocking runs under it. */
+ * Node.ReportActivity, Node.GetBootData of a warm claim's bootstrap value)
+ * runs on IE_WORKERS worker threads fed from a bounded queue, so no guest
+ * and no slow controller call holds the loop. The lock guards the
+ * per-instance table (in flight, rate bucket, the held value), the queue
+ * and the log-once ring; nothing blocking runs under it. */
 #include "identity_ep.h"
 
 #include <arpa/inet.h>
@@ -51,7 +51,7 @@
 #define IE_LOGGED 256
 
 static const char *const result_names[IE_RESULTS] = {
-	"attested", "renewed", "served", "no-bootstrap", "malformed",
+	"attested", "renewed", "reported", "served", "no-bootstrap", "malformed",
 	"unknown-source", "busy", "rate-limited", "refused", "unavailable"};
 
 const char *ie_result_name(enum ie_result r)
@@ -87,14 +87,15 @@ struct inst {
 	int64_t seen_at;
 };
 
-enum job_kind { J_ATTEST, J_RENEW, J_FETCH };
+enum job_kind { J_ATTEST, J_RENEW, J_STATE, J_FETCH };
 
 struct job {
 	enum job_kind kind;
-	int fd;                      /* J_ATTEST, J_RENEW: the guest's connection */
+	int fd;                      /* J_ATTEST, J_RENEW, J_STATE: the guest's connection */
 	char id[RT_ID_MAX + 1];
 	char src[INET6_ADDRSTRLEN];
-	char arg[IE_BODY_MAX + 1];   /* the body, or J_FETCH's ref */
+	char arg[IE_BODY_MAX + 1];   /* the body (J_STATE: the token), or J_FETCH's ref */
+	char state[IE_STATE_MAX + 1]; /* J_STATE: what the guest reports */
 };
 
 struct logged {
@@ -228,6 +229,62 @@ static void respond_error(int fd, int status, const char *code, const char *reas
 
 /* ------------------------------------------------------------- workers */
 
+/* The controller's refusal of j passed on to the guest (503 when it did
+ * not answer), counted. */
+static void forward_refused(struct identity_ep *e, const struct job *j, bc_error *err)
+{
+	const char *reason = bc_error_get_detail(err, "reason");
+	int status = ie_http_status(err->code);
+	char why[200];
+
+	snprintf(why, sizeof(why), "%s %s: %.120s", bc_code_name(err->code),
+		 reason ? reason : "", err->message);
+	if (status == 503)
+		respond_error(j->fd, 503, "UNAVAILABLE", "controller-unavailable");
+	else
+		respond_error(j->fd, status, bc_code_name(err->code), reason ? reason : "");
+	count(e, status == 503 ? IE_UNAVAILABLE : IE_REFUSED, j->id, j->src, why);
+	bc_error_clear(err);
+}
+
+/* Node.ReportActivity for j; answer the guest {sandboxId, lifecycle,
+ * changed}. */
+static void run_activity(struct identity_ep *e, struct job *j)
+{
+	Bc__Node__V1__ActivityRequest q = BC__NODE__V1__ACTIVITY_REQUEST__INIT;
+	ProtobufCMessage *resp = NULL;
+	bc_error err = {0};
+	struct jsonw w;
+	char path[128], *json = NULL;
+	int rc;
+
+	q.capability_token = j->arg;
+	q.instance_id = j->id;
+	q.address = j->src;
+	q.state = j->state;
+	rpc_method_path(&bc__node__v1__node__descriptor, "ReportActivity", path, sizeof(path));
+	rc = rpc_client_unary((rpc_client *)e->o.client, path, &q.base,
+			      &bc__node__v1__activity_response__descriptor, &resp, IE_RPC_MS, &err);
+	OPENSSL_cleanse(j->arg, sizeof(j->arg));
+	if (rc < 0) {
+		forward_refused(e, j, &err);
+		return;
+	}
+	const Bc__Node__V1__ActivityResponse *a = (const void *)resp;
+
+	jsonw_begin(&w);
+	jsonw_str(&w, "sandboxId", a->sandbox_id);
+	jsonw_str(&w, "lifecycle", a->lifecycle);
+	jsonw_bool(&w, "changed", a->changed);
+	if (jsonw_end(&w, &json) < 0)
+		respond_error(j->fd, 503, "UNAVAILABLE", "answer-unwritable");
+	else
+		respond(j->fd, 200, "application/json", json);
+	free(json);
+	count(e, IE_REPORTED, j->id, j->src, a->lifecycle);
+	protobuf_c_message_free_unpacked(resp, NULL);
+}
+
 /* Node.Attest or Node.RenewIdentity for j; answer the guest. */
 static void run_forward(struct identity_ep *e, struct job *j)
 {
@@ -254,18 +311,7 @@ static void run_forward(struct identity_ep *e, struct job *j)
 			      &bc__node__v1__attest_response__descriptor, &resp, IE_RPC_MS, &err);
 	OPENSSL_cleanse(j->arg, sizeof(j->arg));
 	if (rc < 0) {
-		const char *reason = bc_error_get_detail(&err, "reason");
-		int status = ie_http_status(err.code);
-		char why[200];
-
-		snprintf(why, sizeof(why), "%s %s: %.120s", bc_code_name(err.code),
-			 reason ? reason : "", err.message);
-		if (status == 503)
-			respond_error(j->fd, 503, "UNAVAILABLE", "controller-unavailable");
-		else
-			respond_error(j->fd, status, bc_code_name(err.code), reason ? reason : "");
-		count(e, status == 503 ? IE_UNAVAILABLE : IE_REFUSED, j->id, j->src, why);
-		bc_error_clear(&err);
+		forward_refused(e, j, &err);
 		return;
 	}
 	const Bc__Node__V1__AttestResponse *a = (const void *)resp;
@@ -358,6 +404,8 @@ static void *worker(void *arg)
 				run_fetch(e, &j);
 		} else if (atomic_load(&e->stop)) {
 			respond_error(j.fd, 503, "UNAVAILABLE", "stopping");
+		} else if (j.kind == J_STATE) {
+			run_activity(e, &j);
 		} else {
 			run_forward(e, &j);
 		}
@@ -478,6 +526,23 @@ static void refuse(struct identity_ep *e, struct conn *c, enum ie_result r, cons
 	conn_close(c);
 }
 
+/* The job of a POST q on fd: its kind and argument; a state report's
+ * body "STATE:TOKEN" (ie_parse checked its shape) split. */
+static void job_of(const struct ie_req *q, int fd, struct job *ret)
+{
+	const char *colon = strchr(q->body, ':');
+
+	*ret = (struct job){.kind = q->route == IE_ROUTE_ATTEST ? J_ATTEST : J_RENEW, .fd = fd};
+	if (q->route != IE_ROUTE_STATE) {
+		snprintf(ret->arg, sizeof(ret->arg), "%s", q->body);
+		return;
+	}
+	ret->kind = J_STATE;   /* without a ':' (never: ie_parse) the state is "": refused */
+	if (colon)
+		snprintf(ret->state, sizeof(ret->state), "%.*s", (int)(colon - q->body), q->body);
+	snprintf(ret->arg, sizeof(ret->arg), "%s", colon ? colon + 1 : q->body);
+}
+
 static void handle(struct identity_ep *e, struct conn *c, const struct ie_req *q)
 {
 	char id[RT_ID_MAX + 1] = "";
@@ -501,10 +566,9 @@ static void handle(struct identity_ep *e, struct conn *c, const struct ie_req *q
 		serve_held(e, c);
 		return;
 	}
-	j = (struct job){.kind = q->route == IE_ROUTE_ATTEST ? J_ATTEST : J_RENEW, .fd = c->fd};
+	job_of(q, c->fd, &j);
 	snprintf(j.id, sizeof(j.id), "%s", id);
 	snprintf(j.src, sizeof(j.src), "%s", c->src);
-	snprintf(j.arg, sizeof(j.arg), "%s", q->body);
 	pthread_mutex_lock(&e->lock);
 	queued = enqueue(e, &j);
 	if (!queued)
@@ -786,8 +850,8 @@ void ie_metrics_render(FILE *out, struct identity_ep *e)
 	if (!e)
 		return;
 	metrics_head(out, "bcd_identity_requests_total", "counter",
-		     "requests to the identity endpoint by result (attested, renewed, served: "
-		     "answered; the rest refused)");
+		     "requests to the identity endpoint by result (attested, renewed, reported, "
+		     "served: answered; the rest refused)");
 	for (int r = 0; r < IE_RESULTS; r++) {
 		char label[48];
 

@@ -5,11 +5,14 @@
  * as the guest-up signal does (guestsig.h), and attributes each request to
  * the instance whose address its source is (gs_source_instance: exactly
  * one instance, else refused; the tap guards make the source address
- * unspoofable). Three requests, HTTP/1.1, at most IE_REQUEST_MAX bytes
+ * unspoofable). Four requests, HTTP/1.1, at most IE_REQUEST_MAX bytes
  * read within 2 s:
  *
  *   POST /bc/identity/attest     the bootstrap value -> Node.Attest
  *   POST /bc/identity/renew      the capability token -> Node.RenewIdentity
+ *   POST /bc/identity/state      "running:TOKEN" or "idle:TOKEN" (the
+ *                                harness's activity) -> Node.ReportActivity,
+ *                                answered {sandboxId, lifecycle, changed}
  *   GET  /bc/identity/bootstrap  long-poll (IE_POLL_MS) for the value a
  *                                warm claim gave this instance
  *                                (InstanceSpec.identity_bootstrap_ref,
@@ -35,11 +38,12 @@
 #define IE_CAPABILITY "instance.identity"
 #define IE_REQUEST_MAX 4096     /* request line, headers and body */
 #define IE_BODY_MAX 256         /* a bootstrap value or a capability token */
+#define IE_STATE_MAX 15         /* bytes of the state in "STATE:TOKEN" */
 #define IE_POLL_MS 25000        /* the bootstrap long-poll's bound */
 #define IE_RATE_BURST 10        /* requests an instance may send at once */
 #define IE_RATE_REFILL_MS 6000  /* then one more every this long */
 
-enum ie_route { IE_ROUTE_ATTEST, IE_ROUTE_RENEW, IE_ROUTE_BOOTSTRAP };
+enum ie_route { IE_ROUTE_ATTEST, IE_ROUTE_RENEW, IE_ROUTE_BOOTSTRAP, IE_ROUTE_STATE };
 
 struct ie_req {
 	enum ie_route route;
@@ -48,9 +52,10 @@ struct ie_req {
 
 /* Parse len bytes of buf: 1 when a whole request is there (request line,
  * headers, and exactly Content-Length bytes of body) and it is one of the
- * three above with HTTP/1.0 or 1.1, a POST's body 1..IE_BODY_MAX printable
+ * four above with HTTP/1.0 or 1.1, a POST's body 1..IE_BODY_MAX printable
  * ASCII bytes without spaces (one trailing newline allowed) and a GET
- * without a body; 0 when more bytes are needed; -1 when it is malformed:
+ * without a body, a state report's body "STATE:TOKEN" (STATE 1..IE_STATE_MAX
+ * bytes, TOKEN not empty); 0 when more bytes are needed; -1 when it is malformed:
  * another method or path, a NUL byte, a bad, repeated or too large
  * Content-Length, Transfer-Encoding, bytes after the body, or more than
  * IE_REQUEST_MAX bytes. Pure. */
@@ -69,6 +74,7 @@ bool ie_rate_take(struct ie_rate *r, int64_t now);
 enum ie_result {
 	IE_ATTESTED,        /* Node.Attest answered: identity live */
 	IE_RENEWED,         /* Node.RenewIdentity answered */
+	IE_REPORTED,        /* Node.ReportActivity answered */
 	IE_SERVED,          /* the warm bootstrap value was handed out */
 	IE_NO_BOOTSTRAP,    /* the long-poll ended without one (204) */
 	IE_MALFORMED,       /* not one of the requests above, or too slow */
@@ -80,7 +86,7 @@ enum ie_result {
 	IE_RESULTS
 };
 
-/* "attested", "renewed", "served", "no-bootstrap", "malformed",
+/* "attested", "renewed", "reported", "served", "no-bootstrap", "malformed",
  * "unknown-source", "busy", "rate-limited", "refused", "unavailable". */
 const char *ie_result_name(enum ie_result r);
 

@@ -17,6 +17,7 @@ static const struct {
 } routes[] = {
 	{"POST " BC_IDENTITY_ATTEST_PATH " ", IE_ROUTE_ATTEST},
 	{"POST " BC_IDENTITY_RENEW_PATH " ", IE_ROUTE_RENEW},
+	{"POST " BC_IDENTITY_STATE_PATH " ", IE_ROUTE_STATE},
 	{"GET " BC_IDENTITY_BOOTSTRAP_PATH " ", IE_ROUTE_BOOTSTRAP},
 };
 
@@ -91,6 +92,16 @@ static int headers(const char *buf, size_t end, long *ret_cl)
 	return 0;
 }
 
+/* A state report's body: "STATE:TOKEN", STATE 1..IE_STATE_MAX bytes,
+ * TOKEN not empty (what they say is the controller's to judge). */
+static bool state_body_ok(const char *body, size_t n)
+{
+	const char *colon = memchr(body, ':', n);
+
+	return colon && colon > body && (size_t)(colon - body) <= IE_STATE_MAX &&
+	       colon + 1 < body + n;
+}
+
 int ie_parse(const char *buf, size_t len, struct ie_req *ret)
 {
 	enum ie_route route = IE_ROUTE_ATTEST;
@@ -134,6 +145,8 @@ int ie_parse(const char *buf, size_t len, struct ie_req *ret)
 	for (size_t i = 0; i < blen; i++)
 		if (body[i] <= ' ' || body[i] > '~')
 			return -1;
+	if (route == IE_ROUTE_STATE && !state_body_ok(body, blen))
+		return -1;
 	ret->route = route;
 	memcpy(ret->body, body, blen);
 	ret->body[blen] = '\0';

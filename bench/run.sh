@@ -43,6 +43,11 @@
 #   Identity.Recognize        an address's live identity, no    Health.Check on the same
 #                             cache and the 2 s cache           channel
 #                             (bench/identity.sh)
+#   attestation -> identity   Node.Attest as the node, per    Health.Check on the same
+#     live                    call over 20 sandboxes            node mTLS channel
+#                             (bench/identity.sh)
+#   warm claim -> identity    claim, GetBootData of its value,  the plain warm claim ->
+#     live, 32 clients        Attest (bench/identity.sh)        ready at 32 clients
 #
 # and prints one table: each bc figure, its peer's, and bc / peer.
 #

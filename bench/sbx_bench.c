@@ -18,7 +18,21 @@
  *           and handed over, the instance's authorization row moved, the
  *           sandbox's inserted, the sandbox inserted, the node's generation
  *           bumped, an event; then, as the host's report, the instance
- *           running, the sandbox ready and its event in a second one */
+ *           running, the sandbox ready and its event in a second one
+ *   attest  --target ADDR --ca F --cert F --key F --conninfo S --template ID
+ *           [--count N]
+ *           as bcd (the node's mTLS identity): for up to N sandboxes of the
+ *           template whose epoch is pending, the bootstrap value from the
+ *           sealed boot data (Node.GetBootData, untimed), then Node.Attest
+ *           timed per call, each after a Health.Check on the same channel,
+ *           timed too: attest p50/p99 beside health p50/p99
+ *   warm-attest  as warm (--template of a template with identity on,
+ *           --concurrency, --count; no wait) plus --cert/--key/--conninfo:
+ *           each claim, then as bcd and its guest: the claim's
+ *           identity_bootstrap_ref (read from the database, as bcd reads it
+ *           from its NodeSpec), Node.GetBootData of it, Node.Attest: warm
+ *           claim -> identity live per sandbox */
+#include <ctype.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -31,11 +45,13 @@
 #include <libpq-fe.h>
 
 #include "bc/compute/v1/sandboxes.pb-c.h"
+#include "bc/node/v1/node.pb-c.h"
+#include "grpc/health/v1/health.pb-c.h"
 #include "rpc.h"
 #include "util.h"
 
 struct opts {
-	const char *mode, *target, *ca, *token, *template_id, *conninfo, *sql;
+	const char *mode, *target, *ca, *token, *template_id, *conninfo, *sql, *cert, *key;
 	int concurrency, count, wait_ms;
 };
 
@@ -65,6 +81,8 @@ static void parse(int argc, char **argv)
 		else if (!strcmp(k, "template")) o.template_id = v;
 		else if (!strcmp(k, "conninfo")) o.conninfo = v;
 		else if (!strcmp(k, "sql")) o.sql = v;
+		else if (!strcmp(k, "cert")) o.cert = v;
+		else if (!strcmp(k, "key")) o.key = v;
 		else if (!strcmp(k, "concurrency")) o.concurrency = atoi(v);
 		else if (!strcmp(k, "count")) o.count = atoi(v);
 		else if (!strcmp(k, "wait-ms")) o.wait_ms = atoi(v);
@@ -431,6 +449,238 @@ static int mode_sql(void)
 	return errors ? 1 : 0;
 }
 
+/* -------------------------------------------------------------- identity */
+
+/* The node's own mTLS client (what bcd holds). */
+static rpc_client *node_client(void)
+{
+	static char *ca, *cert, *key;
+	struct rpc_tls tls = {0};
+	struct rpc_client_opts co = {.target = o.target};
+
+	if ((!ca && file_read_all(o.ca, 1 << 20, &ca, NULL) < 0) ||
+	    (!cert && file_read_all(o.cert, 1 << 20, &cert, NULL) < 0) ||
+	    (!key && file_read_all(o.key, 1 << 20, &key, NULL) < 0)) {
+		fprintf(stderr, "sbx_bench: cannot read --ca, --cert or --key\n");
+		exit(1);
+	}
+	tls.ca_pem = ca;
+	tls.cert_pem = cert;
+	tls.key_pem = key;
+	co.tls = &tls;
+	return rpc_client_new(&co);
+}
+
+static PGconn *db(void)
+{
+	PGconn *pg = PQconnectdb(o.conninfo ? o.conninfo : "");
+
+	if (PQstatus(pg) != CONNECTION_OK) {
+		fprintf(stderr, "sbx_bench: %s", PQerrorMessage(pg));
+		exit(1);
+	}
+	return pg;
+}
+
+/* Node.GetBootData(instance, ref); the first bcb_ value in it (whole when
+ * the data is the value itself, a warm claim's) into out. 0 or -1. */
+static int boot_value(rpc_client *nc, const char *instance, const char *ref, char *out,
+		      size_t len)
+{
+	Bc__Node__V1__GetBootDataRequest q = BC__NODE__V1__GET_BOOT_DATA_REQUEST__INIT;
+	Bc__Node__V1__BootData *b = NULL;
+	char path[128], *v;
+	size_t n = 0;
+	bc_error err;
+	int rc = -1;
+
+	q.instance_id = (char *)instance;
+	q.ref = (char *)ref;
+	rpc_method_path(&bc__node__v1__node__descriptor, "GetBootData", path, sizeof(path));
+	if (rpc_client_unary(nc, path, &q.base, &bc__node__v1__boot_data__descriptor,
+			     (ProtobufCMessage **)&b, 10000, &err) < 0) {
+		fprintf(stderr, "GetBootData %s: %s\n", instance, err.message);
+		return -1;
+	}
+	v = memmem(b->user_data.data, b->user_data.len, "bcb_", 4);
+	if (v) {
+		size_t left = b->user_data.len - (size_t)(v - (char *)b->user_data.data);
+
+		for (n = 4; n < left && n < 68 && isxdigit((unsigned char)v[n]); n++)
+			;
+	}
+	if (n == 68 && len > n) {
+		memcpy(out, v, n);
+		out[n] = '\0';
+		rc = 0;
+	}
+	protobuf_c_message_free_unpacked(&b->base, NULL);
+	return rc;
+}
+
+/* Node.Attest as the node: 0 when the epoch went live. */
+static int attest_one(rpc_client *nc, const char *value, const char *instance, const char *addr)
+{
+	Bc__Node__V1__AttestRequest q = BC__NODE__V1__ATTEST_REQUEST__INIT;
+	ProtobufCMessage *a = NULL;
+	char path[128];
+	bc_error err;
+
+	q.bootstrap = (char *)value;
+	q.instance_id = (char *)instance;
+	q.address = (char *)addr;
+	rpc_method_path(&bc__node__v1__node__descriptor, "Attest", path, sizeof(path));
+	if (rpc_client_unary(nc, path, &q.base, &bc__node__v1__attest_response__descriptor, &a,
+			     10000, &err) < 0) {
+		fprintf(stderr, "Attest %s: %s: %s\n", instance, bc_code_name(err.code), err.message);
+		return -1;
+	}
+	protobuf_c_message_free_unpacked(a, NULL);
+	return 0;
+}
+
+static int health_one(rpc_client *c)
+{
+	Grpc__Health__V1__HealthCheckRequest q = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+	ProtobufCMessage *a = NULL;
+	char path[128];
+	bc_error err;
+
+	rpc_method_path(&grpc__health__v1__health__descriptor, "Check", path, sizeof(path));
+	if (rpc_client_unary(c, path, &q.base, &grpc__health__v1__health_check_response__descriptor,
+			     &a, 10000, &err) < 0) {
+		fprintf(stderr, "Health.Check: %s\n", err.message);
+		return -1;
+	}
+	protobuf_c_message_free_unpacked(a, NULL);
+	return 0;
+}
+
+enum { PA_INSTANCE, PA_REF, PA_ADDRESS };
+static int mode_attest(void)
+{
+	struct lat al = {.mu = PTHREAD_MUTEX_INITIALIZER}, hl = al;
+	rpc_client *nc = node_client();
+	PGconn *pg = db();
+	char n[16];
+	const char *pv[2] = {o.template_id, n};
+	PGresult *r;
+	int errors = 0;
+
+	snprintf(n, sizeof(n), "%d", o.count);
+	r = PQexecParams(pg, "SELECT i.id, i.user_data_ref, host(l.address) FROM sandboxes s JOIN "
+			 "instances i ON i.id = s.instance_id JOIN ip_leases l ON l.instance_id = "
+			 "i.id JOIN identity_epochs e ON e.sandbox_id = s.id AND e.state = 'pending' "
+			 "WHERE s.template_id = $1 AND i.node_id IS NOT NULL ORDER BY s.id LIMIT "
+			 "$2::int", 2, NULL, pv, NULL, NULL, 0);
+	for (int i = 0; PQresultStatus(r) == PGRES_TUPLES_OK && i < PQntuples(r); i++) {
+		char value[80];
+		int64_t t0;
+
+		if (boot_value(nc, PQgetvalue(r, i, PA_INSTANCE), PQgetvalue(r, i, PA_REF), value,
+			       sizeof(value)) < 0) {
+			errors++;
+			continue;
+		}
+		t0 = mono_us();
+		if (health_one(nc) == 0)
+			lat_add(&hl, mono_us() - t0);
+		t0 = mono_us();
+		if (attest_one(nc, value, PQgetvalue(r, i, PA_INSTANCE), PQgetvalue(r, i, PA_ADDRESS)))
+			errors++;
+		else
+			lat_add(&al, mono_us() - t0);
+	}
+	PQclear(r);
+	printf("p50_us=%lld p99_us=%lld n=%zu errors=%d health_p50_us=%lld health_p99_us=%lld\n",
+	       (long long)pct(&al, 0.5), (long long)pct(&al, 0.99), al.n, errors,
+	       (long long)pct(&hl, 0.5), (long long)pct(&hl, 0.99));
+	PQfinish(pg);
+	rpc_client_free(nc);
+	return errors || !al.n ? 1 : 0;
+}
+
+static rpc_client *warm_nc;
+static PGconn **warm_pg;   /* one per worker, connected before the clock starts */
+
+/* One claim created without wait: its id and instance. 0 or -1. */
+static int claim_one(rpc_client *c, char *ret_inst, size_t len)
+{
+	Bc__Compute__V1__CreateSandboxRequest q = BC__COMPUTE__V1__CREATE_SANDBOX_REQUEST__INIT;
+	Bc__Compute__V1__Sandbox *s = NULL;
+	char path[128];
+	bc_error err;
+
+	q.template_id = (char *)o.template_id;
+	q.task = "bench";
+	rpc_method_path(&bc__compute__v1__sandboxes__descriptor, "Create", path, sizeof(path));
+	if (rpc_client_unary(c, path, &q.base, &bc__compute__v1__sandbox__descriptor,
+			     (ProtobufCMessage **)&s, 30000, &err) < 0) {
+		fprintf(stderr, "create: %s: %s\n", bc_code_name(err.code), err.message);
+		return -1;
+	}
+	snprintf(ret_inst, len, "%s", s->instance_id);
+	if (s->warm)
+		__atomic_add_fetch(&warm_answers, 1, __ATOMIC_RELAXED);
+	protobuf_c_message_free_unpacked(&s->base, NULL);
+	return 0;
+}
+
+static void *warm_attest_worker(void *arg)
+{
+	struct worker *w = arg;
+	PGconn *pg = warm_pg[w->seq];
+
+	for (int i = 0; i < w->todo; i++) {
+		int64_t t0 = mono_us();
+		char inst[64], value[80];
+		const char *pv[1] = {inst};
+		PGresult *r = NULL;
+		int rc = claim_one(w->c, inst, sizeof(inst));
+
+		if (rc == 0)
+			r = PQexecParams(pg, "SELECT i.id, i.identity_bootstrap_ref, host(l.address) "
+					 "FROM instances i JOIN ip_leases l ON l.instance_id = i.id "
+					 "WHERE i.id = $1 AND i.identity_bootstrap_ref IS NOT NULL",
+					 1, NULL, pv, NULL, NULL, 0);
+		if (rc == 0 && (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1))
+			rc = -1;   /* not a warm claim with identity */
+		if (rc == 0)
+			rc = boot_value(warm_nc, inst, PQgetvalue(r, 0, PA_REF), value, sizeof(value));
+		if (rc == 0)
+			rc = attest_one(warm_nc, value, inst, PQgetvalue(r, 0, PA_ADDRESS));
+		PQclear(r);
+		if (rc < 0)
+			w->errors++;
+		else
+			lat_add(w->lat, mono_us() - t0);
+	}
+	return NULL;
+}
+
+static int mode_warm_attest(void)
+{
+	struct lat lat = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	rpc_client *c = client();
+	int64_t el = 0;
+	int errors;
+
+	warm_nc = node_client();
+	warm_pg = calloc((size_t)o.concurrency, sizeof(*warm_pg));
+	for (int i = 0; i < o.concurrency; i++)
+		warm_pg[i] = db();
+	errors = run(warm_attest_worker, &lat, c, &el);
+	for (int i = 0; i < o.concurrency; i++)
+		PQfinish(warm_pg[i]);
+	free(warm_pg);
+	printf("per_s=%.1f p50_us=%lld p99_us=%lld n=%zu errors=%d warm=%d\n",
+	       (double)lat.n * 1e6 / (double)el, (long long)pct(&lat, 0.5),
+	       (long long)pct(&lat, 0.99), lat.n, errors, warm_answers);
+	rpc_client_free(warm_nc);
+	rpc_client_free(c);
+	return errors ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	parse(argc, argv);
@@ -451,6 +701,10 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(o.mode, "warm-peer"))
 		return mode_wpeer();
-	fprintf(stderr, "usage: sbx_bench ready|peer|sql|warm|warm-peer ...\n");
+	if (!strcmp(o.mode, "attest"))
+		return mode_attest();
+	if (!strcmp(o.mode, "warm-attest"))
+		return mode_warm_attest();
+	fprintf(stderr, "usage: sbx_bench ready|peer|sql|warm|warm-peer|attest|warm-attest ...\n");
 	return 2;
 }

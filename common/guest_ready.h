@@ -22,11 +22,14 @@
  * guest's boot data.
  *   POST /bc/identity/attest     body: the bootstrap value
  *   POST /bc/identity/renew      body: the capability token
+ *   POST /bc/identity/state      body: "running:" or "idle:" and the
+ *                                capability token (the harness's activity)
  *   GET  /bc/identity/bootstrap  (a warm claim) long-polls for the value */
 #define BC_IDENTITY_PORT 9470
 #define BC_IDENTITY_ATTEST_PATH "/bc/identity/attest"
 #define BC_IDENTITY_RENEW_PATH "/bc/identity/renew"
 #define BC_IDENTITY_BOOTSTRAP_PATH "/bc/identity/bootstrap"
+#define BC_IDENTITY_STATE_PATH "/bc/identity/state"
 #define BC_IDENTITY_ENDPOINT_FILE "/etc/sandbox/identity/endpoint"
 /* present on a warm instance of a template with identity: the client
  * waits for the host to hand it the bootstrap value */

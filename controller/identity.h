@@ -1,6 +1,7 @@
 /* identity.h: workload identity (identity.c: the lifecycle hooks of a
  * sandbox and the leader's pass; identity_api.c: Node.Attest,
- * Node.RenewIdentity, Identity.Recognize). See docs/identity.md. */
+ * Node.RenewIdentity, Node.ReportActivity, Identity.Recognize). See
+ * docs/identity.md. */
 #ifndef BC_CTL_IDENTITY_H
 #define BC_CTL_IDENTITY_H
 
@@ -88,7 +89,7 @@ enum { WID_SBX_LIFECYCLE, WID_SBX_TASK, WID_SBX_RUN, WID_SBX_AGENT, WID_SBX_IDEN
 void wid_sbx_fill(rpc_call *c, const PGresult *r, int i, int col,
 		  Bc__Compute__V1__Sandbox *x);
 
-/* Attest and RenewIdentity of the Node service; Recognize of Identity
+/* Attest, RenewIdentity and ReportActivity of the Node service; Recognize of Identity
  * (server.c's table; identity_api.c). */
 const struct rpc_handler *wid_node_handlers(size_t *ret_n);
 const struct rpc_handler *wid_handlers(size_t *ret_n);

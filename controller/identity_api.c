@@ -15,6 +15,9 @@
  * Node.RenewIdentity: the capability token renews its lease, from the same
  * node, instance and address only.
  *
+ * Node.ReportActivity: the guest's running/idle, with the same token, from
+ * the same node, instance and address; moves the sandbox's lifecycle.
+ *
  * Identity.Recognize: the live epoch holding an address: its sandbox,
  * agent, task, run and tenant; decided as compute:identity:recognize on
  * the sandbox. NOT_FOUND when none (revoked, lapsed, never attested). */
@@ -301,6 +304,116 @@ static int wid_renew(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **
 	return 0;
 }
 
+/* --------------------------------------------------------------- activity */
+
+/* Node.ReportActivity: the guest's harness says running (a prompt was
+ * delivered) or idle (its turn is complete), with its capability token;
+ * its host adds the instance and address. The token must be the live
+ * epoch's (unexpired lease), the calling node run the instance and the
+ * address be its lease and the epoch's; the lifecycle moves only from
+ * runtime-ready, running or idle (INVALID_STATE otherwise), a repeat is a
+ * no-op, and each move publishes sandbox.running or sandbox.idle. */
+struct activity {
+	const Bc__Node__V1__ActivityRequest *q;
+	const char *node;
+	char hash[65], sandbox[64], lifecycle[32];
+	bool changed;
+};
+
+enum {
+	AC_EPOCH, AC_SANDBOX, AC_INSTANCE, AC_NODE, AC_EPOCH_ADDR, AC_LEASED, AC_LIFECYCLE,
+	AC_OPEN
+};
+static int activity_check(const struct activity *a, const PGresult *r, bc_error *err)
+{
+	const char *life;
+
+	if (PQntuples(r) == 0 || strcmp(db_val(r, 0, AC_INSTANCE), a->q->instance_id) != 0)
+		return refuse(err, BC_ACCESS_DENIED, "capability-invalid", "%s",
+			      "the capability token is not live for this instance");
+	if (strcmp(db_val(r, 0, AC_NODE), a->node) != 0)
+		return refuse(err, BC_ACCESS_DENIED, "instance-not-on-node",
+			      "instance %s does not run on the calling node", a->q->instance_id);
+	if (!db_bool(r, 0, AC_EPOCH_ADDR) || !db_bool(r, 0, AC_LEASED))
+		return refuse(err, BC_ACCESS_DENIED, "address-mismatch",
+			      "%s is not the address of the instance's live identity", a->q->address);
+	if (!db_bool(r, 0, AC_OPEN))
+		return refuse(err, BC_INVALID_STATE, "sandbox-deleting", "sandbox %s is being deleted",
+			      db_val(r, 0, AC_SANDBOX));
+	life = db_val(r, 0, AC_LIFECYCLE);
+	if (strcmp(life, "runtime-ready") && strcmp(life, "running") && strcmp(life, "idle"))
+		return refuse(err, BC_INVALID_STATE, "lifecycle",
+			      "the sandbox is %s: running and idle follow runtime-ready", life);
+	return 0;
+}
+
+static int activity_tx(struct db *d, void *arg, bc_error *err)
+{
+	struct activity *a = arg;
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, a->hash);
+	dbp_str(&p, a->q->address);
+	rc = db_exec(d, &r, "SELECT e.id, e.sandbox_id, e.instance_id, coalesce(i.node_id, ''), "
+		     "host(e.address) = host($2::inet), EXISTS (SELECT 1 FROM ip_leases l WHERE "
+		     "l.instance_id = e.instance_id AND host(l.address) = host($2::inet)), "
+		     "s.lifecycle, s.deleting_at IS NULL FROM identity_epochs e JOIN instances i ON "
+		     "i.id = e.instance_id JOIN sandboxes s ON s.id = e.sandbox_id WHERE "
+		     "e.capability_hash = $1 AND e.state = 'live' AND e.lease_expires_at > now() "
+		     "FOR UPDATE OF s", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	if ((rc = activity_check(a, r, err)) == 0) {
+		snprintf(a->sandbox, sizeof(a->sandbox), "%s", db_val(r, 0, AC_SANDBOX));
+		a->changed = strcmp(db_val(r, 0, AC_LIFECYCLE), a->q->state) != 0;
+	}
+	PQclear(r);
+	snprintf(a->lifecycle, sizeof(a->lifecycle), "%s", a->q->state);
+	if (rc < 0 || !a->changed)
+		return rc;
+	p = (struct dbp){0};
+	dbp_str(&p, a->sandbox);
+	dbp_str(&p, a->q->state);
+	rc = db_exec(d, NULL, "WITH o AS (SELECT lifecycle FROM sandboxes WHERE id = $1), s AS "
+		     "(UPDATE sandboxes SET lifecycle = $2, updated_at = now() WHERE id = $1 RETURNING "
+		     "*) INSERT INTO events (type, subject, tenant_id, data) SELECT CASE WHEN $2 = "
+		     "'running' THEN 'sandbox.running' ELSE 'sandbox.idle' END, 'sandbox/' || s.id, "
+		     "s.tenant_id, jsonb_build_object('instanceId', s.instance_id, 'from', o.lifecycle, "
+		     "'task', s.task_id, 'run', s.run_id, 'agent', s.agent_label) FROM s, o", &p);
+	return rc < 0 ? db_fail(err, rc) : 0;
+}
+
+static int wid_activity(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret,
+			bc_error *err)
+{
+	struct activity a = {.q = (const void *)m, .node = ctl_principal(c)->id};
+	Bc__Node__V1__ActivityResponse *o;
+	int rc;
+
+	if ((rc = check_forward(a.q->capability_token, "capabilityToken", a.q->instance_id,
+				a.q->address, err)) < 0)
+		return rc;
+	if (strcmp(a.q->state, "running") != 0 && strcmp(a.q->state, "idle") != 0)
+		return invalid(err, "state", "state must be running or idle");
+	sha256_hex(a.q->capability_token, strlen(a.q->capability_token), a.hash);
+	rc = db_tx(ctl_db(c), "READ COMMITTED", activity_tx, &a, err);
+	if (rc < 0) {
+		log_info("node %s: activity report for instance %s refused: %s", a.node,
+			 a.q->instance_id, err->message);
+		return rc;
+	}
+	if (a.changed)
+		log_info("sandbox %s: %s (reported by its guest)", a.sandbox, a.lifecycle);
+	o = rpc_new(c, &bc__node__v1__activity_response__descriptor);
+	o->sandbox_id = rpc_strdup(c, a.sandbox);
+	o->lifecycle = rpc_strdup(c, a.lifecycle);
+	o->changed = a.changed;
+	*ret = &o->base;
+	return 0;
+}
+
 /* -------------------------------------------------------------- recognize */
 
 enum {
@@ -355,6 +468,7 @@ const struct rpc_handler *wid_node_handlers(size_t *ret_n)
 	static const struct rpc_handler h[] = {
 		{"Attest", RPC_UNARY, {.unary = wid_attest}},
 		{"RenewIdentity", RPC_UNARY, {.unary = wid_renew}},
+		{"ReportActivity", RPC_UNARY, {.unary = wid_activity}},
 	};
 
 	*ret_n = ARRAY_SIZE(h);

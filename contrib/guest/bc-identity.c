@@ -21,7 +21,16 @@
  * with a capped exponential backoff; a refusal that cannot change (the
  * value used, expired, unknown, the sandbox deleting, the token revoked)
  * ends it with status 2 (RestartPreventExitStatus=2). No value or token is
- * ever printed. BC_IDENTITY_DIR, BC_IDENTITY_RUN and BC_IDENTITY_SOURCE
+ * ever printed.
+ *
+ * bc-identity state running|idle: the harness's activity (a prompt was
+ * delivered; the turn is complete), reported with the kept capability
+ * token (POST /bc/identity/state, body "STATE:TOKEN"); run as the
+ * bc-identity user or root, the token's only readers. Transient failures
+ * are retried a few times (STATE_TRIES); exit 0 when the broker took it
+ * (a repeat of the same state is a no-op), 2 when refused (the token not
+ * live, the sandbox not yet runtime-ready: its code and reason printed),
+ * 1 without a token or an answer. BC_IDENTITY_DIR, BC_IDENTITY_RUN and BC_IDENTITY_SOURCE
  * (the address to send from) are for tests (tests/integration/
  * identity_host.t runs it against a real bcd). */
 #define _GNU_SOURCE
@@ -48,6 +57,7 @@
 #define IO_TIMEOUT_S 40      /* above bcd's 25 s long-poll */
 #define BACKOFF_MAX_S 60
 #define EXIT_REFUSED 2
+#define STATE_TRIES 5
 
 static const char *conf_dir = "/etc/sandbox/identity";
 static const char *run_dir = "/run/bc-identity";
@@ -397,6 +407,56 @@ static int renew_loop(const struct endpoint *ep, const char *token, unsigned ren
 	}
 }
 
+/* bc-identity state STATE: report it once (with a few retries). */
+static int report_state(const char *state)
+{
+	char token[VALUE_MAX], path[512], body[VALUE_MAX + 16], life[32] = "?";
+	struct endpoint ep;
+	struct answer a;
+	unsigned wait = 1;
+	int rc = 1;
+
+	if (strcmp(state, "running") != 0 && strcmp(state, "idle") != 0) {
+		say("usage: bc-identity state running|idle");
+		return 1;
+	}
+	snprintf(path, sizeof(path), "%s/token", run_dir);
+	if (read_line(path, token, sizeof(token)) < 0) {
+		say("no capability token in %s (identity not live, or not this user's)", run_dir);
+		return 1;
+	}
+	if (!find_endpoint(&ep)) {
+		say("no endpoint (%s/endpoint, default route)", conf_dir);
+		wipe(token, sizeof(token));
+		return 1;
+	}
+	snprintf(body, sizeof(body), "%s:%s", state, token);
+	wipe(token, sizeof(token));
+	for (int i = 0; i < STATE_TRIES; i++) {
+		http(&ep, "POST", "/bc/identity/state", body, &a);
+		if (a.status == 200) {
+			json_get(a.body, "lifecycle", life, sizeof(life));
+			say("reported %s: the sandbox is %s", state, life);
+			rc = 0;
+			break;
+		}
+		if (a.status)
+			refused("state report", &a);
+		else
+			say("no answer from %s", ep.host);
+		if (a.status && (permanent(&a) || a.status == 409) &&
+		    !strstr(a.body, "request-in-flight")) {
+			rc = EXIT_REFUSED;
+			break;
+		}
+		if (i + 1 < STATE_TRIES)
+			sleep(backoff(&wait));
+	}
+	wipe(body, sizeof(body));
+	wipe(&a, sizeof(a));
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	char value[VALUE_MAX] = "", token[VALUE_MAX] = "", path[512];
@@ -404,8 +464,6 @@ int main(int argc, char **argv)
 	unsigned renew = 0;
 	int rc;
 
-	(void)argc;
-	(void)argv;
 	if (getenv("BC_IDENTITY_DIR"))
 		conf_dir = getenv("BC_IDENTITY_DIR");
 	if (getenv("BC_IDENTITY_RUN"))
@@ -413,6 +471,12 @@ int main(int argc, char **argv)
 	if (getenv("BC_IDENTITY_SOURCE") &&
 	    inet_pton(AF_INET, getenv("BC_IDENTITY_SOURCE"), &source.sin_addr) == 1)
 		source.sin_family = AF_INET;
+	if (argc == 3 && strcmp(argv[1], "state") == 0)
+		return report_state(argv[2]);
+	if (argc != 1) {
+		say("usage: bc-identity [state running|idle]");
+		return 1;
+	}
 	if (!exists(conf_dir, "bootstrap") && !exists(conf_dir, "host"))
 		return 0;   /* no identity: nothing to do */
 	if (!find_endpoint(&ep)) {

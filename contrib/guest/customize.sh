@@ -27,6 +27,9 @@ chroot "$root" useradd --system --user-group --no-create-home --home-dir /nonexi
 	--shell /usr/sbin/nologin bc-identity
 install -m 0644 "$files/bc-identity.service" "$root/etc/systemd/system/bc-identity.service"
 chroot "$root" systemctl enable bc-identity.service >/dev/null 2>&1
+# the harness's running/idle: `sudo -u bc-identity .../bc-identity state running`
+install -d -m 0755 "$root/etc/sudoers.d"
+install -m 0440 "$files/bc-identity.sudoers" "$root/etc/sudoers.d/bc-identity"
 
 # every instance makes its own identity at first boot: no host keys, no
 # machine id, no random seed in the image (cloud-init's ssh module makes the

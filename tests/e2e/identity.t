@@ -11,7 +11,8 @@
 #     bcd_identity_requests_total{result="attested"});
 #   - the sandbox account cannot read the bootstrap value (owned by
 #     bc-identity, 0600); the capability token is in /run/bc-identity;
-#   - Recognize(its address) names it;
+#   - Recognize(its address) names it; the sandbox account reports
+#     running, then idle (sudo -u bc-identity bc-identity state);
 #   - a second guest on the same host whose boot data (runcmd, as root)
 #     adds the first one's address and tries to attest from it: its packets
 #     are dropped by the tap guards (no connection), so it cannot attest;
@@ -93,6 +94,14 @@ gx "$s1" 'cat /etc/sandbox/identity/bootstrap' >/dev/null
 ok $((! $?)) '... unreadable by the sandbox account'
 is "$(json_get "$(bcctl --format json identity recognize "$a1")" sandbox_id)" "$s1" \
 	'Recognize(its address) names sandbox 1'
+# the harness's activity from inside (docs/identity.md, "Running and idle")
+gx "$s1" 'sudo -n -u bc-identity /usr/local/lib/bc/bc-identity state running' >/dev/null
+ok $? 'the sandbox account reports running through sudo -u bc-identity bc-identity state'
+is "$(json_get "$(sbx "$s1")" lifecycle)" running '... its lifecycle is running'
+gx "$s1" 'sudo -n -u bc-identity /usr/local/lib/bc/bc-identity state idle' >/dev/null
+is "$?/$(json_get "$(sbx "$s1")" lifecycle)" 0/idle '... then idle'
+gx "$s1" 'cat /run/bc-identity/token' >/dev/null
+ok $((! $?)) '... while the capability token stays unreadable by the sandbox account'
 
 # -- replay from inside: the first guest sends its used value through bcd
 b1=$(bootdata "$i1" | grep -oE 'bcb_[0-9a-f]{64}' | head -1)

@@ -10,6 +10,10 @@
 #   is live even once its guest is up;
 # - every refusal of Attest: malformed, unknown, another instance's value,
 #   another node, another address, replayed, expired; and of RenewIdentity;
+# - ReportActivity (the guest's running/idle): every refusal (state, token,
+#   node, address, lifecycle before runtime-ready, revoked), the moves
+#   runtime-ready -> running -> idle -> running with sandbox.running and
+#   sandbox.idle, a repeat a no-op;
 # - the attestation makes the epoch live (sandbox.identity.live), the sandbox
 #   ready and runtime-ready; Recognize names it (bcctl, gRPC), NOT_FOUND for
 #   an unknown address or another tenant;
@@ -175,6 +179,52 @@ is "$(code)" 7 'renewal from another address: PERMISSION_DENIED'
 call "$(other_agent "$n1")" RenewIdentity "{\"capability_token\": \"$cap\", \"instance_id\": \"$i1\", \"address\": \"$a1\"}"
 is "$(code)" 7 'renewal through another node: PERMISSION_DENIED'
 
+# -- the guest's activity (Node.ReportActivity, as bcd forwards bc-identity state)
+activity() {
+	call "$1" ReportActivity "{\"capability_token\": \"$2\", \"instance_id\": \"$3\", \"address\": \"$4\", \"state\": \"$5\"}" "${6:-1}"
+}
+nev() { q "SELECT count(*) FROM events WHERE subject = 'sandbox/$1' AND type = 'sandbox.$2'"; }
+activity "$n1" "$cap" "$i1" "$a1" sleeping
+is "$(code)" 3 'a state other than running or idle: INVALID_ARGUMENT'
+activity "$n1" "" "$i1" "$a1" running
+is "$(code)" 3 'no capability token: INVALID_ARGUMENT'
+activity "$n1" "bcc_$(printf '%064d' 0)" "$i1" "$a1" running
+is "$(code)" 7 'an unknown capability token: PERMISSION_DENIED'
+like "$(msg)" 'not live for this instance' '... (capability-invalid)'
+activity "$n2" "$cap" "$i2" "$a2" running
+is "$(code)" 7 "the token for another instance: PERMISSION_DENIED"
+activity "$(other_agent "$n1")" "$cap" "$i1" "$a1" running
+is "$(code)" 7 'forwarded by a node that does not run the instance: PERMISSION_DENIED'
+like "$(msg)" 'does not run on the calling node' '... (instance-not-on-node)'
+activity "$n1" "$cap" "$i1" "$a2" running
+is "$(code)" 7 'from another address than the lease: PERMISSION_DENIED'
+like "$(msg)" 'not the address of the' '... (address-mismatch)'
+q "UPDATE sandboxes SET lifecycle = 'identity-live' WHERE id = '$s1'" >/dev/null
+activity "$n1" "$cap" "$i1" "$a1" running
+is "$(code)" 9 'before runtime-ready (identity-live): FAILED_PRECONDITION (INVALID_STATE)'
+like "$(msg)" 'the sandbox is identity-live' '... saying which state it is in'
+q "UPDATE sandboxes SET lifecycle = 'runtime-ready' WHERE id = '$s1'" >/dev/null
+is "$(json_get "$(sbx "$s1")" lifecycle)/$(nev "$s1" running)" runtime-ready/0 \
+	'refusals change nothing and publish nothing'
+activity "$n1" "$cap" "$i1" "$a1" running 2
+is "$(code)/$(printf '%s' "$OUT" | jq -r .lifecycle)/$(printf '%s' "$OUT" | jq -r .changed)" ok/running/true \
+	'running from runtime-ready (through the other replica): accepted, changed'
+is "$(json_get "$(sbx "$s1")" lifecycle)" running 'bcctl sandbox get: lifecycle running'
+is "$(nev "$s1" running)" 1 'sandbox.running published'
+is "$(event_keys sandbox.running "sandbox/$s1")" agent,from,instanceId,run,task 'sandbox.running: its keys'
+is "$(q "SELECT data->>'from' FROM events WHERE subject = 'sandbox/$s1' AND type = 'sandbox.running'")" \
+	runtime-ready '... from runtime-ready'
+activity "$n1" "$cap" "$i1" "$a1" running
+is "$(code)/$(printf '%s' "$OUT" | jq -r '.changed // false')" ok/false 'running again: a no-op'
+is "$(nev "$s1" running)" 1 '... no second event'
+activity "$n1" "$cap" "$i1" "$a1" idle
+is "$(code)/$(json_get "$(sbx "$s1")" lifecycle)" ok/idle 'idle: the turn is complete'
+is "$(event_keys sandbox.idle "sandbox/$s1")" agent,from,instanceId,run,task 'sandbox.idle: its keys'
+activity "$n1" "$cap" "$i1" "$a1" running
+is "$(code)/$(json_get "$(sbx "$s1")" lifecycle)/$(nev "$s1" running)" ok/running/2 \
+	'running again from idle (the next prompt): a second sandbox.running'
+is "$(json_get "$(sbx "$s1")" state)" ready '... the sandbox stays ready throughout'
+
 # -- recognition
 out=$(bcctl --format json identity recognize "$a1")
 ok $? 'bcctl identity recognize answers'
@@ -232,6 +282,9 @@ ok $? 'right after the delete, Recognize no longer names it'
 is "$(q "SELECT desired_state FROM instances WHERE id = '$i1'")" running 'the instance is not deleted yet'
 is "$(q "SELECT count(*) FROM ip_leases WHERE instance_id = '$i1'")" 1 '... and keeps its address'
 is "$(json_get "$(sbx "$s1")" lifecycle)" identity-revoked 'lifecycle identity-revoked'
+activity "$n1" "$cap" "$i1" "$a1" idle
+is "$(code)" 7 'a revoked identity reports no activity: PERMISSION_DENIED'
+is "$(json_get "$(sbx "$s1")" lifecycle)" identity-revoked '... its lifecycle stays identity-revoked'
 is "$(event_keys sandbox.identity.revoked "sandbox/$s1")" address,epochId,instanceId,wasLive 'sandbox.identity.revoked: its keys'
 eventually 30 eval '[ "$(q "SELECT desired_state FROM instances WHERE id = '"'$i1'"'")" = deleted ]'
 ok $? 'then the instance is deleted'

@@ -28,6 +28,11 @@
 # - the guest's client (contrib/guest/bc-identity.c, bound to the
 #   instance's address) attests, keeps its token 0600, renews after a
 #   restart, exits 0 without identity and 2 on a used value;
+# - the harness's activity: bc-identity state running|idle through bcd
+#   (POST /bc/identity/state, "STATE:TOKEN") moves the lifecycle and
+#   publishes sandbox.running/idle; a repeat is a no-op; a bad state, a body
+#   without one, another token, another address, a stranger, a sandbox not
+#   yet runtime-ready are refused and counted;
 # - identity_endpoint = off: the capability is no longer advertised, and a
 #   cold sandbox with identity is not placed on the host until it is again;
 # - every refusal is counted in bcd_identity_requests_total.
@@ -291,6 +296,48 @@ mkdir -p "$G/run2"
 guest "$G/run2" >"$G/replay.log" 2>&1
 is "$?" 2 'a client replaying a used value ends with status 2 (no restart)'
 like "$(cat "$G/replay.log")" 'attestation refused: 403 ACCESS_DENIED bootstrap-used' '... saying why'
+
+# -- the harness's activity: bc-identity state, through bcd, from its address
+gstate() { BC_IDENTITY_DIR=$G/etc BC_IDENTITY_RUN=$G/run BC_IDENTITY_SOURCE=$a4 "$DRV" state "$@"; }
+eventually 30 eval '[ "$(json_get "$(sbx "$s4")" lifecycle)" = runtime-ready ]'
+ok $? "its sandbox is runtime-ready"
+gstate running >"$G/state.log" 2>&1
+is "$?" 0 'bc-identity state running: exit 0'
+like "$(cat "$G/state.log")" 'reported running: the sandbox is running' '... and says so'
+is "$(json_get "$(sbx "$s4")" lifecycle)" running '... the lifecycle is running'
+is "$(q "SELECT count(*) FROM events WHERE type = 'sandbox.running' AND subject = 'sandbox/$s4'")" 1 \
+	'... sandbox.running published'
+grep -q "$(cat "$G/run/token")" "$G/state.log" "$STACK_DIR"/*.log
+ok $((! $?)) '... the token in no log'
+cap4=$(cat "$G/run/token")
+ep "$a4" POST /bc/identity/state "idle:$cap4"
+is "$H/$(jb lifecycle)/$(jb changed)/$(jb sandboxId)" "200/idle/true/$s4" \
+	'POST /bc/identity/state idle from its address: 200, idle, changed'
+ep "$a4" POST /bc/identity/state "idle:$cap4"
+is "$H/$(jb lifecycle)/$(printf '%s' "$B" | jq -r .changed)" 200/idle/false 'the same state again: a no-op'
+is "$(q "SELECT count(*) FROM events WHERE type = 'sandbox.idle' AND subject = 'sandbox/$s4'")" 1 \
+	'... one sandbox.idle'
+ep "$a4" POST /bc/identity/state "sleeping:$cap4"
+is "$H/$(jb code)" 400/INVALID_INPUT 'a state other than running or idle: 400 INVALID_INPUT (the broker)'
+ep "$a4" POST /bc/identity/state "$cap4"
+is "$H/$(jb reason)" 400/malformed-request 'a body without its state: 400 malformed'
+ep "$a4" POST /bc/identity/state "running:bcc_$(printf '%064d' 0)"
+is "$H/$(jb code)/$(jb reason)" 403/ACCESS_DENIED/capability-invalid 'another token: capability-invalid'
+ep "$a2" POST /bc/identity/state "running:$cap4"
+is "$H/$(jb reason)" 403/capability-invalid "its token from another instance's address: capability-invalid"
+ep 127.88.0.250 POST /bc/identity/state "running:$cap4"
+is "$H/$(jb reason)" 403/unknown-source 'from an address no instance holds: unknown-source'
+is "$(json_get "$(sbx "$s4")" lifecycle)" idle 'none of them moved the lifecycle'
+q "UPDATE sandboxes SET lifecycle = 'identity-live' WHERE id = '$s4'" >/dev/null
+gstate running >"$G/state2.log" 2>&1
+is "$?" 2 'a sandbox not yet runtime-ready: the client ends with status 2'
+like "$(cat "$G/state2.log")" 'state report refused: 409 INVALID_STATE lifecycle' '... saying why'
+q "UPDATE sandboxes SET lifecycle = 'idle' WHERE id = '$s4'" >/dev/null
+gstate bogus >/dev/null 2>&1
+is "$?" 1 'bc-identity state with another word: usage, exit 1'
+BC_IDENTITY_DIR=$G/etc BC_IDENTITY_RUN=$G/none BC_IDENTITY_SOURCE=$a4 "$DRV" state idle >/dev/null 2>&1
+is "$?" 1 'without a kept token: exit 1'
+ok "$([ "$(metric reported)" = 3 ] && echo 0 || echo 1)" "counted reported 3 ($(metric reported))"
 
 # -- a warm claim with identity: bound, the value through the host
 wt=$(jid "$(bcctl --format json sandbox-template create --name idh-warm --pool "$POOL_ID" \

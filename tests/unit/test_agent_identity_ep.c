@@ -1,5 +1,5 @@
 /* test_agent_identity_ep.c: the identity endpoint's pure parts: the
- * request parser (exactly three small requests, strictly HTTP/1.x, one per
+ * request parser (exactly four small requests, strictly HTTP/1.x, one per
  * connection), the per-instance rate bucket, and the controller code to
  * HTTP status mapping. */
 #include <stdio.h>
@@ -43,6 +43,10 @@ static void test_valid(void)
 	is_str(q.body, "", "bootstrap: no body");
 	is_int(parse("GET /bc/identity/bootstrap HTTP/1.1\r\nContent-Length: 0\r\n\r\n", &q), 1,
 	       "bootstrap: Content-Length 0 is no body");
+	is_int(parse("POST /bc/identity/state HTTP/1.1\r\nContent-Length: 14\r\n\r\nrunning:bcc_ab", &q),
+	       1, "state: a POST with its body");
+	is_int(q.route, IE_ROUTE_STATE, "state: its route");
+	is_str(q.body, "running:bcc_ab", "state: the body whole (bcd splits it)");
 	is_int(parse("POST /bc/identity/attest HTTP/1.1\r\nContent-Length: 4\r\n\r\nab\r\n", &q), 1,
 	       "a CRLF after the body");
 	is_str(q.body, "ab", "without it");
@@ -66,6 +70,20 @@ static void test_malformed(void)
 	is_int(parse("POST /bc/identity/attest HTTP/1.1 x\r\nContent-Length: 1\r\n\r\na", &q), -1,
 	       "trailing junk on the request line");
 	is_int(parse("POST /bc/identity/attest HTTP/1.1\r\n\r\n", &q), -1, "a POST without a body");
+	is_int(parse("POST /bc/identity/state HTTP/1.1\r\n\r\n", &q), -1, "a state without a body");
+	is_int(parse("GET /bc/identity/state HTTP/1.1\r\n\r\n", &q), -1, "GET of state");
+	is_int(parse("POST /bc/identity/state HTTP/1.1\r\nContent-Length: 9\r\n\r\nidle: bcc", &q),
+	       -1, "a space in a state body");
+	is_int(parse("POST /bc/identity/state HTTP/1.1\r\nContent-Length: 6\r\n\r\nbcc_ab", &q), -1,
+	       "a state body without its state");
+	is_int(parse("POST /bc/identity/state HTTP/1.1\r\nContent-Length: 7\r\n\r\n:bcc_ab", &q), -1,
+	       "an empty state");
+	is_int(parse("POST /bc/identity/state HTTP/1.1\r\nContent-Length: 5\r\n\r\nidle:", &q), -1,
+	       "an empty token");
+	is_int(parse("POST /bc/identity/state HTTP/1.1\r\nContent-Length: 21\r\n\r\n"
+		     "aaaaaaaaaaaaaaaa:bcc_", &q), -1, "a state longer than IE_STATE_MAX");
+	is_int(parse("POST /bc/identity/state HTTP/1.1\r\nContent-Length: 20\r\n\r\n"
+		     "aaaaaaaaaaaaaaa:bcc_", &q), 1, "a state of IE_STATE_MAX bytes");
 	is_int(parse("POST /bc/identity/attest HTTP/1.1\r\nContent-Length: 0\r\n\r\n", &q), -1,
 	       "a POST with an empty body");
 	is_int(parse("POST /bc/identity/attest HTTP/1.1\r\nContent-Length: 1\r\n\r\n\n", &q), -1,
@@ -132,6 +150,8 @@ static void test_status(void)
 	is_int(ie_http_status(BC_OK), 503, "no code (transport): 503");
 	is_str(ie_result_name(IE_RATE_LIMITED), "rate-limited", "result names");
 	is_str(ie_result_name(IE_UNKNOWN_SOURCE), "unknown-source", "result names");
+	is_str(ie_result_name(IE_REPORTED), "reported", "result names");
+	is_str(ie_result_name(IE_SERVED), "served", "result names");
 }
 
 int main(void)
