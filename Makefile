@@ -270,7 +270,7 @@ check-net: $(NETDRV)
 
 # The e2e layer boots the guest image under libvirt (KVM, or TCG without a
 # usable /dev/kvm).
-check-e2e: bins $(RTDRV) guest
+check-e2e: bins $(RTDRV) guest node-deps
 	$(Q)prove $(PROVE_FLAGS) --exec bash $(sort $(wildcard tests/e2e/*.t))
 
 # The guest image (contrib/guest/build.sh): built from Debian packages once
