@@ -56,6 +56,13 @@ ok $? "its instance runs (state $(instance_state "$id"))"
 ip4=$(e2e_instance_json "$id" | jq -r '.nics[0].ipv4 // empty')
 like "$ip4" '^10\.214\.' "its address ($ip4)"
 
+# ready: its guest reported up after cloud-init's final stage, whose runcmd
+# reloads sshd (a reload re-executes sshd: a connection in that moment is
+# refused, so nothing below probes the guest before it)
+sbx_ready() { [ "$(json_get "$(bcctl --format json sandbox get "$sbx")" state)" = ready ]; }
+eventually "$E2E_BOOT_TIMEOUT" sbx_ready
+ok $? 'the sandbox is ready (its guest reported up)'
+
 # ssh_as KEY KNOWN_HOSTS ALIAS CMD...: real OpenSSH, no config file, the
 # host checked strictly against KNOWN_HOSTS under ALIAS
 ssh_as() {
