@@ -317,9 +317,11 @@ static void bootstrap_from_host(const struct endpoint *ep, char value[VALUE_MAX]
 	say("waiting for the host to hand over the bootstrap value (a warm instance)");
 	for (;;) {
 		http(ep, "GET", "/bc/identity/bootstrap", NULL, &a);
-		if (a.status == 200 && a.body[0] && strlen(a.body) < VALUE_MAX) {
-			snprintf(value, VALUE_MAX, "%s", a.body);
-			value[strcspn(value, "\r\n")] = '\0';
+		size_t n = strcspn(a.body, "\r\n");
+
+		if (a.status == 200 && n > 0 && n < VALUE_MAX) {
+			memcpy(value, a.body, n);
+			value[n] = '\0';
 			wipe(&a, sizeof(a));
 			return;
 		}
