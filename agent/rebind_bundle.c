@@ -304,8 +304,9 @@ static bool printable_lines(const char *s)
 	return true;
 }
 
-/* A PEM private key and one OpenSSH certificate line, or neither. */
-static int host_key_check(struct cur *c, const struct rb_bundle *b)
+/* A PEM private key and one OpenSSH certificate line (a trailing newline
+ * dropped), or neither. */
+static int host_key_check(struct cur *c, struct rb_bundle *b)
 {
 	const char *k = b->host_key, *t = b->host_cert, *sp;
 	size_t n;
@@ -321,6 +322,9 @@ static int host_key_check(struct cur *c, const struct rb_bundle *b)
 	    !strstr(k, "\n-----END ") || !printable_lines(k) ||
 	    strncmp(k + n - 16, "PRIVATE KEY-----", 16) != 0)
 		return fail(c, "hostKey is not a PEM private key");
+	n = strlen(t);  /* one line; its newline, if any, is the archive's to add */
+	if (n && t[n - 1] == '\n')
+		b->host_cert[--n] = '\0';
 	sp = strchr(t, ' ');
 	if (!sp || sp - t < 22 || strncmp(sp - 21, "-cert-v01@openssh.com", 21) != 0 ||
 	    strchr(t, '\n') || !printable_lines(t) || strlen(sp + 1) < 16)

@@ -8,10 +8,12 @@
  * state_dir/fake/<id>.rebind.tar (mode 0600, replaced atomically, so a test
  * can read what the guest would), appends
  *   ts=<ms> op=rebind id=<id> nonce=<nonce> bytes=<n>
- * to the ledger and acknowledges. Test hooks: "rebind" in <id>.fail makes
- * the guest refuse it (-EIO, no ledger line); "rebind=MS" in <id>.slow
- * delays it (op=slow is logged first), as a guest that takes its time or
- * never answers before bcd is killed. */
+ * to the ledger and acknowledges. Test hooks, for one instance (<id>.fail,
+ * <id>.slow) or for every one (all.fail, all.slow, since a restore's id is
+ * known only once it is made): "rebind" in the .fail file makes the guest
+ * refuse it (-EIO, no ledger line); "rebind=MS" in the .slow file delays it
+ * (op=slow is logged first), as a guest that takes its time or never
+ * answers before bcd is killed. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -36,9 +38,9 @@ int fake_rebind(struct rt *rt, const Bc__Node__V1__InstanceSpec *spec, const voi
 		return e < 0 ? e : -EINVAL;
 	}
 	fake_slow(rt, spec->id, "rebind");
-	if (fake_fail(rt, spec->id, "rebind")) {
-		snprintf(reason, RT_REASON_MAX, "the guest did not acknowledge nonce %s (injected)",
-			 nonce);
+	fake_slow(rt, "all", "rebind");
+	if (fake_fail(rt, spec->id, "rebind") || fake_fail(rt, "all", "rebind")) {
+		snprintf(reason, RT_REASON_MAX, "the guest did not acknowledge the bundle (injected)");
 		return -EIO;
 	}
 	path = xasprintf("%s/%s.rebind.tar", fake_dir(rt), spec->id);

@@ -113,7 +113,7 @@ static int record(struct db *d, const struct rebind_in *in, const char *ref, int
 	int rc;
 
 	snprintf(name, sizeof(name), "identity-rebind.%s", in->instance_id);
-	if ((rc = secrets_record_minted(d, in->tenant_id, "identity-rebind", name, ref)) < 0)
+	if ((rc = secrets_record_minted(d, in->tenant_id, "sealed-user-data", name, ref)) < 0)
 		return rc;
 	dbp_str(&p, in->instance_id);
 	dbp_str(&p, ref);

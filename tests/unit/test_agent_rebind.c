@@ -62,6 +62,11 @@ static void test_good(void)
 		     why), 0, "no host key, no NICs: accepted");
 	ok(!b.host_key && !b.host_cert && b.n_nics == 0, "(nothing more)");
 	rb_bundle_clear(&b);
+	is_int(parse("{\"v\":1,\"account\":\"sandbox\",\"principals\":\"sandbox@" ID "\\n\","
+		     "\"hostKey\":\"" KEY "\",\"hostCertificate\":\"" CERT "\\n\"}", &b, why), 0,
+	       "a certificate line with its newline (as the controller signs it): accepted");
+	is_str(b.host_cert, CERT, "(kept without the newline)");
+	rb_bundle_clear(&b);
 }
 
 static void test_refusals(void)
