@@ -142,6 +142,7 @@ is "$(printf '%s\n' "$out" | sed '$d' | jq -r .principal)" "sandbox@$i1" '... fo
 is "$(bcctl --format json sandbox list | jq -r ".items[] | select(.id == \"$r1\") | .identityRebound // .identity_rebound")" true \
 	'list shows it too'
 like "$(bcctl sandbox list | grep "$r1")" ' yes *$' "the CLI's table: REBOUND yes"
+like "$(bcctl sandbox get "$r1")" 'identity_rebound: *true' "bcctl sandbox get shows it"
 
 # ------------------------------------------------ bcd killed before the answer
 echo 'rebind=600000' >"$FAKE/all.slow"
@@ -179,6 +180,7 @@ is "$(rebound "$r3")" absent 'a disk-only restore has no identityRebound'
 is "$(q "SELECT identity_rebind_ref IS NULL FROM instances WHERE id = '$(json_get "$out" instance_id)'")" t \
 	'... and no bundle'
 is "$(rebound "$s1")" absent '... nor a plain sandbox'
+unlike "$(bcctl sandbox get "$s1")" 'identity_rebound' "... (bcctl sandbox get shows none)"
 like "$(bcctl sandbox list | grep "$r3")" ' - *$' "the CLI's table: REBOUND -"
 
 # the bundle goes with its instance
