@@ -51,6 +51,7 @@
 #include "snapshot.h"
 #include "net.h"
 #include "netlink.h"
+#include "rebind.h"
 #include "util.h"
 #include "volumes.h"
 
@@ -208,6 +209,11 @@ void conv_set_snapshots(struct conv *c, struct snap *snap)
 	c->snap = snap;
 }
 
+void conv_set_rebind(struct conv *c, struct rebind *rb)
+{
+	c->rb = rb;
+}
+
 
 void conv_free(struct conv *c)
 {
@@ -356,6 +362,19 @@ static const struct rt_instance *find_actual(const struct rt_instance *v, size_t
 	return n ? bsearch(&key, v, n, sizeof(*v), cmp_inst) : NULL;
 }
 
+/* The identity rebind's part of an item: the applied ref, and while a
+ * running instance's rebind keeps failing, its reason. */
+static void item_rebind(struct conv *c, struct conv_item *it)
+{
+	char why[RT_REASON_MAX];
+
+	if (!c->rb)
+		return;
+	rebind_status(c->rb, it->id, it->rebound_ref, why);
+	if (!*it->reason && *why && strcmp(it->state, "running") == 0)
+		snprintf(it->reason, sizeof(it->reason), "%s", why);
+}
+
 static void record_state(struct conv *c, struct pass *p, const char *id, enum rt_state st,
 			 const char *reason)
 {
@@ -366,6 +385,7 @@ static void record_state(struct conv *c, struct pass *p, const char *id, enum rt
 	it = add_item(p, id, rt_state_name(st), reason);
 	if (st == RT_STATE_RUNNING || st == RT_STATE_PAUSED)
 		it->guest_ready_at = gr_get(c->gr, id);
+	item_rebind(c, it);
 }
 
 /* An instance a job is working on: reported as the job's phase says, kept
@@ -377,6 +397,24 @@ static void report_phase(struct conv *c, struct pass *p, const char *id, const c
 
 	if (strcmp(state, "running") == 0 || strcmp(state, "paused") == 0)
 		it->guest_ready_at = gr_get(c->gr, id);
+	item_rebind(c, it);
+}
+
+/* A running instance whose spec names an identity bundle not yet applied:
+ * a rebind job (slow: a hot-plug and the guest's answer), off the pass. */
+static void rebind_start(struct conv *c, const Bc__Node__V1__InstanceSpec *s)
+{
+	struct job *j;
+
+	if (!c->rb || !rebind_due(c->rb, s))
+		return;
+	j = job_new(JOB_REBIND, s->id);
+	j->spec = spec_copy(s);
+	j->from = RT_STATE_RUNNING;
+	snprintf(j->phase, sizeof(j->phase), "running");
+	log_info("instance %s: identity rebind %s under way", s->id, s->identity_rebind_ref);
+	if (!job_submit(c, j))
+		job_free(j);  /* ran inline: its outcome is in the record */
 }
 
 static void report_busy(struct conv *c, struct pass *p, const struct busy *b)
@@ -588,6 +626,8 @@ static void converge_existing(struct conv *c, struct pass *p, const Bc__Node__V1
 		/* pause and resume: quick, in the pass */
 		st = move(c, s->id, a->state, want, reason);
 		record_state(c, p, s->id, st, reason);
+		if (st == RT_STATE_RUNNING && !*reason)
+			rebind_start(c, s);
 		return;
 	}
 	/* a start or a stop: a job */
@@ -735,7 +775,8 @@ static bool items_equal(const struct conv_item *a, size_t na, const struct conv_
 		return false;
 	for (size_t i = 0; i < na; i++)
 		if (strcmp(a[i].id, b[i].id) || strcmp(a[i].state, b[i].state) ||
-		    strcmp(a[i].reason, b[i].reason) || a[i].guest_ready_at != b[i].guest_ready_at)
+		    strcmp(a[i].reason, b[i].reason) || a[i].guest_ready_at != b[i].guest_ready_at ||
+		    strcmp(a[i].rebound_ref, b[i].rebound_ref))
 			return false;
 	return true;
 }
@@ -904,6 +945,8 @@ int conv_pass(struct conv *c)
 		converge_desired(c, &p, actual, n_actual);
 	if (c->spec && c->snap)
 		snap_gc(c->snap, c->spec);
+	if (c->spec && c->rb)
+		rebind_gc(c->rb, c->spec);
 	log_debug("pass: %" PRId64 " ms (list %" PRId64 " ms, network %" PRId64 " ms, node %" PRId64
 		  " ms, instances %" PRId64 " ms)", mono_ms() - t[0], t[1] - t[0], t[2] - t[1],
 		  t[3] - t[2], mono_ms() - t[3]);

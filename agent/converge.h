@@ -31,6 +31,7 @@ struct conv_item {
 	char reason[RT_REASON_MAX];
 	int desired;   /* the applied spec's Bc__Node__V1__DesiredState; 0: not named */
 	int64_t guest_ready_at; /* running/paused: unix ms its guest reported up; 0: not */
+	char rebound_ref[80];   /* the identity_rebind_ref applied to it (rebind.h); "": none */
 	bool once;     /* a one-shot "deleted" entry (destroyed, no longer named) */
 };
 
@@ -83,6 +84,13 @@ void conv_set_volumes(struct conv *c, struct vol *vol);
  * objects no spec restores from. Before the converge thread starts. */
 struct snap;
 void conv_set_snapshots(struct conv *c, struct snap *snap);
+
+/* Identity rebinds (rebind.h): a pass queues a job for each running
+ * instance whose spec names a bundle not yet applied, reports the applied
+ * ref with each instance, and forgets instances no longer named. Before
+ * the converge thread starts; NULL (the default): none. */
+struct rebind;
+void conv_set_rebind(struct conv *c, struct rebind *rb);
 
 void conv_free(struct conv *c);
 

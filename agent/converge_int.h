@@ -30,6 +30,7 @@ struct conv {
 	struct guestready *gr;     /* guests that reported up; NULL: none */
 	struct vol *vol;           /* the host's volumes; NULL: none reported */
 	struct snap *snap;         /* snapshots; NULL: restores fail */
+	struct rebind *rb;         /* identity rebinds; NULL: none */
 	/* converge thread only; replaced under lock (conv_tunnel_target) */
 	Bc__Node__V1__NodeSpec *spec;
 	struct idset adopted;      /* sorted: instances this process owns */
@@ -69,7 +70,7 @@ struct conv {
 	bool jstop;
 };
 
-enum job_kind { JOB_CREATE, JOB_MOVE, JOB_DESTROY };
+enum job_kind { JOB_CREATE, JOB_MOVE, JOB_DESTROY, JOB_REBIND };
 enum job_state { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
 
 /* One slow runtime call (or a few, for one instance) off the pass. */
@@ -77,7 +78,7 @@ struct job {
 	enum job_kind kind;
 	enum job_state state;        /* under jlock */
 	char id[RT_ID_MAX + 1];
-	Bc__Node__V1__InstanceSpec *spec; /* CREATE: a copy, owned */
+	Bc__Node__V1__InstanceSpec *spec; /* CREATE, REBIND: a copy, owned */
 	enum rt_state from;          /* MOVE, DESTROY: the state the pass listed */
 	Bc__Node__V1__DesiredState want; /* CREATE, MOVE */
 	bool unnamed;                /* DESTROY: the spec does not name it */

@@ -15,6 +15,7 @@
 #include "log.h"
 #include "snapshot.h"
 #include "net.h"
+#include "rebind.h"
 #include "netlink.h"
 #include "util.h"
 #include "volumes.h"
@@ -104,6 +105,10 @@ static void job_run(struct conv *c, struct job *j)
 	case JOB_MOVE:
 		j->e = 0;
 		j->st = move(c, j->id, j->from, j->want, j->reason);
+		break;
+	case JOB_REBIND:  /* the instance stays as it was, rebound or not */
+		j->st = j->from;
+		j->e = rebind_run(c->rb, c->rt, s, j->reason);
 		break;
 	case JOB_DESTROY:
 		j->st = j->from;

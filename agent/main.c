@@ -40,6 +40,7 @@
 #include "agent/config.h"
 #include "agent/converge.h"
 #include "agent/guestready.h"
+#include "agent/rebind.h"
 #include "agent/guestsig.h"
 #include "agent/identity_ep.h"
 #include "agent/hostcheck.h"
@@ -77,6 +78,7 @@ struct agent {
 	struct state_cmds *cmds;
 	struct cmds *commands;          /* the command runner (commands.h) */
 	struct snap *snap;              /* snapshots on this host (snapshot.h) */
+	struct rebind *rebind;          /* identity rebinds (rebind.h) */
 	struct backoff_stop stop;
 	struct watch watch;
 	struct report report;
@@ -294,6 +296,23 @@ static int open_snapshots(struct agent *a)
 	return e;
 }
 
+/* Identity rebinds, recorded in data_dir/instances-rebound.json; bundles
+ * fetched with Node.GetBootData bound to their instance. */
+static int open_rebind(struct agent *a)
+{
+	_cleanup_free_ char *data = *a->cfg.data_dir ? xstrdup(a->cfg.data_dir)
+						     : xasprintf("%s/data", a->cfg.state_dir);
+	int e;
+
+	if (mkdir(data, 0700) < 0 && errno != EEXIST)
+		e = -errno;
+	else
+		e = rebind_open(data, bootdata_fetch, a->client, &a->rebind);
+	if (e < 0)
+		log_error("%s/%s: %s", data, REBIND_FILE, strerror(-e));
+	return e;
+}
+
 /* The volumes of the spec, made by each converge pass. The fake runtime
  * runs no guests but makes real (sparse) files: its volume store stands
  * in for a filesystem of capacity_disk_gib, so the numbers it reports
@@ -477,6 +496,9 @@ static int start_up(struct agent *a)
 	}
 	a->conv = conv_new(a->rt);
 	conv_set_snapshots(a->conv, a->snap);
+	if (open_rebind(a) < 0)
+		return EXIT_CONFIG;
+	conv_set_rebind(a->conv, a->rebind);
 	if (open_volumes(a) < 0)
 		return EXIT_CONFIG;
 	if (net_open(a->cfg.network, &a->net) < 0) {
@@ -613,6 +635,7 @@ static void tear_down(struct agent *a)
 	rt_close(a->rt);  /* first: its download workers may poke the conv */
 	conv_free(a->conv);
 	snap_free(a->snap);  /* after the commands and the conv's workers that use it */
+	rebind_free(a->rebind);
 	vol_free(a->vol);
 	gr_close(a->gr);
 	net_close(a->net);

@@ -40,6 +40,7 @@ static void build_instances(struct report_msg *m, const struct conv_status *st)
 		m->inst[i].state = (char *)st->items[i].state;
 		m->inst[i].reason = (char *)st->items[i].reason;
 		m->inst[i].guest_ready_at = st->items[i].guest_ready_at;
+		m->inst[i].identity_rebound_ref = (char *)st->items[i].rebound_ref;
 		m->inst_p[i] = &m->inst[i];
 	}
 	m->msg.n_instances = n;
@@ -295,7 +296,8 @@ static bool taken_same(const struct report_track *t, const struct conv_item *it)
 		return false;
 	k = bsearch(it, t->taken, t->n_taken, sizeof(*t->taken), cmp_item_id);
 	return k && strcmp(k->state, it->state) == 0 && strcmp(k->reason, it->reason) == 0 &&
-	       k->desired == it->desired && k->guest_ready_at == it->guest_ready_at;
+	       k->desired == it->desired && k->guest_ready_at == it->guest_ready_at &&
+	       strcmp(k->rebound_ref, it->rebound_ref) == 0;
 }
 
 void report_delta(const struct report_track *t, const struct conv_status *st,

@@ -156,6 +156,19 @@ struct runtime_ops {
 	 * libvirt runtime restores a source it had saved and not yet
 	 * restored), before the caller removes the directory. May be NULL. */
 	void (*capture_recover)(struct rt *rt, const char *workdir);
+	/* Identity rebind (docs/agent.md, "Identity rebind"): give the
+	 * running memory restore spec->id its own identity. Hot-add a NIC for
+	 * each of spec->nics (its own MAC, on its tap) and a raw disk of
+	 * RB_DISK_BYTES with virtio serial "bc-rebind" holding the len bytes
+	 * of tar at offset 0 (zeros after), wait up to 2 minutes for
+	 * "BCREBOUND <nonce>\n" at the start of the disk's last RB_ACK_BYTES,
+	 * then remove the disk and zero and delete its file, acknowledged or
+	 * not. 0: acknowledged; -ETIMEDOUT: no acknowledgement; -EOPNOTSUPP:
+	 * this runtime cannot (yet); -ENOENT: no such instance; other -errno.
+	 * reason (RT_REASON_MAX) says why on failure. Runs on a runtime worker,
+	 * never two for one instance. NULL: as -EOPNOTSUPP. */
+	int (*rebind)(struct rt *rt, const Bc__Node__V1__InstanceSpec *spec, const void *tar,
+		      size_t len, const char *nonce, char *reason);
 	/* Release the handle; instances keep running. NULL-safe. */
 	void (*close)(struct rt *rt);
 };

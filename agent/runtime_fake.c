@@ -54,6 +54,8 @@
  * takes only such a file and creates the instance running (memory) or
  * stopped (disk only); the ledger gets op=capture and op=restored lines.
  *
+ * Identity rebinds: runtime_fake_rebind.c (op=rebind).
+ *
  * Guests: a started instance's guest reports up at once, or after the
  * delay in state_dir/fake/guest_ready_delay_ms, or never with a file
  * state_dir/fake/<id>.noready (see "guests coming up").
@@ -76,6 +78,7 @@
 #include "admit.h"
 #include "guestready.h"
 #include "runtime.h"
+#include "runtime_fake_int.h"
 #include "util.h"
 
 #define FAKE_SUFFIX ".inst"
@@ -1124,6 +1127,43 @@ static int fake_restore(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, cons
 	return 0;
 }
 
+/* -------------------------------------- for the fake's other files */
+
+const char *fake_dir(struct rt *rt)
+{
+	return fake_of(rt)->dir;
+}
+
+void fake_ledger(struct rt *rt, const char *line)
+{
+	ledger_text(fake_of(rt), line);
+}
+
+bool fake_fail(struct rt *rt, const char *id, const char *op)
+{
+	return fail_injected(fake_of(rt), id, op);
+}
+
+void fake_slow(struct rt *rt, const char *id, const char *op)
+{
+	slow_injected(fake_of(rt), id, op);
+}
+
+int fake_state(struct rt *rt, const char *id, enum rt_state *ret)
+{
+	struct rt_fake *f = fake_of(rt);
+	const struct fake_rec *r;
+	int e = -ENOENT;
+
+	pthread_mutex_lock(&f->lock);
+	if ((r = held(f, id))) {
+		*ret = r->state;
+		e = 0;
+	}
+	pthread_mutex_unlock(&f->lock);
+	return e;
+}
+
 const struct runtime_ops rt_fake_ops = {
 	.name = "fake",
 	.traits = {.snapshot = true, .network_policy = true, .ssh_host_only = true, .volumes = true},
@@ -1140,5 +1180,6 @@ const struct runtime_ops rt_fake_ops = {
 	.block_resize = fake_block_resize,
 	.capture = fake_capture,
 	.restore = fake_restore,
+	.rebind = fake_rebind,
 	.close = fake_close,
 };

@@ -1041,6 +1041,7 @@ const struct runtime_ops rt_libvirt_ops = {
 	.block_resize = lv_block_resize,
 	.capture = lv_capture,
 	.restore = lv_restore,
+	.rebind = lv_rebind,
 	.capture_recover = lv_capture_recover,
 	.node = lv_node,
 	.last_error = lv_last_error,

@@ -50,7 +50,7 @@ static void show_templates(const ProtobufCMessage *resp, FILE *out)
 static void show_sandboxes(const ProtobufCMessage *resp, FILE *out)
 {
 	static const char *const hdr[] = {"ID", "STATE", "TEMPLATE", "INSTANCE", "NODE",
-					  "EXPIRES", "CREATED"};
+					  "EXPIRES", "CREATED", "REBOUND"};
 	const Bc__Compute__V1__ListSandboxesResponse *l = (const void *)resp;
 	struct cli_table *t = cli_table_new(hdr, ARRAY_SIZE(hdr));
 	char a[32], b[32];
@@ -64,6 +64,10 @@ static void show_sandboxes(const ProtobufCMessage *resp, FILE *out)
 		cli_table_cell(t, "%s", x->node_id);
 		cli_table_cell(t, "%s", cli_fmt_time(x->expires_at, a, sizeof(a)));
 		cli_table_cell(t, "%s", cli_fmt_time(x->created_at, b, sizeof(b)));
+		/* a memory restore's identity rebind; "-" for other sandboxes */
+		cli_table_cell(t, "%s", x->identity_rebound_set_case !=
+				   BC__COMPUTE__V1__SANDBOX__IDENTITY_REBOUND_SET_IDENTITY_REBOUND ? "-" :
+				   x->identity_rebound ? "yes" : "no");
 	}
 	cli_table_print(t, out);
 	cli_table_free(t);

@@ -651,6 +651,18 @@ static int exit_code_of(int status)
 	return 255;
 }
 
+/* A memory restore still answering to its source's identity: say what
+ * lets exec in (docs/snapshots.md, "A restore's own SSH identity"). */
+static void restore_hint(const struct cli_ctx *ctx)
+{
+	const char *why = bc_error_get_detail(&ctx->err, "reason");
+
+	if (why && strcmp(why, "restore-shares-identity") == 0)
+		fprintf(stderr, "hint: this sandbox shares its SSH identity with the sandbox it was "
+			"restored from or a sibling restore: delete those, or wait until its host "
+			"gives it its own identity (bcctl sandbox get shows identityRebound: true)\n");
+}
+
 /* The whole session: grant, files, listener, the program, the relay. */
 /* With cap, ssh's streams are cap's pipes instead of ours (bcctl mcp). */
 static int run_session(struct cli_ctx *ctx, const char *sbx, const struct exec_flags *f,
@@ -674,8 +686,10 @@ static int run_session(struct cli_ctx *ctx, const char *sbx, const struct exec_f
 	req.sandbox_id = (char *)sbx;
 	req.public_key = line;
 	req.minutes = (int32_t)f->minutes;
-	if ((r = cli_call(ctx, SSVC, "Exec", &req.base, 0, &resp)) < 0)
+	if ((r = cli_call(ctx, SSVC, "Exec", &req.base, 0, &resp)) < 0) {
+		restore_hint(ctx);
 		return r;
+	}
 	g = (grant_t *)resp;
 	if ((r = check_grant(ctx, g, f)) < 0 || (r = session_files(ctx, g, &s)) < 0 ||
 	    (r = listen_local(ctx, &s)) < 0)

@@ -227,7 +227,12 @@ static int ssh_ca_files(FILE *f, const struct bootdata_in *in)
 	    ((r = write_file_entry(f, BOOTDATA_HOST_KEY_PATH, "0600", ca->host_key)) < 0 ||
 	     (r = write_file_entry(f, BOOTDATA_HOST_CERT_PATH, "0644", ca->host_cert)) < 0))
 		return r;
-	return write_file_entry(f, BOOTDATA_DROP_IN_PATH, "0644", dropin);
+	if ((r = write_file_entry(f, BOOTDATA_DROP_IN_PATH, "0644", dropin)) < 0 ||
+	    (r = write_file_entry(f, BOOTDATA_REBIND_RULE_PATH, "0644", bootdata_rebind_rule)) < 0 ||
+	    (r = write_file_entry(f, BOOTDATA_REBIND_SERVICE_PATH, "0644",
+				  bootdata_rebind_service)) < 0)
+		return r;
+	return write_file_entry(f, BOOTDATA_REBIND_SCRIPT_PATH, "0755", bootdata_rebind_script);
 }
 
 /* /etc/sandbox/env as a write_files entry: base64 (encoding: b64), so
@@ -495,8 +500,12 @@ static int cloud_config_body(FILE *f, const struct bootdata_in *in)
 		fputs("runcmd:\n", f);
 	if (r == 0)
 		volume_grow(f, in);
+	/* the identity rebind's unit and rule (ssh_ca_files) known before
+	 * any disk is hot-added */
 	if (r == 0 && in->ssh_ca)
-		fputs("  - [sh, -c, \"systemctl reload ssh || systemctl reload sshd || true\"]\n", f);
+		fputs("  - [sh, -c, \"systemctl daemon-reload || true; udevadm control --reload || "
+		      "true\"]\n"
+		      "  - [sh, -c, \"systemctl reload ssh || systemctl reload sshd || true\"]\n", f);
 	/* after the reload above (runcmd runs in order); started now, the
 	 * signal waits for cloud-final's end (After=), on later boots too */
 	if (r == 0 && in->ready_signal)

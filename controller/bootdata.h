@@ -107,6 +107,17 @@ struct bootdata_in {
 #define BOOTDATA_IDENTITY_HOST_PATH BC_IDENTITY_HOST_FILE
 #define BOOTDATA_IDENTITY_UNIT "bc-identity.service"
 
+/* The identity rebind's guest side (bootdata_rebind.c; docs/agent.md,
+ * "Identity rebind"), written with the sandbox SSH CA part: the udev rule
+ * starts the oneshot service for a hot-added disk with serial bc-rebind,
+ * whose script installs the bundle and acknowledges it. */
+#define BOOTDATA_REBIND_RULE_PATH "/etc/udev/rules.d/90-bc-rebind.rules"
+#define BOOTDATA_REBIND_SERVICE_PATH "/etc/systemd/system/bc-rebind@.service"
+#define BOOTDATA_REBIND_SCRIPT_PATH "/usr/local/sbin/bc-rebind"
+extern const char bootdata_rebind_rule[];
+extern const char bootdata_rebind_service[];
+extern const char bootdata_rebind_script[];
+
 #define BOOTDATA_READY_UNIT "bc-guest-ready.service"
 #define BOOTDATA_CLOCK_UNIT "bc-rtc-clock.service"
 

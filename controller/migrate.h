@@ -7,7 +7,7 @@
 
 /* The newest schema version this binary knows; equals the number of files in
  * migrations/ (checked by a unit test). serve refuses any other version. */
-#define CTL_SCHEMA_VERSION 25
+#define CTL_SCHEMA_VERSION 26
 
 /* Apply the migrations of dir not applied yet; the version after in
  * *ret_version. 0 or -errno (logged). */

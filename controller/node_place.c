@@ -352,7 +352,7 @@ int finish_deletions(struct db *d, const char *node_id, const char *ids_lines)
 		     "state <> 'deleted' AND ($1::text IS NULL OR node_id = $1::text) AND ($2::text "
 		     "IS NULL OR id = ANY (string_to_array($2::text, E'\\n'))) RETURNING id, "
 		     "tenant_id, sandbox_id, warm_template_id, concat_ws(E'\\n', user_data_ref, "
-		     "identity_bootstrap_ref) AS user_data_ref, node_id), rel AS (UPDATE "
+		     "identity_bootstrap_ref, identity_rebind_ref) AS user_data_ref, node_id), rel AS (UPDATE "
 		     "allocations SET released_at = now() WHERE owner_kind = 'instance' AND "
 		     "released_at IS NULL AND owner_id IN (SELECT id FROM gone) RETURNING 1), lz AS "
 		     "(DELETE FROM ip_leases WHERE instance_id IN (SELECT id FROM gone) RETURNING 1), "

@@ -28,6 +28,7 @@
 #include "log.h"
 #include "node.h"
 #include "outbox.h"
+#include "sealed.h"
 #include "util.h"
 
 #define BATCH 50
@@ -170,6 +171,28 @@ static int refused_tx(struct db *d, void *arg, bc_error *err)
 	return rc;
 }
 
+/* A memory restore recreated elsewhere resumes its source's identity
+ * again, at a new address: its identity rebind bundle (rebind.c) named the
+ * old one, so it goes; the recreated restore keeps answering to its
+ * source's identity (identityRebound false). */
+static int drop_rebind(struct db *d, const char *id, bc_error *err)
+{
+	_cleanup_free_ char *ref = NULL;
+	struct dbp p = {0};
+	int rc;
+
+	dbp_str(&p, id);
+	rc = db_scalar(d, "UPDATE instances i SET identity_rebind_ref = NULL, "
+		       "rebind_cert_valid_before = NULL, identity_rebound_at = NULL FROM (SELECT id, "
+		       "identity_rebind_ref AS r FROM instances WHERE id = $1 AND identity_rebind_ref "
+		       "IS NOT NULL FOR UPDATE) o WHERE i.id = o.id RETURNING o.r", &p, &ref);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc == 0 && ref && (rc = sealed_delete(d, ref)) > 0)
+		rc = 0;
+	return rc < 0 ? db_fail(err, rc) : 0;
+}
+
 static int lost_tx(struct db *d, void *arg, bc_error *err)
 {
 	struct move *a = arg;
@@ -180,7 +203,8 @@ static int lost_tx(struct db *d, void *arg, bc_error *err)
 	dbp_str(&p, a->id);
 	rc = db_exec(d, &r, "UPDATE instances i SET state = 'provisioning', reason = 'Recreating: "
 		     "node ' || i.node_id || ' was lost', node_id = NULL, running_at = NULL, "
-		     "refused_at = NULL, guest_ready_at = NULL, updated_at = now() FROM (SELECT o.id, "
+		     "refused_at = NULL, guest_ready_at = NULL, identity_rebound_at = NULL, updated_at = "
+		     "now() FROM (SELECT o.id, "
 		     "o.node_id FROM instances o JOIN pools p ON p.id = o.pool_id JOIN nodes n ON n.id = "
 		     "o.node_id "
 		     "WHERE o.id = $1 AND o.state = 'lost' AND o.desired_state <> 'deleted' AND "
@@ -204,6 +228,8 @@ static int lost_tx(struct db *d, void *arg, bc_error *err)
 		else
 			rc = lease_and_place(d, a->id, db_val(r, 0, LO_POOL), db_val(r, 0, LO_MAC),
 					     err);
+		if (rc == 0)
+			rc = drop_rebind(d, a->id, err);
 		if (rc == 0)
 			log_info("instance %s: node %s was lost: recreating it", a->id,
 				 db_val(r, 0, LO_NODE));

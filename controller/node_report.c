@@ -21,6 +21,7 @@
 #include "node_commands.h"
 #include "node_tunnel.h"
 #include "outbox.h"
+#include "sealed.h"
 #include "util.h"
 #include "validate.h"
 #include "volumes.h"
@@ -83,6 +84,7 @@ struct report {
 	uint64_t spec_generation;
 	struct lines ids, st, reasons, deleted, caps, lkeys, lvals;
 	struct lines guest;    /* per id: guest_ready_at, unix ms (0: not up) */
+	struct lines rb_ids, rb_refs; /* identity_rebound_ref, per instance that has one */
 	struct lines warnings; /* "code: message" */
 	struct lines changed; /* instances whose state this report changed */
 	int cmds_settled, cmds_ignored; /* its command results (node_commands.c) */
@@ -277,6 +279,35 @@ static int report_instances(struct db *d, struct report *a, bc_error *err)
 	return 0;
 }
 
+/* The identity rebinds the host applied (rebind.c): an instance whose
+ * reported identity_rebound_ref is its identity_rebind_ref answers to its
+ * own principal and presents the bundle's host certificate from now on. */
+static int report_rebound(struct db *d, struct report *a, bc_error *err)
+{
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	if (!a->rb_ids.n)
+		return 0;
+	dbp_str(&p, a->node);
+	dbp_str(&p, lines_str(&a->rb_ids));
+	dbp_str(&p, lines_str(&a->rb_refs));
+	rc = db_exec(d, &r, "UPDATE instances i SET identity_rebound_at = now(), host_certified = "
+		     "i.rebind_cert_valid_before IS NOT NULL, host_cert_valid_before = "
+		     "i.rebind_cert_valid_before, updated_at = now() FROM unnest(string_to_array($2, "
+		     "E'\\n'), string_to_array($3, E'\\n')) AS r(id, ref) WHERE i.id = r.id AND "
+		     "i.node_id = $1 AND i.identity_rebind_ref = r.ref AND i.identity_rebound_at IS "
+		     "NULL AND i.desired_state <> 'deleted' RETURNING i.id", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	for (int i = 0; i < PQntuples(r); i++)
+		log_info("node %s: instance %s answers to its own identity now (rebound)", a->node,
+			 db_val(r, i, 0));
+	PQclear(r);
+	return 0;
+}
+
 /* Deletions the host confirmed: reported deleted, or missing from a
  * complete report of a host that applied every spec we sent it. */
 static int report_deletions(struct db *d, struct report *a, bc_error *err)
@@ -348,6 +379,7 @@ static int report_tx(struct db *d, void *arg, bc_error *err)
 	int rc;
 
 	if ((rc = report_fence(d, a, err)) < 0 || (rc = report_instances(d, a, err)) < 0 ||
+	    (rc = report_rebound(d, a, err)) < 0 ||
 	    (rc = report_deletions(d, a, err)) < 0 || (rc = report_storage(d, a, err)) < 0 ||
 	    (rc = report_node(d, a, err)) < 0)
 		return rc;
@@ -428,6 +460,11 @@ static int prepare_report(struct report *a, bc_error *err)
 		snprintf(ms, sizeof(ms), "%lld",
 			 s->guest_ready_at > 0 ? (long long)s->guest_ready_at : 0LL);
 		lines_add(&a->guest, ms);
+		if (*s->identity_rebound_ref &&
+		    str_is_printable(s->identity_rebound_ref, SEALED_REF_MAX - 1)) {
+			lines_add(&a->rb_ids, s->id);
+			lines_add(&a->rb_refs, s->identity_rebound_ref);
+		}
 	}
 	for (size_t i = 0; i < q->n_capabilities && i < 64; i++) {
 		char key[160];
@@ -449,6 +486,8 @@ static void report_free(struct report *a)
 	free(a->st.buf);
 	free(a->reasons.buf);
 	free(a->guest.buf);
+	free(a->rb_ids.buf);
+	free(a->rb_refs.buf);
 	free(a->deleted.buf);
 	free(a->caps.buf);
 	free(a->lkeys.buf);

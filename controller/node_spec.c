@@ -52,7 +52,7 @@
 	"coalesce(rs.cpu_model, ''), coalesce((SELECT string_agg(v.id || ' ' || v.serial || ' ' " \
 	"|| iv.read_only::text, E'\\n' ORDER BY v.id) FROM instance_volumes iv JOIN volumes v ON " \
 	"v.id = iv.volume_id WHERE iv.instance_id = i.id), ''), "                               \
-	"coalesce(i.identity_bootstrap_ref, '')"
+	"coalesce(i.identity_bootstrap_ref, ''), coalesce(i.identity_rebind_ref, '')"
 /* what a restore reads of its snapshot (sandbox_restore.c) */
 #define SPEC_RESTORE_JOIN " LEFT JOIN sandbox_snapshots rs ON rs.id = i.restore_snapshot_id "
 /* The columns of SPEC_INST_COLS, in order. */
@@ -62,7 +62,7 @@ enum {
 	SI_NETWORK_POLICY, SI_SSH_HOST_ONLY, SI_MAC, SI_IPV4, SI_GPUS, SI_TENANT, SI_USER_DATA_REF,
 	SI_IPV4_PREFIX, SI_SUBNET6, SI_PAUSE_AFTER_READY, SI_RESTORE_ID, SI_RESTORE_SHA256,
 	SI_RESTORE_SIZE, SI_RESTORE_MEMORY, SI_RESTORE_PRINCIPAL, SI_RESTORE_RUNTIME, SI_RESTORE_CPU,
-	SI_VOLUMES, SI_IDENTITY_REF
+	SI_VOLUMES, SI_IDENTITY_REF, SI_REBIND_REF
 };
 
 /* The node's header, in order (build_tx). */
@@ -176,7 +176,8 @@ static Bc__Node__V1__InstanceSpec *inst(const PGresult *r, int i)
 	s->gpus = (uint32_t)db_i64(r, i, SI_GPUS);
 	s->tenant_id = dup_col(r, i, SI_TENANT);
 	s->user_data_ref = dup_col(r, i, SI_USER_DATA_REF);
-	s->identity_rebind_ref = xstrdup("");
+	/* a memory restore's own identity (rebind.c), fetched like the boot data */
+	s->identity_rebind_ref = dup_col(r, i, SI_REBIND_REF);
 	/* a warm claim's bootstrap value, fetched by bcd like the boot data */
 	s->identity_bootstrap_ref = dup_col(r, i, SI_IDENTITY_REF);
 	/* a warm instance (unclaimed, desired paused): paused only once its
@@ -560,10 +561,11 @@ static int node_boot_data(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessa
 	dbp_str(&p, q->instance_id);
 	dbp_str(&p, node);
 	dbp_str(&p, q->ref);
-	/* the ref is the instance's user data or its warm claim's bootstrap */
+	/* the ref is the instance's user data, its warm claim's bootstrap or
+	 * its identity rebind bundle */
 	rc = db_scalar(ctl_db(c), "SELECT CASE WHEN t.state = 'active' THEN $3::text ELSE "
 		       "'' END FROM instances i JOIN tenants t ON t.id = i.tenant_id WHERE i.id = $1 "
-		       "AND i.node_id = $2 AND $3 IN (i.user_data_ref, i.identity_bootstrap_ref) AND "
+		       "AND i.node_id = $2 AND $3 IN (i.user_data_ref, i.identity_bootstrap_ref, i.identity_rebind_ref) AND "
 		       "i.desired_state <> 'deleted' "
 		       "AND i.state NOT IN ('deleting', 'deleted')", &p, &ref);
 	if (rc == 0 && !*ref) {

@@ -24,6 +24,7 @@
 #include "event_data.h"
 #include "log.h"
 #include "outbox.h"
+#include "rebind.h"
 #include "sandbox_exec.h"
 #include "sandbox_restore.h"
 #include "sandboxes.h"
@@ -66,26 +67,6 @@ struct host_cert {
 	int64_t valid_before; /* epoch ms, 0: none */
 };
 
-static int read_host_cert(struct db *d, const char *instance, struct host_cert *h,
-			  bc_error *err)
-{
-	struct dbp p = {0};
-	PGresult *r = NULL;
-	int rc;
-
-	enum { HC_CERTIFIED, HC_VALID_BEFORE_MS }; /* the statement's columns */
-
-	dbp_str(&p, instance);
-	if ((rc = db_one(d, &r, "SELECT host_certified, coalesce(floor(extract(epoch FROM "
-			 "host_cert_valid_before) * 1000)::bigint, 0) FROM instances WHERE id = $1",
-			 &p, err, "instance %s not found", instance)) < 0)
-		return rc;
-	h->certified = db_bool(r, 0, HC_CERTIFIED);
-	h->valid_before = db_i64(r, 0, HC_VALID_BEFORE_MS);
-	PQclear(r);
-	return 0;
-}
-
 /* valid, expired (past, or within a minute of, its end) or none. */
 static const char *host_cert_state(const struct host_cert *h, int64_t now_ms)
 {
@@ -97,6 +78,7 @@ static const char *host_cert_state(const struct host_cert *h, int64_t now_ms)
 /* Everything the tunnels row and the events record of one grant. */
 struct grant {
 	const char *tenant, *sandbox, *instance, *node, *identity, *token_hash;
+	const char *principal_instance; /* whose sshd identity the guest has (rebind.h) */
 	char tunnel_id[64], grant_id[64], ticket[80], ticket_hash[65];
 	char key_id[SSHCERT_NAME_MAX + 1], principal[SSHCERT_NAME_MAX + 1];
 	uint64_t serial;
@@ -190,7 +172,7 @@ static void fill_answer(rpc_call *c, Bc__Compute__V1__SandboxExecGrant *a, const
 	a->principal = rpc_strdup(c, g->principal);
 	a->account = rpc_strdup(c, app->cfg.sandbox_account);
 	a->valid_before = g->valid_before * 1000;
-	a->host_principal = rpc_strdup(c, g->instance);
+	a->host_principal = rpc_strdup(c, g->principal_instance);
 	a->host_certificate = rpc_strdup(c, host_cert_state(h, now_ms));
 	a->host_certified = strcmp(a->host_certificate, "valid") == 0;
 	a->ca_public_key = rpc_strdup(c, app->sandbox_ca_line);
@@ -225,7 +207,8 @@ static int sign_cert(rpc_call *c, const struct sshcert_pubkey *key, int minutes,
 			     "issued", g->sandbox);
 		return bc_error_detail(err, "reason", "expired");
 	}
-	u = (struct sshcert_user){.account = app->cfg.sandbox_account, .instance_id = g->instance,
+	u = (struct sshcert_user){.account = app->cfg.sandbox_account,
+				  .instance_id = g->principal_instance,
 				  .identity_id = g->identity, .sandbox_id = g->sandbox,
 				  .grant_id = g->grant_id, .serial = g->serial, .now = now,
 				  .minutes = minutes, .cap = cap};
@@ -234,7 +217,7 @@ static int sign_cert(rpc_call *c, const struct sshcert_pubkey *key, int minutes,
 		return bc_error_set(err, BC_INTERNAL, "cannot sign the certificate: %s",
 				    strerror(-r));
 	snprintf(g->principal, sizeof(g->principal), "%s@%s", app->cfg.sandbox_account,
-		 g->instance);
+		 g->principal_instance);
 	snprintf(g->key_id, sizeof(g->key_id), "bc:%s:%s:%s", g->identity, g->sandbox,
 		 g->grant_id);
 	return 0;
@@ -247,6 +230,7 @@ int sbx_exec(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret, bc_
 	Bc__Compute__V1__SandboxExecGrant *a;
 	struct sshcert_pubkey key;
 	struct sbx_brief b;
+	struct rebind_identity who;
 	struct host_cert h;
 	struct grant g;
 	const char *tenant;
@@ -265,9 +249,12 @@ int sbx_exec(rpc_call *c, const ProtobufCMessage *m, ProtobufCMessage **ret, bc_
 	if ((r = sbx_decide_brief(c, tenant, q->sandbox_id, "compute:sandboxes:exec", &b, err)) < 0 ||
 	    (r = sbx_exec_runnable(q->sandbox_id, &b, err)) < 0 ||
 	    (r = restore_shares_identity(ctl_db(c), q->sandbox_id, b.instance_id, err)) < 0 ||
-	    (r = read_host_cert(ctl_db(c), b.instance_id, &h, err)) < 0)
+	    (r = rebind_exec_identity(ctl_db(c), b.instance_id, &who, err)) < 0)
 		return r;
+	h = (struct host_cert){.certified = who.host_certified,
+			       .valid_before = who.host_cert_valid_before};
 	memset(&g, 0, sizeof(g));
+	g.principal_instance = who.principal_instance;
 	g.tenant = tenant;
 	g.sandbox = q->sandbox_id;
 	g.instance = b.instance_id;

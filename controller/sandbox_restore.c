@@ -18,8 +18,11 @@
 #include "app.h"
 #include "db.h"
 #include "log.h"
+#include "rebind.h"
 #include "rowmsg.h"
 #include "sandbox_restore.h"
+#include "sandboxes.h"
+#include "secrets.h"
 #include "snapstore.h"
 #include "util.h"
 #include "validate.h"
@@ -86,13 +89,23 @@ int restore_check(rpc_call *c, struct db *d, const char *tenant, const char *sna
 	return rc;
 }
 
-int restore_bind(struct db *d, const char *instance_id, const char *snapshot_id)
+int restore_bind(struct db *d, const struct ctl_app *app, const char *tenant,
+		 const char *instance_id, const struct restore_src *src, bc_error *err)
 {
 	struct dbp p = {0};
+	int rc;
 
 	dbp_str(&p, instance_id);
-	dbp_str(&p, snapshot_id);
-	return db_exec(d, NULL, "UPDATE instances SET restore_snapshot_id = $2 WHERE id = $1", &p);
+	dbp_str(&p, src->id);
+	rc = db_exec(d, NULL, "UPDATE instances SET restore_snapshot_id = $2 WHERE id = $1", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	/* a memory restore gets its own identity where exec can use one */
+	if (!src->memory || !app->sandbox_ca || !secrets_broker(app))
+		return 0;
+	return rebind_seal(d, &(struct rebind_in){.instance_id = instance_id, .tenant_id = tenant,
+			   .account = app->cfg.sandbox_account,
+			   .host_ca = sbx_certify_host_key(app) ? app->sandbox_ca : NULL}, err);
 }
 
 char *restore_object_key(const char *tenant, const char *snapshot_id)
@@ -127,16 +140,18 @@ void restore_render(const struct ctl_app *app, struct db *d, Bc__Node__V1__NodeS
 }
 
 /* Whose sshd identity the instance answers to: the principal its memory
- * snapshot recorded, or itself; then any other live instance of the
- * tenant with the same one (the source, a sibling, a restore of it). */
+ * snapshot recorded, or itself (also once rebound: rebind.c); then any
+ * other live instance of the tenant with the same one (the source, a
+ * sibling or a restore of it not yet rebound). */
 #define SHARES_IDENTITY_SQL                                                                \
-	"WITH a AS (SELECT coalesce((SELECT s.principal_instance_id FROM sandbox_snapshots s " \
-	"WHERE s.id = i.restore_snapshot_id AND s.include_memory), i.id) p, i.tenant_id t "    \
-	"FROM instances i WHERE i.id = $1) SELECT b.id FROM instances b, a WHERE b.id <> $1 "  \
-	"AND b.tenant_id = a.t AND b.state NOT IN ('deleting', 'deleted') AND "                \
-	"b.desired_state <> 'deleted' AND (b.id = a.p OR b.restore_snapshot_id IN (SELECT "    \
-	"s.id FROM sandbox_snapshots s WHERE s.principal_instance_id = a.p AND "               \
-	"s.include_memory)) ORDER BY b.id LIMIT 1"
+	"WITH a AS (SELECT CASE WHEN i.identity_rebound_at IS NULL THEN coalesce((SELECT "     \
+	"s.principal_instance_id FROM sandbox_snapshots s WHERE s.id = i.restore_snapshot_id " \
+	"AND s.include_memory), i.id) ELSE i.id END p, i.tenant_id t FROM instances i WHERE "   \
+	"i.id = $1) SELECT b.id FROM instances b, a WHERE b.id <> $1 AND b.tenant_id = a.t AND " \
+	"b.state NOT IN ('deleting', 'deleted') AND b.desired_state <> 'deleted' AND (b.id = " \
+	"a.p OR (b.identity_rebound_at IS NULL AND b.restore_snapshot_id IN (SELECT s.id FROM " \
+	"sandbox_snapshots s WHERE s.principal_instance_id = a.p AND s.include_memory))) "      \
+	"ORDER BY b.id LIMIT 1"
 
 int restore_shares_identity(struct db *d, const char *sandbox_id, const char *instance_id,
 			    bc_error *err)

@@ -30,8 +30,12 @@ struct restore_src {
 int restore_check(rpc_call *c, struct db *d, const char *tenant, const char *snapshot_id,
 		  const char *template_id, struct restore_src *ret, bc_error *err);
 
-/* In the same transaction: the new instance restores from the snapshot. */
-int restore_bind(struct db *d, const char *instance_id, const char *snapshot_id);
+/* In the same transaction: the new instance restores from the snapshot
+ * src; a memory restore on a deployment with the sandbox SSH CA and the
+ * secret broker gets its identity rebind bundle (rebind.h). 0 or the error
+ * to roll back with. */
+int restore_bind(struct db *d, const struct ctl_app *app, const char *tenant,
+		 const char *instance_id, const struct restore_src *src, bc_error *err);
 
 /* The object key of a snapshot in the store (its prefix aside). */
 char *restore_object_key(const char *tenant, const char *snapshot_id);

@@ -60,7 +60,9 @@
 	"i.state, i.reason, coalesce(s.agent_id, ''), i.flavor_name, i.image_id, "            \
 	"i.network_policy, i.vcpus, i.memory_mib, i.disk_gib, i.gpus, coalesce(i.mac::text, " \
 	"''), coalesce((SELECT host(l.address) FROM ip_leases l WHERE l.instance_id = i.id "  \
-	"LIMIT 1), ''), coalesce(" MS("i.guest_ready_at") ", 0)" WID_SBX_COLS
+	"LIMIT 1), ''), coalesce(" MS("i.guest_ready_at") ", 0), coalesce((SELECT CASE WHEN " \
+	"rs.include_memory THEN (i.identity_rebound_at IS NOT NULL)::text END FROM "            \
+	"sandbox_snapshots rs WHERE rs.id = i.restore_snapshot_id), '')" WID_SBX_COLS
 #define SBX_FROM " FROM sandboxes s JOIN instances i ON i.id = s.instance_id "
 
 /* The columns of SBX_COLS, in its order: the two must stay in step. */
@@ -69,7 +71,7 @@ enum {
 	SBX_TTL_SECONDS, SBX_EXPIRES_AT, SBX_CREATED_AT, SBX_UPDATED_AT, SBX_READY_AT,
 	SBX_EXPIRED_AT, SBX_DELETED_AT, SBX_CREATED_BY, SBX_OWNER_ID, SBX_NODE_ID,
 	SBX_INSTANCE_STATE, SBX_REASON, SBX_AGENT, SBX_FLAVOR, SBX_IMAGE, SBX_NET, SBX_VCPUS,
-	SBX_MEM, SBX_DISK, SBX_GPUS, SBX_MAC, SBX_IPV4, SBX_GUEST_READY_AT, SBX_IDN,
+	SBX_MEM, SBX_DISK, SBX_GPUS, SBX_MAC, SBX_IPV4, SBX_GUEST_READY_AT, SBX_REBOUND, SBX_IDN,
 	SBX_NCOLS = SBX_IDN + WID_SBX_NCOLS
 };
 COLS_CHECK(SBX_COLS, SBX_NCOLS)
@@ -105,6 +107,10 @@ static void sbx_from_row(rpc_call *c, const PGresult *r, int i, struct sbx_row *
 	x->instance_state = row_str(c, r, i, SBX_INSTANCE_STATE);
 	x->reason = row_str(c, r, i, SBX_REASON);
 	x->guest_ready_at = db_i64(r, i, SBX_GUEST_READY_AT);
+	if (*db_val(r, i, SBX_REBOUND)) {  /* a memory restore: its identity rebind */
+		x->identity_rebound_set_case = BC__COMPUTE__V1__SANDBOX__IDENTITY_REBOUND_SET_IDENTITY_REBOUND;
+		x->identity_rebound = db_bool(r, i, SBX_REBOUND);
+	}
 	wid_sbx_fill(c, r, i, SBX_IDN, x);
 	if (*db_val(r, i, SBX_MAC) || *db_val(r, i, SBX_IPV4)) {
 		Bc__Compute__V1__Nic *n = rpc_new(c, &bc__compute__v1__nic__descriptor);
@@ -575,10 +581,9 @@ static int screate_tx(struct db *d, void *arg, bc_error *err)
 		goto out;
 	if (!a->warm)
 		snprintf(a->instance, sizeof(a->instance), "%s", n.id);
-	if (*a->q->from_snapshot && (rc = restore_bind(d, n.id, a->src.id)) < 0) {
-		rc = db_fail(err, rc);
+	if (*a->q->from_snapshot &&
+	    (rc = restore_bind(d, ctl_app(a->call), a->tenant, n.id, &a->src, err)) < 0)
 		goto out;
-	}
 	if (!a->warm && (rc = insert_sandbox(d, a, n.pool_id, ttl, err)) < 0)
 		goto out;
 	if ((rc = wid_bind(d, ctl_app(a->call), &a->mint, &(struct wid_bind_in){.sandbox_id = a->id,

@@ -280,13 +280,13 @@ static int take_insert(struct db *d, struct stake *a, const PGresult *s, const c
 	dbp_nstr(&p, a->q->idempotency_key);
 	dbp_str(&p, cmd);
 	dbp_str(&p, object_key);
-	/* a restore's memory answers to the principal it inherited */
+	/* a restore's memory answers to the principal it inherited, until rebound */
 	rc = db_exec(d, NULL, "WITH n AS (INSERT INTO sandbox_snapshots (id, tenant_id, sandbox_id, "
 		     "template_id, instance_id, principal_instance_id, runtime, include_memory, keep, "
 		     "owner_id, agent_id, created_by, idempotency_key, command_id, object_key) SELECT "
 		     "$1, $2, $3, $4, $5, coalesce((SELECT r.principal_instance_id FROM instances i "
 		     "JOIN sandbox_snapshots r ON r.id = i.restore_snapshot_id WHERE i.id = $5 AND "
-		     "r.include_memory), $5), $6, $7, $8, $9, $10, $11, $12, $13, $14 RETURNING *), "
+		     "r.include_memory AND i.identity_rebound_at IS NULL), $5), $6, $7, $8, $9, $10, $11, $12, $13, $14 RETURNING *), "
 		     "z AS (INSERT INTO authz_resources (type, id, tenant_id, parent, owner_id, "
 		     "agent_id, attrs) SELECT '" SNAP_TYPE "', id, tenant_id, '', owner_id, agent_id, "
 		     "jsonb_build_object('sandboxId', sandbox_id, 'templateId', template_id, "

@@ -69,9 +69,11 @@ $(FZ)/fuzz_%: $(call fz_obj,tests/fuzz/fuzz_%.c) $(call fz_obj,$(FZ_COMMON)) \
 
 # fuzz_bootdata also links the boot data renderer (its database side is
 # stubbed in the target).
-$(FZ)/fuzz_bootdata: $(call fz_obj,controller/bootdata.c)
+$(FZ)/fuzz_bootdata: $(call fz_obj,controller/bootdata.c controller/bootdata_rebind.c)
 # fuzz_snapshot_args links bcd's pure parser of instance.snapshot's args.
 $(FZ)/fuzz_snapshot_args: $(call fz_obj,agent/snapshot_args.c)
+# fuzz_rebind_bundle links bcd's pure identity rebind bundle reader and archive.
+$(FZ)/fuzz_rebind_bundle: $(call fz_obj,agent/rebind_bundle.c)
 # fuzz_identity_req links bcd's pure parser of identity endpoint requests.
 $(FZ)/fuzz_identity_req: $(call fz_obj,agent/identity_req.c)
 # fuzz_lvsave links bcd's pure libvirt save image check and rewrite.

@@ -222,7 +222,7 @@ is "$(certified "$i3") $(q "SELECT coalesce(host_cert_valid_before::text, '-') F
 	'f -' '... without a host certificate'
 bootdata "$i3"
 is "$(file "$i3" /etc/ssh/bc_sandbox_ca.pub)" "$ca_pub" '... its guest still trusts the CA'
-ok "! grep -q 'bc_sandbox_host_key\|PRIVATE KEY' '$T/cc-$i3'" '... and gets no host key'
+ok "! grep -q 'path: /etc/ssh/bc_sandbox_host_key\|PRIVATE KEY' '$T/cc-$i3'" '... and gets no host key'
 
 # -- without a sandbox CA: no CA part
 ctl_kill 1 TERM

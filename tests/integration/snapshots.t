@@ -113,6 +113,10 @@ object_sum() { # "sha256 size" of the snapshot's object in the store
 }
 snap_col() { q "SELECT $2 FROM sandbox_snapshots WHERE id = '$1'"; }
 ledger=$STACK_DIR/agent-1/fake/ledger.log
+# the fake's guests refuse every identity rebind here, so memory restores
+# keep their source's identity (restore-shares-identity); rebind.t tests
+# the rebind itself
+mkdir -p "$STACK_DIR/agent-1/fake" && echo rebind >"$STACK_DIR/agent-1/fake/all.fail"
 
 tmpl=$(jid "$(bcctl --format json sandbox-template create --name snap --pool "$POOL_ID" \
 	--flavor "$FLAVOR_NAME" --image "$img")") || bail_out "template"
@@ -358,6 +362,8 @@ pub=$(cat "$S3D/id.pub")
 ex() { echo "{\"sandboxId\":\"$1\",\"publicKey\":\"$pub\"}"; }
 out=$(api "$T" sandboxes/exec "$(ex "$r1")")
 is "$(printf '%s\n' "$out" | tail -n 1)" 200 'exec into a memory restore whose source is gone: granted'
+is "$(printf '%s\n' "$out" | sed '$d' | jq -r '.principal + " " + .hostPrincipal')" "sandbox@$i3 $i3" \
+	"... for the identity its memory holds, its source's (its guest refuses its own here)"
 r2=$(jid "$(bcctl --format json sandbox create --template "$tmpl" --from-snapshot "$p4" --wait 20s)")
 api_refused "$T" sandboxes/exec "$(ex "$r1")" 409 INVALID_STATE reason=restore-shares-identity \
 	'exec into a memory restore while a sibling restore is live'

@@ -307,7 +307,7 @@ static void test_ca_golden(void)
 	ok(bootdata_cloud_config(&in, &a) == 0, "render the CA part without a host key");
 	golden("bootdata_ca.cfg", a);
 	is_int(schema("ca-plain.cfg", a), 0, "cloud-init schema accepts it");
-	ok(!strstr(a, "bc_sandbox_host_key") && !strstr(a, "HostKey"),
+	ok(!strstr(a, "path: " BOOTDATA_HOST_KEY_PATH) && !strstr(a, "HostKey /etc"),
 	   "no host key, no HostKey line");
 	in.ssh_ca = &hk;
 	ok(bootdata_cloud_config(&in, &b) == 0, "render the CA part with a host key");
@@ -551,7 +551,7 @@ static void test_ready_golden(void)
 	ok(bootdata_cloud_config(&in, &a) == 0, "render the CA part with the guest-up signal");
 	golden("bootdata_ready.cfg", a);
 	is_int(schema("ready.cfg", a), 0, "cloud-init schema accepts it");
-	reload = strstr(a, "systemctl reload ssh");
+	reload = strstr(a, "- [sh, -c, \"systemctl reload ssh");
 	enable = strstr(a, "[systemctl, enable, bc-guest-ready.service, bc-rtc-clock.service]");
 	start = strstr(a, "[systemctl, start, --no-block, bc-guest-ready.service");
 	ok(reload && enable && start && reload < enable && enable < start,
@@ -747,6 +747,83 @@ static void test_identity_host(void)
 	   !strstr(c, BOOTDATA_IDENTITY_UNIT), "without identity: none of it");
 }
 
+/* The block of docs/agent.md that follows the line "`path`:" (a fenced
+ * block), malloc'd, or NULL. */
+static char *docs_block(const char *doc, const char *path)
+{
+	_cleanup_free_ char *mark = xasprintf("`%s`:\n\n```", path);
+	const char *a = strstr(doc, mark), *b;
+
+	if (!a || !(a = strchr(a + strlen(mark), '\n')))
+		return NULL;
+	a++;
+	if (!(b = strstr(a, "\n```\n")))
+		return NULL;
+	return xasprintf("%.*s", (int)(b - a + 1), a);
+}
+
+/* One write_files entry of a rendered cloud-config, read back by a real
+ * YAML parser: "<permissions>\n<content>" in *ret. */
+static int written(const char *cfg_path, const char *path, char **ret)
+{
+	_cleanup_free_ char *cmd = xasprintf(
+		"/usr/bin/python3 -c 'import sys, yaml\n"
+		"for f in yaml.safe_load(open(sys.argv[1]))[\"write_files\"]:\n"
+		"    if f[\"path\"] == sys.argv[2]: sys.stdout.write(f[\"permissions\"] + \"\\n\" + "
+		"f[\"content\"])' %s %s", cfg_path, path);
+
+	return run(cmd, ret);
+}
+
+/* The identity rebind's guest files (docs/agent.md, "Identity rebind"):
+ * with the sandbox CA the cloud-config writes all three, byte for byte the
+ * docs' blocks (read back by a real YAML parser), the script 0755; runcmd
+ * reloads systemd and udev before sshd; without the CA none of it. */
+static void test_rebind_files(void)
+{
+	static const struct {
+		const char *path, *perm, *text;
+	} files[] = {
+		{BOOTDATA_REBIND_RULE_PATH, "0644", bootdata_rebind_rule},
+		{BOOTDATA_REBIND_SERVICE_PATH, "0644", bootdata_rebind_service},
+		{BOOTDATA_REBIND_SCRIPT_PATH, "0755", bootdata_rebind_script},
+	};
+	const struct bootdata_ssh_ca plain = {.account = "sandbox", .ca_public_key = CA_LINE};
+	struct bootdata_in in = {.instance_id = ID, .ssh_ca = &plain, .ready_signal = true};
+	_cleanup_free_ char *doc = NULL, *cc = NULL, *cfg = NULL, *bare = NULL;
+	const char *src = getenv("BC_SRC");
+	_cleanup_free_ char *docs = xasprintf("%s/docs/agent.md", src ? src : ".");
+	const char *udev, *reload;
+
+	ok(file_read_all(docs, 1 << 20, &doc, NULL) == 0, "docs/agent.md readable");
+	ok(bootdata_cloud_config(&in, &cc) == 0, "render the CA part");
+	cfg = write_tmp("rebind.cfg", cc, strlen(cc));
+	for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
+		_cleanup_free_ char *block = doc ? docs_block(doc, files[i].path) : NULL;
+		_cleanup_free_ char *got = NULL, *want = xasprintf("%s\n%s", files[i].perm,
+								     files[i].text);
+		ok(block && strcmp(block, files[i].text) == 0, "%s: the docs block is the text",
+		   files[i].path);
+		is_int(written(cfg, files[i].path, &got), 0, "%s: written", files[i].path);
+		ok(got && strcmp(got, want) == 0, "%s: byte for byte, mode %s", files[i].path,
+		   files[i].perm);
+	}
+	udev = strstr(cc, "- [sh, -c, \"systemctl daemon-reload || true; udevadm control --reload");
+	reload = strstr(cc, "- [sh, -c, \"systemctl reload ssh");
+	ok(udev && reload && udev < reload,
+	   "runcmd: daemon-reload, udevadm control --reload, then the sshd reload");
+	is_int(schema("rebind.cfg", cc), 0, "cloud-init schema accepts it");
+	in.ssh_ca = NULL;
+	ok(bootdata_cloud_config(&in, &bare) == 0 && !strstr(bare, "bc-rebind") &&
+	   !strstr(bare, "udevadm"), "without the CA: no rebind files");
+	{
+		_cleanup_free_ char *out = NULL, *sh = write_tmp("bc-rebind", bootdata_rebind_script,
+								 strlen(bootdata_rebind_script));
+		_cleanup_free_ char *cmd = xasprintf("sh -n %s 2>&1 && dash -n %s 2>&1", sh, sh);
+		is_int(run(cmd, &out), 0, "the script parses in sh and dash");
+	}
+}
+
 int main(void)
 {
 	if (!mkdtemp(tmpdir))
@@ -763,6 +840,7 @@ int main(void)
 	test_volumes();
 	test_identity_files();
 	test_identity_host();
+	test_rebind_files();
 	{
 		_cleanup_free_ char *cmd = xasprintf("rm -rf %s", tmpdir);
 		if (system(cmd) != 0)
