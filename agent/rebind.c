@@ -1,5 +1,5 @@
 /* rebind.c: bcd's side of a memory restore's identity rebind (see
- * rebind.h; docs/agent.md, "Identity rebind").
+ * rebind.h; docs/rebind.md).
  *
  * The record, data_dir/instances-rebound.json, is one JSON object of
  * instance id to the identity_rebind_ref applied to it, replaced

@@ -1,5 +1,5 @@
 /* rebind.h: bcd's side of a memory restore's identity rebind (rebind.c;
- * docs/agent.md, "Identity rebind"): which instances still need their
+ * docs/rebind.md): which instances still need their
  * bundle delivered, the delivery itself (a converge job), and the record
  * of the ones done, data_dir/instances-rebound.json. Thread-safe: the
  * converge thread asks, a runtime worker delivers. */

@@ -156,7 +156,7 @@ struct runtime_ops {
 	 * libvirt runtime restores a source it had saved and not yet
 	 * restored), before the caller removes the directory. May be NULL. */
 	void (*capture_recover)(struct rt *rt, const char *workdir);
-	/* Identity rebind (docs/agent.md, "Identity rebind"): give the
+	/* Identity rebind (docs/rebind.md): give the
 	 * running memory restore spec->id its own identity. Hot-add a NIC for
 	 * each of spec->nics (its own MAC, on its tap) and a raw disk of
 	 * RB_DISK_BYTES with virtio serial "bc-rebind" holding the len bytes

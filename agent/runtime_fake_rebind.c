@@ -1,5 +1,5 @@
 /* runtime_fake_rebind.c: the fake runtime's identity rebind (runtime.h,
- * rebind; docs/agent.md, "Identity rebind").
+ * rebind; docs/rebind.md).
  *
  * No guest reads a disk here: the fake stands in for the hot-plug and the
  * guest's answer. It checks what a real runtime would hand the guest (the

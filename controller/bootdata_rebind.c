@@ -1,14 +1,14 @@
 /* bootdata_rebind.c: the guest's side of the identity rebind (docs/
- * agent.md, "Identity rebind"; docs/snapshots.md): the udev rule, the
+ * rebind.md; docs/snapshots.md): the udev rule, the
  * oneshot service and the script the platform's cloud-config writes into
  * every sandbox guest when the sandbox SSH CA is configured (bootdata.c),
  * so a memory restore, which resumes without cloud-init, inherits them
- * from its source. The texts are copied verbatim into docs/agent.md; the
+ * from its source. The texts are copied verbatim into docs/rebind.md; the
  * unit test test_ctl_bootdata compares them byte for byte. */
 #include "bootdata.h"
 
 const char bootdata_rebind_rule[] =
-	"# bc identity rebind (docs/agent.md): the host hot-adds a raw disk with\n"
+	"# bc identity rebind (docs/rebind.md): the host hot-adds a raw disk with\n"
 	"# serial bc-rebind to a memory restore; its service installs the identity.\n"
 	"ACTION==\"add\", SUBSYSTEM==\"block\", ENV{DEVTYPE}==\"disk\", ENV{ID_SERIAL}==\"bc-rebind\", TAG+=\"systemd\", ENV{SYSTEMD_WANTS}+=\"bc-rebind@%k.service\"\n";
 

@@ -1,6 +1,6 @@
 /* rebind.c: a memory restore's own identity, the controller's side
  * (docs/snapshots.md, "A restore's own SSH identity"; the host's side is
- * agent/rebind.c, the guest's docs/agent.md "Identity rebind").
+ * agent/rebind.c, the guest's docs/rebind.md).
  *
  * A memory restore resumes its source's memory: its sshd answers to the
  * source's principal with the source's host key, and its NIC still has

@@ -1,6 +1,6 @@
 # rebind.t: a memory restore's own identity (controller/rebind.c,
 # agent/rebind.c; docs/snapshots.md "A restore's own SSH identity",
-# docs/agent.md "Identity rebind") on the fake runtime, with a real
+# docs/rebind.md) on the fake runtime, with a real
 # S3-compatible store (s3rver) for the snapshots.
 # - a memory restore gets a sealed bundle (instances.identity_rebind_ref,
 #   rebind_cert_valid_before) and its host's spec names it; while its

@@ -1,5 +1,5 @@
 /* test_agent_rebind.c: bcd's side of the identity rebind (agent/
- * rebind_bundle.c, agent/rebind.c; docs/agent.md "Identity rebind"): the
+ * rebind_bundle.c, agent/rebind.c; docs/rebind.md): the
  * bundle reader accepts the controller's shape and refuses every
  * deviation; the archive is read back by GNU tar and Python's tarfile
  * (names, modes, contents) and leaves the acknowledgement area free; the

@@ -747,7 +747,7 @@ static void test_identity_host(void)
 	   !strstr(c, BOOTDATA_IDENTITY_UNIT), "without identity: none of it");
 }
 
-/* The block of docs/agent.md that follows the line "`path`:" (a fenced
+/* The block of docs/rebind.md that follows the line "`path`:" (a fenced
  * block), malloc'd, or NULL. */
 static char *docs_block(const char *doc, const char *path)
 {
@@ -775,7 +775,7 @@ static int written(const char *cfg_path, const char *path, char **ret)
 	return run(cmd, ret);
 }
 
-/* The identity rebind's guest files (docs/agent.md, "Identity rebind"):
+/* The identity rebind's guest files (docs/rebind.md):
  * with the sandbox CA the cloud-config writes all three, byte for byte the
  * docs' blocks (read back by a real YAML parser), the script 0755; runcmd
  * reloads systemd and udev before sshd; without the CA none of it. */
@@ -792,10 +792,10 @@ static void test_rebind_files(void)
 	struct bootdata_in in = {.instance_id = ID, .ssh_ca = &plain, .ready_signal = true};
 	_cleanup_free_ char *doc = NULL, *cc = NULL, *cfg = NULL, *bare = NULL;
 	const char *src = getenv("BC_SRC");
-	_cleanup_free_ char *docs = xasprintf("%s/docs/agent.md", src ? src : ".");
+	_cleanup_free_ char *docs = xasprintf("%s/docs/rebind.md", src ? src : ".");
 	const char *udev, *reload;
 
-	ok(file_read_all(docs, 1 << 20, &doc, NULL) == 0, "docs/agent.md readable");
+	ok(file_read_all(docs, 1 << 20, &doc, NULL) == 0, "docs/rebind.md readable");
 	ok(bootdata_cloud_config(&in, &cc) == 0, "render the CA part");
 	cfg = write_tmp("rebind.cfg", cc, strlen(cc));
 	for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
