@@ -100,51 +100,38 @@ static int save(struct rebind *rb)
 	return file_write_atomic(rb->path, json, strlen(json), 0600);
 }
 
-static const char *skip_ws(const char *p)
-{
-	while (json_lex_ws(*p))
-		p++;
-	return p;
-}
-
+/* The string at *p after any whitespace (json_lex_read_str). */
 static int read_str(const char **p, char **ret)
 {
-	struct json_lex_fault f;
-	size_t len, used;
-
-	*p = skip_ws(*p);
-	if (**p != '"' || json_lex_string(*p + 1, strlen(*p + 1), JSON_LEX_NO_NUL | JSON_LEX_UTF8,
-					  ret, &len, &used, &f) < 0)
-		return -EINVAL;
-	*p += 1 + used;
-	return 0;
+	*p = json_lex_skip_ws(*p);
+	return json_lex_read_str(p, ret);
 }
 
 /* The record's text: {"id": "ref", ...}; entries of unusable ids or refs
  * are refused with the whole file. */
 static int parse_record(struct rebind *rb, const char *text)
 {
-	const char *p = skip_ws(text);
+	const char *p = json_lex_skip_ws(text);
 
 	if (*p++ != '{')
 		return -EINVAL;
-	p = skip_ws(p);
+	p = json_lex_skip_ws(p);
 	if (*p == '}')
-		return *skip_ws(p + 1) ? -EINVAL : 0;
+		return *json_lex_skip_ws(p + 1) ? -EINVAL : 0;
 	for (;;) {
 		_cleanup_free_ char *id = NULL, *ref = NULL;
-		if (read_str(&p, &id) < 0 || *(p = skip_ws(p)) != ':' || (p++, read_str(&p, &ref)) < 0)
+		if (read_str(&p, &id) < 0 || *(p = json_lex_skip_ws(p)) != ':' || (p++, read_str(&p, &ref)) < 0)
 			return -EINVAL;
 		if (!rt_id_valid(id) || !*ref || !str_is_printable(ref, REBIND_REF_MAX - 1) ||
 		    rb->n_done >= REBIND_ENTRIES_MAX)
 			return -EINVAL;
 		add_done(rb, id, ref);
-		p = skip_ws(p);
+		p = json_lex_skip_ws(p);
 		if (*p == ',') {
 			p++;
 			continue;
 		}
-		return *p == '}' && !*skip_ws(p + 1) ? 0 : -EINVAL;
+		return *p == '}' && !*json_lex_skip_ws(p + 1) ? 0 : -EINVAL;
 	}
 }
 

@@ -9,28 +9,6 @@
 #include "snapshot.h"
 #include "util.h"
 
-static const char *skip_ws(const char *p)
-{
-	while (json_lex_ws(*p))
-		p++;
-	return p;
-}
-
-/* A JSON string at *p (on its quote): 0 with *ret malloc'd, *p past it. */
-static int read_str(const char **p, char **ret)
-{
-	struct json_lex_fault f;
-	size_t len, used;
-
-	if (**p != '"')
-		return -EINVAL;
-	if (json_lex_string(*p + 1, strlen(*p + 1), JSON_LEX_NO_NUL | JSON_LEX_UTF8, ret, &len,
-			    &used, &f) < 0)
-		return -EINVAL;
-	*p += 1 + used;
-	return 0;
-}
-
 /* A scalar that is not a string (true, false, null, a number): skipped;
  * is_bool and b say if it was a bool. */
 static int read_scalar(const char **p, bool *is_bool, bool *b)
@@ -50,10 +28,10 @@ static int take_member(const char **p, char **url, bool *mem, bool *has_url)
 	_cleanup_free_ char *key = NULL, *sval = NULL;
 	bool is_bool = false, b = false;
 
-	if (read_str(p, &key) < 0 || *(*p = skip_ws(*p)) != ':')
+	if (json_lex_read_str(p, &key) < 0 || *(*p = json_lex_skip_ws(*p)) != ':')
 		return -EINVAL;
-	*p = skip_ws(*p + 1);
-	if (**p == '"' ? read_str(p, &sval) < 0 : read_scalar(p, &is_bool, &b) < 0)
+	*p = json_lex_skip_ws(*p + 1);
+	if (**p == '"' ? json_lex_read_str(p, &sval) < 0 : read_scalar(p, &is_bool, &b) < 0)
 		return -EINVAL;
 	if (strcmp(key, "putUrl") == 0) {
 		if (!sval || *has_url || strlen(sval) > SNAP_URL_MAX)
@@ -73,22 +51,22 @@ static int take_member(const char **p, char **url, bool *mem, bool *has_url)
 int snap_parse_args(const char *json, char **ret_put_url, bool *ret_include_memory)
 {
 	_cleanup_free_ char *url = NULL;
-	const char *p = skip_ws(json ? json : "");
+	const char *p = json_lex_skip_ws(json ? json : "");
 	bool mem = true, has_url = false;
 
 	if (*p++ != '{')
 		return -EINVAL;
-	p = skip_ws(p);
+	p = json_lex_skip_ws(p);
 	while (*p != '}') {
 		if (take_member(&p, &url, &mem, &has_url) < 0)
 			return -EINVAL;
-		p = skip_ws(p);
+		p = json_lex_skip_ws(p);
 		if (*p == ',')
-			p = skip_ws(p + 1);
+			p = json_lex_skip_ws(p + 1);
 		else if (*p != '}')
 			return -EINVAL;
 	}
-	if (*skip_ws(p + 1) || !has_url || !*url)
+	if (*json_lex_skip_ws(p + 1) || !has_url || !*url)
 		return -EINVAL;
 	*ret_put_url = url;
 	url = NULL;

@@ -19,6 +19,25 @@ bool json_lex_ws(char c)
 	return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
+const char *json_lex_skip_ws(const char *p)
+{
+	while (json_lex_ws(*p))
+		p++;
+	return p;
+}
+
+int json_lex_read_str(const char **p, char **ret)
+{
+	struct json_lex_fault f;
+	size_t len, used;
+
+	if (**p != '"' || json_lex_string(*p + 1, strlen(*p + 1), JSON_LEX_NO_NUL | JSON_LEX_UTF8,
+					  ret, &len, &used, &f) < 0)
+		return -EINVAL;
+	*p += 1 + used;
+	return 0;
+}
+
 size_t json_lex_utf8_seq(const unsigned char *s, size_t n)
 {
 	unsigned char c = s[0];

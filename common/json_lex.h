@@ -44,4 +44,11 @@ struct json_lex_fault {
 int json_lex_string(const char *s, size_t n, unsigned flags, char **ret, size_t *ret_len,
 		    size_t *ret_used, struct json_lex_fault *fault);
 
+/* For the small flat readers of bcd's own files and arguments
+ * (agent/snapshot_args.c, agent/rebind.c): p past any JSON whitespace; and
+ * the JSON string at *p (on its opening quote), NUL-free UTF-8: 0 with *ret
+ * malloc'd and *p past the closing quote, -EINVAL otherwise. */
+const char *json_lex_skip_ws(const char *p);
+int json_lex_read_str(const char **p, char **ret);
+
 #endif

@@ -293,6 +293,8 @@ static int report_rebound(struct db *d, struct report *a, bc_error *err)
 	dbp_str(&p, a->node);
 	dbp_str(&p, lines_str(&a->rb_ids));
 	dbp_str(&p, lines_str(&a->rb_refs));
+	enum { RB_ID }; /* the answer's one column: an instance rebound */
+
 	rc = db_exec(d, &r, "UPDATE instances i SET identity_rebound_at = now(), host_certified = "
 		     "i.rebind_cert_valid_before IS NOT NULL, host_cert_valid_before = "
 		     "i.rebind_cert_valid_before, updated_at = now() FROM unnest(string_to_array($2, "
@@ -303,7 +305,7 @@ static int report_rebound(struct db *d, struct report *a, bc_error *err)
 		return db_fail(err, rc);
 	for (int i = 0; i < PQntuples(r); i++)
 		log_info("node %s: instance %s answers to its own identity now (rebound)", a->node,
-			 db_val(r, i, 0));
+			 db_val(r, i, RB_ID));
 	PQclear(r);
 	return 0;
 }
