@@ -418,6 +418,9 @@ static void test_fake_guest_up(void)
 	 * machine can hold this thread past the delay) */
 	ok(gr_get(g, "gu_late") - w0 >= 400, "with a 400 ms delay: up, and marked 400 ms or more "
 	   "after the start (%lld ms)", (long long)(gr_get(g, "gu_late") - w0));
+	/* the delayed thread marks, then wakes: this thread may look between */
+	while (__atomic_load_n(&woken, __ATOMIC_SEQ_CST) < 1 && mono_ms() - t0 < 10000)
+		usleep(20000);
 	ok(__atomic_load_n(&woken, __ATOMIC_SEQ_CST) >= 1, "the delayed mark woke the runtime's owner");
 
 	write_file("gu_never.noready", "");

@@ -25,6 +25,7 @@ typedef Bc__Compute__V1__TunnelFrame Frame;
 #define FRAME_D (&bc__compute__v1__tunnel_frame__descriptor)
 #define DATA 2   /* TunnelFrame.data */
 #define TICKET 1 /* TunnelFrame.ticket, a string */
+#define WAIT_MS 30000 /* a reply on a loaded machine (5 s ran out once in make check) */
 
 /* ------------------------------------------------------ the sink */
 
@@ -278,7 +279,7 @@ static int reply_ticket(rpc_stream *st, char *buf, size_t len)
 {
 	ProtobufCMessage *m = NULL;
 	bc_error err = {0};
-	int r = rpc_stream_recv(st, FRAME_D, &m, 5000, &err);
+	int r = rpc_stream_recv(st, FRAME_D, &m, WAIT_MS, &err);
 
 	buf[0] = '\0';
 	if (r == 1) {
@@ -321,7 +322,7 @@ static void test_server(void)
 		f.ticket = i == 2 ? "a ticket beside the data" : "";
 		r = rpc_stream_send(st, &f.base);
 		if (r == 0)
-			r = rpc_stream_read(st, FRAME_D, DATA, sink_fn, &s, 5000, &err);
+			r = rpc_stream_read(st, FRAME_D, DATA, sink_fn, &s, WAIT_MS, &err);
 		same &= r == 1 && s.n == sizes[i] && (!s.n || memcmp(s.b, data, s.n) == 0);
 		n += r == 1;
 		s.n = 0;
@@ -329,7 +330,7 @@ static void test_server(void)
 	}
 	is_int(n, (int)ARRAY_SIZE(sizes), "every message echoed");
 	ok(same, "... byte for byte, both ends reading in place (1 B to 1 MiB, and empty)");
-	r = rpc_stream_read(st, FRAME_D, TICKET + 2, sink_fn, &s, 5000, &err);
+	r = rpc_stream_read(st, FRAME_D, TICKET + 2, sink_fn, &s, WAIT_MS, &err);
 	ok(r < 0 && err.code == BC_INTERNAL, "client: a field that is not bytes: BC_INTERNAL");
 	/* one byte over the server's limit: the server's reader says so */
 	{
@@ -350,7 +351,7 @@ static void test_server(void)
 	/* half-close: 0 at the server, then the stream ends OK */
 	st = rpc_stream_open(c, path, NULL, 20000, &err);
 	is_int(st ? rpc_stream_close_send(st) : -1, 0, "half-close");
-	r = st ? rpc_stream_read(st, FRAME_D, DATA, sink_fn, &s, 5000, &err) : -1;
+	r = st ? rpc_stream_read(st, FRAME_D, DATA, sink_fn, &s, WAIT_MS, &err) : -1;
 	is_int(r, 0, "client's read: 0 at the end of an OK stream (the server read 0)");
 	rpc_stream_free(st);
 
