@@ -334,15 +334,19 @@ static void put_disks(struct out *o, const struct domxml *d)
 			 d->volumes[i].read_only, !d->volumes[i].read_only);
 }
 
+static void put_nic(struct out *o, int indent, const struct domxml_nic *n)
+{
+	put(o, indent, "<interface type='ethernet'>");
+	put(o, indent + 1, "<mac address='%s'/>", n->mac);
+	put(o, indent + 1, "<target dev='%s' managed='no'/>", n->tap);
+	put(o, indent + 1, "<model type='virtio'/>");
+	put(o, indent, "</interface>");
+}
+
 static void put_nics(struct out *o, const struct domxml *d)
 {
-	for (size_t i = 0; i < d->n_nics; i++) {
-		put(o, 2, "<interface type='ethernet'>");
-		put(o, 3, "<mac address='%s'/>", d->nics[i].mac);
-		put(o, 3, "<target dev='%s' managed='no'/>", d->nics[i].tap);
-		put(o, 3, "<model type='virtio'/>");
-		put(o, 2, "</interface>");
-	}
+	for (size_t i = 0; i < d->n_nics; i++)
+		put_nic(o, 2, &d->nics[i]);
 }
 
 static void put_console(struct out *o, const struct domxml *d)
@@ -428,7 +432,9 @@ int domxml_metadata_node(const char *xml, char *out, size_t outlen)
 /* ------------------------------------------------------ disk by serial */
 
 /* The value of attribute name (name=' or name=") inside [p, end), into out. */
-static int attr_in(const char *p, const char *end, const char *name, char *out, size_t outlen)
+/* The value of the first attribute name (e.g. "<target dev=") between p
+ * and end into out, as written. */
+static int attr_raw(const char *p, const char *end, const char *name, char *out, size_t outlen)
 {
 	const char *a = strstr(p, name), *v, *q;
 	size_t n = strlen(name);
@@ -441,6 +447,14 @@ static int attr_in(const char *p, const char *end, const char *name, char *out, 
 		return -EINVAL;
 	memcpy(out, v, (size_t)(q - v));
 	out[q - v] = '\0';
+	return 0;
+}
+
+/* attr_raw of a value of lower-case letters and digits only. */
+static int attr_in(const char *p, const char *end, const char *name, char *out, size_t outlen)
+{
+	if (attr_raw(p, end, name, out, outlen) < 0)
+		return -EINVAL;
 	for (const char *c = out; *c; c++)
 		if (!islower((unsigned char)*c) && !isdigit((unsigned char)*c))
 			return -EINVAL;
@@ -460,6 +474,81 @@ int domxml_disk_by_serial(const char *xml, const char *serial, char *out, size_t
 		s = strstr(p, "<serial>");
 		if (s && s < end && strncmp(s + 8, serial, n) == 0 && s[8 + n] == '<')
 			return attr_in(p, end, "<target dev=", out, outlen);
+		p = end;
+	}
+	return -ENOENT;
+}
+
+/* ------------------------------------------------- hot-plugged elements */
+
+/* One element printed by fn into *ret (malloc'd). */
+static int element(void (*fn)(struct out *, const void *), const void *arg, char **ret)
+{
+	struct out o = {0};
+	char *buf = NULL;
+	size_t len = 0;
+
+	o.f = open_memstream(&buf, &len);
+	if (!o.f)
+		return -ENOMEM;
+	fn(&o, arg);
+	if (fclose(o.f) != 0 || o.bad) {
+		free(buf);
+		return o.bad ? -EINVAL : -ENOMEM;
+	}
+	*ret = buf;
+	return 0;
+}
+
+static void put_nic_element(struct out *o, const void *arg)
+{
+	put_nic(o, 0, arg);
+}
+
+int domxml_nic_element(const char *mac, const char *tap, char **ret)
+{
+	const struct domxml_nic n = {.tap = tap, .mac = mac};
+
+	if (!tap_ok(tap) || !mac_ok(mac))
+		return -EINVAL;
+	return element(put_nic_element, &n, ret);
+}
+
+static void put_rebind_disk(struct out *o, const void *path)
+{
+	put(o, 0, "<disk type='file' device='disk'>");
+	put(o, 1, "<driver name='qemu' type='raw'/>");
+	put(o, 1, "<source file='%s'/>", (const char *)path);
+	put(o, 1, "<target dev='" DOMXML_REBIND_DEV "' bus='virtio'/>");
+	put(o, 1, "<serial>" DOMXML_REBIND_SERIAL "</serial>");
+	put(o, 0, "</disk>");
+}
+
+int domxml_rebind_disk_element(const char *path, char **ret)
+{
+	if (!path_ok(path))
+		return -EINVAL;
+	return element(put_rebind_disk, path, ret);
+}
+
+int domxml_mac_of_tap(const char *xml, const char *tap, char mac[18])
+{
+	char dev[16], m[18];
+
+	if (!xml || !tap_ok(tap))
+		return -EINVAL;
+	for (const char *p = strstr(xml, "<interface "); p; p = strstr(p, "<interface ")) {
+		const char *end = strstr(p, "</interface>"), *a;
+		if (!end)
+			return -EINVAL;
+		a = strstr(p, "<target dev=");
+		if (a && a < end && attr_raw(a, end, "<target dev=", dev, sizeof(dev)) == 0 &&
+		    strcmp(dev, tap) == 0) {
+			if (attr_raw(p, end, "<mac address=", m, sizeof(m)) < 0 || !mac_ok(m))
+				return -EINVAL;
+			memcpy(mac, m, sizeof(m));
+			return 0;
+		}
 		p = end;
 	}
 	return -ENOENT;

@@ -77,4 +77,20 @@ int domxml_metadata_node(const char *metadata_xml, char *out, size_t outlen);
  * disk has that serial, -EINVAL for XML it cannot read. Pure. */
 int domxml_disk_by_serial(const char *xml, const char *serial, char *out, size_t outlen);
 
+/* The identity rebind's hot-plugged elements (runtime_libvirt_rebind.c;
+ * docs/rebind.md): the <interface> of one NIC as domxml_build writes it
+ * (for libvirt's attach and detach), and the rebind disk at path (raw,
+ * virtio, target DOMXML_REBIND_DEV, beyond any disk domxml_build names,
+ * serial DOMXML_REBIND_SERIAL). *ret malloc'd; -EINVAL for a MAC, tap name
+ * or path domxml_build would refuse. */
+#define DOMXML_REBIND_DEV "vdzz"
+#define DOMXML_REBIND_SERIAL "bc-rebind"
+int domxml_nic_element(const char *mac, const char *tap, char **ret);
+int domxml_rebind_disk_element(const char *path, char **ret);
+
+/* The MAC of the <interface> whose <target dev> is tap in a domain's XML,
+ * into mac. 0, -ENOENT when no interface is on tap, -EINVAL for XML it
+ * cannot read. Pure. */
+int domxml_mac_of_tap(const char *xml, const char *tap, char mac[18]);
+
 #endif

@@ -481,3 +481,12 @@ int rb_tar(const struct rb_bundle *b, const char *nonce, void **ret, size_t *ret
 	*ret_len = total;
 	return 0;
 }
+
+bool rb_ack_ok(const char *area, size_t n, const char *nonce)
+{
+	size_t k = strlen(RB_ACK_PREFIX);
+
+	return nonce && strlen(nonce) == RB_NONCE_LEN && n >= k + RB_NONCE_LEN + 1 &&
+	       memcmp(area, RB_ACK_PREFIX, k) == 0 && memcmp(area + k, nonce, RB_NONCE_LEN) == 0 &&
+	       area[k + RB_NONCE_LEN] == '\n';
+}

@@ -68,4 +68,9 @@ char *rb_network_text(const struct rb_bundle *b);
  * it would not leave the disk's last RB_ACK_BYTES free. */
 int rb_tar(const struct rb_bundle *b, const char *nonce, void **ret, size_t *ret_len);
 
+/* The guest's acknowledgement: the n bytes at the start of the disk's last
+ * RB_ACK_BYTES begin with "BCREBOUND <nonce>\n" for this nonce. */
+#define RB_ACK_PREFIX "BCREBOUND "
+bool rb_ack_ok(const char *area, size_t n, const char *nonce);
+
 #endif

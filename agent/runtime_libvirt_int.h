@@ -109,7 +109,7 @@ int lv_capture(struct rt *rt, const char *id, bool include_memory, const char *p
 int lv_restore(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, const char *path,
 	       enum rt_state *ret_state, char *reason);
 void lv_capture_recover(struct rt *rt, const char *workdir);
-/* runtime_ops.rebind: not built yet (-EOPNOTSUPP with the reason). */
+/* runtime_libvirt_rebind.c: runtime_ops.rebind (docs/rebind.md). */
 int lv_rebind(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, const void *tar, size_t len,
 	      const char *nonce, char *reason);
 /* Write the object to fd: meta (text), then the files disk and mem (NULL:

@@ -588,20 +588,3 @@ int lv_restore(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, const char *p
 	log_info("libvirt: %s restored (%s)", s->id, has_mem ? "resumed from memory" : "disk, boots fresh");
 	return 0;
 }
-
-/* The identity rebind (runtime.h, rebind; docs/agent.md "Identity
- * rebind") needs the hot-plug of a NIC with the restore's own MAC and of
- * the bc-rebind disk, and the wait for the guest's acknowledgement: not
- * built for libvirt yet. bcd reports the reason with the instance and asks
- * again every 15 minutes (rebind.c), never in a loop. */
-int lv_rebind(struct rt *rt, const Bc__Node__V1__InstanceSpec *s, const void *tar, size_t len,
-	      const char *nonce, char *reason)
-{
-	(void)rt;
-	(void)tar;
-	(void)len;
-	(void)nonce;
-	snprintf(reason, RT_REASON_MAX, "the libvirt runtime cannot hot-add the rebind disk and "
-		 "NIC of %s yet (unsupported)", s->id);
-	return -EOPNOTSUPP;
-}

@@ -16,12 +16,17 @@
 #   - a memory snapshot (the default) restores into a new sandbox: the
 #     process started before the snapshot still runs there, as the same
 #     process, and reads the file; exec into the restore, and into the
-#     source, is refused restore-shares-identity while both are live. The restore's only
+#     source, is refused restore-shares-identity while both are live and
+#     the restore is not rebound (the template's rebind service waits 45 s
+#     first). The restore's only
 #     channel to the host before its identity rebind is its serial console
 #     (it still holds its source's MAC and address, which its tap's guard
 #     drops): the process writes "BC-ALIVE <pid> <the file> <n>" there every
 #     2 s (the template's user data lets the sandbox account write
 #     /dev/ttyS0), and the restore's console log is its own, new file;
+#   - the identity rebind (runtime_libvirt_rebind.c): identityRebound turns
+#     true; exec then reaches the restore while its source lives, at its
+#     own address, with the file, the process and principals naming it;
 #   - a disk-only restore boots fresh: the file, not the process;
 #   - one byte flipped in the stored object: the restore fails with
 #     SnapshotDigestMismatch and no domain is defined for it.
@@ -63,7 +68,13 @@ bcctl policy attach "$pol" --identity "$alice" >/dev/null
 abc() { BC_TOKEN=$A bcctl "$@"; }
 # (root, at first boot: the account may write the serial console, where
 # the process below reports; a memory restore has no other way out yet)
-printf '#!/bin/sh\nusermod -aG dialout,tty sandbox\n' >"$W/user-data"
+# The rebind service waits 45 s before it installs a restore's identity (a
+# drop-in, inherited by the memory restore), so that the refusals before
+# the rebind are seen on a guest that has not yet acknowledged it.
+printf '%s\n' '#!/bin/sh' 'usermod -aG dialout,tty sandbox' \
+	'mkdir -p /etc/systemd/system/bc-rebind@.service.d' \
+	"printf '[Service]\\nExecStartPre=/bin/sleep 45\\n' >/etc/systemd/system/bc-rebind@.service.d/e2e-hold.conf" \
+	'systemctl daemon-reload' >"$W/user-data"
 tmpl=$(jid "$(bcctl --format json sandbox-template create --tenant acme --name e2e-snap --pool "$POOL_ID" \
 	--flavor "$FLAVOR_NAME" --image "$IMAGE_ID" --user-data-file "$W/user-data")") || bail_out "template"
 sbx=$(jid "$(abc --format json sandbox create --template "$tmpl" --ttl 1h)")
@@ -143,7 +154,7 @@ is "$(e2e_domstate "$inst")" running '... the source runs'
 
 # ------------------------------------------------ through the controller
 if ! abc sandbox snapshot --help >/dev/null 2>&1; then
-	skip 'this bcctl has no `sandbox snapshot` yet (the controller side of issue 16)' 18
+	skip 'this bcctl has no `sandbox snapshot` yet (the controller side of issue 16)' 27
 	done_testing
 	exit 0
 fi
@@ -159,6 +170,12 @@ im=$(q "SELECT instance_id FROM sandboxes WHERE id = '$rm_'")
 irunning() { [ "$(q "SELECT state FROM instances WHERE id = '$1'")" = running ]; }
 eventually 1800 irunning "$im"
 ok $? "the memory restore ($rm_, $im) runs" || diag "$(q "SELECT state, reason FROM instances WHERE id = '$im'")"
+rebound() { abc --format json sandbox get "$rm_" | jq -r 'if has("identityRebound") then .identityRebound else "absent" end'; }
+is "$(rebound)" false '... identityRebound false: it still answers to its source identity'
+out=$(rx "$rm_" true 2>&1)
+like "$out" 'restore-shares-identity' 'exec into the memory restore: refused restore-shares-identity while its source is live'
+out=$(rx "$sbx" true 2>&1)
+like "$out" 'restore-shares-identity' '... and into the source while the restore is live'
 is "$(e2e_domstate "$im")" running '... its domain runs'
 eventually 120 ready "$rm_"
 ok $? '... its sandbox is ready (its guest was up when captured, and is not asked again)'
@@ -171,10 +188,23 @@ sleep 6
 n2=$(grep -a -c -E "BC-ALIVE $APID snap-marker-42" "$(e2e_console "$im")")
 ok "[ '$n2' -gt '$n1' ]" "... and goes on running ($n1 then $n2 lines)"
 is "$(e2e_domstate "$inst")" running '... while the source runs'
-out=$(rx "$rm_" true 2>&1)
-like "$out" 'restore-shares-identity' 'exec into the memory restore: refused restore-shares-identity while its source is live'
-out=$(rx "$sbx" true 2>&1)
-like "$out" 'restore-shares-identity' '... and into the source while the restore is live'
+# the identity rebind: the host swaps the restore's NIC for one with its own
+# MAC and hot-adds the bc-rebind disk; the guest installs its own principal,
+# host key and address, and acknowledges
+is_rebound() { [ "$(rebound)" = true ]; }
+eventually 600 is_rebound
+ok $? "the host rebinds the restore's identity: identityRebound true" ||
+	diag "$(q "SELECT state, reason FROM instances WHERE id = '$im'")"
+ownip=$(q "SELECT host(address) FROM ip_leases WHERE instance_id = '$im' LIMIT 1")
+reaches() { rx "$rm_" true >/dev/null 2>&1; }
+eventually 120 reaches
+ok $? 'exec reaches the restore while its source is live'
+like "$(rx "$rm_" 'ip -4 -o addr show scope global')" "inet $ownip/" "... at its own address ($ownip)"
+is "$(rx "$rm_" 'cat /home/sandbox/marker')" snap-marker-42 '... the file is there'
+ok "rx '$rm_' 'pgrep -f \"sleep 4242424\"' >/dev/null" '... and the process started in the source'
+like "$(rx "$rm_" 'cat /etc/ssh/bc_sandbox_principals/sandbox')" "sandbox@$im" '... its principals name the restore'
+ok "rx '$sbx' true >/dev/null" '... and exec reaches the source too, while the restore lives'
+ok "[ ! -e '$(e2e_instance_dir "$im")/rebind.img' ]" "the rebind disk's file is gone from the host"
 abc sandbox delete "$rm_" >/dev/null
 src_proc() { rx "$sbx" 'pgrep -f "sleep 4242424"' >/dev/null 2>&1; }
 eventually 120 src_proc

@@ -197,6 +197,51 @@ static void test_disk_by_serial(void)
 	       "an unclosed disk");
 }
 
+/* The identity rebind's hot-plugged elements and the MAC on a tap, in the
+ * live XML libvirt gives (double quotes, more elements). */
+static void test_rebind_elements(void)
+{
+	const char *live =
+		"<domain><devices>\n"
+		"    <interface type=\"ethernet\">\n"
+		"      <mac address=\"52:54:00:aa:bb:01\"/>\n"
+		"      <target dev=\"bctother0\" managed=\"no\"/>\n"
+		"    </interface>\n"
+		"    <interface type='ethernet'>\n"
+		"      <mac address='52:54:00:aa:bb:02'/>\n"
+		"      <target dev='bct123' managed='no'/>\n"
+		"      <model type='virtio'/><alias name='net1'/>\n"
+		"    </interface>\n"
+		"</devices></domain>";
+	char *el = NULL, mac[18];
+
+	is_int(domxml_nic_element("52:54:00:12:34:56", "bct0123456789a", &el), 0, "a NIC element");
+	is_str(el, "<interface type='ethernet'>\n  <mac address='52:54:00:12:34:56'/>\n"
+		   "  <target dev='bct0123456789a' managed='no'/>\n  <model type='virtio'/>\n"
+		   "</interface>\n", "... as domxml_build writes a NIC");
+	free(el);
+	el = NULL;
+	is_int(domxml_nic_element("52:54:00:12:34", "bct0", &el), -EINVAL, "a short MAC: refused");
+	is_int(domxml_nic_element("52:54:00:12:34:56", "bc/t", &el), -EINVAL, "a tap with '/': refused");
+	ok(el == NULL, "... nothing made");
+	is_int(domxml_rebind_disk_element("/d/inst_1/rebind.img", &el), 0, "the rebind disk");
+	is_str(el, "<disk type='file' device='disk'>\n  <driver name='qemu' type='raw'/>\n"
+		   "  <source file='/d/inst_1/rebind.img'/>\n  <target dev='vdzz' bus='virtio'/>\n"
+		   "  <serial>bc-rebind</serial>\n</disk>\n", "... raw, virtio, serial bc-rebind");
+	free(el);
+	el = NULL;
+	is_int(domxml_rebind_disk_element("rel/rebind.img", &el), -EINVAL, "a relative path: refused");
+	is_int(domxml_mac_of_tap(live, "bct123", mac), 0, "the MAC on a tap");
+	is_str(mac, "52:54:00:aa:bb:02", "... the second interface's");
+	is_int(domxml_mac_of_tap(live, "bctother0", mac), 0, "double quotes");
+	is_str(mac, "52:54:00:aa:bb:01", "... the first interface's");
+	is_int(domxml_mac_of_tap(live, "bct12", mac), -ENOENT, "a tap's prefix is not a match");
+	is_int(domxml_mac_of_tap("<interface ><target dev='t'/><mac address='zz'/></interface>", "t",
+				 mac), -EINVAL, "a MAC that is not one");
+	is_int(domxml_mac_of_tap("<interface ><target dev='t'/>", "t", mac), -EINVAL,
+	       "an unclosed interface");
+}
+
 static void test_escape(void)
 {
 	char out[8];
@@ -213,5 +258,6 @@ int main(void)
 	test_refusals();
 	test_metadata();
 	test_escape();
+	test_rebind_elements();
 	done_testing();
 }

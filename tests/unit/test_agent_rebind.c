@@ -312,6 +312,22 @@ static void test_record(void)
 	rebind_free(rb);
 }
 
+/* The guest's acknowledgement at the start of the disk's last 4 KiB. */
+static void test_ack(void)
+{
+	const char *nonce = "0123456789abcdef0123456789abcdef";
+	char area[64] = "BCREBOUND 0123456789abcdef0123456789abcdef\n";
+
+	ok(rb_ack_ok(area, sizeof(area), nonce), "the acknowledgement of this nonce");
+	ok(!rb_ack_ok(area, 42, nonce), "... cut before its newline: not yet");
+	ok(!rb_ack_ok(area, sizeof(area), "0123456789abcdef0123456789abcdee"), "another nonce: no");
+	ok(!rb_ack_ok(area, sizeof(area), "0123"), "a short nonce: no");
+	area[42] = ' ';
+	ok(!rb_ack_ok(area, sizeof(area), nonce), "no newline after the nonce: no");
+	memset(area, 0, sizeof(area));
+	ok(!rb_ack_ok(area, sizeof(area), nonce), "zeros (no answer yet): no");
+}
+
 int main(void)
 {
 	if (!mkdtemp(tmpdir))
@@ -320,6 +336,7 @@ int main(void)
 	test_refusals();
 	test_tar();
 	test_record();
+	test_ack();
 	{
 		_cleanup_free_ char *cmd = xasprintf("rm -rf %s", tmpdir);
 		if (system(cmd) != 0)
