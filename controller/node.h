@@ -155,7 +155,8 @@ int nodes_abandon(struct db *d, const char *node_id, const char *reason);
  * re-placements; and recreate the instances of recreateOnHostLoss pools
  * whose node is lost. Each instance in its own transaction. */
 #define REPLACE_MAX 3
-void replace_refused(struct db *d, int after_seconds);
-void recreate_lost(struct db *d);
+struct ctl_app;
+void replace_refused(struct db *d, const struct ctl_app *app, int after_seconds);
+void recreate_lost(struct db *d, const struct ctl_app *app);
 
 #endif

@@ -28,7 +28,7 @@
 #include "log.h"
 #include "node.h"
 #include "outbox.h"
-#include "sealed.h"
+#include "rebind.h"
 #include "util.h"
 
 #define BATCH 50
@@ -36,6 +36,7 @@
 struct move {
 	char id[64];
 	int after;            /* replace_after_seconds */
+	const struct ctl_app *app;
 };
 
 /* A new address for the instance's MAC (another MAC on a collision), and
@@ -121,7 +122,8 @@ static int fail_refused(struct db *d, const PGresult *r, bc_error *err)
 }
 
 /* Away from every host that refused it. */
-static int move_refused(struct db *d, const PGresult *r, bc_error *err)
+static int move_refused(struct db *d, const struct ctl_app *app, const PGresult *r,
+			bc_error *err)
 {
 	PGresult *u = NULL;
 	int rc = refused_update(d, r, "UPDATE instances SET refused_nodes = array_append("
@@ -140,6 +142,9 @@ static int move_refused(struct db *d, const PGresult *r, bc_error *err)
 		 REPLACE_MAX);
 	rc = lease_and_place(d, db_val(r, 0, RF_ID), db_val(r, 0, RF_POOL), db_val(u, 0, RU_MAC),
 			     err);
+	/* a memory restore: a bundle for its new address */
+	if (rc == 0)
+		rc = rebind_reseal(d, app, db_val(r, 0, RF_ID), err);
 	PQclear(u);
 	return rc;
 }
@@ -165,32 +170,10 @@ static int refused_tx(struct db *d, void *arg, bc_error *err)
 		if (rc < 0)
 			rc = db_fail(err, rc);
 		else
-			rc = last ? fail_refused(d, r, err) : move_refused(d, r, err);
+			rc = last ? fail_refused(d, r, err) : move_refused(d, a->app, r, err);
 	}
 	PQclear(r);
 	return rc;
-}
-
-/* A memory restore recreated elsewhere resumes its source's identity
- * again, at a new address: its identity rebind bundle (rebind.c) named the
- * old one, so it goes; the recreated restore keeps answering to its
- * source's identity (identityRebound false). */
-static int drop_rebind(struct db *d, const char *id, bc_error *err)
-{
-	_cleanup_free_ char *ref = NULL;
-	struct dbp p = {0};
-	int rc;
-
-	dbp_str(&p, id);
-	rc = db_scalar(d, "UPDATE instances i SET identity_rebind_ref = NULL, "
-		       "rebind_cert_valid_before = NULL, identity_rebound_at = NULL FROM (SELECT id, "
-		       "identity_rebind_ref AS r FROM instances WHERE id = $1 AND identity_rebind_ref "
-		       "IS NOT NULL FOR UPDATE) o WHERE i.id = o.id RETURNING o.r", &p, &ref);
-	if (rc == -ENOENT)
-		return 0;
-	if (rc == 0 && ref && (rc = sealed_delete(d, ref)) > 0)
-		rc = 0;
-	return rc < 0 ? db_fail(err, rc) : 0;
 }
 
 static int lost_tx(struct db *d, void *arg, bc_error *err)
@@ -228,8 +211,9 @@ static int lost_tx(struct db *d, void *arg, bc_error *err)
 		else
 			rc = lease_and_place(d, a->id, db_val(r, 0, LO_POOL), db_val(r, 0, LO_MAC),
 					     err);
+		/* a memory restore: a bundle for its new address */
 		if (rc == 0)
-			rc = drop_rebind(d, a->id, err);
+			rc = rebind_reseal(d, a->app, a->id, err);
 		if (rc == 0)
 			log_info("instance %s: node %s was lost: recreating it", a->id,
 				 db_val(r, 0, LO_NODE));
@@ -239,7 +223,8 @@ static int lost_tx(struct db *d, void *arg, bc_error *err)
 }
 
 /* Run fn for each id the query (one parameter: the batch size) returns. */
-static void each(struct db *d, const char *sql, db_tx_fn fn, int after, const char *what)
+static void each(struct db *d, const struct ctl_app *app, const char *sql, db_tx_fn fn, int after,
+		 const char *what)
 {
 	enum { MOVE_ID }; /* the query's one column */
 	PGresult *r = NULL;
@@ -252,7 +237,7 @@ static void each(struct db *d, const char *sql, db_tx_fn fn, int after, const ch
 	if (db_exec(d, &r, sql, &p) < 0)
 		return;
 	for (int i = 0; i < PQntuples(r); i++) {
-		struct move a = {.after = after};
+		struct move a = {.after = after, .app = app};
 		snprintf(a.id, sizeof(a.id), "%s", db_val(r, i, MOVE_ID));
 		bc_error_clear(&err);
 		if (db_tx(d, "READ COMMITTED", fn, &a, &err) < 0)
@@ -261,16 +246,16 @@ static void each(struct db *d, const char *sql, db_tx_fn fn, int after, const ch
 	PQclear(r);
 }
 
-void replace_refused(struct db *d, int after_seconds)
+void replace_refused(struct db *d, const struct ctl_app *app, int after_seconds)
 {
-	each(d, "SELECT id FROM instances WHERE refused_at < now() - make_interval(secs => $2) "
+	each(d, app, "SELECT id FROM instances WHERE refused_at < now() - make_interval(secs => $2) "
 	     "AND node_id IS NOT NULL AND running_at IS NULL AND desired_state = 'running' ORDER BY "
 	     "refused_at LIMIT $1", refused_tx, after_seconds, "re-placement");
 }
 
-void recreate_lost(struct db *d)
+void recreate_lost(struct db *d, const struct ctl_app *app)
 {
-	each(d, "SELECT i.id FROM instances i JOIN pools p ON p.id = i.pool_id JOIN nodes n ON "
+	each(d, app, "SELECT i.id FROM instances i JOIN pools p ON p.id = i.pool_id JOIN nodes n ON "
 	     "n.id = i.node_id WHERE i.state = 'lost' AND i.desired_state <> 'deleted' AND "
 	     "p.recreate_on_host_loss AND n.state <> 'ready' ORDER BY i.id LIMIT $1", lost_tx, 0,
 	     "recreate");

@@ -28,6 +28,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "app.h"
 #include "bootdata.h"
 #include "db.h"
 #include "ipam.h"
@@ -35,6 +36,7 @@
 #include "log.h"
 #include "rebind.h"
 #include "secrets.h"
+#include "sandboxes.h"
 #include "sshcert.h"
 #include "util.h"
 
@@ -163,6 +165,40 @@ int rebind_seal(struct db *d, const struct rebind_in *in, bc_error *err)
 	log_info("instance %s: identity rebind bundle %s sealed%s", in->instance_id, ref,
 		 in->host_ca ? " (with a host certificate)" : "");
 	return 0;
+}
+
+int rebind_reseal(struct db *d, const struct ctl_app *app, const char *instance_id,
+		  bc_error *err)
+{
+	enum { RS_REF, RS_TENANT };
+	struct dbp p = {0};
+	PGresult *r = NULL;
+	int rc;
+
+	dbp_str(&p, instance_id);
+	rc = db_exec(d, &r, "UPDATE instances i SET identity_rebind_ref = NULL, "
+		     "rebind_cert_valid_before = NULL, identity_rebound_at = NULL FROM (SELECT id, "
+		     "identity_rebind_ref AS r FROM instances WHERE id = $1 AND identity_rebind_ref IS "
+		     "NOT NULL FOR UPDATE) o WHERE i.id = o.id RETURNING o.r, i.tenant_id", &p);
+	if (rc < 0)
+		return db_fail(err, rc);
+	if (PQntuples(r) != 1) {
+		PQclear(r);
+		return 0;
+	}
+	/* the old bundle and its secret_refs row (ON DELETE CASCADE) */
+	if ((rc = sealed_delete(d, db_val(r, 0, RS_REF))) < 0) {
+		PQclear(r);
+		return db_fail(err, rc);
+	}
+	rc = 0;
+	if (app && app->sandbox_ca && secrets_broker(app))
+		rc = rebind_seal(d, &(struct rebind_in){.instance_id = instance_id,
+				 .tenant_id = db_val(r, 0, RS_TENANT),
+				 .account = app->cfg.sandbox_account,
+				 .host_ca = sbx_certify_host_key(app) ? app->sandbox_ca : NULL}, err);
+	PQclear(r);
+	return rc;
 }
 
 /* Whose identity the instance answers to and its host certificate: a

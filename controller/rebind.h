@@ -26,6 +26,17 @@ struct rebind_in {
  * rebind_cert_valid_before). 0 or the error to roll back with. */
 int rebind_seal(struct db *d, const struct rebind_in *in, bc_error *err);
 
+/* A memory restore placed anew (its host was lost, or a host refused it)
+ * resumes its source's identity again, at the address just leased; the
+ * bundle sealed for it named the old one. Inside that transaction: the old
+ * bundle goes, and with the sandbox CA and the broker a new one is sealed
+ * (a fresh host key, the new address) that its new host delivers, as at
+ * create; without them identityRebound stays false. 0 also when the
+ * instance had no bundle. */
+struct ctl_app;
+int rebind_reseal(struct db *d, const struct ctl_app *app, const char *instance_id,
+		  bc_error *err);
+
 /* Whom exec signs for on instance_id: itself, or for a memory restore
  * not yet rebound the instance whose identity its memory holds; and that
  * instance's host certificate (certified, its end in epoch ms). */

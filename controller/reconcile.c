@@ -130,8 +130,8 @@ void *reconcile_thread(void *arg)
 		bc_error_clear(&err);
 		if (db_tx(d, "READ COMMITTED", lost_tx, &l, &err) < 0)
 			log_warn("reconcile: node loss pass failed: %s", err.message);
-		replace_refused(d, app->cfg.replace_after_seconds);
-		recreate_lost(d);
+		replace_refused(d, app, app->cfg.replace_after_seconds);
+		recreate_lost(d, app);
 		place_unplaced(d);
 		meter_tick(d, app->cfg.metering_interval_seconds);
 		teardown_tick(d);
