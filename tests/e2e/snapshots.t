@@ -37,6 +37,7 @@
 
 e2e_need
 S3W=$(mktemp -d /var/tmp/bc-e2e-s3.XXXXXX)
+[ "${BC_KEEP_STACK:-0}" = 1 ] || tap_on_exit rm -rf "$S3W"
 s3_up "$S3W" snaps --tls || bail_out "s3rver did not start"
 export BC_AGENT_EXTRA_CONF="snapshot_ca_file = $S3_CA_FILE"
 export BC_CTL_EXTRA_CONF="snapshot_store_endpoint = $S3_ENDPOINT

@@ -22,6 +22,7 @@ fi
 # snapshot_sandbox: a real S3-compatible store (s3rver over http on
 # loopback, behind the test-only switches) that bcd's fake runtime uploads to
 S3D=$(mktemp -d /tmp/bc-mcp-s3.XXXXXX) || bail_out "no temp dir"
+[ "${BC_KEEP_STACK:-0}" = 1 ] || tap_on_exit rm -rf "$S3D"
 s3_up "$S3D" snaps || bail_out "s3rver did not start"
 export BC_CTL_EXTRA_CONF="sandbox_account = root
 http_listen = 127.0.0.1:0
