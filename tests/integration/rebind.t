@@ -27,11 +27,7 @@ S3D=$(mktemp -d /tmp/bc-rebind-s3.XXXXXX) || bail_out "no temp dir"
 s3_up "$S3D" snaps || bail_out "s3rver did not start"
 HTTP_PORT=$(free_tcp_port) || bail_out "no free port"
 export BC_CTL_EXTRA_CONF="http_listen = 127.0.0.1:$HTTP_PORT
-snapshot_store_endpoint = $S3_ENDPOINT
-snapshot_store_bucket = $S3_BUCKET
-snapshot_store_path_style = 1
-snapshot_store_access_key_id = $S3_ACCESS_KEY_ID
-snapshot_store_allow_http_loopback_for_tests = 1"
+$(s3_store_conf)"
 export BC_NODE_LOST_SECONDS=600
 export BC_AGENT_LABELS=cpu.model=TestCPU
 export BC_AGENT_EXTRA_CONF='snapshot_store_allow_http_loopback_for_tests = 1'

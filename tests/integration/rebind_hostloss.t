@@ -15,11 +15,8 @@
 S3D=$(mktemp -d /tmp/bc-rebind-loss.XXXXXX) || bail_out "no temp dir"
 [ "${BC_KEEP_STACK:-0}" = 1 ] || tap_on_exit rm -rf "$S3D"
 s3_up "$S3D" snaps || bail_out "s3rver did not start"
-export BC_CTL_EXTRA_CONF="snapshot_store_endpoint = $S3_ENDPOINT
-snapshot_store_bucket = $S3_BUCKET
-snapshot_store_path_style = 1
-snapshot_store_access_key_id = $S3_ACCESS_KEY_ID
-snapshot_store_allow_http_loopback_for_tests = 1"
+BC_CTL_EXTRA_CONF=$(s3_store_conf)
+export BC_CTL_EXTRA_CONF
 export BC_NODE_LOST_SECONDS=10
 export BC_AGENT_LABELS=cpu.model=TestCPU
 export BC_AGENT_EXTRA_CONF='snapshot_store_allow_http_loopback_for_tests = 1'

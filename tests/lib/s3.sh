@@ -70,6 +70,16 @@ s3_up() {
 	export S3_DIR S3_BUCKET S3_ACCESS_KEY_ID S3_SECRET_FILE S3_PID S3_PORT S3_HOST S3_ENDPOINT
 }
 
+# s3_store_conf: the controller's config lines for this server as its
+# snapshot store (path-style, this key pair; over http, with the test-only
+# loopback switch). The secret is set with `bc-controller snapshot-store
+# set-secret <"$S3_SECRET_FILE"`.
+s3_store_conf() {
+	printf '%s\n' "snapshot_store_endpoint = $S3_ENDPOINT" "snapshot_store_bucket = $S3_BUCKET" \
+		'snapshot_store_path_style = 1' "snapshot_store_access_key_id = $S3_ACCESS_KEY_ID" \
+		'snapshot_store_allow_http_loopback_for_tests = 1'
+}
+
 # s3_down: stop the server (by its pid).
 s3_down() {
 	[ -n "${S3_PID:-}" ] || return 0
